@@ -1,0 +1,229 @@
+// Package api is Airlock's public HTTP contract: the OpenAPI document (openapi.yaml,
+// embedded and served at /v1/openapi.yaml) and the Go types of every request and
+// response body. The server, the Go SDK and the CLI share these types; the package holds
+// no behaviour and must not import any other Airlock package.
+package api
+
+import (
+	_ "embed"
+	"time"
+)
+
+// OpenAPI is the contract document.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// Sandbox states.
+const (
+	StateCreating    = "creating"
+	StateRunning     = "running"
+	StateSuspending  = "suspending"
+	StateSuspended   = "suspended"
+	StateResuming    = "resuming"
+	StateTerminating = "terminating"
+	StateTerminated  = "terminated"
+	StateFailed      = "failed"
+)
+
+// Exec end states.
+const (
+	ExecSucceeded = "succeeded"
+	ExecFailed    = "failed"
+	ExecTimeout   = "timeout"
+	ExecCancelled = "cancelled"
+	ExecOOMKilled = "oom_killed"
+	ExecKilled    = "killed"
+)
+
+// Limits of one sandbox. Memory and Disk are bytes.
+type Limits struct {
+	CPU       float64 `json:"cpu,omitempty"`
+	Memory    int64   `json:"memory,omitempty"`
+	PIDs      int64   `json:"pids,omitempty"`
+	OpenFiles int64   `json:"open_files,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Name   string            `json:"name"`
+	Image  string            `json:"image,omitempty"` // default "host"
+	Limits Limits            `json:"limits,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// MaxLifetime ends the sandbox this long after it starts (Go duration, default 8h).
+	MaxLifetime string `json:"max_lifetime,omitempty"`
+}
+
+// Sandbox is a sandbox as the API shows it.
+type Sandbox struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	State        string            `json:"state"`
+	Image        string            `json:"image"`
+	ImageDigest  string            `json:"image_digest"`
+	Limits       Limits            `json:"limits"`
+	Env          map[string]string `json:"env,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Generation   int64             `json:"generation"`
+	Version      int64             `json:"version"`
+	CreatedAt    time.Time         `json:"created_at"`
+	LastActivity time.Time         `json:"last_activity"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	Failure      string            `json:"failure,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// Operation is the durable record of a mutating request.
+type Operation struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"`
+	State     string    `json:"state"` // pending, running, succeeded, failed
+	SandboxID string    `json:"sandbox_id,omitempty"`
+	Error     *Error    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// OperationResponse answers every mutating sandbox call.
+type OperationResponse struct {
+	Operation Operation `json:"operation"`
+	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{ref}/exec.
+type ExecRequest struct {
+	Argv    []string          `json:"argv,omitempty"`
+	Shell   string            `json:"shell,omitempty"` // run with /bin/sh -c when argv is empty
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	UID     *uint32           `json:"uid,omitempty"`
+	GID     *uint32           `json:"gid,omitempty"`
+	Timeout string            `json:"timeout,omitempty"` // Go duration
+	Stdin   string            `json:"stdin,omitempty"`
+	// Stream asks for NDJSON ExecEvents, one per output line as produced.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// ExecResult is how an exec ended.
+type ExecResult struct {
+	State      string `json:"state"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	Stdout     string `json:"stdout,omitempty"`
+	Stderr     string `json:"stderr,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// ExecEvent is one line of a streamed exec or send: type "stdout" or "stderr" with Data,
+// or "exit" with Result (always last), or "error" with Error.
+type ExecEvent struct {
+	Type   string      `json:"type"`
+	Data   string      `json:"data,omitempty"`
+	Result *ExecResult `json:"result,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
+}
+
+// SessionRequest starts a session: kind "python", "shell" or "raw" (with argv).
+type SessionRequest struct {
+	Kind string            `json:"kind"`
+	Argv []string          `json:"argv,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+}
+
+// Session is a live session.
+type Session struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	PID  int    `json:"pid"`
+}
+
+// SessionList is the body of GET /v1/sandboxes/{ref}/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// SendRequest is the body of POST /v1/sandboxes/{ref}/sessions/{id}/send.
+type SendRequest struct {
+	Input  string `json:"input"`
+	Stream bool   `json:"stream,omitempty"`
+}
+
+// FileInfo describes one file in a sandbox.
+type FileInfo struct {
+	Name  string    `json:"name"`
+	Path  string    `json:"path,omitempty"`
+	Size  int64     `json:"size"`
+	Mode  uint32    `json:"mode"`
+	IsDir bool      `json:"is_dir"`
+	MTime time.Time `json:"mtime"`
+}
+
+// FileList is the body of GET /v1/sandboxes/{ref}/files/list.
+type FileList struct {
+	Files []FileInfo `json:"files"`
+}
+
+// MkdirRequest is the body of POST /v1/sandboxes/{ref}/files/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// Image is an image on the node.
+type Image struct {
+	Name    string    `json:"name"`
+	Digest  string    `json:"digest"`
+	Layers  int       `json:"layers"`
+	Size    int64     `json:"size"`
+	Created time.Time `json:"created"`
+	Builtin bool      `json:"builtin"`
+}
+
+// ImageList is the body of GET /v1/images.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// ImportEvent is one NDJSON line of POST /v1/images: progress, then the image or an error.
+type ImportEvent struct {
+	Phase string `json:"phase,omitempty"`
+	Done  int64  `json:"done,omitempty"`
+	Total int64  `json:"total,omitempty"`
+	Image *Image `json:"image,omitempty"`
+	Error *Error `json:"error,omitempty"`
+}
+
+// Check is one line of the daemon's health report.
+type Check struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Detail   string `json:"detail"`
+	Degrades string `json:"degrades,omitempty"` // what a failure means for users
+}
+
+// Status is the body of GET /v1/status.
+type Status struct {
+	Version   string  `json:"version"`
+	StateDir  string  `json:"state_dir"`
+	Sandboxes int     `json:"sandboxes"`
+	Checks    []Check `json:"checks"`
+}
+
+// Error is the one error shape: {"error": {...}}.
+type Error struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// ErrorBody wraps Error on the wire.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}

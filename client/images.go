@@ -1,0 +1,119 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// Images lists the images on the node, the built-in host image included.
+func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
+	var out api.ImageList
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/images"}, &out); err != nil {
+		return nil, err
+	}
+	return out.Images, nil
+}
+
+// RemoveImage deletes an image; it fails with failed_precondition while a sandbox uses it.
+func (c *Client) RemoveImage(ctx context.Context, ref string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/images/" + url.PathEscape(ref)}, nil)
+}
+
+// ImportImage uploads an image archive of size bytes (-1 if unknown) read from r and
+// stores it as name. progress, if not nil, sees phase "upload" events as the body is sent
+// (Done bytes of Total; Total is 0 when size is unknown), then the daemon's own progress
+// events; it is called from one goroutine at a time and never after ImportImage returns.
+func (c *Client) ImportImage(ctx context.Context, name string, r io.Reader, size int64, progress func(api.ImportEvent)) (*api.Image, error) {
+	if size < 0 {
+		size = -1
+	}
+	var p *importProgress
+	body := r
+	if progress != nil {
+		p = &importProgress{fn: progress, total: max(size, 0)}
+		defer p.stop()
+		body = &countingReader{r: r, p: p}
+	}
+	req := request{method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}}, body: body, size: size}
+	resp, err := c.send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.ImportEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("image import: %w: %w", errNoResult, io.ErrUnexpectedEOF)
+			}
+			return nil, fmt.Errorf("image import: read stream: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return nil, streamError(ev.Error)
+		case ev.Image != nil:
+			return ev.Image, nil
+		case p != nil:
+			p.event(ev)
+		}
+	}
+}
+
+// importProgress serialises the callbacks of the upload (sent from the transport's
+// goroutine) and of the daemon's events, and stops them when the import returns.
+type importProgress struct {
+	mu      sync.Mutex
+	fn      func(api.ImportEvent)
+	total   int64
+	done    int64
+	stopped bool
+}
+
+func (p *importProgress) event(ev api.ImportEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stopped {
+		p.fn(ev)
+	}
+}
+
+func (p *importProgress) sent(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done += int64(n)
+	if !p.stopped {
+		p.fn(api.ImportEvent{Phase: "upload", Done: p.done, Total: p.total})
+	}
+}
+
+func (p *importProgress) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+}
+
+// countingReader reports every read to its progress.
+type countingReader struct {
+	r io.Reader
+	p *importProgress
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if n > 0 {
+		c.p.sent(n)
+	}
+	return n, err
+}

@@ -1,0 +1,70 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"sort"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// Create makes a sandbox and answers once it is running (or has failed). Pass
+// WithIdempotencyKey to make a retry after a lost answer safe.
+func (c *Client) Create(ctx context.Context, req api.CreateSandboxRequest, opts ...CallOption) (*api.OperationResponse, error) {
+	var out api.OperationResponse
+	r := request{method: http.MethodPost, path: "/v1/sandboxes", in: req, opts: opts}
+	if err := c.do(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Get returns a sandbox by name or id, from any process: this is how code reconnects
+// to a sandbox it made earlier.
+func (c *Client) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(ref)}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListOptions filters List. A sandbox matches when its state is one of States (any, if
+// empty) and it carries every label in Labels.
+type ListOptions struct {
+	States []string
+	Labels map[string]string
+}
+
+// List returns the sandboxes that match opts.
+func (c *Client) List(ctx context.Context, opts ListOptions) ([]api.Sandbox, error) {
+	q := url.Values{}
+	for _, s := range opts.States {
+		q.Add("state", s)
+	}
+	keys := make([]string, 0, len(opts.Labels))
+	for k := range opts.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		q.Add("label", k+"="+opts.Labels[k])
+	}
+	var out api.SandboxList
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q}, &out); err != nil {
+		return nil, err
+	}
+	return out.Sandboxes, nil
+}
+
+// Terminate ends a sandbox and deletes what it owns; the handle remains as a tombstone.
+// WithIfMatch guards against terminating a sandbox that changed since it was read.
+func (c *Client) Terminate(ctx context.Context, ref string, opts ...CallOption) (*api.OperationResponse, error) {
+	var out api.OperationResponse
+	r := request{method: http.MethodDelete, path: sandboxPath(ref), opts: opts}
+	if err := c.do(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

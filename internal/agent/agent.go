@@ -1,0 +1,406 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+// Options configure Serve.
+type Options struct {
+	Root    string        // root of every file operation; "" means "/"
+	Workdir string        // default working directory of processes; "" means "/"
+	Env     []string      // base environment of every process (K=V)
+	Grace   time.Duration // how long shutdown waits between SIGTERM and SIGKILL; 0 means 2s
+	Logger  *slog.Logger  // nil discards
+}
+
+// requestTimeout bounds how long a new connection may take to send its request.
+const requestTimeout = 30 * time.Second
+
+type server struct {
+	opts   Options
+	log    *slog.Logger
+	rootFD int
+
+	mu       sync.Mutex
+	closing  bool
+	procs    map[*proc]struct{}
+	conns    map[net.Conn]struct{}
+	sessions map[string]*session
+	wg       sync.WaitGroup // connection handlers and session watchers
+}
+
+// Main is the entry point of the hidden `airlock agent` subcommand. It serves until
+// SIGTERM, SIGINT, ctx's end or the --deadline, then stops every process (SIGTERM, up
+// to 2 s, SIGKILL) and returns nil; as PID 1 its return ends the container.
+func Main(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the returned error says what was wrong
+	socket := fs.String("socket", "", "listen on this unix socket path")
+	root := fs.String("root", "/", "root directory of file operations")
+	deadline := fs.Int64("deadline", 0, "stop at this Unix time in seconds (0: never)")
+	readyFD := fs.Int("ready-fd", -1, "write \"ready\\n\" to this fd once listening, then close it")
+	workdir := fs.String("workdir", "/", "default working directory of processes")
+	var env envFlag
+	fs.Var(&env, "env", "K=V added to the base environment (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return errdefs.Invalid("agent: %v", err)
+	}
+	if *socket == "" {
+		return errdefs.Invalid("agent: --socket is required")
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if *deadline > 0 {
+		// The agent's own clock: a timer, so the limit holds with the daemon down.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(time.Unix(*deadline, 0)))
+		defer cancel()
+	}
+
+	if err := os.Remove(*socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("agent: remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", *socket)
+	if err != nil {
+		return fmt.Errorf("agent: listen: %w", err)
+	}
+	if err := os.Chmod(*socket, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("agent: chmod socket: %w", err)
+	}
+	if *readyFD >= 0 {
+		f := os.NewFile(uintptr(*readyFD), "ready")
+		_, werr := f.WriteString("ready\n")
+		cerr := f.Close()
+		if err := errors.Join(werr, cerr); err != nil {
+			ln.Close()
+			return fmt.Errorf("agent: ready fd: %w", err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
+	return Serve(ctx, ln, Options{
+		Root:    *root,
+		Workdir: *workdir,
+		Env:     mergeEnv(os.Environ(), env),
+		Logger:  logger,
+	})
+}
+
+type envFlag []string
+
+func (e *envFlag) String() string { return strings.Join(*e, ",") }
+
+func (e *envFlag) Set(v string) error {
+	if !strings.Contains(v, "=") {
+		return fmt.Errorf("want K=V, got %q", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+// Serve answers calls on ln until ctx ends (or Accept fails), then stops every process it
+// started (SIGTERM, Options.Grace, SIGKILL; every process when PID 1), waits for its
+// handlers and closes ln. It returns nil after a ctx-initiated stop.
+func Serve(ctx context.Context, ln net.Listener, opts Options) error {
+	if opts.Root == "" {
+		opts.Root = "/"
+	}
+	if opts.Workdir == "" {
+		opts.Workdir = "/"
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	rootFD, err := unix.Open(opts.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("agent: open root %s: %w", opts.Root, err)
+	}
+	defer unix.Close(rootFD)
+	theReaper.acquire()
+	defer theReaper.release()
+
+	s := &server{
+		opts:     opts,
+		log:      opts.Logger,
+		rootFD:   rootFD,
+		procs:    make(map[*proc]struct{}),
+		conns:    make(map[net.Conn]struct{}),
+		sessions: make(map[string]*session),
+	}
+	acceptErr := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			s.mu.Lock()
+			if s.closing {
+				s.mu.Unlock()
+				c.Close()
+				continue
+			}
+			s.conns[c] = struct{}{}
+			s.wg.Add(1)
+			s.mu.Unlock()
+			go s.serveConn(c)
+		}
+	}()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-acceptErr:
+		serveErr = fmt.Errorf("agent: accept: %w", serveErr)
+	}
+	s.log.Info("shutting down", "reason", context.Cause(ctx))
+	ln.Close()
+	s.shutdown()
+	return serveErr
+}
+
+// shutdown stops every process, gives handlers a moment to report, then closes every
+// connection and waits for the handlers.
+func (s *server) shutdown() {
+	s.mu.Lock()
+	s.closing = true
+	procs := make([]*proc, 0, len(s.procs))
+	pids := make([]int, 0, len(s.procs)) // 0 while starting: spawn then kills it itself
+	for p := range s.procs {
+		procs = append(procs, p)
+		pids = append(pids, p.pid)
+	}
+	s.mu.Unlock()
+
+	pid1 := os.Getpid() == 1
+	signalAll := func(sig syscall.Signal) {
+		if pid1 {
+			_ = unix.Kill(-1, sig) // every process in the sandbox but us
+			return
+		}
+		for i, p := range procs {
+			select {
+			case <-p.done:
+			default:
+				if pids[i] > 0 {
+					_ = unix.Kill(-pids[i], sig)
+				}
+			}
+		}
+	}
+	signalAll(unix.SIGTERM)
+	allDone := make(chan struct{})
+	go func() {
+		for _, p := range procs {
+			<-p.done
+		}
+		close(allDone)
+	}()
+	grace := time.NewTimer(s.opts.Grace)
+	defer grace.Stop()
+	select {
+	case <-allDone:
+	case <-grace.C:
+		signalAll(unix.SIGKILL)
+		<-allDone
+	}
+	if pid1 {
+		_ = unix.Kill(-1, unix.SIGKILL)
+	}
+	// Members of the killed groups die a moment after their leaders; reap them too.
+	if !theReaper.waitIdle(time.Second) {
+		s.log.Warn("children remain after shutdown")
+	}
+
+	handlers := make(chan struct{})
+	go func() { s.wg.Wait(); close(handlers) }()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-handlers:
+		return
+	case <-t.C:
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	<-handlers
+}
+
+// serveConn reads the request and runs it.
+func (s *server) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	fw := &frameWriter{w: c}
+	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
+	t, payload, err := ReadFrame(c)
+	if err != nil {
+		if errors.Is(err, ErrChecksum) {
+			s.log.Warn("damaged request frame", "err", err)
+			fw.error(err)
+		}
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if t != FrameRequest {
+		fw.error(errdefs.Invalid("first frame must be a request, got %q", byte(t)))
+		return
+	}
+	req, err := DecodeRequest(payload)
+	if err != nil {
+		fw.error(errdefs.Invalid("%v", err))
+		return
+	}
+	if err := s.dispatch(c, fw, req); err != nil {
+		fw.error(err)
+	}
+}
+
+func (s *server) dispatch(c net.Conn, fw *frameWriter, req *Request) error {
+	switch req.Op {
+	case OpPing:
+		return fw.json(FrameResult, struct{}{})
+	case OpExec:
+		return s.handleExec(c, fw, req.Exec)
+	case OpPTY:
+		return s.handlePTY(c, fw, req.Exec)
+	case OpSessionStart:
+		return s.handleSessionStart(fw, req.Session)
+	case OpSessionSend:
+		return s.handleSessionSend(c, fw, req)
+	case OpSessionClose:
+		return s.handleSessionClose(fw, req.SessionID)
+	case OpSessionList:
+		return fw.json(FrameResult, s.listSessions())
+	case OpFileUpload:
+		return s.handleUpload(c, fw, req)
+	case OpFileDownload:
+		return s.handleDownload(fw, req)
+	case OpFileList:
+		return s.handleList(fw, req)
+	case OpFileStat:
+		return s.handleStat(fw, req)
+	case OpFileMkdir:
+		return s.handleMkdir(fw, req)
+	case OpFileRemove:
+		return s.handleRemove(fw, req)
+	}
+	return errdefs.Invalid("unknown op %q", req.Op)
+}
+
+// frameWriter serialises frames from several goroutines onto one connection.
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (fw *frameWriter) frame(t FrameType, p []byte) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return WriteFrame(fw.w, t, p)
+}
+
+func (fw *frameWriter) json(t FrameType, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return fw.frame(t, b)
+}
+
+// error sends err as an Error frame; the call ends with it.
+func (fw *frameWriter) error(err error) {
+	_ = fw.json(FrameError, toRemote(err))
+}
+
+func toRemote(err error) *RemoteError {
+	var re *RemoteError
+	switch {
+	case errors.As(err, &re):
+		return re
+	case errors.Is(err, ErrChecksum):
+		return &RemoteError{Code: CodeChecksum, Message: err.Error()}
+	}
+	code, _ := errdefs.Code(err)
+	return &RemoteError{Code: code, Message: err.Error()}
+}
+
+func errUnavailable(msg string) error { return errdefs.Unavailable("%s", msg) }
+
+// control watches a call's connection for client frames while the call runs. cancel
+// closes on a Cancel frame, on EOF and on a read error; damaged records a checksum error.
+type control struct {
+	cancel  chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	damaged error
+}
+
+// watch reads frames from c until it fails, handing every frame other than Cancel to
+// onFrame; an onFrame error cancels the call.
+func watch(c net.Conn, onFrame func(FrameType, []byte) error) *control {
+	ctl := &control{cancel: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(ctl.done)
+		for {
+			t, p, err := ReadFrame(c)
+			if err != nil {
+				if errors.Is(err, ErrChecksum) {
+					ctl.mu.Lock()
+					ctl.damaged = err
+					ctl.mu.Unlock()
+				}
+				ctl.stop()
+				return
+			}
+			if t == FrameCancel {
+				ctl.stop()
+				continue
+			}
+			if err := onFrame(t, p); err != nil {
+				ctl.stop()
+			}
+		}
+	}()
+	return ctl
+}
+
+func (ctl *control) stop() { ctl.once.Do(func() { close(ctl.cancel) }) }
+
+func (ctl *control) damage() error {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	return ctl.damaged
+}

@@ -1,0 +1,401 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Client calls an agent over its unix socket, one connection per call. The zero value
+// with Socket set is ready to use; it is safe for concurrent use.
+type Client struct {
+	Socket string
+}
+
+// cancelWait bounds how long a cancelled call waits for the agent's final result.
+const cancelWait = 5 * time.Second
+
+// call is one connection carrying one request.
+type call struct {
+	conn net.Conn
+	mu   sync.Mutex // serialises frame writes
+}
+
+func (c *Client) open(ctx context.Context, req *Request) (*call, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("agent: dial %s: %w", c.Socket, err)
+	}
+	b, err := json.Marshal(req)
+	if err == nil {
+		err = WriteFrame(conn, FrameRequest, b)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("agent: send request: %w", err)
+	}
+	return &call{conn: conn}, nil
+}
+
+func (k *call) send(t FrameType, p []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return WriteFrame(k.conn, t, p)
+}
+
+// finish decodes the frame that ends a call: a Result into v, or an Error.
+func finish(t FrameType, p []byte, v any) error {
+	switch t {
+	case FrameResult:
+		if v == nil {
+			return nil
+		}
+		if err := json.Unmarshal(p, v); err != nil {
+			return fmt.Errorf("agent: decode result: %w", err)
+		}
+		return nil
+	case FrameError:
+		re := &RemoteError{}
+		if err := json.Unmarshal(p, re); err != nil {
+			return fmt.Errorf("agent: decode error: %w", err)
+		}
+		return re
+	}
+	return fmt.Errorf("agent: unexpected frame %q", byte(t))
+}
+
+// simple runs a call whose answer is a single Result or Error frame.
+func (c *Client) simple(ctx context.Context, req *Request, v any) error {
+	k, err := c.open(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer k.conn.Close()
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	defer stop()
+	t, p, err := ReadFrame(k.conn)
+	if err != nil {
+		return ctxErr(ctx, err)
+	}
+	return finish(t, p, v)
+}
+
+// ctxErr prefers the context's error when the context ended the call.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("agent: %w", err)
+}
+
+// Ping checks that the agent answers.
+func (c *Client) Ping(ctx context.Context) error {
+	return c.simple(ctx, &Request{Op: OpPing}, nil)
+}
+
+// stream reads Stdout/Stderr frames into the writers until the Result (into v) or an
+// Error. When ctx ends it sends Cancel and still waits (a bounded time) for the result.
+func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) error {
+	stop := context.AfterFunc(ctx, func() {
+		_ = k.send(FrameCancel, nil)
+		_ = k.conn.SetReadDeadline(time.Now().Add(cancelWait))
+	})
+	defer stop()
+	for {
+		t, p, err := ReadFrame(k.conn)
+		if err != nil {
+			return ctxErr(ctx, err)
+		}
+		switch t {
+		case FrameStdout:
+			if stdout != nil {
+				_, _ = stdout.Write(p)
+			}
+		case FrameStderr:
+			if stderr != nil {
+				_, _ = stderr.Write(p)
+			}
+		default:
+			return finish(t, p, v)
+		}
+	}
+}
+
+// Exec runs spec to completion, streaming its output into stdout and stderr (either may
+// be nil). A non-nil stdin is copied to the process (spec.Stdin is set); the copy runs in
+// its own goroutine, which ends at the first Read that returns after the call is over.
+// If ctx ends mid-run, the agent kills the process and Exec returns its "cancelled"
+// result. The error reports a failed call, not a failed command.
+func (c *Client) Exec(ctx context.Context, spec ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (*ExitResult, error) {
+	spec.Stdin = stdin != nil
+	k, err := c.open(ctx, &Request{Op: OpExec, Exec: &spec})
+	if err != nil {
+		return nil, err
+	}
+	defer k.conn.Close()
+	if stdin != nil {
+		go k.copyStdin(stdin)
+	}
+	var res ExitResult
+	if err := k.stream(ctx, stdout, stderr, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+func (k *call) copyStdin(r io.Reader) {
+	buf := make([]byte, copyBuf)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if k.send(FrameStdin, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = k.send(FrameStdinClose, nil)
+			return
+		}
+	}
+}
+
+// PTY is a process running under a pseudo-terminal. Read its output until io.EOF (it
+// ends when the process has exited); Wait returns how it ended.
+type PTY struct {
+	k    *call
+	out  *io.PipeReader
+	done chan struct{}
+	res  *ExitResult
+	err  error
+	stop func() bool
+}
+
+// PTY starts spec under a pseudo-terminal of spec.Rows × spec.Cols. Ending ctx kills it.
+func (c *Client) PTY(ctx context.Context, spec ExecSpec) (*PTY, error) {
+	k, err := c.open(ctx, &Request{Op: OpPTY, Exec: &spec})
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	p := &PTY{k: k, out: pr, done: make(chan struct{})}
+	p.stop = context.AfterFunc(ctx, func() { _ = k.send(FrameCancel, nil) })
+	go func() {
+		defer close(p.done)
+		var res ExitResult
+		// Output the reader has stopped wanting (Close) is dropped; the result still counts.
+		err := k.stream(context.Background(), discardOnClose{pw}, nil, &res)
+		if err == nil {
+			p.res = &res
+		}
+		p.err = err
+		pw.CloseWithError(err)
+		k.conn.Close()
+	}()
+	return p, nil
+}
+
+type discardOnClose struct{ w *io.PipeWriter }
+
+func (d discardOnClose) Write(b []byte) (int, error) {
+	_, _ = d.w.Write(b)
+	return len(b), nil
+}
+
+// Read reads the terminal's output.
+func (p *PTY) Read(b []byte) (int, error) { return p.out.Read(b) }
+
+// Write sends keystrokes to the terminal.
+func (p *PTY) Write(b []byte) (int, error) {
+	for off := 0; off < len(b); {
+		n := min(len(b)-off, copyBuf)
+		if err := p.k.send(FrameStdin, b[off:off+n]); err != nil {
+			return off, err
+		}
+		off += n
+	}
+	return len(b), nil
+}
+
+// Resize changes the terminal's size.
+func (p *PTY) Resize(rows, cols uint16) error {
+	b, _ := json.Marshal(Resize{Rows: rows, Cols: cols})
+	return p.k.send(FrameResize, b)
+}
+
+// Wait waits for the process to end. Read the output concurrently (or Close), or the
+// agent stalls once the terminal's buffer is full.
+func (p *PTY) Wait() (*ExitResult, error) {
+	<-p.done
+	p.stop()
+	return p.res, p.err
+}
+
+// Close kills the process if it still runs, drops unread output and waits for the end.
+func (p *PTY) Close() error {
+	_ = p.k.send(FrameCancel, nil)
+	p.out.Close()
+	_, err := p.Wait()
+	return err
+}
+
+// StartSession starts a long-lived session process.
+func (c *Client) StartSession(ctx context.Context, spec SessionSpec) (*SessionInfo, error) {
+	var info SessionInfo
+	if err := c.simple(ctx, &Request{Op: OpSessionStart, Session: &spec}, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Send sends input to session id and streams the reply into stdout and stderr (either
+// may be nil). A session serves one send at a time; another gets a "busy" RemoteError.
+// If ctx ends mid-reply, the agent interrupts a python session (a shell or raw one runs
+// the input to its end) and Send returns the "cancelled" result once the session is
+// free again, or ctx's error if that takes longer than a few seconds.
+func (c *Client) Send(ctx context.Context, id, input string, stdout, stderr io.Writer) (*SendResult, error) {
+	k, err := c.open(ctx, &Request{Op: OpSessionSend, SessionID: id, Input: input})
+	if err != nil {
+		return nil, err
+	}
+	defer k.conn.Close()
+	var res SendResult
+	if err := k.stream(ctx, stdout, stderr, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// CloseSession kills session id.
+func (c *Client) CloseSession(ctx context.Context, id string) error {
+	return c.simple(ctx, &Request{Op: OpSessionClose, SessionID: id}, nil)
+}
+
+// ListSessions lists the running sessions.
+func (c *Client) ListSessions(ctx context.Context) ([]SessionInfo, error) {
+	var out []SessionInfo
+	if err := c.simple(ctx, &Request{Op: OpSessionList}, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Upload writes r to path atomically (a temporary file renamed into place), creating
+// missing parent directories. mode 0 means 0644; uid or gid -1 leaves the owner as is.
+func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
+	k, err := c.open(ctx, &Request{Op: OpFileUpload, Path: path, Mode: mode, UID: uid, GID: gid})
+	if err != nil {
+		return 0, err
+	}
+	defer k.conn.Close()
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	defer stop()
+	buf := make([]byte, copyBuf)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if err := k.send(FrameData, buf[:n]); err != nil {
+				return 0, k.early(ctx, err)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			_ = k.send(FrameCancel, nil)
+			return 0, fmt.Errorf("agent: upload %s: read: %w", path, rerr)
+		}
+	}
+	if err := k.send(FrameEnd, nil); err != nil {
+		return 0, k.early(ctx, err)
+	}
+	t, p, err := ReadFrame(k.conn)
+	if err != nil {
+		return 0, ctxErr(ctx, err)
+	}
+	var res SizeResult
+	if err := finish(t, p, &res); err != nil {
+		return 0, err
+	}
+	return res.Size, nil
+}
+
+// early explains a failed write: the agent may have refused the call (and closed) before
+// reading everything, in which case its Error frame is waiting to be read.
+func (k *call) early(ctx context.Context, werr error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	_ = k.conn.SetReadDeadline(time.Now().Add(time.Second))
+	if t, p, err := ReadFrame(k.conn); err == nil && t == FrameError {
+		return finish(t, p, nil)
+	}
+	return fmt.Errorf("agent: %w", werr)
+}
+
+// Download copies the file at path into w and returns its size.
+func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64, error) {
+	k, err := c.open(ctx, &Request{Op: OpFileDownload, Path: path})
+	if err != nil {
+		return 0, err
+	}
+	defer k.conn.Close()
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	defer stop()
+	var n int64
+	for {
+		t, p, err := ReadFrame(k.conn)
+		if err != nil {
+			return n, ctxErr(ctx, err)
+		}
+		if t != FrameData {
+			var res SizeResult
+			if err := finish(t, p, &res); err != nil {
+				return n, err
+			}
+			if res.Size != n {
+				return n, fmt.Errorf("agent: download %s: got %d bytes, agent sent %d", path, n, res.Size)
+			}
+			return n, nil
+		}
+		m, err := w.Write(p)
+		n += int64(m)
+		if err != nil {
+			return n, fmt.Errorf("agent: download %s: write: %w", path, err)
+		}
+	}
+}
+
+// List lists the directory at path, sorted by name; symlinks are not followed.
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	var out []FileInfo
+	if err := c.simple(ctx, &Request{Op: OpFileList, Path: path}, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Stat describes the file at path (following symlinks inside the root).
+func (c *Client) Stat(ctx context.Context, path string) (*FileInfo, error) {
+	var fi FileInfo
+	if err := c.simple(ctx, &Request{Op: OpFileStat, Path: path}, &fi); err != nil {
+		return nil, err
+	}
+	return &fi, nil
+}
+
+// Mkdir creates the directory path (mode 0755); parents works like mkdir -p.
+func (c *Client) Mkdir(ctx context.Context, path string, parents bool) error {
+	return c.simple(ctx, &Request{Op: OpFileMkdir, Path: path, Parents: parents}, nil)
+}
+
+// Remove removes path; recursive works like rm -r. An empty directory needs no recursive.
+func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	return c.simple(ctx, &Request{Op: OpFileRemove, Path: path, Recursive: recursive}, nil)
+}
+
+var _ io.ReadWriter = (*PTY)(nil)

@@ -1,0 +1,286 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// After a process exits, its output is still read while it keeps arriving at least every
+// drainIdle, for at most drainMax: enough to empty the pipes, without letting a
+// background process that inherited stdout hold the call open.
+const (
+	drainIdle = 100 * time.Millisecond
+	drainMax  = 2 * time.Second
+)
+
+// pumps copy a process's output files to the client as frames, in the order read.
+type pumps struct {
+	wg     sync.WaitGroup
+	files  []*os.File
+	exited atomic.Bool
+	limit  time.Time // written before exited is set
+}
+
+func startPumps(fw *frameWriter, files []*os.File, types []FrameType) *pumps {
+	ps := &pumps{files: files}
+	for i, f := range files {
+		ps.wg.Add(1)
+		go func(f *os.File, t FrameType) {
+			defer ps.wg.Done()
+			buf := make([]byte, copyBuf)
+			for {
+				if ps.exited.Load() {
+					d := time.Now().Add(drainIdle)
+					if d.After(ps.limit) {
+						d = ps.limit
+					}
+					_ = f.SetReadDeadline(d)
+				}
+				n, err := f.Read(buf)
+				if n > 0 {
+					// A failed write means the client is gone; keep draining so the
+					// process never blocks on a full pipe before it is cancelled.
+					_ = fw.frame(t, buf[:n])
+				}
+				if err != nil {
+					return
+				}
+			}
+		}(f, types[i])
+	}
+	return ps
+}
+
+// finish drains what is left once the process has exited, then closes the files.
+func (ps *pumps) finish() {
+	ps.limit = time.Now().Add(drainMax)
+	ps.exited.Store(true)
+	for _, f := range ps.files {
+		_ = f.SetReadDeadline(time.Now().Add(drainIdle))
+	}
+	ps.wg.Wait()
+	for _, f := range ps.files {
+		f.Close()
+	}
+}
+
+// await waits for p to exit, killing its process group on timeout or cancellation.
+func await(p *proc, ctl *control, timeoutMS int64, ps *pumps) *ExitResult {
+	var timeout <-chan time.Time
+	if timeoutMS > 0 {
+		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	cancel := ctl.cancel
+	var timedOut, cancelled bool
+	for {
+		select {
+		case <-p.done:
+			if timedOut || cancelled {
+				p.kill(unix.SIGKILL) // whatever the group forked meanwhile
+			}
+			ps.finish()
+			return p.result(timedOut, cancelled)
+		case <-timeout:
+			timedOut, timeout, cancel = true, nil, nil
+			p.kill(unix.SIGKILL)
+		case <-cancel:
+			cancelled, timeout, cancel = true, nil, nil
+			p.kill(unix.SIGKILL)
+		}
+	}
+}
+
+func execArgv(spec *ExecSpec) ([]string, error) {
+	if spec == nil {
+		return nil, errdefs.Invalid("exec spec is required")
+	}
+	if len(spec.Argv) > 0 {
+		return spec.Argv, nil
+	}
+	if spec.Shell == "" {
+		return nil, errdefs.Invalid("exec needs argv or shell")
+	}
+	return []string{"/bin/sh", "-c", spec.Shell}, nil
+}
+
+// reply ends a streaming call: with its result, or with a checksum error if a client
+// frame arrived damaged. It writes before the handler closes the connection.
+func reply(fw *frameWriter, ctl *control, res any) error {
+	if err := ctl.damage(); err != nil {
+		fw.error(err)
+		return nil
+	}
+	return fw.json(FrameResult, res)
+}
+
+// reportStart answers a command that could not start with a failed result; any other
+// error is returned.
+func reportStart(fw *frameWriter, err error) error {
+	var se *startError
+	if !errors.As(err, &se) {
+		return err
+	}
+	return fw.json(FrameResult, &ExitResult{State: StateFailed, ExitCode: se.code, Error: se.msg})
+}
+
+func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
+	argv, err := execArgv(spec)
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	var inR, inW *os.File
+	if spec.Stdin {
+		inR, inW, err = os.Pipe()
+	} else {
+		inR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		for _, f := range []*os.File{outR, outW, errR, errW} {
+			f.Close()
+		}
+		return err
+	}
+	p, err := s.spawn(launch{
+		argv: argv, env: mergeEnv(s.opts.Env, spec.Env), dir: spec.Cwd,
+		uid: spec.UID, gid: spec.GID, files: []*os.File{inR, outW, errW},
+	})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		return reportStart(fw, err)
+	}
+	defer s.untrack(p)
+
+	ctl := watch(c, func(t FrameType, b []byte) error {
+		switch {
+		case inW == nil:
+		case t == FrameStdin:
+			_, _ = inW.Write(b) // the process may have closed its stdin; not an error
+		case t == FrameStdinClose:
+			inW.Close()
+		}
+		return nil
+	})
+	defer func() { c.Close(); <-ctl.done }()
+	ps := startPumps(fw, []*os.File{outR, errR}, []FrameType{FrameStdout, FrameStderr})
+	res := await(p, ctl, spec.TimeoutMS, ps)
+	if inW != nil {
+		inW.Close()
+	}
+	return reply(fw, ctl, res)
+}
+
+// openPTY opens a pseudo-terminal pair. pty.Open leaves the master in blocking mode, so
+// the master used here is a non-blocking duplicate the runtime poller manages: its reads
+// honour deadlines and Close interrupts them.
+func openPTY() (master, tty *os.File, err error) {
+	m, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	m.Close()
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		tty.Close()
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fd), "ptmx"), tty, nil
+}
+
+func setWinsize(f *os.File, rows, cols uint16) error {
+	if rows == 0 {
+		rows = 24
+	}
+	if cols == 0 {
+		cols = 80
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	err = rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
+	return errors.Join(err, ioErr)
+}
+
+func (s *server) handlePTY(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
+	argv, err := execArgv(spec)
+	if err != nil {
+		return err
+	}
+	master, tty, err := openPTY()
+	if err != nil {
+		return err
+	}
+	if err := setWinsize(master, spec.Rows, spec.Cols); err != nil {
+		master.Close()
+		tty.Close()
+		return err
+	}
+	env := mergeEnv(s.opts.Env, spec.Env)
+	if envValue(env, "TERM") == "" {
+		env = append(env, "TERM=xterm-256color")
+	}
+	p, err := s.spawn(launch{
+		argv: argv, env: env, dir: spec.Cwd, uid: spec.UID, gid: spec.GID,
+		files: []*os.File{tty, tty, tty}, tty: true,
+	})
+	tty.Close()
+	if err != nil {
+		master.Close()
+		return reportStart(fw, err)
+	}
+	defer s.untrack(p)
+
+	ctl := watch(c, func(t FrameType, b []byte) error {
+		switch t {
+		case FrameStdin:
+			_, _ = master.Write(b)
+		case FrameStdinClose:
+			_, _ = master.Write([]byte{4}) // ^D: end of input at the start of a line
+		case FrameResize:
+			var rz Resize
+			if err := json.Unmarshal(b, &rz); err != nil {
+				return errdefs.Invalid("resize: %v", err)
+			}
+			_ = setWinsize(master, rz.Rows, rz.Cols)
+		}
+		return nil
+	})
+	defer func() { c.Close(); <-ctl.done }()
+	ps := startPumps(fw, []*os.File{master}, []FrameType{FrameStdout})
+	res := await(p, ctl, spec.TimeoutMS, ps)
+	return reply(fw, ctl, res)
+}

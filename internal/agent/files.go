@@ -1,0 +1,385 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+// Every path is resolved inside the root by the kernel: ".." and absolute symlinks stop
+// at the root, and /proc magic links are refused, so nothing outside it can be reached.
+const resolveInRoot = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+
+// checkPath enforces the path rule and returns p relative to the root ("." for "/").
+func checkPath(p string) (string, error) {
+	if p == "" || p[0] != '/' || path.Clean(p) != p || strings.IndexByte(p, 0) >= 0 {
+		return "", errdefs.Invalid("path %q must be absolute and clean, without \"..\" or \".\" elements", p)
+	}
+	if p == "/" {
+		return ".", nil
+	}
+	return p[1:], nil
+}
+
+// splitRel returns the parent of a relative path and its last element.
+func splitRel(rel string) (dir, base string) {
+	i := strings.LastIndexByte(rel, '/')
+	if i < 0 {
+		return ".", rel
+	}
+	return rel[:i], rel[i+1:]
+}
+
+func (s *server) openat(rel string, flags uint64, mode uint64) (int, error) {
+	how := &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolveInRoot}
+	for {
+		fd, err := unix.Openat2(s.rootFD, rel, how)
+		if err == unix.EINTR || err == unix.EAGAIN { // EAGAIN: a concurrent rename; retry
+			continue
+		}
+		return fd, err
+	}
+}
+
+// fsError turns an errno into an error of the matching class, naming the path.
+func fsError(p string, err error) error {
+	var errno unix.Errno
+	if !errors.As(err, &errno) {
+		return err
+	}
+	msg := p + ": " + errno.Error()
+	switch errno {
+	case unix.ENOENT:
+		return errdefs.NotFound("%s", msg)
+	case unix.EACCES, unix.EPERM, unix.EROFS:
+		return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: msg}
+	case unix.EEXIST:
+		return errdefs.Exists("%s", msg)
+	case unix.ENOTEMPTY:
+		return errdefs.Precondition("%s", msg)
+	case unix.ENOSPC, unix.EDQUOT:
+		return errdefs.Quota("%s", msg)
+	case unix.ENOTDIR, unix.EISDIR, unix.ELOOP, unix.EXDEV, unix.EINVAL, unix.ENAMETOOLONG:
+		return errdefs.Invalid("%s", msg)
+	}
+	return &errdefs.Error{Class: errdefs.ErrInternal, Msg: msg}
+}
+
+func fileInfo(name string, st *unix.Stat_t) FileInfo {
+	typ := st.Mode & unix.S_IFMT
+	return FileInfo{
+		Name:      name,
+		Size:      st.Size,
+		Mode:      st.Mode & 0o7777,
+		IsDir:     typ == unix.S_IFDIR,
+		IsSymlink: typ == unix.S_IFLNK,
+		MTime:     st.Mtim.Sec,
+	}
+}
+
+func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *Request) error {
+	rel, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return errdefs.Invalid("cannot upload to /")
+	}
+	mode := req.Mode & 0o7777
+	if mode == 0 {
+		mode = 0o644
+	}
+	dirRel, base := splitRel(rel)
+	dirfd, err := s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err == unix.ENOENT {
+		if err = s.mkdirAll(dirRel, 0o755); err == nil {
+			dirfd, err = s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
+		}
+	}
+	if err != nil {
+		return fsError(path.Dir(req.Path), err)
+	}
+	defer unix.Close(dirfd)
+
+	tmp := ".airlock-upload-" + randomHex(8)
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fsError(path.Dir(req.Path), err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			_ = unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	var size int64
+	for end := false; !end; {
+		t, b, err := ReadFrame(c)
+		if err != nil {
+			return err
+		}
+		switch t {
+		case FrameData:
+			if _, err := f.Write(b); err != nil {
+				return fsError(req.Path, err)
+			}
+			size += int64(len(b))
+		case FrameEnd:
+			end = true
+		case FrameCancel:
+			return errdefs.Precondition("upload cancelled")
+		default:
+			return errdefs.Invalid("unexpected frame %q during upload", byte(t))
+		}
+	}
+	// chown before chmod: chown clears setuid and setgid bits.
+	if (req.UID >= 0 && req.UID != os.Geteuid()) || (req.GID >= 0 && req.GID != os.Getegid()) {
+		if err := unix.Fchown(fd, req.UID, req.GID); err != nil {
+			return fsError(req.Path, err)
+		}
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return fsError(req.Path, err)
+	}
+	if err := f.Close(); err != nil {
+		done = true
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fsError(req.Path, err)
+	}
+	done = true
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fsError(req.Path, err)
+	}
+	return fw.json(FrameResult, SizeResult{Size: size})
+}
+
+func (s *server) handleDownload(fw *frameWriter, req *Request) error {
+	rel, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	// O_NONBLOCK: opening a FIFO must not hang; it is refused below anyway.
+	fd, err := s.openat(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	f := os.NewFile(uintptr(fd), req.Path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fsError(req.Path, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return errdefs.Invalid("%s is a directory", req.Path)
+	default:
+		return errdefs.Invalid("%s is not a regular file", req.Path)
+	}
+	buf := make([]byte, copyBuf)
+	var size int64
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if werr := fw.frame(FrameData, buf[:n]); werr != nil {
+				return werr
+			}
+			size += int64(n)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fsError(req.Path, err)
+		}
+	}
+	return fw.json(FrameResult, SizeResult{Size: size})
+}
+
+func (s *server) handleList(fw *frameWriter, req *Request) error {
+	rel, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	fd, err := s.openat(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	f := os.NewFile(uintptr(fd), req.Path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	slices.Sort(names)
+	out := make([]FileInfo, 0, len(names))
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err == unix.ENOENT {
+				continue // removed meanwhile
+			}
+			return fsError(path.Join(req.Path, name), err)
+		}
+		out = append(out, fileInfo(name, &st))
+	}
+	return fw.json(FrameResult, out)
+}
+
+func (s *server) handleStat(fw *frameWriter, req *Request) error {
+	rel, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	fd, err := s.openat(rel, unix.O_PATH, 0)
+	if err == unix.ENOENT {
+		// Perhaps a dangling symlink: describe the link itself.
+		fd, err = s.openat(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	}
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fsError(req.Path, err)
+	}
+	return fw.json(FrameResult, fileInfo(path.Base(req.Path), &st))
+}
+
+func (s *server) handleMkdir(fw *frameWriter, req *Request) error {
+	rel, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	mode := req.Mode & 0o7777
+	if mode == 0 {
+		mode = 0o755
+	}
+	if req.Parents {
+		err = s.mkdirAll(rel, mode)
+	} else {
+		err = s.mkdirOne(rel, mode)
+	}
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	return fw.json(FrameResult, struct{}{})
+}
+
+func (s *server) mkdirOne(rel string, mode uint32) error {
+	if rel == "." {
+		return unix.EEXIST
+	}
+	dirRel, base := splitRel(rel)
+	dirfd, err := s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	return unix.Mkdirat(dirfd, base, mode)
+}
+
+// mkdirAll is mkdir -p: every missing element is created; an existing directory is fine.
+func (s *server) mkdirAll(rel string, mode uint32) error {
+	if rel == "." {
+		return nil
+	}
+	elems := strings.Split(rel, "/")
+	for i := range elems {
+		prefix := strings.Join(elems[:i+1], "/")
+		fd, err := s.openat(prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err == nil {
+			unix.Close(fd)
+			continue
+		}
+		if err != unix.ENOENT {
+			return err
+		}
+		if err := s.mkdirOne(prefix, mode); err != nil && err != unix.EEXIST {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *server) handleRemove(fw *frameWriter, req *Request) error {
+	rel, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return errdefs.Invalid("refusing to remove /")
+	}
+	dirRel, base := splitRel(rel)
+	dirfd, err := s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	defer unix.Close(dirfd)
+	err = unix.Unlinkat(dirfd, base, 0)
+	if err == unix.EISDIR {
+		err = unix.Unlinkat(dirfd, base, unix.AT_REMOVEDIR)
+		if (err == unix.ENOTEMPTY || err == unix.EEXIST) && req.Recursive {
+			err = removeAll(dirfd, base)
+		}
+	}
+	if err == unix.ENOTEMPTY || err == unix.EEXIST {
+		return errdefs.Precondition("%s: directory not empty (remove it recursively)", req.Path)
+	}
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	return fw.json(FrameResult, struct{}{})
+}
+
+// removeAll removes the directory name in parent and everything below it, never
+// following a symlink: each level is opened relative to its parent with O_NOFOLLOW.
+func removeAll(parent int, name string) error {
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOTDIR || err == unix.ELOOP {
+		return unix.Unlinkat(parent, name, 0)
+	}
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	for pass := 0; ; {
+		names, rerr := f.Readdirnames(1024)
+		for _, n := range names {
+			err := unix.Unlinkat(fd, n, 0)
+			if err == unix.EISDIR {
+				err = removeAll(fd, n)
+			}
+			if err != nil && err != unix.ENOENT {
+				return err
+			}
+		}
+		if rerr == nil {
+			continue
+		}
+		if rerr != io.EOF {
+			return rerr
+		}
+		err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
+		if err != unix.ENOTEMPTY || pass == 3 {
+			return err
+		}
+		// Entries were skipped while the directory changed under the scan: rescan.
+		pass++
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+func TestFileRoundTrip(t *testing.T) {
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	content := bytes.Repeat([]byte("airlock "), 20000) // 160 KB: several frames
+	n, err := c.Upload(ctx, "/a/b/c.txt", 0o600, -1, -1, bytes.NewReader(content))
+	if err != nil || n != int64(len(content)) {
+		t.Fatalf("Upload: got %d, %v; want %d, nil", n, err, len(content))
+	}
+	fi, err := os.Stat(filepath.Join(root, "a/b/c.txt"))
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != int64(len(content)) {
+		t.Errorf("file on disk: got %v, %v; want mode 0600 and %d bytes", fi, err, len(content))
+	}
+	var got bytes.Buffer
+	n, err = c.Download(ctx, "/a/b/c.txt", &got)
+	if err != nil || n != int64(len(content)) || !bytes.Equal(got.Bytes(), content) {
+		t.Errorf("Download: got %d bytes, %v; want the %d bytes uploaded", n, err, len(content))
+	}
+	st, err := c.Stat(ctx, "/a/b/c.txt")
+	if err != nil || st.Name != "c.txt" || st.Size != int64(len(content)) || st.Mode != 0o600 || st.IsDir {
+		t.Errorf("Stat: got %+v, %v; want c.txt, %d bytes, mode 0600, not a dir", st, err, len(content))
+	}
+	// Overwrite atomically; no temporary file is left behind.
+	if _, err := c.Upload(ctx, "/a/b/c.txt", 0, -1, -1, strings.NewReader("new")); err != nil {
+		t.Fatalf("Upload over: %v", err)
+	}
+	list, err := c.List(ctx, "/a/b")
+	if err != nil || len(list) != 1 || list[0].Name != "c.txt" || list[0].Size != 3 || list[0].Mode != 0o644 {
+		t.Errorf("List: got %+v, %v; want only c.txt, 3 bytes, mode 0644", list, err)
+	}
+	empty, err := c.Upload(ctx, "/empty", 0, -1, -1, strings.NewReader(""))
+	if err != nil || empty != 0 {
+		t.Errorf("Upload empty: got %d, %v; want 0, nil", empty, err)
+	}
+	root1, err := c.Stat(ctx, "/")
+	if err != nil || !root1.IsDir {
+		t.Errorf("Stat /: got %+v, %v; want a directory", root1, err)
+	}
+}
+
+func TestUploadOwner(t *testing.T) {
+	require(t, os.Geteuid() == 0, "chown needs root")
+	c, root := startAgent(t, Options{})
+	if _, err := c.Upload(ctxT(t), "/owned", 0o640, 1234, 5678, strings.NewReader("x")); err != nil {
+		t.Fatalf("Upload: %v", err)
+	}
+	fi, err := os.Stat(filepath.Join(root, "owned"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if st.Uid != 1234 || st.Gid != 5678 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("got uid %d gid %d mode %o, want 1234 5678 640", st.Uid, st.Gid, fi.Mode().Perm())
+	}
+}
+
+func TestMkdirRemove(t *testing.T) {
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	steps := []struct {
+		name string
+		do   func() error
+		code string // "" means success
+	}{
+		{"mkdir without parent", func() error { return c.Mkdir(ctx, "/d/e", false) }, "not_found"},
+		{"mkdir -p", func() error { return c.Mkdir(ctx, "/d/e/f", true) }, ""},
+		{"mkdir -p again", func() error { return c.Mkdir(ctx, "/d/e/f", true) }, ""},
+		{"mkdir existing", func() error { return c.Mkdir(ctx, "/d/e", false) }, "already_exists"},
+		{"mkdir /", func() error { return c.Mkdir(ctx, "/", false) }, "already_exists"},
+		{"upload file", func() error {
+			_, err := c.Upload(ctx, "/d/e/f/file", 0, -1, -1, strings.NewReader("x"))
+			return err
+		}, ""},
+		{"mkdir -p through a file", func() error { return c.Mkdir(ctx, "/d/e/f/file/g", true) }, "invalid_argument"},
+		{"remove non-empty", func() error { return c.Remove(ctx, "/d", false) }, "failed_precondition"},
+		{"remove file", func() error { return c.Remove(ctx, "/d/e/f/file", false) }, ""},
+		{"remove empty dir", func() error { return c.Remove(ctx, "/d/e/f", false) }, ""},
+		{"remove -r", func() error { return c.Remove(ctx, "/d", true) }, ""},
+		{"remove missing", func() error { return c.Remove(ctx, "/d", true) }, "not_found"},
+		{"remove /", func() error { return c.Remove(ctx, "/", true) }, "invalid_argument"},
+		{"download dir", func() error { _, err := c.Download(ctx, "/", io.Discard); return err }, "invalid_argument"},
+		{"download missing", func() error { _, err := c.Download(ctx, "/nope", io.Discard); return err }, "not_found"},
+		{"list missing", func() error { _, err := c.List(ctx, "/nope"); return err }, "not_found"},
+		{"stat missing", func() error { _, err := c.Stat(ctx, "/nope"); return err }, "not_found"},
+	}
+	for _, st := range steps {
+		err := st.do()
+		if st.code == "" {
+			if err != nil {
+				t.Errorf("%s: %v", st.name, err)
+			}
+			continue
+		}
+		wantCode(t, st.name, err, st.code)
+	}
+	if _, err := os.Stat(filepath.Join(root, "d")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/d still exists after remove -r: %v", err)
+	}
+	if _, err := c.Stat(ctx, "/nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("errors.Is(stat missing, ErrNotFound) = false; err %v", err)
+	}
+}
+
+func TestBadPathsRefused(t *testing.T) {
+	c, _ := startAgent(t, Options{})
+	ctx := ctxT(t)
+	for _, p := range []string{"", "relative", "/a/../b", "/..", "/a/./b", "/a//b", "/a/"} {
+		_, err := c.Stat(ctx, p)
+		wantCode(t, "stat "+p, err, "invalid_argument")
+		var re *RemoteError
+		if errors.As(err, &re) && !strings.Contains(re.Message, "absolute and clean") {
+			t.Errorf("stat %q: message %q does not state the rule", p, re.Message)
+		}
+		_, err = c.Upload(ctx, p, 0, -1, -1, strings.NewReader("x"))
+		wantCode(t, "upload "+p, err, "invalid_argument")
+	}
+}
+
+// TestSymlinksStayInRoot: symlinks that point outside the root resolve inside it; nothing
+// outside is read, written or removed.
+func TestSymlinksStayInRoot(t *testing.T) {
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret.txt")
+	if err := os.WriteFile(secret, []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up := strings.Repeat("../", 20)
+	links := map[string]string{
+		"abs":  outside,
+		"rel":  up + strings.TrimPrefix(outside, "/"),
+		"file": secret,
+		"in":   "/inside",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "inside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "inside", "ok.txt"), []byte("inside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range []string{"/abs/secret.txt", "/rel/secret.txt", "/file"} {
+		var got bytes.Buffer
+		_, err := c.Download(ctx, p, &got)
+		wantCode(t, "download "+p, err, "not_found")
+		if got.Len() > 0 {
+			t.Errorf("download %s leaked %q from outside the root", p, got.String())
+		}
+		// Stat describes a link whose target is missing (in the root) as the link itself.
+		if st, err := c.Stat(ctx, p); err == nil && !st.IsSymlink {
+			t.Errorf("stat %s: got %+v, want not found or the dangling link itself", p, st)
+		} else if err != nil {
+			wantCode(t, "stat "+p, err, "not_found")
+		}
+	}
+	for _, p := range []string{"/abs/pwn.txt", "/rel/pwn.txt", "/file"} {
+		_, _ = c.Upload(ctx, p, 0, -1, -1, strings.NewReader("pwned"))
+	}
+	for _, p := range []string{"/abs/secret.txt", "/rel/secret.txt"} {
+		_ = c.Remove(ctx, p, true)
+	}
+	_ = c.Mkdir(ctx, "/abs/newdir", true)
+	if _, err := c.List(ctx, "/abs"); err == nil {
+		// /abs resolves to root+outside, which may now exist inside the root; fine as
+		// long as the real outside directory is untouched (checked below).
+		t.Logf("/abs now resolves to a directory inside the root")
+	}
+
+	ents, err := os.ReadDir(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "secret.txt" {
+		names := []string{}
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("outside directory changed: got %v, want only secret.txt", names)
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "secret" {
+		t.Errorf("outside file changed: got %q, %v", b, err)
+	}
+	// The symlink named by /file was replaced, not followed.
+	if fi, err := os.Lstat(filepath.Join(root, "file")); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		t.Errorf("upload to /file: got %v, %v; want a regular file replacing the link", fi, err)
+	}
+
+	// A symlink inside the root works as usual.
+	var got bytes.Buffer
+	if _, err := c.Download(ctx, "/in/ok.txt", &got); err != nil || got.String() != "inside" {
+		t.Errorf("download via inside link: got %q, %v; want %q", got.String(), err, "inside")
+	}
+	st, err := c.Stat(ctx, "/in")
+	if err != nil || !st.IsDir {
+		t.Errorf("stat /in: got %+v, %v; want the directory it points to", st, err)
+	}
+	list, err := c.List(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fi := range list {
+		if fi.Name == "in" && !fi.IsSymlink {
+			t.Errorf("list /: entry %+v is not marked as a symlink", fi)
+		}
+	}
+	// Removing a link removes the link, not its target.
+	if err := c.Remove(ctx, "/in", true); err != nil {
+		t.Errorf("remove /in: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "inside", "ok.txt")); err != nil {
+		t.Errorf("removing the link /in removed its target: %v", err)
+	}
+}

@@ -1,0 +1,264 @@
+// Package agent owns the in-sandbox agent — the process that runs as PID 1 inside every
+// sandbox — and its wire protocol: checksummed frames over a unix socket, one connection
+// per call. The agent reaps zombies, enforces the sandbox's deadline on its own clock and
+// serves exec, PTYs, sessions and file operations (confined to its root with openat2).
+// Client is the host side the daemon uses. The package must not touch the daemon's state,
+// the store, images or the runtime driver: it knows only its socket, its root and the
+// processes it started.
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// FrameType is the first byte of a frame.
+type FrameType byte
+
+// The frame types. The request frame opens every call; the rest depend on the op.
+const (
+	FrameRequest    FrameType = 'Q' // client→agent: JSON Request
+	FrameStdin      FrameType = 'I' // client→agent: bytes for the process's stdin or PTY
+	FrameStdinClose FrameType = 'C' // client→agent: close stdin
+	FrameStdout     FrameType = 'O' // agent→client: stdout (or PTY output) bytes
+	FrameStderr     FrameType = 'E' // agent→client: stderr bytes
+	FrameResize     FrameType = 'Z' // client→agent: JSON Resize
+	FrameCancel     FrameType = 'X' // client→agent: stop the call
+	FrameResult     FrameType = 'R' // agent→client: JSON result; ends the call
+	FrameError      FrameType = 'F' // agent→client: JSON RemoteError; ends the call
+	FrameData       FrameType = 'D' // both ways: file bytes
+	FrameEnd        FrameType = 'N' // client→agent: end of file bytes
+)
+
+// MaxPayload is the largest payload a frame may carry.
+const MaxPayload = 1 << 20
+
+// copyBuf is the size of every copy buffer in the package.
+const copyBuf = 32 << 10
+
+// ErrChecksum reports a frame whose CRC-32C does not match its contents.
+var ErrChecksum = errors.New("agent: frame checksum mismatch")
+
+// ErrFrameTooLarge reports a frame whose declared length exceeds MaxPayload.
+var ErrFrameTooLarge = errors.New("agent: frame too large")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// WriteFrame writes one frame: type, big-endian length, payload, CRC-32C of all three.
+func WriteFrame(w io.Writer, t FrameType, payload []byte) error {
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(payload))
+	}
+	var hdr [5]byte
+	hdr[0] = byte(t)
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, payload)
+	var tail [4]byte
+	binary.BigEndian.PutUint32(tail[:], sum)
+	bufs := net.Buffers{hdr[:], payload, tail[:]}
+	_, err := bufs.WriteTo(w)
+	return err
+}
+
+// ReadFrame reads one frame and verifies its checksum. A mismatch is an error wrapping
+// ErrChecksum; a declared length above MaxPayload is refused before anything is allocated.
+func ReadFrame(r io.Reader) (FrameType, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > MaxPayload {
+		return 0, nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
+	}
+	buf := make([]byte, int(n)+4)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return 0, nil, unexpected(err)
+	}
+	payload, tail := buf[:n], buf[n:]
+	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, payload)
+	if binary.BigEndian.Uint32(tail) != sum {
+		return 0, nil, fmt.Errorf("%w (type %q, %d bytes)", ErrChecksum, hdr[0], n)
+	}
+	return FrameType(hdr[0]), payload, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Ops a Request can name.
+const (
+	OpPing         = "ping"
+	OpExec         = "exec"
+	OpPTY          = "pty"
+	OpSessionStart = "session.start"
+	OpSessionSend  = "session.send"
+	OpSessionClose = "session.close"
+	OpSessionList  = "session.list"
+	OpFileUpload   = "file.upload"
+	OpFileDownload = "file.download"
+	OpFileList     = "file.list"
+	OpFileStat     = "file.stat"
+	OpFileMkdir    = "file.mkdir"
+	OpFileRemove   = "file.remove"
+)
+
+// Request is the payload of the frame that opens every call.
+type Request struct {
+	Op        string       `json:"op"`
+	Exec      *ExecSpec    `json:"exec,omitempty"`
+	Session   *SessionSpec `json:"session,omitempty"`
+	SessionID string       `json:"session_id,omitempty"`
+	Input     string       `json:"input,omitempty"`
+	Path      string       `json:"path,omitempty"`
+	Mode      uint32       `json:"mode,omitempty"`
+	UID       int          `json:"uid,omitempty"`
+	GID       int          `json:"gid,omitempty"`
+	Recursive bool         `json:"recursive,omitempty"`
+	Parents   bool         `json:"parents,omitempty"`
+}
+
+// ExecSpec describes one process to run.
+type ExecSpec struct {
+	Argv      []string `json:"argv,omitempty"`
+	Shell     string   `json:"shell,omitempty"` // run with /bin/sh -c when Argv is empty
+	Env       []string `json:"env,omitempty"`   // K=V on top of the agent's base environment
+	Cwd       string   `json:"cwd,omitempty"`
+	UID       *uint32  `json:"uid,omitempty"`
+	GID       *uint32  `json:"gid,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+	Stdin     bool     `json:"stdin,omitempty"` // client sends Stdin frames, then StdinClose
+	Rows      uint16   `json:"rows,omitempty"`  // PTY only
+	Cols      uint16   `json:"cols,omitempty"`  // PTY only
+}
+
+// SessionSpec describes a long-lived session process.
+type SessionSpec struct {
+	Kind string   `json:"kind"`           // SessionPython, SessionShell or SessionRaw
+	Argv []string `json:"argv,omitempty"` // raw: the command; others: an override
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	UID  *uint32  `json:"uid,omitempty"`
+	GID  *uint32  `json:"gid,omitempty"`
+}
+
+// Exec and send states.
+const (
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateTimeout   = "timeout"
+	StateCancelled = "cancelled"
+	StateKilled    = "killed"
+	StateExited    = "exited" // session.send: the session process ended
+)
+
+// ExitResult is how an exec or PTY ended.
+type ExitResult struct {
+	State      string `json:"state"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Resize is the payload of a Resize frame.
+type Resize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// Session kinds.
+const (
+	SessionPython = "python"
+	SessionShell  = "shell"
+	SessionRaw    = "raw"
+)
+
+// SessionInfo describes a running session.
+type SessionInfo struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	PID  int    `json:"pid"`
+}
+
+// SendResult is how one session.send ended.
+type SendResult struct {
+	State    string `json:"state"` // succeeded, failed, exited or cancelled
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+// FileInfo describes one file. Mode holds the permission bits (with setuid, setgid, sticky).
+type FileInfo struct {
+	Name      string `json:"name"`
+	Size      int64  `json:"size"`
+	Mode      uint32 `json:"mode"`
+	IsDir     bool   `json:"is_dir"`
+	IsSymlink bool   `json:"is_symlink,omitempty"`
+	MTime     int64  `json:"mtime"` // Unix seconds
+}
+
+// SizeResult is the result of an upload or download.
+type SizeResult struct {
+	Size int64 `json:"size"`
+}
+
+// Error codes beyond errdefs' API codes.
+const (
+	CodeChecksum = "checksum" // a frame was damaged in transit
+	CodeBusy     = "busy"     // the session is serving another send
+)
+
+// RemoteError is an Error frame from the agent.
+type RemoteError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *RemoteError) Error() string { return "agent: " + e.Code + ": " + e.Message }
+
+// Is lets errors.Is match ErrChecksum for "checksum", errdefs.ErrFailedPrecondition for
+// "busy" and the errdefs class of any API code.
+func (e *RemoteError) Is(target error) bool {
+	switch e.Code {
+	case CodeChecksum:
+		return target == ErrChecksum
+	case CodeBusy:
+		return target == errdefs.ErrFailedPrecondition
+	}
+	return target == errdefs.FromCode(e.Code)
+}
+
+// DecodeRequest decodes a request payload strictly: unknown fields and trailing data are
+// errors.
+func DecodeRequest(b []byte) (*Request, error) {
+	var req Request
+	if err := decodeStrict(b, &req); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
+	return &req, nil
+}
+
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+// Package config owns the daemon's configuration: the file format (YAML, or JSON which
+// is YAML too), its strict decoding, the embedded defaults and validation. Environment
+// knobs are read here and nowhere else. It must not start anything.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Token lets a TCP client in as an owner.
+type Token struct {
+	Token string `yaml:"token"`
+	Owner string `yaml:"owner"`
+}
+
+// Limits are per-sandbox limits; sizes are strings such as "512MiB" or "2G".
+type Limits struct {
+	CPU       float64 `yaml:"cpu"`
+	Memory    string  `yaml:"memory"`
+	PIDs      int64   `yaml:"pids"`
+	OpenFiles int64   `yaml:"open_files"`
+}
+
+// Config is the daemon's configuration file.
+type Config struct {
+	StateDir      string  `yaml:"state_dir"`
+	Socket        string  `yaml:"socket"`
+	Listen        string  `yaml:"listen"`
+	Tokens        []Token `yaml:"tokens"`
+	Runc          string  `yaml:"runc"`
+	CgroupParent  string  `yaml:"cgroup_parent"`
+	LogLevel      string  `yaml:"log_level"`
+	LogFormat     string  `yaml:"log_format"`
+	DefaultLimits Limits  `yaml:"default_limits"`
+	MaxLifetime   string  `yaml:"max_lifetime"`
+	TmpfsSize     string  `yaml:"tmpfs_size"`
+}
+
+// DefaultSocket is where clients look for the daemon unless told otherwise.
+const DefaultSocket = "/run/airlock/airlock.sock"
+
+// Default is the embedded default configuration.
+func Default() Config {
+	return Config{
+		StateDir:      "/var/lib/airlock",
+		Socket:        DefaultSocket,
+		CgroupParent:  "airlock",
+		LogLevel:      "info",
+		LogFormat:     "text",
+		DefaultLimits: Limits{CPU: 1, Memory: "1GiB", PIDs: 1024, OpenFiles: 65536},
+		MaxLifetime:   "8h",
+		TmpfsSize:     "1GiB",
+	}
+}
+
+// ClientSocket is the socket a client uses: AIRLOCK_SOCKET, else the default.
+func ClientSocket() string {
+	if s := os.Getenv("AIRLOCK_SOCKET"); s != "" {
+		return s
+	}
+	return DefaultSocket
+}
+
+// Load reads path over the defaults. Unknown keys are errors.
+func Load(path string) (Config, error) {
+	c := Default()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, c.Validate()
+}
+
+var (
+	cgroupRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
+	ownerRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+)
+
+// Validate checks every field and says what is allowed.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("state_dir %q must be an absolute path", c.StateDir))
+	}
+	if c.Socket == "" || !filepath.IsAbs(c.Socket) || len(c.Socket) > 100 {
+		errs = append(errs, fmt.Errorf("socket %q must be an absolute path of at most 100 bytes", c.Socket))
+	}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("listen %q must be HOST:PORT", c.Listen))
+		}
+		if len(c.Tokens) == 0 {
+			errs = append(errs, errors.New("listen needs at least one entry in tokens: TCP clients must authenticate"))
+		}
+	}
+	for i, t := range c.Tokens {
+		if len(t.Token) < 16 {
+			errs = append(errs, fmt.Errorf("tokens[%d]: a token must be at least 16 characters", i))
+		}
+		if !ownerRE.MatchString(t.Owner) {
+			errs = append(errs, fmt.Errorf("tokens[%d]: owner %q must be 1 to 63 lowercase letters, digits, '.', '_' or '-'", i, t.Owner))
+		}
+	}
+	if !cgroupRE.MatchString(c.CgroupParent) {
+		errs = append(errs, fmt.Errorf("cgroup_parent %q must be one path element of letters, digits, '.', '_' or '-'", c.CgroupParent))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log_level %q must be debug, info, warn or error", c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log_format %q must be text or json", c.LogFormat))
+	}
+	if c.DefaultLimits.CPU < 0 || c.DefaultLimits.PIDs < 0 || c.DefaultLimits.OpenFiles < 0 {
+		errs = append(errs, errors.New("default_limits cannot be negative"))
+	}
+	if _, err := ParseSize(c.DefaultLimits.Memory); err != nil {
+		errs = append(errs, fmt.Errorf("default_limits.memory: %w", err))
+	}
+	if _, err := ParseSize(c.TmpfsSize); err != nil {
+		errs = append(errs, fmt.Errorf("tmpfs_size: %w", err))
+	}
+	if d, err := time.ParseDuration(c.MaxLifetime); err != nil || d < time.Minute {
+		errs = append(errs, fmt.Errorf("max_lifetime %q must be a duration of at least 1m, such as 8h", c.MaxLifetime))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseSize reads sizes such as 1048576, 512M, 512MiB, 1.5G or 2GB (binary multiples).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, fmt.Errorf("empty size; use bytes or a number with K, M, G or T (e.g. 512MiB)")
+	}
+	mult := int64(1)
+	upper := strings.ToUpper(t)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10},
+		{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10},
+		{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(upper, u.suffix) {
+			mult = u.mult
+			t = strings.TrimSpace(t[:len(t)-len(u.suffix)])
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("invalid size %q; use bytes or a number with K, M, G or T (e.g. 512MiB)", s)
+	}
+	return int64(f * float64(mult)), nil
+}

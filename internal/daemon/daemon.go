@@ -1,0 +1,191 @@
+// Package daemon owns the assembly of one Airlock node: it opens the store and the image
+// store, installs the agent binary, builds the runtime driver, the manager and the HTTP
+// server, listens on the unix socket (and TCP when configured), and shuts down cleanly
+// without stopping sandboxes. It holds no rules of its own.
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+)
+
+// Version is the build's version, set by the linker.
+var Version = "dev"
+
+// Run serves until ctx ends. Sandboxes keep running after it returns.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error) {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("airlock serve must run as root (it manages containers, mounts and cgroups)")
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return err
+	}
+	st, err := sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db"))
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	images, err := image.Open(filepath.Join(cfg.StateDir, "images"))
+	if err != nil {
+		return fmt.Errorf("open images: %w", err)
+	}
+	agentBin, err := installAgent(filepath.Join(cfg.StateDir, "bin"))
+	if err != nil {
+		return fmt.Errorf("install agent binary: %w", err)
+	}
+	tmpfs, _ := config.ParseSize(cfg.TmpfsSize)
+	drv, err := oci.New(oci.Options{
+		Root: filepath.Join(cfg.StateDir, "sandboxes"), RuncRoot: filepath.Join(cfg.StateDir, "runc"),
+		Runc: cfg.Runc, AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent,
+	})
+	if err != nil {
+		return err
+	}
+	mcfg := manager.DefaultConfig()
+	mem, _ := config.ParseSize(cfg.DefaultLimits.Memory)
+	mcfg.DefaultLimits.CPU, mcfg.DefaultLimits.Memory = cfg.DefaultLimits.CPU, mem
+	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
+	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
+	mcfg.DefaultMaxLifetime, _ = time.ParseDuration(cfg.MaxLifetime)
+	m := manager.New(mcfg, st, drv, images, log)
+	if err := m.Recover(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	m.Start()
+	defer m.Close()
+
+	tokens := map[string]string{}
+	for _, t := range cfg.Tokens {
+		tokens[t.Token] = t.Owner
+	}
+	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir}, log)
+	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	ul, err := listenUnix(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(ul) }()
+	if cfg.Listen != "" {
+		tl, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		go func() { errc <- hs.Serve(tl) }()
+		log.Info("listening", "tcp", tl.Addr().String())
+	}
+	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "version", Version)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			retErr = err
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	os.Remove(cfg.Socket)
+	log.Info("airlock stopped; sandboxes keep running")
+	return retErr
+}
+
+// listenUnix listens on path, replacing a stale socket but refusing to take over a live one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another daemon is already serving on %s", path)
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// installAgent copies the running binary into dir (unless an identical copy is there),
+// so every sandbox binds a stable file that a rebuild elsewhere does not change.
+func installAgent(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "airlock")
+	want, err := fileHash(self)
+	if err != nil {
+		return "", err
+	}
+	if have, err := fileHash(dst); err == nil && have == want {
+		return dst, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(dir, ".airlock-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
+}
+
+func fileHash(p string) ([32]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return [32]byte{}, err
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}

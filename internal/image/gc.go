@@ -1,0 +1,94 @@
+package image
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// collectLocked deletes layers and host skeletons no record references, and everything
+// in tmp. The caller holds meta.lock; it does nothing while any import runs.
+func (s *Store) collectLocked() {
+	unlock, err := s.lock("gc.lock", unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	digests, err := s.digests()
+	if err != nil {
+		return
+	}
+	used := map[string]bool{}
+	for _, d := range digests {
+		img, err := s.readRecord(d)
+		if err != nil {
+			return // never delete on a partial view
+		}
+		if img.Builtin {
+			used["host/"+hexOf(d)] = true
+		}
+		for _, l := range img.Layers {
+			used["layers/"+hexOf(l)] = true
+		}
+	}
+	for _, kind := range []string{"layers", "host"} {
+		ents, _ := os.ReadDir(s.path(kind))
+		for _, e := range ents {
+			if !used[kind+"/"+e.Name()] {
+				s.discard(s.path(kind, e.Name()))
+			}
+		}
+	}
+	ents, _ := os.ReadDir(s.path("tmp"))
+	for _, e := range ents {
+		os.RemoveAll(s.path("tmp", e.Name()))
+	}
+	for _, dir := range []string{s.dir, s.path("images")} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".tmp-") {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+}
+
+// discard moves dir into tmp first, so a half-deleted layer never sits under its id.
+func (s *Store) discard(dir string) {
+	gone, err := os.MkdirTemp(s.path("tmp"), "gone-")
+	if err != nil {
+		return
+	}
+	if err := os.Rename(dir, filepath.Join(gone, "d")); err != nil {
+		os.Remove(gone)
+		return
+	}
+	os.RemoveAll(gone)
+}
+
+// dirSize sums the sizes of the regular files below dir, counting hard links once.
+func dirSize(dir string) int64 {
+	var total int64
+	seen := map[uint64]bool{}
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		total += fi.Size()
+		return nil
+	})
+	return total
+}

@@ -1,0 +1,180 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// CreateRequest is what a create asks for.
+type CreateRequest struct {
+	Name        string            `json:"name"`
+	Image       string            `json:"image"`
+	Limits      store.Limits      `json:"limits"`
+	Env         map[string]string `json:"env"`
+	Labels      map[string]string `json:"labels"`
+	MaxLifetime string            `json:"max_lifetime"`
+}
+
+// opTimeout bounds the host work of one operation, whoever waits for it.
+const opTimeout = 2 * time.Minute
+
+// Create makes a sandbox and starts it. Bad input is refused before anything is
+// recorded; a create that fails half way removes everything it made.
+func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*store.Operation, *store.Sandbox, error) {
+	if req.Image == "" {
+		req.Image = image.HostName
+	}
+	if err := ValidateName(req.Name); err != nil {
+		return nil, nil, err
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return nil, nil, err
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return nil, nil, err
+	}
+	limits, err := m.resolveLimits(req.Limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	lifetime, err := m.resolveLifetime(req.MaxLifetime)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := m.images.Get(req.Image)
+	if err != nil {
+		return nil, nil, err
+	}
+	op, replay, err := m.beginOp(ctx, call, "create", "", req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if replay {
+		return m.replayed(ctx, op)
+	}
+	// The work goes on if the caller goes away: the operation says how it ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+
+	now := m.now()
+	sb := &store.Sandbox{
+		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
+		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
+		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
+	}
+	op.SandboxID = sb.ID
+	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
+		return op, nil, m.finishOp(op, "", err)
+	}
+	if err := m.store.CreateSandbox(ctx, sb); err != nil {
+		m.freeSlot(sb.UIDBase)
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			err = errdefs.Exists("a sandbox named %q already exists", req.Name)
+		}
+		return op, nil, m.finishOp(op, "", err)
+	}
+	unlock := m.locks.lock(sb.ID)
+	defer unlock()
+	m.event(sb, "created", "create", nil)
+	if err := m.startContainer(ctx, sb, img); err != nil {
+		m.rollbackCreate(sb)
+		return op, nil, m.finishOp(op, "", errdefs.Unavailable("sandbox %q could not start", req.Name).WithCause(err))
+	}
+	sb.Generation = 1
+	if err := m.setState(ctx, sb, Running, "create"); err != nil {
+		m.rollbackCreate(sb)
+		return op, nil, m.finishOp(op, "", err)
+	}
+	return op, sb, m.finishOp(op, sb.ID, nil)
+}
+
+// startContainer builds the container behind sb.
+func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *image.Image) error {
+	spec := runtime.Spec{
+		ID:         sb.ID,
+		Layers:     m.images.LayerDirs(img),
+		UIDBase:    sb.UIDBase,
+		Limits:     runtime.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
+		Env:        envList(img.Config.Env, sb.Env),
+		WorkingDir: img.Config.WorkingDir,
+		Hostname:   sb.Name,
+		Deadline:   sb.ExpiresAt,
+	}
+	for _, mt := range img.Mounts {
+		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: mt.Source, Destination: mt.Destination, ReadOnly: mt.ReadOnly})
+	}
+	return m.driver.Start(ctx, spec)
+}
+
+// rollbackCreate removes every trace of a create that did not finish.
+func (m *Manager) rollbackCreate(sb *store.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := m.driver.Delete(ctx, sb.ID); err != nil {
+		m.log.Error("roll back create", "sandbox", sb.ID, "err", err)
+		// Keep the record so recovery retries the delete.
+		sb.State = Failed
+		sb.Failure = "create failed and its resources could not be removed yet"
+		m.store.UpdateSandbox(ctx, sb)
+		return
+	}
+	if err := m.store.DeleteSandbox(ctx, sb.ID); err != nil {
+		m.log.Error("roll back create record", "sandbox", sb.ID, "err", err)
+	}
+	m.freeSlot(sb.UIDBase)
+}
+
+// Terminate ends a sandbox and deletes its container, upper layer and owned resources;
+// the record stays as a tombstone.
+func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.Operation, *store.Sandbox, error) {
+	sb, err := m.Resolve(ctx, call.Owner, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if call.IfMatch != 0 && call.IfMatch != sb.Version {
+		return nil, nil, errdefs.VersionConflict("sandbox %q is at version %d, not %d", sb.Name, sb.Version, call.IfMatch).
+			WithDetails(map[string]any{"version": sb.Version})
+	}
+	op, replay, err := m.beginOp(ctx, call, "terminate", sb.ID, map[string]string{"sandbox": sb.ID})
+	if err != nil {
+		return nil, nil, err
+	}
+	if replay {
+		return m.replayed(ctx, op)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	unlock := m.locks.lock(sb.ID)
+	defer unlock()
+	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+		return op, nil, m.finishOp(op, "", err)
+	}
+	err = m.terminate(ctx, sb, "terminate")
+	return op, sb, m.finishOp(op, sb.ID, err)
+}
+
+// terminate does the work of ending sb; the caller holds its lock.
+func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string) error {
+	if sb.State == Terminated {
+		return nil
+	}
+	if sb.State != Terminating {
+		if err := m.setState(ctx, sb, Terminating, cause); err != nil {
+			return err
+		}
+	}
+	if err := m.driver.Delete(ctx, sb.ID); err != nil {
+		return errdefs.Unavailable("sandbox %q could not be removed yet; it will be retried", sb.Name).WithCause(err)
+	}
+	m.freeSlot(sb.UIDBase)
+	m.mu.Lock()
+	delete(m.activity, sb.ID)
+	m.mu.Unlock()
+	return m.setState(ctx, sb, Terminated, cause)
+}

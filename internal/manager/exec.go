@@ -1,0 +1,130 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+
+	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// ExecRequest is one command to run in a sandbox.
+type ExecRequest struct {
+	Argv    []string
+	Shell   string
+	Env     map[string]string
+	Cwd     string
+	UID     *uint32
+	GID     *uint32
+	Timeout string
+	Stdin   io.Reader // nil: no stdin
+}
+
+// Agent returns a client for a running sandbox's agent and counts the call as inbound
+// traffic. Every exec, session and file call comes through here.
+func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
+	sb, err := m.Resolve(ctx, owner, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb.State != Running {
+		return nil, sb, errdefs.Precondition("sandbox %q is %s, not running", sb.Name, sb.State).
+			WithDetails(map[string]any{"state": sb.State})
+	}
+	m.touch(sb.ID)
+	return &agent.Client{Socket: m.driver.AgentSocket(sb.ID)}, sb, nil
+}
+
+// Exec runs a command to completion, streaming its output to stdout and stderr.
+func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, stdout, stderr io.Writer) (*agent.ExitResult, error) {
+	if len(req.Argv) == 0 && req.Shell == "" {
+		return nil, errdefs.Invalid("nothing to run: give argv or shell")
+	}
+	if err := validateEnv(req.Env); err != nil {
+		return nil, err
+	}
+	timeout, err := parseTimeout(req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	cl, sb, err := m.Agent(ctx, owner, ref)
+	if err != nil {
+		return nil, err
+	}
+	spec := agent.ExecSpec{
+		Argv: req.Argv, Shell: req.Shell, Env: sortedEnv(req.Env), Cwd: req.Cwd,
+		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,
+	}
+	before, _ := m.driver.Stats(ctx, sb.ID)
+	res, err := cl.Exec(ctx, spec, req.Stdin, stdout, stderr)
+	if err != nil {
+		return nil, m.agentFailed(sb, err)
+	}
+	if res.State == agent.StateKilled && res.Signal == "SIGKILL" {
+		if after, err := m.driver.Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.OOMKills > before.OOMKills {
+			res.State = "oom_killed"
+			res.Error = "the sandbox's memory limit was reached"
+		}
+	}
+	switch res.State {
+	case "oom_killed":
+		m.event(sb, "limit", "memory", map[string]any{"limit": sb.Limits.Memory})
+	case agent.StateTimeout:
+		m.event(sb, "limit", "exec_timeout", map[string]any{"timeout": req.Timeout})
+	}
+	return res, nil
+}
+
+// agentFailed turns a failed agent call into an API error, and notices a sandbox whose
+// container has ended.
+func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {
+	var re *agent.RemoteError
+	if errors.As(err, &re) {
+		if re.Code == agent.CodeChecksum {
+			return errdefs.Unavailable("a message to or from the sandbox was damaged in transit").WithCause(err)
+		}
+		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}
+	}
+	if errors.Is(err, agent.ErrChecksum) {
+		return errdefs.Unavailable("a message from the sandbox was damaged in transit").WithCause(err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if st, serr := m.driver.Status(ctx, sb.ID); serr == nil && st != runtime.StatusRunning {
+		m.ended(ctx, sb.ID, "the sandbox's container ended")
+		return errdefs.Unavailable("sandbox %q is no longer running", sb.Name).WithCause(err)
+	}
+	return errdefs.Unavailable("sandbox %q did not answer", sb.Name).WithCause(err)
+}
+
+// ended records that a sandbox's container is gone on its own (its maximum lifetime
+// passed, or it died) and removes what is left of it.
+func (m *Manager) ended(ctx context.Context, id, why string) {
+	unlock := m.locks.lock(id)
+	defer unlock()
+	sb, err := m.store.GetSandbox(ctx, id)
+	if err != nil || sb.State == Terminated {
+		return
+	}
+	cause := "ended"
+	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
+		cause, why = "max_lifetime", "the sandbox reached its maximum lifetime"
+	}
+	sb.Failure = why
+	if err := m.terminate(ctx, sb, cause); err != nil {
+		m.log.Warn("clean up ended sandbox", "sandbox", id, "err", err)
+	}
+}
+
+func sortedEnv(env map[string]string) []string {
+	out := envList(nil, env)
+	sort.Strings(out)
+	return out
+}

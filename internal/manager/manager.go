@@ -1,0 +1,270 @@
+// Package manager owns the sandbox state machine and every rule about sandboxes: names,
+// limits, durable operations and idempotency, uid ranges, activity, and the reconcile
+// that makes the store and the host agree after a restart. It talks to a store.Store, a
+// runtime.Driver and the image store; it must not know about HTTP or about runc.
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Config holds the manager's rules.
+type Config struct {
+	// DefaultLimits apply where a create leaves a limit at zero.
+	DefaultLimits store.Limits
+	// MaxLimits bound what a create may ask for.
+	MaxLimits store.Limits
+	// DefaultMaxLifetime and MaxMaxLifetime bound a sandbox's lifetime.
+	DefaultMaxLifetime, MaxMaxLifetime time.Duration
+	// UIDBase is the first host uid handed to sandboxes; each gets 65536 ids.
+	UIDBase uint32
+	// UIDSlots is how many sandbox uid ranges exist.
+	UIDSlots int
+}
+
+// DefaultConfig is the embedded default.
+func DefaultConfig() Config {
+	return Config{
+		DefaultLimits:      store.Limits{CPU: 1, Memory: 1 << 30, PIDs: 1024, OpenFiles: 65536},
+		MaxLimits:          store.Limits{CPU: 64, Memory: 256 << 30, PIDs: 1 << 20, OpenFiles: 1 << 20},
+		DefaultMaxLifetime: 8 * time.Hour,
+		MaxMaxLifetime:     30 * 24 * time.Hour,
+		UIDBase:            1 << 20,
+		UIDSlots:           4096,
+	}
+}
+
+// Manager runs the sandboxes of one node.
+type Manager struct {
+	cfg    Config
+	store  store.Store
+	driver runtime.Driver
+	images *image.Store
+	log    *slog.Logger
+	now    func() time.Time
+
+	locks keyedMutex
+
+	mu       sync.Mutex
+	slots    map[uint32]string    // uid base -> sandbox id
+	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New builds a manager. Call Recover before serving, and Close when done.
+func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{
+		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{},
+		ctx: ctx, cancel: cancel,
+	}
+}
+
+// SetClock replaces the manager's clock (tests).
+func (m *Manager) SetClock(now func() time.Time) { m.now = now }
+
+// Start launches the background loops (activity flush).
+func (m *Manager) Start() {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.ctx.Done():
+				m.flushActivity(context.Background())
+				return
+			case <-t.C:
+				m.flushActivity(m.ctx)
+			}
+		}
+	}()
+}
+
+// Close stops the background loops. Sandboxes keep running.
+func (m *Manager) Close() error {
+	m.cancel()
+	m.wg.Wait()
+	return nil
+}
+
+// Store returns the manager's store.
+func (m *Manager) Store() store.Store { return m.store }
+
+// Driver returns the manager's runtime driver.
+func (m *Manager) Driver() runtime.Driver { return m.driver }
+
+// Images returns the image store.
+func (m *Manager) Images() *image.Store { return m.images }
+
+func newID(prefix string) string {
+	var b [10]byte
+	rand.Read(b[:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Resolve finds the sandbox a reference names: an id ("sb_…") or a name of owner.
+func (m *Manager) Resolve(ctx context.Context, owner, ref string) (*store.Sandbox, error) {
+	if ref == "" {
+		return nil, errdefs.Invalid("a sandbox name or id is required")
+	}
+	var sb *store.Sandbox
+	var err error
+	if strings.HasPrefix(ref, "sb_") {
+		sb, err = m.store.GetSandbox(ctx, ref)
+		if err == nil && sb.Owner != owner {
+			err = errdefs.ErrNotFound
+		}
+	} else {
+		sb, err = m.store.GetSandboxByName(ctx, owner, ref)
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("sandbox %q not found", ref)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.overlayActivity(sb)
+	return sb, nil
+}
+
+// List returns owner's sandboxes.
+func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
+	for _, s := range f.States {
+		if !validState(s) {
+			return nil, errdefs.Invalid("unknown state %q; states are %s", s, strings.Join(states, ", "))
+		}
+	}
+	list, err := m.store.ListSandboxes(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range list {
+		m.overlayActivity(sb)
+	}
+	return list, nil
+}
+
+// Operation returns one of owner's operations.
+func (m *Manager) Operation(ctx context.Context, owner, id string) (*store.Operation, error) {
+	op, err := m.store.GetOperation(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && op.Owner != owner) {
+		return nil, errdefs.NotFound("operation %q not found", id)
+	}
+	return op, err
+}
+
+// touch records inbound traffic to a sandbox. It is kept in memory and written to the
+// store in batches, so a busy sandbox does not cost a write per call.
+func (m *Manager) touch(id string) {
+	m.mu.Lock()
+	m.activity[id] = m.now()
+	m.mu.Unlock()
+}
+
+func (m *Manager) overlayActivity(sb *store.Sandbox) {
+	m.mu.Lock()
+	if t, ok := m.activity[sb.ID]; ok && t.After(sb.LastActivity) {
+		sb.LastActivity = t
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) flushActivity(ctx context.Context) {
+	m.mu.Lock()
+	pending := m.activity
+	m.activity = map[string]time.Time{}
+	m.mu.Unlock()
+	for id, t := range pending {
+		unlock := m.locks.lock(id)
+		sb, err := m.store.GetSandbox(ctx, id)
+		if err == nil && t.After(sb.LastActivity) {
+			sb.LastActivity = t
+			err = m.store.UpdateSandbox(ctx, sb)
+		}
+		unlock()
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			m.log.Warn("store activity", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// allocSlot reserves a free uid range for id.
+func (m *Manager) allocSlot(id string) (uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := 0; i < m.cfg.UIDSlots; i++ {
+		base := m.cfg.UIDBase + uint32(i)*65536
+		if _, used := m.slots[base]; !used {
+			m.slots[base] = id
+			return base, nil
+		}
+	}
+	return 0, errdefs.Quota("no free uid range left on this node (%d sandboxes)", m.cfg.UIDSlots)
+}
+
+func (m *Manager) freeSlot(base uint32) {
+	m.mu.Lock()
+	delete(m.slots, base)
+	m.mu.Unlock()
+}
+
+// keyedMutex serialises work on one sandbox.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+func wrapf(err error, format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

@@ -1,0 +1,124 @@
+package manager
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Call carries what every mutating request brings besides its body.
+type Call struct {
+	Owner          string
+	IdempotencyKey string
+	// IfMatch is the sandbox version the caller expects (0: no expectation).
+	IfMatch int64
+}
+
+func requestHash(kind string, body any) string {
+	b, _ := json.Marshal(body) // maps marshal in key order, so equal bodies hash equal
+	h := sha256.Sum256(append([]byte(kind+"\x00"), b...))
+	return hex.EncodeToString(h[:])
+}
+
+// beginOp records a new operation, or finds the one an idempotency key names. replay
+// is true when the key was seen before with the same request.
+func (m *Manager) beginOp(ctx context.Context, call Call, kind, sandboxID string, body any) (op *store.Operation, replay bool, err error) {
+	now := m.now()
+	op = &store.Operation{
+		ID: newID("op_"), Kind: kind, Owner: call.Owner, SandboxID: sandboxID, State: store.OpRunning,
+		IdempotencyKey: call.IdempotencyKey, RequestHash: requestHash(kind, body),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	if len(call.IdempotencyKey) > 256 {
+		return nil, false, errdefs.Invalid("Idempotency-Key is longer than 256 characters")
+	}
+	existing, err := m.store.CreateOperation(ctx, op)
+	if errors.Is(err, errdefs.ErrAlreadyExists) && existing != nil {
+		if existing.RequestHash != op.RequestHash || existing.Kind != kind {
+			return nil, false, errdefs.IdempotencyConflict(
+				"Idempotency-Key %q was already used for a different request (operation %s)", call.IdempotencyKey, existing.ID).
+				WithDetails(map[string]any{"operation_id": existing.ID})
+		}
+		return existing, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return op, false, nil
+}
+
+// finishOp records how an operation ended and returns err unchanged.
+func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) error {
+	op.UpdatedAt = m.now()
+	if sandboxID != "" {
+		op.SandboxID = sandboxID
+	}
+	if err != nil {
+		op.State = store.OpFailed
+		op.ErrorCode, _ = errdefs.Code(err)
+		op.ErrorMessage = errdefs.Message(err)
+	} else {
+		op.State = store.OpSucceeded
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+	defer cancel()
+	if uerr := m.store.UpdateOperation(ctx, op); uerr != nil {
+		m.log.Error("record operation", "op", op.ID, "err", uerr)
+	}
+	if err != nil {
+		var e *errdefs.Error
+		if !errors.As(err, &e) {
+			err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: err.Error(), Cause: err}
+		}
+	}
+	return err
+}
+
+// replayed answers a repeated request with the outcome of the first one.
+func (m *Manager) replayed(ctx context.Context, op *store.Operation) (*store.Operation, *store.Sandbox, error) {
+	if op.State == store.OpFailed {
+		return op, nil, &errdefs.Error{Class: errdefs.FromCode(op.ErrorCode), Msg: op.ErrorMessage,
+			Details: map[string]any{"operation_id": op.ID}}
+	}
+	if op.SandboxID == "" {
+		return op, nil, nil
+	}
+	sb, err := m.store.GetSandbox(ctx, op.SandboxID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return op, nil, nil
+	}
+	return op, sb, err
+}
+
+// event records a sandbox event; failures are logged, never returned.
+func (m *Manager) event(sb *store.Sandbox, typ, cause string, data any) {
+	ev := &store.Event{SandboxID: sb.ID, Generation: sb.Generation, Type: typ, Cause: cause, Time: m.now()}
+	if data != nil {
+		ev.Data, _ = json.Marshal(data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+	defer cancel()
+	if err := m.store.AppendEvent(ctx, ev); err != nil {
+		m.log.Warn("record event", "sandbox", sb.ID, "type", typ, "err", err)
+	}
+}
+
+// setState moves sb to a new state through the state machine and stores it.
+func (m *Manager) setState(ctx context.Context, sb *store.Sandbox, to, cause string) error {
+	if err := transition(sb.State, to); err != nil {
+		return err
+	}
+	from := sb.State
+	sb.State = to
+	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		sb.State = from
+		return err
+	}
+	m.event(sb, "state", cause, map[string]string{"from": from, "to": to})
+	return nil
+}

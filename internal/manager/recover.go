@@ -1,0 +1,96 @@
+package manager
+
+import (
+	"context"
+
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Recover makes the store and the host agree after a (re)start: running sandboxes whose
+// containers live are kept as they are, ones that ended are recorded and cleaned, creates
+// and terminates that were in flight are finished or rolled back, operations left
+// running are closed, and any host resource with Airlock's name but no live record is
+// removed.
+func (m *Manager) Recover(ctx context.Context) error {
+	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, sb := range all {
+		if sb.State == Terminated {
+			continue
+		}
+		live[sb.ID] = true
+		m.mu.Lock()
+		m.slots[sb.UIDBase] = sb.ID
+		m.mu.Unlock()
+	}
+	for _, sb := range all {
+		if !live[sb.ID] {
+			continue
+		}
+		m.recoverOne(ctx, sb)
+	}
+	ops, err := m.store.ListOperations(ctx, store.OpPending, store.OpRunning)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		op.State = store.OpFailed
+		op.ErrorCode = "unavailable"
+		op.ErrorMessage = "interrupted by a daemon restart; the sandbox's state shows the outcome"
+		op.UpdatedAt = m.now()
+		if err := m.store.UpdateOperation(ctx, op); err != nil {
+			m.log.Warn("close interrupted operation", "op", op.ID, "err", err)
+		}
+	}
+	ids, err := m.driver.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		sb, err := m.store.GetSandbox(ctx, id)
+		if err == nil && sb.State != Terminated {
+			continue
+		}
+		m.log.Info("remove leftover sandbox resources", "sandbox", id)
+		if err := m.driver.Delete(ctx, id); err != nil {
+			m.log.Warn("remove leftover", "sandbox", id, "err", err)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
+	unlock := m.locks.lock(sb.ID)
+	defer unlock()
+	log := m.log.With("sandbox", sb.ID, "state", sb.State)
+	switch sb.State {
+	case Creating:
+		log.Info("roll back interrupted create")
+		m.rollbackCreate(sb)
+	case Terminating, Failed:
+		if err := m.terminate(ctx, sb, "recover"); err != nil {
+			log.Warn("retry delete", "err", err)
+		}
+	case Running:
+		st, err := m.driver.Status(ctx, sb.ID)
+		if err != nil {
+			log.Warn("read status", "err", err)
+			return
+		}
+		if st == runtime.StatusRunning || st == runtime.StatusPaused {
+			log.Info("reattached")
+			return
+		}
+		sb.Failure = "the sandbox's container ended while the daemon was down"
+		if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
+			sb.Failure = "the sandbox reached its maximum lifetime"
+		}
+		if err := m.terminate(ctx, sb, "recover"); err != nil {
+			log.Warn("clean up ended sandbox", "err", err)
+		}
+	}
+}

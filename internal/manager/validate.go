@@ -1,0 +1,138 @@
+package manager
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// NameRule says what a sandbox name may be.
+const NameRule = "1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+
+// ValidateName checks a sandbox name.
+func ValidateName(name string) error {
+	if !nameRE.MatchString(name) {
+		return errdefs.Invalid("invalid sandbox name %q: a name is %s", name, NameRule)
+	}
+	if strings.HasPrefix(name, "sb_") {
+		return errdefs.Invalid("invalid sandbox name %q: the prefix sb_ is reserved for ids", name)
+	}
+	return nil
+}
+
+var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func validateEnv(env map[string]string) error {
+	for k, v := range env {
+		if !envKeyRE.MatchString(k) {
+			return errdefs.Invalid("invalid environment variable name %q: use letters, digits and '_', not starting with a digit", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return errdefs.Invalid("environment variable %s contains a NUL byte", k)
+		}
+		if len(k)+len(v) > 32<<10 {
+			return errdefs.Invalid("environment variable %s is longer than 32 KiB", k)
+		}
+	}
+	if len(env) > 256 {
+		return errdefs.Invalid("too many environment variables (%d); at most 256", len(env))
+	}
+	return nil
+}
+
+var labelKeyRE = regexp.MustCompile(`^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$`)
+
+func validateLabels(labels map[string]string) error {
+	if len(labels) > 64 {
+		return errdefs.Invalid("too many labels (%d); at most 64", len(labels))
+	}
+	for k, v := range labels {
+		if !labelKeyRE.MatchString(k) {
+			return errdefs.Invalid("invalid label key %q: 1 to 64 letters, digits, '.', '_', '/' or '-', starting and ending with a letter or digit", k)
+		}
+		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
+			return errdefs.Invalid("invalid value for label %q: at most 256 characters on one line", k)
+		}
+	}
+	return nil
+}
+
+// resolveLimits fills defaults and checks bounds.
+func (m *Manager) resolveLimits(l store.Limits) (store.Limits, error) {
+	d, mx := m.cfg.DefaultLimits, m.cfg.MaxLimits
+	switch {
+	case l.CPU < 0 || l.Memory < 0 || l.PIDs < 0 || l.OpenFiles < 0:
+		return l, errdefs.Invalid("limits cannot be negative (cpu %g, memory %d, pids %d, open_files %d)", l.CPU, l.Memory, l.PIDs, l.OpenFiles)
+	case l.CPU > mx.CPU:
+		return l, errdefs.Invalid("cpu %g is more than the allowed %g cores", l.CPU, mx.CPU)
+	case l.CPU != 0 && l.CPU < 0.01:
+		return l, errdefs.Invalid("cpu %g is below the minimum of 0.01 cores", l.CPU)
+	case l.Memory > mx.Memory:
+		return l, errdefs.Invalid("memory %d bytes is more than the allowed %d", l.Memory, mx.Memory)
+	case l.Memory != 0 && l.Memory < 16<<20:
+		return l, errdefs.Invalid("memory %d bytes is below the minimum of 16 MiB", l.Memory)
+	case l.PIDs > mx.PIDs:
+		return l, errdefs.Invalid("pids %d is more than the allowed %d", l.PIDs, mx.PIDs)
+	case l.PIDs != 0 && l.PIDs < 8:
+		return l, errdefs.Invalid("pids %d is below the minimum of 8", l.PIDs)
+	case l.OpenFiles > mx.OpenFiles:
+		return l, errdefs.Invalid("open_files %d is more than the allowed %d", l.OpenFiles, mx.OpenFiles)
+	case l.OpenFiles != 0 && l.OpenFiles < 64:
+		return l, errdefs.Invalid("open_files %d is below the minimum of 64", l.OpenFiles)
+	}
+	if l.CPU == 0 {
+		l.CPU = d.CPU
+	}
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.PIDs == 0 {
+		l.PIDs = d.PIDs
+	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = min(d.OpenFiles, mx.OpenFiles)
+	}
+	return l, nil
+}
+
+func (m *Manager) resolveLifetime(s string) (time.Duration, error) {
+	if s == "" {
+		return m.cfg.DefaultMaxLifetime, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errdefs.Invalid("invalid max_lifetime %q: use a duration such as 30m or 8h", s)
+	}
+	if d < time.Minute || d > m.cfg.MaxMaxLifetime {
+		return 0, errdefs.Invalid("max_lifetime %s is out of range: from 1m to %s", d, m.cfg.MaxMaxLifetime)
+	}
+	return d, nil
+}
+
+func parseTimeout(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, errdefs.Invalid("invalid timeout %q: use a positive duration such as 500ms, 30s or 5m", s)
+	}
+	if d > 24*time.Hour {
+		return 0, errdefs.Invalid("timeout %s is too long: at most 24h", d)
+	}
+	return d, nil
+}
+
+func envList(base []string, env map[string]string) []string {
+	out := append([]string(nil), base...)
+	for k, v := range env {
+		out = append(out, fmt.Sprintf("%s=%s", k, v))
+	}
+	return out
+}

@@ -1,0 +1,138 @@
+package oci
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/runtime"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroups reads and removes sandbox cgroups on a v1 (or hybrid) or a v2 host.
+type cgroups struct{ v2 bool }
+
+func detectCgroups() cgroups {
+	_, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	return cgroups{v2: err == nil}
+}
+
+// V2 reports whether the host runs the unified hierarchy.
+func (c cgroups) V2() bool { return c.v2 }
+
+func (c cgroups) swapAccounting() bool {
+	if c.v2 {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(cgroupRoot, "memory", "memory.memsw.limit_in_bytes"))
+	return err == nil
+}
+
+// dirs returns every directory a cgroup path has on the host.
+func (c cgroups) dirs(path string) []string {
+	if c.v2 {
+		return []string{filepath.Join(cgroupRoot, path)}
+	}
+	entries, _ := os.ReadDir(cgroupRoot)
+	var out []string
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(cgroupRoot, e.Name()))
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		out = append(out, filepath.Join(cgroupRoot, e.Name(), path))
+	}
+	return out
+}
+
+// remove deletes a cgroup's directories that are left (runc usually removes them).
+func (c cgroups) remove(path string) error {
+	var errs []error
+	for _, d := range c.dirs(path) {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// list returns the names of the cgroups below parent in any hierarchy.
+func (c cgroups) list(parent string) []string {
+	seen := map[string]bool{}
+	for _, d := range c.dirs(parent) {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Exists reports whether any directory of the cgroup is present.
+func (c cgroups) exists(path string) bool {
+	for _, d := range c.dirs(path) {
+		if _, err := os.Stat(d); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (c cgroups) stats(path string) (runtime.Stats, error) {
+	var s runtime.Stats
+	var err error
+	if c.v2 {
+		dir := filepath.Join(cgroupRoot, path)
+		s.MemoryBytes, err = readInt(filepath.Join(dir, "memory.current"))
+		if err != nil {
+			return s, err
+		}
+		s.PIDs, _ = readInt(filepath.Join(dir, "pids.current"))
+		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
+		return s, nil
+	}
+	mem := filepath.Join(cgroupRoot, "memory", path)
+	s.MemoryBytes, err = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
+	if err != nil {
+		return s, err
+	}
+	s.PIDs, _ = readInt(filepath.Join(cgroupRoot, "pids", path, "pids.current"))
+	s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	return s, nil
+}
+
+func readInt(p string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// readKey reads "key value" from a flat-keyed cgroup file.
+func readKey(p, key string) int64 {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,387 @@
+// Package oci is the runtime driver that runs each sandbox as an OCI container under the
+// runc binary, detached so a daemon restart does not end it, on an overlayfs root made of
+// shared read-only image layers and the sandbox's own upper layer, all idmapped into the
+// sandbox's private uid range. Every host resource it makes carries the sandbox id: the
+// runc container (in Airlock's own runc root), the cgroup (under "airlock/"), the mounts
+// and the directory under the driver's root. It must not touch the store or know about
+// the sandbox state machine.
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/runtime"
+)
+
+var (
+	_ runtime.Driver  = (*Driver)(nil)
+	_ runtime.Freezer = (*Driver)(nil)
+)
+
+// Options configure the driver.
+type Options struct {
+	// Root holds one directory per sandbox (upper layer, mounts, bundle, agent socket).
+	Root string
+	// RuncRoot is runc's state directory; Airlock keeps its containers apart from others.
+	RuncRoot string
+	// Runc is the runc binary (default: found on PATH).
+	Runc string
+	// AgentBinary is the static airlock binary bound into every sandbox as its PID 1.
+	AgentBinary string
+	// TmpfsBytes caps /tmp inside each sandbox (default 1 GiB).
+	TmpfsBytes int64
+	// CgroupParent is the cgroup every sandbox's cgroup sits under (default "airlock").
+	CgroupParent string
+	// ReadyTimeout bounds the wait for a new sandbox's agent (default 30 s).
+	ReadyTimeout time.Duration
+}
+
+// Driver runs sandboxes with runc.
+type Driver struct {
+	opts           Options
+	cg             cgroups
+	swapAccounting bool
+	maxFiles       uint64
+}
+
+// MaxOpenFiles is the highest open-files limit a sandbox can be given on this host.
+func (d *Driver) MaxOpenFiles() int64 { return int64(d.maxFiles) }
+
+// New checks the host and returns a driver.
+func New(opts Options) (*Driver, error) {
+	if opts.Root == "" || opts.RuncRoot == "" || opts.AgentBinary == "" {
+		return nil, errors.New("oci: Root, RuncRoot and AgentBinary are required")
+	}
+	if opts.Runc == "" {
+		p, err := exec.LookPath("runc")
+		if err != nil {
+			return nil, fmt.Errorf("oci: runc not found on PATH (install it: apt-get install -y runc): %w", err)
+		}
+		opts.Runc = p
+	}
+	if opts.TmpfsBytes == 0 {
+		opts.TmpfsBytes = 1 << 30
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = "airlock"
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 30 * time.Second
+	}
+	for _, d := range []string{opts.Root, opts.RuncRoot} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	// A sandbox cannot raise its open-files limit above what runc inherits.
+	var rl unix.Rlimit
+	maxFiles := uint64(1 << 20)
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil {
+		if rl.Max < maxFiles {
+			rl.Max = maxFiles
+			if unix.Setrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
+				unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
+			}
+		}
+		maxFiles = rl.Max
+	}
+	cg := detectCgroups()
+	return &Driver{opts: opts, cg: cg, swapAccounting: cg.swapAccounting(), maxFiles: maxFiles}, nil
+}
+
+func (d *Driver) dir(id string) string         { return filepath.Join(d.opts.Root, id) }
+func (d *Driver) containerID(id string) string { return "airlock-" + id }
+func (d *Driver) cgroupPath(id string) string  { return "/" + d.opts.CgroupParent + "/" + id }
+
+// AgentSocket implements runtime.Driver.
+func (d *Driver) AgentSocket(id string) string {
+	return filepath.Join(d.dir(id), "run", "agent.sock")
+}
+
+// UpperDir is the host directory of a sandbox's upper layer (container-native ids).
+func (d *Driver) UpperDir(id string) string { return rootfs{d.dir(id)}.upper() }
+
+// Start implements runtime.Driver.
+func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
+	if s.ID == "" || strings.ContainsAny(s.ID, "/.") {
+		return fmt.Errorf("oci: bad sandbox id %q", s.ID)
+	}
+	dir := d.dir(s.ID)
+	rfs := rootfs{dir}
+	runDir := filepath.Join(dir, "run")
+	defer func() {
+		if retErr != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			d.Stop(cctx, s.ID)
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	os.RemoveAll(runDir)
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chown(runDir, int(s.UIDBase), int(s.UIDBase)); err != nil {
+		return err
+	}
+	us, err := newUserns(d.opts.AgentBinary, s.UIDBase)
+	if err != nil {
+		return err
+	}
+	err = rfs.mount(us, s.UIDBase, s.Layers)
+	us.close()
+	if err != nil {
+		return err
+	}
+	sp, err := d.bundleSpec(s, rfs.merged(), runDir)
+	if err != nil {
+		return err
+	}
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return err
+	}
+	data, err := json.Marshal(sp)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		return err
+	}
+	return d.run(ctx, s.ID, bundle)
+}
+
+// run starts the container detached and waits for its agent to say it is ready.
+func (d *Driver) run(ctx context.Context, id, bundle string) error {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	logf, err := os.OpenFile(filepath.Join(d.dir(id), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		readyW.Close()
+		return err
+	}
+	defer logf.Close()
+	// The container inherits runc's stdio, so both go to the log file: a pipe would stay
+	// open for the container's whole life.
+	cmd := exec.CommandContext(ctx, d.opts.Runc, "--root", d.opts.RuncRoot, "run", "--detach",
+		"--bundle", bundle, "--preserve-fds", "1", d.containerID(id))
+	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.Stdin = nil
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	err = cmd.Start()
+	readyW.Close()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("runc run: %w: %s", err, d.tail(id))
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.opts.ReadyTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(readyR).ReadString('\n')
+		if err == nil && line != "ready\n" {
+			err = fmt.Errorf("unexpected %q", line)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("sandbox agent did not start (%v); agent log: %s", err, d.tail(id))
+		}
+		return nil
+	case <-ctx.Done():
+		readyR.Close()
+		return fmt.Errorf("sandbox agent not ready: %w", ctx.Err())
+	}
+}
+
+// tail returns the end of the agent's log, for error messages.
+func (d *Driver) tail(id string) string {
+	b, _ := os.ReadFile(filepath.Join(d.dir(id), "agent.log"))
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (d *Driver) runc(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, d.opts.Runc, append([]string{"--root", d.opts.RuncRoot}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("runc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// Stop implements runtime.Driver.
+func (d *Driver) Stop(ctx context.Context, id string) error {
+	var errs []error
+	if _, err := d.runc(ctx, "delete", "--force", d.containerID(id)); err != nil && !isNotExist(err) {
+		errs = append(errs, err)
+	}
+	if err := d.cg.remove(d.cgroupPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	dir := d.dir(id)
+	if err := (rootfs{dir}).unmount(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range []string{"bundle", "run", "rootfs"} {
+		os.RemoveAll(filepath.Join(dir, p))
+	}
+	return errors.Join(errs...)
+}
+
+// Delete implements runtime.Driver.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	if err := d.Stop(ctx, id); err != nil {
+		return err
+	}
+	dir := d.dir(id)
+	// Never remove through a mount: a leftover mount could be a shared image layer.
+	if m := mountsUnder(dir); len(m) > 0 {
+		return fmt.Errorf("oci: %s still has mounts %v; not removing it", dir, m)
+	}
+	return os.RemoveAll(dir)
+}
+
+func isNotExist(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not exist")
+}
+
+type runcState struct {
+	Status string `json:"status"`
+	Pid    int    `json:"pid"`
+}
+
+// Status implements runtime.Driver.
+func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
+	out, err := d.runc(ctx, "state", d.containerID(id))
+	if err != nil {
+		if isNotExist(err) {
+			return runtime.StatusAbsent, nil
+		}
+		return "", err
+	}
+	var st runcState
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", fmt.Errorf("runc state: %w", err)
+	}
+	switch st.Status {
+	case "running", "created":
+		return runtime.StatusRunning, nil
+	case "paused":
+		return runtime.StatusPaused, nil
+	default:
+		return runtime.StatusStopped, nil
+	}
+}
+
+// Stats implements runtime.Driver.
+func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	return d.cg.stats(d.cgroupPath(id))
+}
+
+// Freeze implements runtime.Freezer.
+func (d *Driver) Freeze(ctx context.Context, id string) error {
+	_, err := d.runc(ctx, "pause", d.containerID(id))
+	return err
+}
+
+// Thaw implements runtime.Freezer.
+func (d *Driver) Thaw(ctx context.Context, id string) error {
+	_, err := d.runc(ctx, "resume", d.containerID(id))
+	return err
+}
+
+// List implements runtime.Driver: sandbox directories, runc containers and cgroups that
+// carry Airlock's names.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	entries, err := os.ReadDir(d.opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			seen[e.Name()] = true
+		}
+	}
+	out, err := d.runc(ctx, "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var list []struct {
+		ID string `json:"id"`
+	}
+	if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+		if err := json.Unmarshal(out, &list); err != nil {
+			return nil, fmt.Errorf("runc list: %w", err)
+		}
+	}
+	for _, c := range list {
+		if id, ok := strings.CutPrefix(c.ID, "airlock-"); ok {
+			seen[id] = true
+		}
+	}
+	for _, id := range d.cg.list("/" + d.opts.CgroupParent) {
+		seen[id] = true
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// mountsUnder lists mount points at or below dir.
+func mountsUnder(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}

@@ -1,0 +1,141 @@
+package oci
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlockhq/airlock/internal/runtime"
+)
+
+// Paths inside every sandbox.
+const (
+	agentPath   = "/.airlock/agent" // the agent binary, bound read-only
+	agentRunDir = "/.airlock/run"   // the agent's socket directory
+	agentSocket = agentRunDir + "/agent.sock"
+	labelKey    = "dev.airlock.sandbox" // annotation naming the sandbox
+)
+
+// capabilities is the container default set minus NET_RAW and MKNOD.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID",
+	"CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",
+	"CAP_AUDIT_WRITE",
+}
+
+// maskedPaths and readonlyPaths are the ones OCI runtimes hide by default.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap", "/proc/interrupts",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// bundleSpec builds the OCI runtime spec of a sandbox container.
+func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.Spec, error) {
+	args := []string{agentPath, "agent", "--socket", agentSocket, "--ready-fd", "3"}
+	if s.WorkingDir != "" {
+		args = append(args, "--workdir", s.WorkingDir)
+	}
+	if !s.Deadline.IsZero() {
+		args = append(args, "--deadline", strconv.FormatInt(s.Deadline.Unix(), 10))
+	}
+	nofile := uint64(s.Limits.OpenFiles)
+	if nofile == 0 {
+		nofile = 65536
+	}
+	nofile = min(nofile, d.maxFiles)
+	hostname := s.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	caps := &specs.LinuxCapabilities{
+		Bounding: capabilities, Effective: capabilities, Permitted: capabilities,
+	}
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: s.UIDBase, Size: idRange}}
+	sp := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			User:            specs.User{UID: 0, GID: 0},
+			Args:            args,
+			Env:             s.Env,
+			Cwd:             "/",
+			Capabilities:    caps,
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+			NoNewPrivileges: true,
+		},
+		Root:        &specs.Root{Path: rootfsPath},
+		Hostname:    hostname,
+		Annotations: map[string]string{labelKey: s.ID},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(d.opts.TmpfsBytes, 10)}},
+			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536k"}},
+			{Destination: agentPath, Type: "bind", Source: d.opts.AgentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			{Destination: agentRunDir, Type: "bind", Source: runDir, Options: []string{"bind", "nosuid", "nodev", "noexec"}},
+		},
+		Linux: &specs.Linux{
+			UIDMappings: idmap,
+			GIDMappings: idmap,
+			CgroupsPath: d.cgroupPath(s.ID),
+			Resources:   resources(s.Limits, d.swapAccounting),
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.UserNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	for _, m := range s.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	prof, err := seccomp.GetDefaultProfile(sp)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp profile: %w", err)
+	}
+	sp.Linux.Seccomp = prof
+	return sp, nil
+}
+
+// resources turns limits into cgroup settings.
+func resources(l runtime.Limits, swapAccounting bool) *specs.LinuxResources {
+	r := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if l.CPU > 0 {
+		period := uint64(100000)
+		quota := int64(l.CPU * float64(period))
+		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if l.Memory > 0 {
+		limit := l.Memory
+		r.Memory = &specs.LinuxMemory{Limit: &limit}
+		if swapAccounting {
+			swap := limit // memory+swap equal to memory: no swap
+			r.Memory.Swap = &swap
+		}
+	}
+	if l.PIDs > 0 {
+		pids := l.PIDs
+		r.Pids = &specs.LinuxPids{Limit: &pids}
+	}
+	return r
+}

@@ -1,0 +1,100 @@
+// Package runtime owns the contract between the sandbox manager and whatever runs a
+// sandbox's container: the Driver interface, the Spec a driver is given, and what it
+// reports back. Implementations live beside it (runtime/oci runs runc). It must not know
+// about HTTP, the store or the sandbox state machine.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Mount is a host directory bound into the sandbox.
+type Mount struct {
+	Source, Destination string
+	ReadOnly            bool
+}
+
+// Limits are enforced by the driver through cgroups and rlimits. Zero means unlimited.
+type Limits struct {
+	CPU       float64 // fractional cores
+	Memory    int64   // bytes; swap is never allowed
+	PIDs      int64
+	OpenFiles int64
+}
+
+// Spec says what container to build behind a sandbox.
+type Spec struct {
+	// ID names the sandbox; the driver derives every host resource name from it.
+	ID string
+	// Layers are the read-only image layer directories, lowest first.
+	Layers []string
+	// Mounts are extra host binds the image needs (the host image's /usr).
+	Mounts []Mount
+	// UIDBase is the first host uid (and gid) of the sandbox's 65536-id range.
+	UIDBase uint32
+	Limits  Limits
+	// Env is the full environment of the agent, and so the base environment of every exec.
+	Env        []string
+	WorkingDir string
+	Hostname   string
+	// Deadline is the maximum-lifetime end the agent enforces on its own clock (zero: none).
+	Deadline time.Time
+}
+
+// Status is what the host says about a sandbox's container.
+type Status string
+
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped" // the container exists but its init has ended
+	StatusAbsent  Status = "absent"  // no container
+)
+
+// Stats are a running container's resource readings.
+type Stats struct {
+	MemoryBytes int64
+	PIDs        int64
+	OOMKills    int64 // OOM kills counted by the sandbox's own cgroup
+}
+
+// Driver runs sandbox containers on one node. Every method is safe for concurrent use on
+// different ids; calls for one id are serialised by the caller.
+type Driver interface {
+	// Start builds and starts the container for spec and returns once its agent is
+	// ready. The upper layer under the sandbox's directory is kept if it already exists
+	// (resume). A Start that fails removes everything it made except that upper layer.
+	Start(ctx context.Context, spec Spec) error
+	// Stop ends the container and releases its mounts and cgroup, keeping the upper layer.
+	Stop(ctx context.Context, id string) error
+	// Delete does Stop and removes every resource of the sandbox, the upper layer included.
+	Delete(ctx context.Context, id string) error
+	// Status reports the container's state.
+	Status(ctx context.Context, id string) (Status, error)
+	// Stats reads the container's cgroup.
+	Stats(ctx context.Context, id string) (Stats, error)
+	// AgentSocket is the host path of the sandbox agent's unix socket.
+	AgentSocket(id string) string
+	// List returns the ids of every sandbox this driver has resources for on the host.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Freezer is implemented by drivers that can pause a container in place.
+type Freezer interface {
+	Freeze(ctx context.Context, id string) error
+	Thaw(ctx context.Context, id string) error
+}
+
+// Check is one line of a driver's host health report.
+type Check struct {
+	Name     string
+	OK       bool
+	Detail   string
+	Degrades string // what a failure means for users
+}
+
+// HealthChecker is implemented by drivers that can say what the host lacks.
+type HealthChecker interface {
+	Health(ctx context.Context) []Check
+}

@@ -1,0 +1,273 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+)
+
+// maxCollected bounds the output a non-streamed exec returns per stream.
+const maxCollected = 16 << 20
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req api.ExecRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	mreq := manager.ExecRequest{
+		Argv: req.Argv, Shell: req.Shell, Env: req.Env, Cwd: req.Cwd, UID: req.UID, GID: req.GID, Timeout: req.Timeout,
+	}
+	if req.Stdin != "" {
+		mreq.Stdin = strings.NewReader(req.Stdin)
+	}
+	ref := r.PathValue("ref")
+	if req.Stream {
+		st := newStream(w)
+		res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, st.writer("stdout"), st.writer("stderr"))
+		st.finish(s, r, toAPIResult(res), err)
+		return
+	}
+	var stdout, stderr capped
+	res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, &stdout, &stderr)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := toAPIResult(res)
+	out.Stdout, out.Stderr = stdout.String(), stderr.String()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func toAPIResult(res *agent.ExitResult) *api.ExecResult {
+	if res == nil {
+		return nil
+	}
+	return &api.ExecResult{State: res.State, ExitCode: res.ExitCode, Signal: res.Signal, DurationMS: res.DurationMS, Error: res.Error}
+}
+
+// capped collects up to maxCollected bytes.
+type capped struct{ bytes.Buffer }
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := maxCollected - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// stream writes NDJSON ExecEvents, one per output line as it is produced.
+type stream struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	enc     *json.Encoder
+	flusher http.Flusher
+	started bool
+	writers []*lineWriter
+}
+
+func newStream(w http.ResponseWriter) *stream {
+	f, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &stream{w: w, enc: enc, flusher: f}
+}
+
+func (st *stream) emit(ev api.ExecEvent) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.started {
+		st.w.Header().Set("Content-Type", "application/x-ndjson")
+		st.w.WriteHeader(http.StatusOK)
+		st.started = true
+	}
+	st.enc.Encode(ev)
+	if st.flusher != nil {
+		st.flusher.Flush()
+	}
+}
+
+func (st *stream) writer(typ string) *lineWriter {
+	lw := &lineWriter{st: st, typ: typ}
+	st.writers = append(st.writers, lw)
+	return lw
+}
+
+// finish flushes partial lines and writes the closing event. An error before anything
+// was streamed is an ordinary error response.
+func (st *stream) finish(s *Server, r *http.Request, res *api.ExecResult, err error) {
+	for _, lw := range st.writers {
+		lw.flush()
+	}
+	if err != nil {
+		st.mu.Lock()
+		started := st.started
+		st.mu.Unlock()
+		if !started {
+			s.writeError(st.w, r, err)
+			return
+		}
+		_, e := s.apiError(r, err)
+		st.emit(api.ExecEvent{Type: "error", Error: &e})
+		return
+	}
+	st.emit(api.ExecEvent{Type: "exit", Result: res})
+}
+
+type lineWriter struct {
+	st  *stream
+	typ string
+	buf []byte
+}
+
+func (lw *lineWriter) Write(p []byte) (int, error) {
+	lw.buf = append(lw.buf, p...)
+	for {
+		i := bytes.IndexByte(lw.buf, '\n')
+		if i < 0 {
+			break
+		}
+		lw.st.emit(api.ExecEvent{Type: lw.typ, Data: string(lw.buf[:i+1])})
+		lw.buf = lw.buf[i+1:]
+	}
+	// A very long line without a newline goes out in pieces rather than growing forever.
+	if len(lw.buf) >= 64<<10 {
+		lw.flush()
+	}
+	return len(p), nil
+}
+
+func (lw *lineWriter) flush() {
+	if len(lw.buf) > 0 {
+		lw.st.emit(api.ExecEvent{Type: lw.typ, Data: string(lw.buf)})
+		lw.buf = nil
+	}
+}
+
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
+	var req api.SessionRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	switch req.Kind {
+	case agent.SessionPython, agent.SessionShell:
+	case agent.SessionRaw:
+		if len(req.Argv) == 0 {
+			s.writeError(w, r, errdefs.Invalid("a raw session needs argv"))
+			return
+		}
+	default:
+		s.writeError(w, r, errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind))
+		return
+	}
+	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	info, err := cl.StartSession(r.Context(), agent.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
+	if err != nil {
+		s.writeError(w, r, agentError(err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.Session{ID: info.ID, Kind: info.Kind, PID: info.PID})
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, err := cl.ListSessions(r.Context())
+	if err != nil {
+		s.writeError(w, r, agentError(err))
+		return
+	}
+	out := api.SessionList{Sessions: []api.Session{}}
+	for _, i := range list {
+		out.Sessions = append(out.Sessions, api.Session{ID: i.ID, Kind: i.Kind, PID: i.PID})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	var req api.SendRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sid := r.PathValue("sid")
+	if req.Stream {
+		st := newStream(w)
+		res, err := cl.Send(r.Context(), sid, req.Input, st.writer("stdout"), st.writer("stderr"))
+		if err != nil {
+			err = agentError(err)
+		}
+		st.finish(s, r, sendResult(res), err)
+		return
+	}
+	var stdout, stderr capped
+	res, err := cl.Send(r.Context(), sid, req.Input, &stdout, &stderr)
+	if err != nil {
+		s.writeError(w, r, agentError(err))
+		return
+	}
+	out := sendResult(res)
+	out.Stdout, out.Stderr = stdout.String(), stderr.String()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func sendResult(res *agent.SendResult) *api.ExecResult {
+	if res == nil {
+		return nil
+	}
+	return &api.ExecResult{State: res.State, ExitCode: res.ExitCode, Error: res.Error}
+}
+
+func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
+	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := cl.CloseSession(r.Context(), r.PathValue("sid")); err != nil {
+		s.writeError(w, r, agentError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// agentError maps an agent's error to an API error.
+func agentError(err error) error {
+	var re *agent.RemoteError
+	if asRemote(err, &re) {
+		switch re.Code {
+		case agent.CodeChecksum:
+			return errdefs.Unavailable("a message to or from the sandbox was damaged in transit").WithCause(err)
+		case agent.CodeBusy:
+			return errdefs.Precondition("%s", re.Message)
+		}
+		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}
+	}
+	return errdefs.Unavailable("the sandbox did not answer").WithCause(err)
+}

@@ -1,0 +1,137 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
+	return &api.Sandbox{
+		ID: sb.ID, Name: sb.Name, State: sb.State, Image: sb.Image, ImageDigest: sb.ImageDigest,
+		Limits:     api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
+		Env:        sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
+		CreatedAt:  sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
+	}
+}
+
+func toAPIOperation(op *store.Operation) api.Operation {
+	o := api.Operation{ID: op.ID, Kind: op.Kind, State: op.State, SandboxID: op.SandboxID,
+		CreatedAt: op.CreatedAt, UpdatedAt: op.UpdatedAt}
+	if op.ErrorCode != "" {
+		o.Error = &api.Error{Code: op.ErrorCode, Message: op.ErrorMessage}
+	}
+	return o
+}
+
+// opResult answers a mutating call: the operation and the sandbox, or the error (which
+// names the operation when there is one).
+func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op *store.Operation, sb *store.Sandbox, err error) {
+	if err != nil {
+		if op != nil {
+			var e *errdefs.Error
+			if d := errdefs.Details(err); d == nil {
+				if ok := asError(err, &e); ok {
+					e.Details = map[string]any{"operation_id": op.ID}
+				} else {
+					err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: "internal error", Cause: err, Details: map[string]any{"operation_id": op.ID}}
+				}
+			}
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	resp := api.OperationResponse{Operation: toAPIOperation(op)}
+	if sb != nil {
+		resp.Sandbox = toAPISandbox(sb)
+		w.Header().Set("ETag", etag(sb.Version))
+	}
+	writeJSON(w, status, resp)
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSandboxRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if c.IfMatch != 0 {
+		s.writeError(w, r, errdefs.Invalid("If-Match does not apply to a create"))
+		return
+	}
+	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{
+		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
+		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles},
+	})
+	s.opResult(w, r, http.StatusCreated, op, sb, err)
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.SandboxFilter{Owner: owner(r), States: q["state"]}
+	for k := range q {
+		if k != "state" && k != "label" {
+			s.writeError(w, r, errdefs.Invalid("unknown query parameter %q; use state and label", k))
+			return
+		}
+	}
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			s.writeError(w, r, errdefs.Invalid("invalid label filter %q: use KEY=VALUE", l))
+			return
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
+	}
+	list, err := s.m.List(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list))}
+	for _, sb := range list {
+		out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(sb.Version))
+	writeJSON(w, http.StatusOK, toAPISandbox(sb))
+}
+
+func (s *Server) terminateSandbox(w http.ResponseWriter, r *http.Request) {
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, sb, err := s.m.Terminate(r.Context(), c, r.PathValue("ref"))
+	s.opResult(w, r, http.StatusOK, op, sb, err)
+}
+
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+	op, err := s.m.Operation(r.Context(), owner(r), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAPIOperation(op))
+}

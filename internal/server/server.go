@@ -1,0 +1,220 @@
+// Package server owns Airlock's HTTP edge: routing, authentication, request decoding,
+// response and error encoding, and streaming. Handlers decode, authorize, call the
+// manager and encode; they hold no sandbox rules and never touch the store, the runtime
+// or the host directly.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+)
+
+// maxBody bounds every JSON request body.
+const maxBody = 1 << 20
+
+// LocalOwner owns everything done through the unix socket.
+const LocalOwner = "local"
+
+// Options configure the server.
+type Options struct {
+	// Tokens maps bearer tokens to owners, for TCP clients.
+	Tokens map[string]string
+	// Version is reported by /v1/status.
+	Version string
+	// StateDir is reported by /v1/status and holds image uploads in progress.
+	StateDir string
+}
+
+// Server is the HTTP API.
+type Server struct {
+	m    *manager.Manager
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+type ctxKey int
+
+const (
+	ownerKey ctxKey = iota
+	localKey
+)
+
+// New builds the server and its routes.
+func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux()}
+	for _, r := range s.routes() {
+		s.mux.HandleFunc(r.pattern, r.handler)
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /v1/status", s.status},
+		{"GET /v1/openapi.yaml", s.openapi},
+		{"POST /v1/sandboxes", s.createSandbox},
+		{"GET /v1/sandboxes", s.listSandboxes},
+		{"GET /v1/sandboxes/{ref}", s.getSandbox},
+		{"DELETE /v1/sandboxes/{ref}", s.terminateSandbox},
+		{"POST /v1/sandboxes/{ref}/exec", s.exec},
+		{"POST /v1/sandboxes/{ref}/sessions", s.startSession},
+		{"GET /v1/sandboxes/{ref}/sessions", s.listSessions},
+		{"POST /v1/sandboxes/{ref}/sessions/{sid}/send", s.send},
+		{"DELETE /v1/sandboxes/{ref}/sessions/{sid}", s.closeSession},
+		{"PUT /v1/sandboxes/{ref}/files", s.upload},
+		{"GET /v1/sandboxes/{ref}/files", s.download},
+		{"DELETE /v1/sandboxes/{ref}/files", s.removeFile},
+		{"GET /v1/sandboxes/{ref}/files/list", s.listFiles},
+		{"GET /v1/sandboxes/{ref}/files/stat", s.statFile},
+		{"POST /v1/sandboxes/{ref}/files/mkdir", s.mkdir},
+		{"POST /v1/sandboxes/{ref}/pty", s.pty},
+		{"GET /v1/operations/{id}", s.getOperation},
+		{"GET /v1/images", s.listImages},
+		{"POST /v1/images", s.importImage},
+		{"DELETE /v1/images/{ref}", s.removeImage},
+	}
+}
+
+// Routes lists "METHOD /path" for every route the server serves.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.routes() {
+		out = append(out, r.pattern)
+	}
+	return out
+}
+
+// ServeHTTP authenticates and dispatches.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	owner, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), ownerKey, owner))
+	s.mux.ServeHTTP(w, r)
+}
+
+// ConnContext marks connections that came through the unix socket; pass it to
+// http.Server.ConnContext.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if _, ok := c.LocalAddr().(*net.UnixAddr); ok {
+		return context.WithValue(ctx, localKey, true)
+	}
+	return ctx
+}
+
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	if local, _ := r.Context().Value(localKey).(bool); local {
+		return LocalOwner, nil
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return "", &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "a bearer token is required (Authorization: Bearer <token>)"}
+	}
+	for t, owner := range s.opts.Tokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 {
+			return owner, nil
+		}
+	}
+	return "", &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the bearer token is not valid"}
+}
+
+func owner(r *http.Request) string {
+	o, _ := r.Context().Value(ownerKey).(string)
+	return o
+}
+
+// decode reads a JSON body strictly: unknown fields, trailing data and oversize bodies
+// are refused.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return errdefs.Invalid("request body is larger than %d bytes", maxBody)
+		case errors.Is(err, io.EOF):
+			return errdefs.Invalid("request body is empty; a JSON object is required")
+		default:
+			return errdefs.Invalid("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+	}
+	if dec.More() {
+		return errdefs.Invalid("invalid request body: more than one JSON value")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// apiError turns any error into the wire shape, logging what the client does not see.
+func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
+	code, status := errdefs.Code(err)
+	if status == http.StatusRequestEntityTooLarge {
+		status = http.StatusRequestEntityTooLarge
+	}
+	if code == "internal" || code == "unavailable" {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+	}
+	return status, api.Error{Code: code, Message: errdefs.Message(err), Details: errdefs.Details(err)}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, e := s.apiError(r, err)
+	writeJSON(w, status, api.ErrorBody{Error: e})
+}
+
+// call reads the Idempotency-Key and If-Match headers of a mutating request.
+func call(r *http.Request) (manager.Call, error) {
+	c := manager.Call{Owner: owner(r), IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	if im := r.Header.Get("If-Match"); im != "" {
+		v, err := strconv.ParseInt(strings.Trim(im, `"`), 10, 64)
+		if err != nil || v <= 0 {
+			return c, errdefs.Invalid("invalid If-Match %q: use the sandbox's ETag, a quoted version number such as \"3\"", im)
+		}
+		c.IfMatch = v
+	}
+	return c, nil
+}
+
+func etag(version int64) string { return fmt.Sprintf("%q", strconv.FormatInt(version, 10)) }
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(api.OpenAPI)
+}

@@ -1,0 +1,163 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	sqlitelib "modernc.org/sqlite/lib"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+const opColumns = `id, kind, owner, sandbox_id, state, idempotency_key, request_hash,
+	result, error_code, error_message, created_at, updated_at`
+
+// opArgs returns op's values in the order of opColumns.
+func opArgs(op *store.Operation) ([]any, error) {
+	result, err := nullJSON("operation result", op.Result)
+	if err != nil {
+		return nil, err
+	}
+	return []any{op.ID, op.Kind, op.Owner, op.SandboxID, op.State, op.IdempotencyKey, op.RequestHash,
+		result, op.ErrorCode, op.ErrorMessage, formatTime(op.CreatedAt), formatTime(op.UpdatedAt)}, nil
+}
+
+func scanOperation(row scanner) (*store.Operation, error) {
+	var (
+		op               store.Operation
+		result           sql.NullString
+		created, updated string
+	)
+	err := row.Scan(&op.ID, &op.Kind, &op.Owner, &op.SandboxID, &op.State, &op.IdempotencyKey,
+		&op.RequestHash, &result, &op.ErrorCode, &op.ErrorMessage, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	op.Result = rawJSON(result)
+	if op.CreatedAt, err = parseTime(created); err != nil {
+		return nil, err
+	}
+	if op.UpdatedAt, err = parseTime(updated); err != nil {
+		return nil, err
+	}
+	return &op, nil
+}
+
+// operationConflict turns a constraint violation on the operations table into
+// ErrAlreadyExists; any other error is returned wrapped with what was being done.
+func operationConflict(err error, op *store.Operation, doing string) error {
+	switch constraintCode(err) {
+	case sqlitelib.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return errdefs.Exists("operation %s already exists", op.ID)
+	case sqlitelib.SQLITE_CONSTRAINT_UNIQUE:
+		return errdefs.Exists("an operation with idempotency key %q already exists for owner %q", op.IdempotencyKey, op.Owner)
+	}
+	return fmt.Errorf("%s operation %s: %w", doing, op.ID, err)
+}
+
+// CreateOperation implements store.Store. The look-up of the idempotency key and the
+// insert share one write transaction, so two requests with the same key cannot both
+// insert.
+func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*store.Operation, error) {
+	args, err := opArgs(op)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+	}
+	defer tx.Rollback()
+
+	if op.IdempotencyKey != "" {
+		prev, err := scanOperation(tx.QueryRowContext(ctx,
+			`SELECT `+opColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
+			op.Owner, op.IdempotencyKey))
+		switch {
+		case err == nil:
+			return prev, errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
+				op.IdempotencyKey, op.Owner)
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO operations (`+opColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
+		return nil, operationConflict(err, op, "create")
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+	}
+	return op, nil
+}
+
+// UpdateOperation implements store.Store; an operation that is not there is
+// ErrNotFound.
+func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error {
+	args, err := opArgs(op)
+	if err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx,
+		`UPDATE operations SET kind = ?, owner = ?, sandbox_id = ?, state = ?, idempotency_key = ?,
+		request_hash = ?, result = ?, error_code = ?, error_message = ?, created_at = ?, updated_at = ?
+		WHERE id = ?`, append(args[1:], op.ID)...)
+	if err != nil {
+		return operationConflict(err, op, "update")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update operation %s: %w", op.ID, err)
+	}
+	if n == 0 {
+		return errdefs.NotFound("operation %s not found", op.ID)
+	}
+	return nil
+}
+
+// GetOperation implements store.Store.
+func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, error) {
+	op, err := scanOperation(s.r.QueryRowContext(ctx, `SELECT `+opColumns+` FROM operations WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("operation %s not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get operation %s: %w", id, err)
+	}
+	return op, nil
+}
+
+// ListOperations implements store.Store, oldest first.
+func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.Operation, error) {
+	q := `SELECT ` + opColumns + ` FROM operations`
+	var args []any
+	if len(states) > 0 {
+		q += " WHERE state IN (?" + strings.Repeat(", ?", len(states)-1) + ")"
+		for _, st := range states {
+			args = append(args, st)
+		}
+	}
+	q += " ORDER BY created_at, rowid"
+
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list operations: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Operation
+	for rows.Next() {
+		op, err := scanOperation(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list operations: %w", err)
+		}
+		out = append(out, op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list operations: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	sqlitelib "modernc.org/sqlite/lib"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// stateTerminated is the one state that frees a sandbox's name; the schema's partial
+// unique index says the same.
+const stateTerminated = "terminated"
+
+// encodeSandbox returns sb as the stored JSON document, its times in UTC.
+func encodeSandbox(sb *store.Sandbox) (string, error) {
+	c := *sb
+	c.CreatedAt = c.CreatedAt.UTC()
+	c.UpdatedAt = c.UpdatedAt.UTC()
+	c.LastActivity = c.LastActivity.UTC()
+	c.ExpiresAt = c.ExpiresAt.UTC()
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", errdefs.Invalid("sandbox %s cannot be stored: %v", sb.ID, err)
+	}
+	return string(b), nil
+}
+
+func scanSandbox(row scanner) (*store.Sandbox, error) {
+	var doc string
+	if err := row.Scan(&doc); err != nil {
+		return nil, err
+	}
+	sb := new(store.Sandbox)
+	if err := json.Unmarshal([]byte(doc), sb); err != nil {
+		return nil, fmt.Errorf("decode stored sandbox: %w", err)
+	}
+	return sb, nil
+}
+
+// sandboxConflict turns a constraint violation on the sandboxes table into
+// ErrAlreadyExists; any other error is returned wrapped with what was being done.
+func sandboxConflict(err error, sb *store.Sandbox, doing string) error {
+	switch constraintCode(err) {
+	case sqlitelib.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return errdefs.Exists("sandbox %s already exists", sb.ID)
+	case sqlitelib.SQLITE_CONSTRAINT_UNIQUE:
+		return errdefs.Exists("a live sandbox named %q already exists for owner %q", sb.Name, sb.Owner)
+	}
+	return fmt.Errorf("%s sandbox %s: %w", doing, sb.ID, err)
+}
+
+// CreateSandbox implements store.Store.
+func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	c := *sb
+	c.Version = 1
+	doc, err := encodeSandbox(&c)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx,
+		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		c.ID, c.Owner, c.Name, c.State, c.Version, formatTime(c.CreatedAt), doc)
+	if err != nil {
+		return sandboxConflict(err, sb, "create")
+	}
+	sb.Version = c.Version
+	return nil
+}
+
+// GetSandbox implements store.Store.
+func (s *Store) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT doc FROM sandboxes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("sandbox %s not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// GetSandboxByName implements store.Store: the live one first, then the terminated
+// one created last.
+func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*store.Sandbox, error) {
+	const q = `SELECT doc FROM sandboxes WHERE owner = ? AND name = ?
+		ORDER BY state = ? ASC, created_at DESC, rowid DESC LIMIT 1`
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, q, owner, name, stateTerminated))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("no sandbox named %q for owner %q", name, owner)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get sandbox %q of %q: %w", name, owner, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes implements store.Store. Labels are matched in SQL against the labels
+// object of the stored document, one EXISTS per pair.
+func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Owner != "" {
+		where = append(where, "owner = ?")
+		args = append(args, f.Owner)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	for k, v := range f.Labels {
+		where = append(where, `EXISTS (SELECT 1 FROM json_each(sandboxes.doc, '$.labels') AS l
+			WHERE l.key = ? AND l.type = 'text' AND l.value = ?)`)
+		args = append(args, k, v)
+	}
+	q := "SELECT doc FROM sandboxes"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at, rowid"
+
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateSandbox implements store.Store as a compare-and-swap on version. On success
+// it sets sb.Version and sb.UpdatedAt to what was stored.
+func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	c := *sb
+	c.Version = sb.Version + 1
+	c.UpdatedAt = time.Now().UTC()
+	doc, err := encodeSandbox(&c)
+	if err != nil {
+		return err
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	defer tx.Rollback()
+
+	res, err := tx.ExecContext(ctx,
+		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?
+		WHERE id = ? AND version = ?`,
+		c.Owner, c.Name, c.State, c.Version, formatTime(c.CreatedAt), doc, sb.ID, sb.Version)
+	if err != nil {
+		return sandboxConflict(err, sb, "update")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	if n == 0 {
+		var stored int64
+		err := tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errdefs.NotFound("sandbox %s not found", sb.ID)
+		}
+		if err != nil {
+			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+		}
+		return errdefs.VersionConflict("sandbox %s is at version %d, not %d", sb.ID, stored, sb.Version)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	sb.Version, sb.UpdatedAt = c.Version, c.UpdatedAt
+	return nil
+}
+
+// DeleteSandbox implements store.Store. Deleting a sandbox that is not there is
+// ErrNotFound.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	if n == 0 {
+		return errdefs.NotFound("sandbox %s not found", id)
+	}
+	return nil
+}

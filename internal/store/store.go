@@ -1,0 +1,132 @@
+// Package store owns the persistence contract of Airlock: the records it keeps
+// (sandboxes, operations, idempotency keys, events) and the Store interface that an
+// embedded SQLite store (store/sqlite) and, later, a Postgres store implement. It knows
+// nothing about HTTP, runc or the sandbox state machine; it only keeps what it is given.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Limits are the resource limits of one sandbox. Zero means "no limit of this kind".
+type Limits struct {
+	CPU       float64 `json:"cpu,omitempty"`        // fractional cores
+	Memory    int64   `json:"memory,omitempty"`     // bytes, no swap
+	PIDs      int64   `json:"pids,omitempty"`       // processes
+	OpenFiles int64   `json:"open_files,omitempty"` // RLIMIT_NOFILE
+	Disk      int64   `json:"disk,omitempty"`       // upper-layer bytes
+}
+
+// Sandbox is the durable record of one sandbox handle.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Name        string            `json:"name"`
+	Owner       string            `json:"owner"`
+	State       string            `json:"state"`
+	Image       string            `json:"image"`
+	ImageDigest string            `json:"image_digest"`
+	Limits      Limits            `json:"limits"`
+	Env         map[string]string `json:"env,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Generation  int64             `json:"generation"`
+	// Version is the optimistic-concurrency version (the ETag); UpdateSandbox bumps it.
+	Version int64 `json:"version"`
+	// UIDBase is the first host uid of the sandbox's own user-namespace range.
+	UIDBase      uint32          `json:"uid_base"`
+	CreatedAt    time.Time       `json:"created_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	LastActivity time.Time       `json:"last_activity"`
+	ExpiresAt    time.Time       `json:"expires_at"` // maximum-lifetime deadline
+	IdleSuspend  time.Duration   `json:"idle_suspend"`
+	TTL          time.Duration   `json:"ttl"`
+	Failure      string          `json:"failure,omitempty"` // why it is failed
+	Extra        json.RawMessage `json:"extra,omitempty"`   // room for later features
+}
+
+// Operation states.
+const (
+	OpPending   = "pending"
+	OpRunning   = "running"
+	OpSucceeded = "succeeded"
+	OpFailed    = "failed"
+)
+
+// Operation is the durable record of one mutating request.
+type Operation struct {
+	ID             string          `json:"id"`
+	Kind           string          `json:"kind"` // create, terminate, suspend, ...
+	Owner          string          `json:"owner"`
+	SandboxID      string          `json:"sandbox_id,omitempty"`
+	State          string          `json:"state"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	RequestHash    string          `json:"request_hash,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	ErrorCode      string          `json:"error_code,omitempty"`
+	ErrorMessage   string          `json:"error_message,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+}
+
+// Event is one state change or limit hit of a sandbox.
+type Event struct {
+	Seq        int64           `json:"seq"` // assigned by the store, strictly increasing
+	SandboxID  string          `json:"sandbox_id"`
+	Generation int64           `json:"generation"`
+	Type       string          `json:"type"`
+	Cause      string          `json:"cause,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	Time       time.Time       `json:"time"`
+}
+
+// SandboxFilter selects sandboxes for ListSandboxes. Empty fields match everything.
+type SandboxFilter struct {
+	Owner  string
+	States []string
+	Labels map[string]string // every pair must match
+}
+
+// EventFilter selects events for ListEvents.
+type EventFilter struct {
+	SandboxID string
+	AfterSeq  int64
+	Limit     int // 0 means a default of 1000
+}
+
+// Store keeps Airlock's records. Every method is safe for concurrent use. Errors wrap
+// the errdefs classes: ErrNotFound, ErrAlreadyExists, ErrVersionConflict.
+type Store interface {
+	// CreateSandbox inserts sb. A live (non-terminated) sandbox with the same owner and
+	// name is ErrAlreadyExists. Version is set to 1.
+	CreateSandbox(ctx context.Context, sb *Sandbox) error
+	// GetSandbox returns the sandbox with this id, or ErrNotFound.
+	GetSandbox(ctx context.Context, id string) (*Sandbox, error)
+	// GetSandboxByName returns the live sandbox of owner with this name; when none is
+	// live, the most recent terminated one; otherwise ErrNotFound.
+	GetSandboxByName(ctx context.Context, owner, name string) (*Sandbox, error)
+	// ListSandboxes returns matching sandboxes ordered by creation time.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
+	// UpdateSandbox writes sb if the stored version equals sb.Version, then bumps
+	// sb.Version by one; otherwise ErrVersionConflict (ErrNotFound if it is gone).
+	UpdateSandbox(ctx context.Context, sb *Sandbox) error
+	// DeleteSandbox removes the record for good.
+	DeleteSandbox(ctx context.Context, id string) error
+
+	// CreateOperation inserts op. When op.IdempotencyKey is set and (owner, key) was
+	// seen before, it returns the existing operation and ErrAlreadyExists instead.
+	CreateOperation(ctx context.Context, op *Operation) (*Operation, error)
+	// UpdateOperation overwrites op (by id).
+	UpdateOperation(ctx context.Context, op *Operation) error
+	// GetOperation returns the operation with this id, or ErrNotFound.
+	GetOperation(ctx context.Context, id string) (*Operation, error)
+	// ListOperations returns operations in any of the given states (all when empty).
+	ListOperations(ctx context.Context, states ...string) ([]*Operation, error)
+
+	// AppendEvent stores ev and sets ev.Seq.
+	AppendEvent(ctx context.Context, ev *Event) error
+	// ListEvents returns matching events in Seq order.
+	ListEvents(ctx context.Context, f EventFilter) ([]*Event, error)
+
+	Close() error
+}
