@@ -1,0 +1,277 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+)
+
+// fakeDriver is an in-memory runtime.Driver for testing the manager's rules.
+type fakeDriver struct {
+	mu       sync.Mutex
+	running  map[string]bool
+	leftover map[string]bool // resources without a container
+	deleted  []string
+	failNext error
+}
+
+var _ runtime.Driver = (*fakeDriver)(nil)
+
+func newFake() *fakeDriver {
+	return &fakeDriver{running: map[string]bool{}, leftover: map[string]bool{}}
+}
+
+func (f *fakeDriver) Start(_ context.Context, s runtime.Spec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		f.leftover[s.ID] = true // a half-made start the manager must clean
+		return err
+	}
+	f.running[s.ID] = true
+	return nil
+}
+
+func (f *fakeDriver) Stop(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.running, id)
+	return nil
+}
+
+func (f *fakeDriver) Delete(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.running, id)
+	delete(f.leftover, id)
+	f.deleted = append(f.deleted, id)
+	return nil
+}
+
+func (f *fakeDriver) Status(_ context.Context, id string) (runtime.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running[id] {
+		return runtime.StatusRunning, nil
+	}
+	return runtime.StatusAbsent, nil
+}
+
+func (f *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) { return runtime.Stats{}, nil }
+func (f *fakeDriver) AgentSocket(id string) string                         { return "/nonexistent/" + id }
+
+func (f *fakeDriver) List(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.running {
+		ids = append(ids, id)
+	}
+	for id := range f.leftover {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func newTestManager(t *testing.T) (*Manager, *fakeDriver, store.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	imgs, err := image.Open(filepath.Join(dir, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := newFake()
+	return New(DefaultConfig(), st, fd, imgs, nil), fd, st
+}
+
+var local = Call{Owner: "local"}
+
+func TestCreateRefusesBadInputAndChangesNothing(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		req  CreateRequest
+		want error
+	}{
+		{"uppercase name", CreateRequest{Name: "Bad"}, errdefs.ErrInvalidArgument},
+		{"leading dash", CreateRequest{Name: "-a"}, errdefs.ErrInvalidArgument},
+		{"too long", CreateRequest{Name: string(make([]byte, 64))}, errdefs.ErrInvalidArgument},
+		{"id prefix", CreateRequest{Name: "sb_x"}, errdefs.ErrInvalidArgument},
+		{"unknown image", CreateRequest{Name: "a", Image: "nope"}, errdefs.ErrNotFound},
+		{"negative cpu", CreateRequest{Name: "a", Limits: store.Limits{CPU: -1}}, errdefs.ErrInvalidArgument},
+		{"absurd cpu", CreateRequest{Name: "a", Limits: store.Limits{CPU: 1000}}, errdefs.ErrInvalidArgument},
+		{"tiny memory", CreateRequest{Name: "a", Limits: store.Limits{Memory: 1}}, errdefs.ErrInvalidArgument},
+		{"bad env", CreateRequest{Name: "a", Env: map[string]string{"1X": "y"}}, errdefs.ErrInvalidArgument},
+		{"bad label", CreateRequest{Name: "a", Labels: map[string]string{"": "y"}}, errdefs.ErrInvalidArgument},
+		{"bad lifetime", CreateRequest{Name: "a", MaxLifetime: "1s"}, errdefs.ErrInvalidArgument},
+	}
+	for _, c := range cases {
+		_, _, err := m.Create(ctx, local, c.req)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: err = %v; want %v", c.name, err, c.want)
+		}
+	}
+	if list, _ := st.ListSandboxes(ctx, store.SandboxFilter{}); len(list) != 0 {
+		t.Errorf("bad input left %d sandboxes", len(list))
+	}
+	if ops, _ := st.ListOperations(ctx); len(ops) != 0 {
+		t.Errorf("bad input left %d operations", len(ops))
+	}
+	if ids, _ := fd.List(ctx); len(ids) != 0 {
+		t.Errorf("bad input made host resources %v", ids)
+	}
+}
+
+func TestCreateRollsBackAFailedStart(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	fd.failNext = errors.New("runc exploded")
+	op, _, err := m.Create(ctx, local, CreateRequest{Name: "a"})
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("err = %v; want unavailable", err)
+	}
+	if op == nil || op.State != store.OpFailed {
+		t.Fatalf("op = %+v; want a failed operation", op)
+	}
+	if ids, _ := fd.List(ctx); len(ids) != 0 {
+		t.Errorf("rollback left host resources %v", ids)
+	}
+	if list, _ := st.ListSandboxes(ctx, store.SandboxFilter{}); len(list) != 0 {
+		t.Errorf("rollback left a record: %+v", list[0])
+	}
+	// The name is free again.
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
+		t.Fatalf("create after rollback: %v", err)
+	}
+}
+
+func TestIdempotencyAndIfMatch(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	ctx := context.Background()
+	c := Call{Owner: "local", IdempotencyKey: "k1"}
+	op1, sb1, err := m.Create(ctx, c, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op2, sb2, err := m.Create(ctx, c, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if op2.ID != op1.ID || sb2.ID != sb1.ID {
+		t.Errorf("replay gave op %s sandbox %s; want %s %s", op2.ID, sb2.ID, op1.ID, sb1.ID)
+	}
+	if _, _, err := m.Create(ctx, c, CreateRequest{Name: "b"}); !errors.Is(err, errdefs.ErrIdempotencyConflict) {
+		t.Errorf("same key, other body: err = %v; want idempotency conflict", err)
+	}
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("duplicate name: err = %v; want already exists", err)
+	}
+	stale := Call{Owner: "local", IfMatch: sb1.Version - 1}
+	if _, _, err := m.Terminate(ctx, stale, "a"); !errors.Is(err, errdefs.ErrVersionConflict) {
+		t.Errorf("stale If-Match: err = %v; want version conflict", err)
+	}
+	if got, _ := m.Resolve(ctx, "local", "a"); got.State != Running {
+		t.Errorf("after a refused terminate the state is %s; want running", got.State)
+	}
+	if _, sb, err := m.Terminate(ctx, Call{Owner: "local", IfMatch: sb1.Version}, "a"); err != nil || sb.State != Terminated {
+		t.Fatalf("terminate: %v, %+v", err, sb)
+	}
+	if _, err := m.Resolve(ctx, "other", sb1.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another owner resolved the sandbox: %v", err)
+	}
+}
+
+func TestRecover(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	_, keep, _ := m.Create(ctx, local, CreateRequest{Name: "keep"})
+	_, dead, _ := m.Create(ctx, local, CreateRequest{Name: "dead"})
+	fd.Stop(ctx, dead.ID) // its container ended while "the daemon was down"
+	half := &store.Sandbox{ID: "sb_half", Name: "half", Owner: "local", State: Creating, UIDBase: 1 << 29}
+	if err := st.CreateSandbox(ctx, half); err != nil {
+		t.Fatal(err)
+	}
+	fd.leftover["sb_half"] = true
+	fd.leftover["sb_orphan"] = true
+	stuck := &store.Operation{ID: "op_stuck", Kind: "create", Owner: "local", State: store.OpRunning}
+	if _, err := st.CreateOperation(ctx, stuck); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := New(DefaultConfig(), st, fd, m.images, nil)
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.GetSandbox(ctx, keep.ID); got.State != Running {
+		t.Errorf("live sandbox state = %s; want running (reattached)", got.State)
+	}
+	if got, _ := st.GetSandbox(ctx, dead.ID); got.State != Terminated || got.Failure == "" {
+		t.Errorf("ended sandbox = %s (%q); want terminated with a reason", got.State, got.Failure)
+	}
+	if _, err := st.GetSandbox(ctx, "sb_half"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("interrupted create still has a record (err %v)", err)
+	}
+	ids, _ := fd.List(ctx)
+	if len(ids) != 1 || ids[0] != keep.ID {
+		t.Errorf("host resources after recover = %v; want only %s", ids, keep.ID)
+	}
+	if op, _ := st.GetOperation(ctx, "op_stuck"); op.State != store.OpFailed {
+		t.Errorf("interrupted operation state = %s; want failed", op.State)
+	}
+	// The slot of the live sandbox stays taken.
+	base, _ := m2.allocSlot("sb_new")
+	if base == keep.UIDBase {
+		t.Errorf("recovered manager handed out a uid range still in use")
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	cases := []struct {
+		from, to string
+		ok       bool
+	}{
+		{Creating, Running, true}, {Running, Terminating, true}, {Terminating, Terminated, true},
+		{Running, Suspending, true}, {Suspended, Resuming, true},
+		{Terminated, Running, false}, {Suspended, Running, false}, {Creating, Suspended, false},
+	}
+	for _, c := range cases {
+		err := transition(c.from, c.to)
+		if (err == nil) != c.ok {
+			t.Errorf("%s -> %s: err = %v; want allowed=%v", c.from, c.to, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("%s -> %s: error is not a failed precondition", c.from, c.to)
+		}
+	}
+}
+
+var nameOracle = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"a", "demo-1", "-a", "A", "sb_1", "a--b", "", "ä"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := ValidateName(name)
+		ok := nameOracle.MatchString(name) && len(name) <= 63
+		if (err == nil) != ok {
+			t.Fatalf("ValidateName(%q) = %v; oracle says valid=%v", name, err, ok)
+		}
+	})
+}

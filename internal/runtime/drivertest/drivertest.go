@@ -1,0 +1,154 @@
+// Package drivertest is the conformance suite every runtime.Driver runs: start, agent
+// reachability, stats, stop keeping the upper layer, restart, delete, failed starts that
+// leave nothing, listing and (when supported) freezing. It must not depend on any one
+// driver's internals.
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/runtime"
+)
+
+// Harness gives the suite a driver and specs that run on it.
+type Harness struct {
+	Driver runtime.Driver
+	// Spec returns a runnable spec for a new sandbox id.
+	Spec func(id string) runtime.Spec
+	// Leftovers lists host resources (mounts, directories...) of id that the driver
+	// should have removed; empty means clean.
+	Leftovers func(id string) []string
+}
+
+var seq atomic.Int64
+
+func newID(t *testing.T) string {
+	return fmt.Sprintf("sbtest%d%d", time.Now().UnixNano()%100000, seq.Add(1))
+}
+
+// Run runs the suite.
+func Run(t *testing.T, h Harness) {
+	ctx := context.Background()
+	d := h.Driver
+
+	run := func(t *testing.T, id string) {
+		t.Helper()
+		t.Cleanup(func() { d.Delete(context.Background(), id) })
+		if err := d.Start(ctx, h.Spec(id)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+	}
+	exec := func(t *testing.T, id, shell string) string {
+		t.Helper()
+		var out bytes.Buffer
+		cl := agent.Client{Socket: d.AgentSocket(id)}
+		res, err := cl.Exec(ctx, agent.ExecSpec{Shell: shell}, nil, &out, &out)
+		if err != nil {
+			t.Fatalf("exec %q: %v", shell, err)
+		}
+		if res.State != agent.StateSucceeded {
+			t.Fatalf("exec %q: state %s exit %d: %s", shell, res.State, res.ExitCode, out.String())
+		}
+		return out.String()
+	}
+
+	t.Run("StartStatusStatsDelete", func(t *testing.T) {
+		id := newID(t)
+		run(t, id)
+		if st, err := d.Status(ctx, id); err != nil || st != runtime.StatusRunning {
+			t.Fatalf("Status after Start = %q, %v; want running", st, err)
+		}
+		if err := (&agent.Client{Socket: d.AgentSocket(id)}).Ping(ctx); err != nil {
+			t.Fatalf("agent ping: %v", err)
+		}
+		stats, err := d.Stats(ctx, id)
+		if err != nil || stats.MemoryBytes <= 0 || stats.PIDs < 1 {
+			t.Fatalf("Stats = %+v, %v; want memory > 0 and pids >= 1", stats, err)
+		}
+		ids, err := d.List(ctx)
+		if err != nil || !slices.Contains(ids, id) {
+			t.Fatalf("List = %v, %v; want it to contain %s", ids, err, id)
+		}
+		if err := d.Delete(ctx, id); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if st, _ := d.Status(ctx, id); st != runtime.StatusAbsent {
+			t.Fatalf("Status after Delete = %q; want absent", st)
+		}
+		ids, _ = d.List(ctx)
+		if slices.Contains(ids, id) {
+			t.Fatalf("List after Delete still has %s", id)
+		}
+		if left := h.Leftovers(id); len(left) > 0 {
+			t.Fatalf("left after Delete: %v", left)
+		}
+	})
+
+	t.Run("StopKeepsUpperLayer", func(t *testing.T) {
+		id := newID(t)
+		run(t, id)
+		exec(t, id, "echo kept > /root/file && echo gone > /tmp/file")
+		if err := d.Stop(ctx, id); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if st, _ := d.Status(ctx, id); st != runtime.StatusAbsent {
+			t.Fatalf("Status after Stop = %q; want absent", st)
+		}
+		if err := d.Start(ctx, h.Spec(id)); err != nil {
+			t.Fatalf("Start again: %v", err)
+		}
+		if got := exec(t, id, "cat /root/file; ls /tmp | wc -l"); got != "kept\n0\n" {
+			t.Fatalf("after restart got %q; want the /root write kept and /tmp empty", got)
+		}
+	})
+
+	t.Run("FailedStartLeavesNothing", func(t *testing.T) {
+		id := newID(t)
+		spec := h.Spec(id)
+		spec.Layers = append(spec.Layers, "/nonexistent/layer")
+		if err := d.Start(ctx, spec); err == nil {
+			d.Delete(ctx, id)
+			t.Fatal("Start with a missing layer succeeded")
+		}
+		if st, _ := d.Status(ctx, id); st != runtime.StatusAbsent {
+			t.Fatalf("Status after a failed Start = %q; want absent", st)
+		}
+		d.Delete(ctx, id)
+		if left := h.Leftovers(id); len(left) > 0 {
+			t.Fatalf("left after a failed Start: %v", left)
+		}
+	})
+
+	t.Run("DeleteIsIdempotent", func(t *testing.T) {
+		id := newID(t)
+		if err := d.Delete(ctx, id); err != nil {
+			t.Fatalf("Delete of an unknown id: %v", err)
+		}
+	})
+
+	if fz, ok := d.(runtime.Freezer); ok {
+		t.Run("FreezeThaw", func(t *testing.T) {
+			id := newID(t)
+			run(t, id)
+			if err := fz.Freeze(ctx, id); err != nil {
+				t.Fatalf("Freeze: %v", err)
+			}
+			if st, _ := d.Status(ctx, id); st != runtime.StatusPaused {
+				t.Fatalf("Status when frozen = %q; want paused", st)
+			}
+			if err := fz.Thaw(ctx, id); err != nil {
+				t.Fatalf("Thaw: %v", err)
+			}
+			if got := exec(t, id, "echo alive"); got != "alive\n" {
+				t.Fatalf("after thaw got %q", got)
+			}
+		})
+	}
+}

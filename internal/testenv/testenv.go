@@ -1,0 +1,256 @@
+// Package testenv owns the harness of Airlock's tests that need the real host parts:
+// root, runc, overlayfs, cgroups and namespaces. It builds the airlock binary once per
+// test process, starts a whole node (store, images, driver, manager, HTTP server on a
+// unix socket) in a private state directory and cgroup parent, and at the end removes
+// every sandbox and asserts that nothing was left behind. Tests that cannot run here
+// skip with a reason, except in CI (CI=true), where they fail.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+)
+
+// InCI reports whether the tests run in CI, where missing host parts are failures.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// RequireHost skips (or, in CI, fails) unless root and runc are available.
+func RequireHost(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		missing = append(missing, "runc (apt-get install -y runc)")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "needs " + strings.Join(missing, " and ")
+	if InCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/airlock (static) once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "airlock-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "airlock")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/airlock")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Node is a whole Airlock node running in the test process.
+type Node struct {
+	Dir          string
+	Socket       string
+	CgroupParent string
+	Store        store.Store
+	Images       *image.Store
+	Driver       *oci.Driver
+	Manager      *manager.Manager
+	Server       *server.Server
+	Client       *client.Client
+}
+
+// Options adjust a node.
+type Options struct {
+	Config func(*manager.Config)
+}
+
+// NewNode starts a node; its cleanup terminates every sandbox and fails the test if any
+// container, mount, cgroup or directory is left.
+func NewNode(t testing.TB, opts ...Options) *Node {
+	t.Helper()
+	RequireHost(t)
+	bin := Binary(t)
+	// Short paths: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("/tmp", "al-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	n := &Node{Dir: dir, Socket: filepath.Join(dir, "api.sock"), CgroupParent: "airlock-test-" + filepath.Base(dir)}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
+		t.Fatal(err)
+	}
+	if n.Images, err = image.Open(filepath.Join(dir, "images")); err != nil {
+		t.Fatal(err)
+	}
+	n.Driver, err = oci.New(oci.Options{Root: filepath.Join(dir, "sb"), RuncRoot: filepath.Join(dir, "runc"),
+		AgentBinary: bin, CgroupParent: n.CgroupParent, TmpfsBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := manager.DefaultConfig()
+	cfg.MaxLimits.OpenFiles = n.Driver.MaxOpenFiles()
+	cfg.DefaultLimits.Memory = 256 << 20
+	for _, o := range opts {
+		if o.Config != nil {
+			o.Config(&cfg)
+		}
+	}
+	n.Manager = manager.New(cfg, n.Store, n.Driver, n.Images, log)
+	if err := n.Manager.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.Manager.Start()
+	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir}, log)
+	ln, err := net.Listen("unix", n.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: n.Server, ConnContext: server.ConnContext}
+	go hs.Serve(ln)
+	if n.Client, err = client.New(client.Options{Socket: n.Socket}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		hs.Close()
+		list, _ := n.Store.ListSandboxes(ctx, store.SandboxFilter{})
+		for _, sb := range list {
+			if sb.State != manager.Terminated {
+				if _, _, err := n.Manager.Terminate(ctx, manager.Call{Owner: sb.Owner}, sb.ID); err != nil {
+					t.Errorf("terminate %s: %v", sb.Name, err)
+				}
+			}
+		}
+		n.Manager.Close()
+		n.Store.Close()
+		n.AssertNoLeaks(t)
+		os.RemoveAll(dir)
+	})
+	return n
+}
+
+// AssertNoLeaks fails the test if the node's driver still has any sandbox resource.
+func (n *Node) AssertNoLeaks(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	ids, err := n.Driver.List(ctx)
+	if err != nil {
+		t.Errorf("list driver resources: %v", err)
+	}
+	if len(ids) > 0 {
+		t.Errorf("sandbox resources left on the host: %v", ids)
+		for _, id := range ids {
+			n.Driver.Delete(ctx, id)
+		}
+	}
+	if m := MountsUnder(n.Dir); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	for _, d := range CgroupDirs(n.CgroupParent) {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if e.IsDir() {
+				t.Errorf("cgroup left: %s", filepath.Join(d, e.Name()))
+			}
+		}
+		os.Remove(d)
+	}
+}
+
+// Create makes a sandbox through the API and fails the test on error.
+func (n *Node) Create(t testing.TB, req api.CreateSandboxRequest) *api.Sandbox {
+	t.Helper()
+	resp, err := n.Client.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create %s: %v", req.Name, err)
+	}
+	return resp.Sandbox
+}
+
+// Exec runs a shell command and returns its result, failing the test on an API error.
+func (n *Node) Exec(t testing.TB, ref, shell string) *api.ExecResult {
+	t.Helper()
+	res, err := n.Client.Exec(context.Background(), ref, api.ExecRequest{Shell: shell, Timeout: "60s"})
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", shell, ref, err)
+	}
+	return res
+}
+
+// MountsUnder lists mount points at or below dir.
+func MountsUnder(dir string) []string {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// CgroupDirs lists the host directories of a cgroup parent in every hierarchy.
+func CgroupDirs(parent string) []string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return []string{filepath.Join("/sys/fs/cgroup", parent)}
+	}
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	var out []string
+	for _, e := range entries {
+		d := filepath.Join("/sys/fs/cgroup", e.Name(), parent)
+		if _, err := os.Stat(d); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
