@@ -19,6 +19,8 @@ type CreateRequest struct {
 	Env         map[string]string `json:"env"`
 	Labels      map[string]string `json:"labels"`
 	MaxLifetime string            `json:"max_lifetime"`
+	IdleSuspend string            `json:"idle_suspend"`
+	TTL         string            `json:"ttl"`
 }
 
 // opTimeout bounds the host work of one operation, whoever waits for it.
@@ -47,6 +49,14 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err != nil {
 		return nil, nil, err
 	}
+	idle, err := resolveDuration("idle_suspend", req.IdleSuspend, m.cfg.DefaultIdleSuspend, m.cfg.MinIdleSuspend, 30*24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	ttl, err := resolveDuration("ttl", req.TTL, m.cfg.DefaultTTL, time.Minute, 365*24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
 	img, err := m.images.Get(req.Image)
 	if err != nil {
 		return nil, nil, err
@@ -67,12 +77,20 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
+		IdleSuspend: idle, TTL: ttl,
 	}
 	op.SandboxID = sb.ID
-	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
+	release, err := m.reserveLive(ctx, call.Owner)
+	if err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
-	if err := m.store.CreateSandbox(ctx, sb); err != nil {
+	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
+		release()
+		return op, nil, m.finishOp(op, "", err)
+	}
+	err = m.store.CreateSandbox(ctx, sb)
+	release()
+	if err != nil {
 		m.freeSlot(sb.UIDBase)
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			err = errdefs.Exists("a sandbox named %q already exists", req.Name)
@@ -177,4 +195,37 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 	delete(m.activity, sb.ID)
 	m.mu.Unlock()
 	return m.setState(ctx, sb, Terminated, cause)
+}
+
+// reserveLive holds one of owner's live-sandbox slots until the new sandbox's record
+// exists (then the record counts), so concurrent creates cannot both take the last slot.
+func (m *Manager) reserveLive(ctx context.Context, owner string) (release func(), err error) {
+	m.mu.Lock()
+	pending := m.pending[owner]
+	m.pending[owner]++
+	m.mu.Unlock()
+	release = func() {
+		m.mu.Lock()
+		if m.pending[owner]--; m.pending[owner] == 0 {
+			delete(m.pending, owner)
+		}
+		m.mu.Unlock()
+	}
+	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	live := 0
+	for _, sb := range list {
+		if sb.State != Terminated {
+			live++
+		}
+	}
+	if m.cfg.LiveCap > 0 && live+pending >= m.cfg.LiveCap {
+		release()
+		return nil, errdefs.Quota("owner %q already has %d live sandboxes, the cap is %d; terminate one first", owner, live+pending, m.cfg.LiveCap).
+			WithDetails(map[string]any{"cap": m.cfg.LiveCap, "live": live + pending})
+	}
+	return release, nil
 }

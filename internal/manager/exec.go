@@ -31,11 +31,10 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if sb.State != Running {
-		return nil, sb, errdefs.Precondition("sandbox %q is %s, not running", sb.Name, sb.State).
-			WithDetails(map[string]any{"state": sb.State})
-	}
 	m.touch(sb.ID)
+	if sb, err = m.ensureRunning(ctx, sb); err != nil {
+		return nil, sb, err
+	}
 	return &agent.Client{Socket: m.driver.AgentSocket(sb.ID)}, sb, nil
 }
 
@@ -104,22 +103,31 @@ func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {
 	return errdefs.Unavailable("sandbox %q did not answer", sb.Name).WithCause(err)
 }
 
-// ended records that a sandbox's container is gone on its own (its maximum lifetime
-// passed, or it died) and removes what is left of it.
+// ended records that a sandbox's container is gone on its own. Past its maximum
+// lifetime the sandbox is terminated; otherwise (the agent died, the host rebooted) it
+// becomes suspended with its upper layer intact, and the next call resumes it.
 func (m *Manager) ended(ctx context.Context, id, why string) {
 	unlock := m.locks.lock(id)
 	defer unlock()
 	sb, err := m.store.GetSandbox(ctx, id)
-	if err != nil || sb.State == Terminated {
+	if err != nil || sb.State != Running {
 		return
 	}
-	cause := "ended"
+	m.containerGone(ctx, sb, why)
+}
+
+// containerGone handles a running sandbox without a container; the caller holds its lock.
+func (m *Manager) containerGone(ctx context.Context, sb *store.Sandbox, why string) {
 	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
-		cause, why = "max_lifetime", "the sandbox reached its maximum lifetime"
+		sb.Failure = "the sandbox reached its maximum lifetime"
+		if err := m.terminate(ctx, sb, "max_lifetime"); err != nil {
+			m.log.Warn("clean up expired sandbox", "sandbox", sb.ID, "err", err)
+		}
+		return
 	}
-	sb.Failure = why
-	if err := m.terminate(ctx, sb, cause); err != nil {
-		m.log.Warn("clean up ended sandbox", "sandbox", id, "err", err)
+	m.event(sb, "container_gone", "ended", map[string]string{"reason": why})
+	if err := m.suspend(ctx, sb, "container_gone"); err != nil {
+		m.log.Warn("keep sandbox whose container ended", "sandbox", sb.ID, "err", err)
 	}
 }
 

@@ -29,6 +29,14 @@ type Config struct {
 	MaxLimits store.Limits
 	// DefaultMaxLifetime and MaxMaxLifetime bound a sandbox's lifetime.
 	DefaultMaxLifetime, MaxMaxLifetime time.Duration
+	// DefaultIdleSuspend, MinIdleSuspend: how long without inbound traffic before a
+	// sandbox suspends on its own, and the smallest value an API caller may ask for
+	// (only daemon configuration may lower it, for tests).
+	DefaultIdleSuspend, MinIdleSuspend time.Duration
+	// DefaultTTL is how long a suspended sandbox is kept.
+	DefaultTTL time.Duration
+	// LiveCap is how many live (not terminated) sandboxes one owner may hold.
+	LiveCap int
 	// UIDBase is the first host uid handed to sandboxes; each gets 65536 ids.
 	UIDBase uint32
 	// UIDSlots is how many sandbox uid ranges exist.
@@ -42,6 +50,10 @@ func DefaultConfig() Config {
 		MaxLimits:          store.Limits{CPU: 64, Memory: 256 << 30, PIDs: 1 << 20, OpenFiles: 1 << 20},
 		DefaultMaxLifetime: 8 * time.Hour,
 		MaxMaxLifetime:     30 * 24 * time.Hour,
+		DefaultIdleSuspend: 10 * time.Minute,
+		MinIdleSuspend:     time.Minute,
+		DefaultTTL:         7 * 24 * time.Hour,
+		LiveCap:            100,
 		UIDBase:            1 << 20,
 		UIDSlots:           4096,
 	}
@@ -61,6 +73,7 @@ type Manager struct {
 	mu       sync.Mutex
 	slots    map[uint32]string    // uid base -> sandbox id
 	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
+	pending  map[string]int       // owner -> creates between the cap check and their record
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -75,7 +88,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
-		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{},
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, pending: map[string]int{},
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -83,12 +96,12 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 // SetClock replaces the manager's clock (tests).
 func (m *Manager) SetClock(now func() time.Time) { m.now = now }
 
-// Start launches the background loops (activity flush).
+// Start launches the background loops: activity flush and the timers.
 func (m *Manager) Start() {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(5 * time.Second)
+		t := time.NewTicker(sweepEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -97,6 +110,7 @@ func (m *Manager) Start() {
 				return
 			case <-t.C:
 				m.flushActivity(m.ctx)
+				m.sweep(m.ctx)
 			}
 		}
 	}()

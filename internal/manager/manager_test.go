@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
@@ -202,7 +203,9 @@ func TestRecover(t *testing.T) {
 	ctx := context.Background()
 	_, keep, _ := m.Create(ctx, local, CreateRequest{Name: "keep"})
 	_, dead, _ := m.Create(ctx, local, CreateRequest{Name: "dead"})
-	fd.Stop(ctx, dead.ID) // its container ended while "the daemon was down"
+	_, expired, _ := m.Create(ctx, local, CreateRequest{Name: "expired", MaxLifetime: "1m"})
+	fd.Stop(ctx, dead.ID) // their containers ended while "the daemon was down"
+	fd.Stop(ctx, expired.ID)
 	half := &store.Sandbox{ID: "sb_half", Name: "half", Owner: "local", State: Creating, UIDBase: 1 << 29}
 	if err := st.CreateSandbox(ctx, half); err != nil {
 		t.Fatal(err)
@@ -215,14 +218,18 @@ func TestRecover(t *testing.T) {
 	}
 
 	m2 := New(DefaultConfig(), st, fd, m.images, nil)
+	m2.SetClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
 	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := st.GetSandbox(ctx, keep.ID); got.State != Running {
 		t.Errorf("live sandbox state = %s; want running (reattached)", got.State)
 	}
-	if got, _ := st.GetSandbox(ctx, dead.ID); got.State != Terminated || got.Failure == "" {
-		t.Errorf("ended sandbox = %s (%q); want terminated with a reason", got.State, got.Failure)
+	if got, _ := st.GetSandbox(ctx, dead.ID); got.State != Suspended {
+		t.Errorf("sandbox whose container ended = %s; want suspended (its upper layer kept)", got.State)
+	}
+	if got, _ := st.GetSandbox(ctx, expired.ID); got.State != Terminated || got.Failure == "" {
+		t.Errorf("expired sandbox = %s (%q); want terminated with a reason", got.State, got.Failure)
 	}
 	if _, err := st.GetSandbox(ctx, "sb_half"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("interrupted create still has a record (err %v)", err)

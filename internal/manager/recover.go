@@ -75,6 +75,17 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 		if err := m.terminate(ctx, sb, "recover"); err != nil {
 			log.Warn("retry delete", "err", err)
 		}
+	case Suspending:
+		if err := m.suspend(ctx, sb, "recover"); err != nil {
+			log.Warn("finish interrupted suspend", "err", err)
+		}
+	case Resuming:
+		// The resume did not finish: put it back to suspended; the next call resumes it.
+		if err := m.driver.Stop(ctx, sb.ID); err != nil {
+			log.Warn("undo interrupted resume", "err", err)
+			return
+		}
+		m.setState(ctx, sb, Suspended, "recover")
 	case Running:
 		st, err := m.driver.Status(ctx, sb.ID)
 		if err != nil {
@@ -85,12 +96,6 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			log.Info("reattached")
 			return
 		}
-		sb.Failure = "the sandbox's container ended while the daemon was down"
-		if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
-			sb.Failure = "the sandbox reached its maximum lifetime"
-		}
-		if err := m.terminate(ctx, sb, "recover"); err != nil {
-			log.Warn("clean up ended sandbox", "err", err)
-		}
+		m.containerGone(ctx, sb, "the sandbox's container ended while the daemon was down")
 	}
 }

@@ -136,3 +136,18 @@ func envList(base []string, env map[string]string) []string {
 	}
 	return out
 }
+
+// resolveDuration reads an optional duration field within [lo, hi].
+func resolveDuration(field, s string, def, lo, hi time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errdefs.Invalid("invalid %s %q: use a duration such as 10m or 24h", field, s)
+	}
+	if d < lo || d > hi {
+		return 0, errdefs.Invalid("%s %s is out of range: from %s to %s", field, d, lo, hi)
+	}
+	return d, nil
+}

@@ -41,6 +41,7 @@ type Sandbox struct {
 	ExpiresAt    time.Time       `json:"expires_at"` // maximum-lifetime deadline
 	IdleSuspend  time.Duration   `json:"idle_suspend"`
 	TTL          time.Duration   `json:"ttl"`
+	SuspendedAt  time.Time       `json:"suspended_at,omitempty"` // when it last became suspended
 	Failure      string          `json:"failure,omitempty"` // why it is failed
 	Extra        json.RawMessage `json:"extra,omitempty"`   // room for later features
 }

@@ -1,0 +1,30 @@
+# Airlock: build, demo, test, bench, lint. Everything that needs root says so.
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+.PHONY: build demo test test-short bench lint deps
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/airlock ./cmd/airlock
+
+deps:
+	bash scripts/deps.sh
+
+# Builds, starts the daemon on its embedded default and runs a Python sandbox (root).
+demo:
+	bash scripts/demo.sh
+
+# The whole suite: unit tests and the ones that drive real runc, overlayfs and cgroups (root).
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -count=1 -short ./...
+
+bench: build
+	bash bench/run.sh
+
+lint:
+	gofmt -l . | (! grep .)
+	$(GO) vet ./...

@@ -1,0 +1,190 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Suspend stops a sandbox's compute and keeps its handle and upper layer. It is
+// idempotent and returns once the kept state is safe and the container is gone.
+func (m *Manager) Suspend(ctx context.Context, call Call, ref string) (*store.Operation, *store.Sandbox, error) {
+	return m.lifecycleOp(ctx, call, ref, "suspend", func(ctx context.Context, sb *store.Sandbox) error {
+		return m.suspend(ctx, sb, "suspend")
+	})
+}
+
+// Resume starts a fresh container behind a suspended sandbox (generation + 1).
+func (m *Manager) Resume(ctx context.Context, call Call, ref string) (*store.Operation, *store.Sandbox, error) {
+	return m.lifecycleOp(ctx, call, ref, "resume", func(ctx context.Context, sb *store.Sandbox) error {
+		return m.resume(ctx, sb, "resume")
+	})
+}
+
+// lifecycleOp wraps one state change of an existing sandbox in a durable operation that
+// honours Idempotency-Key and If-Match.
+func (m *Manager) lifecycleOp(ctx context.Context, call Call, ref, kind string, do func(context.Context, *store.Sandbox) error) (*store.Operation, *store.Sandbox, error) {
+	sb, err := m.Resolve(ctx, call.Owner, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if call.IfMatch != 0 && call.IfMatch != sb.Version {
+		return nil, nil, errdefs.VersionConflict("sandbox %q is at version %d, not %d", sb.Name, sb.Version, call.IfMatch).
+			WithDetails(map[string]any{"version": sb.Version})
+	}
+	op, replay, err := m.beginOp(ctx, call, kind, sb.ID, map[string]string{"sandbox": sb.ID})
+	if err != nil {
+		return nil, nil, err
+	}
+	if replay {
+		return m.replayed(ctx, op)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	unlock := m.locks.lock(sb.ID)
+	defer unlock()
+	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+		return op, nil, m.finishOp(op, "", err)
+	}
+	err = do(ctx, sb)
+	return op, sb, m.finishOp(op, sb.ID, err)
+}
+
+// suspend does the work; the caller holds the sandbox's lock.
+func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) error {
+	switch sb.State {
+	case Suspended:
+		return nil
+	case Running, Suspending:
+	default:
+		return errdefs.Precondition("sandbox %q is %s; only a running sandbox can be suspended", sb.Name, sb.State).
+			WithDetails(map[string]any{"state": sb.State})
+	}
+	if sb.State != Suspending {
+		if err := m.setState(ctx, sb, Suspending, cause); err != nil {
+			return err
+		}
+	}
+	if err := m.driver.Stop(ctx, sb.ID); err != nil {
+		return errdefs.Unavailable("sandbox %q could not be suspended", sb.Name).WithCause(err)
+	}
+	sb.SuspendedAt = m.now()
+	return m.setState(ctx, sb, Suspended, cause)
+}
+
+// resume does the work; the caller holds the sandbox's lock.
+func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) error {
+	switch sb.State {
+	case Running:
+		return nil
+	case Suspended, Resuming:
+	default:
+		return errdefs.Precondition("sandbox %q is %s; only a suspended sandbox can be resumed", sb.Name, sb.State).
+			WithDetails(map[string]any{"state": sb.State})
+	}
+	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
+		sb.Failure = "the sandbox reached its maximum lifetime"
+		m.terminate(ctx, sb, "max_lifetime")
+		return errdefs.Precondition("sandbox %q reached its maximum lifetime and was terminated", sb.Name)
+	}
+	img, err := m.images.Get(sb.ImageDigest)
+	if err != nil {
+		return errdefs.Precondition("the image %s of sandbox %q is gone", sb.ImageDigest, sb.Name).WithCause(err)
+	}
+	if sb.State != Resuming {
+		if err := m.setState(ctx, sb, Resuming, cause); err != nil {
+			return err
+		}
+	}
+	if err := m.startContainer(ctx, sb, img); err != nil {
+		m.driver.Stop(ctx, sb.ID)
+		m.setState(ctx, sb, Suspended, "resume_failed")
+		return errdefs.Unavailable("sandbox %q could not be resumed", sb.Name).WithCause(err)
+	}
+	sb.Generation++
+	sb.LastActivity = m.now()
+	return m.setState(ctx, sb, Running, cause)
+}
+
+// ensureRunning resumes a suspended sandbox transparently for a call that touches it.
+func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
+	if sb.State == Running {
+		return sb, nil
+	}
+	if sb.State != Suspended && sb.State != Resuming && sb.State != Suspending {
+		return sb, errdefs.Precondition("sandbox %q is %s, not running", sb.Name, sb.State).
+			WithDetails(map[string]any{"state": sb.State})
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	unlock := m.locks.lock(sb.ID)
+	defer unlock()
+	fresh, err := m.store.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		return sb, err
+	}
+	if fresh.State == Suspending {
+		// A suspend is under way elsewhere; it holds no lock now, so finish it first.
+		if err := m.suspend(ctx, fresh, "suspend"); err != nil {
+			return fresh, err
+		}
+	}
+	if err := m.resume(ctx, fresh, "touch"); err != nil {
+		return fresh, err
+	}
+	return fresh, nil
+}
+
+// sweep applies the timers: idle suspension, maximum lifetime and TTL of suspended
+// sandboxes. Reading status never counts as activity; only inbound traffic does.
+func (m *Manager) sweep(ctx context.Context) {
+	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []string{Running, Suspended}})
+	if err != nil {
+		m.log.Warn("sweep", "err", err)
+		return
+	}
+	now := m.now()
+	for _, sb := range list {
+		m.overlayActivity(sb)
+		var do func(context.Context, *store.Sandbox) error
+		switch {
+		case !sb.ExpiresAt.IsZero() && !now.Before(sb.ExpiresAt):
+			do = func(ctx context.Context, sb *store.Sandbox) error {
+				sb.Failure = "the sandbox reached its maximum lifetime"
+				return m.terminate(ctx, sb, "max_lifetime")
+			}
+		case sb.State == Running && sb.IdleSuspend > 0 && now.Sub(sb.LastActivity) >= sb.IdleSuspend:
+			do = func(ctx context.Context, sb *store.Sandbox) error { return m.suspend(ctx, sb, "idle") }
+		case sb.State == Suspended && sb.TTL > 0 && now.Sub(sb.SuspendedAt) >= sb.TTL:
+			do = func(ctx context.Context, sb *store.Sandbox) error {
+				sb.Failure = "the sandbox stayed suspended past its TTL"
+				return m.terminate(ctx, sb, "ttl")
+			}
+		default:
+			continue
+		}
+		m.sweepOne(ctx, sb.ID, sb.State, do)
+	}
+}
+
+func (m *Manager) sweepOne(ctx context.Context, id, state string, do func(context.Context, *store.Sandbox) error) {
+	unlock := m.locks.lock(id)
+	defer unlock()
+	sb, err := m.store.GetSandbox(ctx, id)
+	if err != nil || sb.State != state {
+		return // changed meanwhile; the next sweep looks again
+	}
+	m.overlayActivity(sb)
+	if err := do(ctx, sb); err != nil && !errors.Is(err, context.Canceled) {
+		m.log.Warn("timer action", "sandbox", id, "err", err)
+	}
+}
+
+// Sweep runs the timers once (tests drive it with an injected clock).
+func (m *Manager) Sweep(ctx context.Context) { m.sweep(ctx) }
+
+// sweepEvery is how often the timers run.
+const sweepEvery = 5 * time.Second

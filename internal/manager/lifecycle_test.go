@@ -1,0 +1,119 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// clock is an injected clock the tests move by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestSuspendResumeGenerations(t *testing.T) {
+	m, fd, _ := newTestManager(t)
+	ctx := context.Background()
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // suspend is idempotent
+		if _, got, err := m.Suspend(ctx, local, "a"); err != nil || got.State != Suspended {
+			t.Fatalf("suspend #%d: %v, %+v", i+1, err, got)
+		}
+	}
+	if fd.running[sb.ID] {
+		t.Fatal("a suspended sandbox still has a container")
+	}
+	_, got, err := m.Resume(ctx, local, "a")
+	if err != nil || got.State != Running || got.Generation != 2 {
+		t.Fatalf("resume: %v; state %s generation %d; want running, 2", err, got.State, got.Generation)
+	}
+	m.Suspend(ctx, local, "a")
+	// A call that touches a suspended sandbox resumes it transparently.
+	if _, got, err = m.Agent(ctx, "local", "a"); err != nil || got.State != Running || got.Generation != 3 {
+		t.Fatalf("touch resume: %v; state %s generation %d; want running, 3", err, got.State, got.Generation)
+	}
+	m.Terminate(ctx, local, "a")
+	if _, _, err := m.Resume(ctx, local, "a"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("resume of a terminated sandbox: err = %v; want failed precondition", err)
+	}
+}
+
+func TestIdleSuspendTTLAndLifetime(t *testing.T) {
+	m, _, st := newTestManager(t)
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m.SetClock(c.now)
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "idle", IdleSuspend: "30s"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("idle_suspend below the 1m floor: err = %v; want invalid argument", err)
+	}
+	m.Create(ctx, local, CreateRequest{Name: "idle", IdleSuspend: "2m", TTL: "1h"})
+	m.Create(ctx, local, CreateRequest{Name: "busy", IdleSuspend: "2m"})
+	m.Create(ctx, local, CreateRequest{Name: "short", MaxLifetime: "5m"})
+	state := func(name string) string {
+		sb, err := st.GetSandboxByName(ctx, "local", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.State
+	}
+	for i := 0; i < 3; i++ {
+		c.add(time.Minute)
+		m.Resolve(ctx, "local", "idle") // reading status is not activity
+		m.Agent(ctx, "local", "busy")   // inbound traffic is
+		m.Sweep(ctx)
+	}
+	if got := state("idle"); got != Suspended {
+		t.Errorf("idle sandbox after 3m = %s; want suspended", got)
+	}
+	if got := state("busy"); got != Running {
+		t.Errorf("busy sandbox = %s; want running", got)
+	}
+	c.add(3 * time.Minute) // past the 5m lifetime
+	m.Agent(ctx, "local", "busy")
+	m.Sweep(ctx)
+	if got := state("short"); got != Terminated {
+		t.Errorf("sandbox past its max lifetime = %s; want terminated", got)
+	}
+	c.add(time.Hour) // past the suspended sandbox's TTL
+	m.Sweep(ctx)
+	if got := state("idle"); got != Terminated {
+		t.Errorf("suspended sandbox past its TTL = %s; want terminated", got)
+	}
+}
+
+func TestLiveCap(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	m.cfg.LiveCap = 2
+	ctx := context.Background()
+	m.Create(ctx, local, CreateRequest{Name: "a"})
+	m.Create(ctx, local, CreateRequest{Name: "b"})
+	m.Suspend(ctx, local, "b") // suspended sandboxes still count
+	_, _, err := m.Create(ctx, local, CreateRequest{Name: "c"})
+	if !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Fatalf("create past the cap: err = %v; want quota exceeded", err)
+	}
+	if _, _, err := m.Create(ctx, Call{Owner: "other"}, CreateRequest{Name: "c"}); err != nil {
+		t.Fatalf("another owner's create: %v", err)
+	}
+	m.Terminate(ctx, local, "a") // terminate frees the slot
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "c"}); err != nil {
+		t.Fatalf("create after terminate: %v", err)
+	}
+	_ = store.OpFailed
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what Airlock needs on a Debian 12 host and is not there yet: runc (the OCI
+# runtime), python3 (the demo's code runs on the host image's /usr), iproute2 and curl.
+set -euo pipefail
+need=()
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /usr/bin/python3 ] || need+=(python3)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  echo "Go 1.26 is required (https://go.dev/dl/), at /usr/local/go or on PATH" >&2
+  exit 1
+fi
