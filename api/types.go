@@ -53,6 +53,11 @@ type CreateSandboxRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// MaxLifetime ends the sandbox this long after it starts (Go duration, default 8h).
 	MaxLifetime string `json:"max_lifetime,omitempty"`
+	// IdleSuspend suspends the sandbox after this long without inbound traffic
+	// (default 10m, at least 1m).
+	IdleSuspend string `json:"idle_suspend,omitempty"`
+	// TTL terminates the sandbox after this long suspended (default 168h).
+	TTL string `json:"ttl,omitempty"`
 }
 
 // Sandbox is a sandbox as the API shows it.
@@ -70,6 +75,9 @@ type Sandbox struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	LastActivity time.Time         `json:"last_activity"`
 	ExpiresAt    time.Time         `json:"expires_at"`
+	IdleSuspend  string            `json:"idle_suspend"`
+	TTL          string            `json:"ttl"`
+	SuspendedAt  *time.Time        `json:"suspended_at,omitempty"`
 	Failure      string            `json:"failure,omitempty"`
 }
 
@@ -226,4 +234,20 @@ type Error struct {
 // ErrorBody wraps Error on the wire.
 type ErrorBody struct {
 	Error Error `json:"error"`
+}
+
+// Event is one state change or limit hit of a sandbox.
+type Event struct {
+	Seq        int64          `json:"seq"`
+	SandboxID  string         `json:"sandbox_id"`
+	Generation int64          `json:"generation"`
+	Type       string         `json:"type"`
+	Cause      string         `json:"cause,omitempty"`
+	Data       map[string]any `json:"data,omitempty"`
+	Time       time.Time      `json:"time"`
+}
+
+// EventList is the body of GET /v1/events without follow.
+type EventList struct {
+	Events []Event `json:"events"`
 }

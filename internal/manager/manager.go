@@ -75,6 +75,9 @@ type Manager struct {
 	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
 	pending  map[string]int       // owner -> creates between the cap check and their record
 
+	evMu sync.Mutex
+	evCh chan struct{} // closed and replaced whenever an event is stored
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -89,7 +92,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	return &Manager{
 		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, pending: map[string]int{},
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
 }
 

@@ -105,7 +105,9 @@ func (m *Manager) event(sb *store.Sandbox, typ, cause string, data any) {
 	defer cancel()
 	if err := m.store.AppendEvent(ctx, ev); err != nil {
 		m.log.Warn("record event", "sandbox", sb.ID, "type", typ, "err", err)
+		return
 	}
+	m.notifyEvents()
 }
 
 // setState moves sb to a new state through the state machine and stores it.

@@ -12,6 +12,6 @@ func httptestRequest(body []byte) *http.Request {
 
 type nopWriter struct{}
 
-func (nopWriter) Header() http.Header        { return http.Header{} }
+func (nopWriter) Header() http.Header         { return http.Header{} }
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (nopWriter) WriteHeader(int)             {}

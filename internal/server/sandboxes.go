@@ -11,12 +11,18 @@ import (
 )
 
 func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
-	return &api.Sandbox{
+	out := &api.Sandbox{
 		ID: sb.ID, Name: sb.Name, State: sb.State, Image: sb.Image, ImageDigest: sb.ImageDigest,
-		Limits:     api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
-		Env:        sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
-		CreatedAt:  sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
+		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
+		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
+		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
+		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(),
 	}
+	if !sb.SuspendedAt.IsZero() && sb.State == "suspended" {
+		t := sb.SuspendedAt
+		out.SuspendedAt = &t
+	}
+	return out
 }
 
 func toAPIOperation(op *store.Operation) api.Operation {
@@ -70,6 +76,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
+		IdleSuspend: req.IdleSuspend, TTL: req.TTL,
 		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles},
 	})
 	s.opResult(w, r, http.StatusCreated, op, sb, err)
@@ -134,4 +141,24 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, toAPIOperation(op))
+}
+
+func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, sb, err := s.m.Suspend(r.Context(), c, r.PathValue("ref"))
+	s.opResult(w, r, http.StatusOK, op, sb, err)
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, sb, err := s.m.Resume(r.Context(), c, r.PathValue("ref"))
+	s.opResult(w, r, http.StatusOK, op, sb, err)
 }
