@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -268,7 +269,7 @@ func TestUploadDownload(t *testing.T) {
 		}
 	}))
 	ctx := context.Background()
-	fi, err := c.Upload(ctx, "box", "/a/b.sh", 0o4755, strings.NewReader("#!/bin/sh\n"))
+	fi, err := c.Upload(ctx, "box", "/a/b.sh", os.ModeSetuid|0o755, strings.NewReader("#!/bin/sh\n"))
 	if err != nil {
 		t.Fatalf("Upload: %v", err)
 	}

@@ -241,9 +241,18 @@ func TestPTYWaitDiscards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Write(bytes.Repeat([]byte("x"), 3*agent.MaxPayload/2))
-	p.CloseStdin()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := p.Write(bytes.Repeat([]byte("x"), 3*agent.MaxPayload/2))
+		if err == nil {
+			err = p.CloseStdin()
+		}
+		wrote <- err
+	}()
 	res, err := p.Wait()
+	if werr := <-wrote; werr != nil {
+		t.Errorf("write: %v", werr)
+	}
 	if err != nil || res.ExitCode != 5 {
 		t.Errorf("Wait = %+v, %v; want exit 5", res, err)
 	}

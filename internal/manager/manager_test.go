@@ -68,8 +68,10 @@ func (f *fakeDriver) Status(_ context.Context, id string) (runtime.Status, error
 	return runtime.StatusAbsent, nil
 }
 
-func (f *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) { return runtime.Stats{}, nil }
-func (f *fakeDriver) AgentSocket(id string) string                         { return "/nonexistent/" + id }
+func (f *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) {
+	return runtime.Stats{}, nil
+}
+func (f *fakeDriver) AgentSocket(id string) string { return "/nonexistent/" + id }
 
 func (f *fakeDriver) List(context.Context) ([]string, error) {
 	f.mu.Lock()

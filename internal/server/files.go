@@ -76,10 +76,31 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
-	if _, err := cl.Download(r.Context(), p, w); err != nil {
+	if !fi.IsSymlink {
+		// A link's size is not its target's; without a length the body simply ends.
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	}
+	tw := &trackingWriter{w: w}
+	if _, err := cl.Download(r.Context(), p, tw); err != nil {
+		if !tw.wrote {
+			w.Header().Del("Content-Length")
+			w.Header().Del("Content-Type")
+			s.writeError(w, r, agentError(err))
+			return
+		}
 		s.log.Warn("download cut short", "path", p, "err", err)
 	}
+}
+
+// trackingWriter notes whether any byte reached the client.
+type trackingWriter struct {
+	w     http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	t.wrote = true
+	return t.w.Write(p)
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {

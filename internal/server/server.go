@@ -25,6 +25,9 @@ import (
 // maxBody bounds every JSON request body.
 const maxBody = 1 << 20
 
+// errTooLarge marks an oversize body: invalid_argument, with status 413.
+var errTooLarge = errors.New("request body too large")
+
 // LocalOwner owns everything done through the unix socket.
 const LocalOwner = "local"
 
@@ -164,7 +167,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return errdefs.Invalid("request body is larger than %d bytes", maxBody)
+			return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: fmt.Sprintf("request body is larger than %d bytes", maxBody), Cause: errTooLarge}
 		case errors.Is(err, io.EOF):
 			return errdefs.Invalid("request body is empty; a JSON object is required")
 		default:
@@ -188,7 +191,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // apiError turns any error into the wire shape, logging what the client does not see.
 func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 	code, status := errdefs.Code(err)
-	if status == http.StatusRequestEntityTooLarge {
+	if errors.Is(err, errTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
 	if code == "internal" || code == "unavailable" {

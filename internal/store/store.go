@@ -42,8 +42,8 @@ type Sandbox struct {
 	IdleSuspend  time.Duration   `json:"idle_suspend"`
 	TTL          time.Duration   `json:"ttl"`
 	SuspendedAt  time.Time       `json:"suspended_at,omitempty"` // when it last became suspended
-	Failure      string          `json:"failure,omitempty"` // why it is failed
-	Extra        json.RawMessage `json:"extra,omitempty"`   // room for later features
+	Failure      string          `json:"failure,omitempty"`      // why it is failed
+	Extra        json.RawMessage `json:"extra,omitempty"`        // room for later features
 }
 
 // Operation states.

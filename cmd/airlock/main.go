@@ -1,0 +1,64 @@
+// Command airlock is Airlock's one binary: the daemon (serve), the agent that runs as
+// PID 1 inside every sandbox (agent), and the CLI (every other verb).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/runtime/oci"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == oci.HolderCommand {
+		oci.HoldUserns()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		// The agent handles its own signals: it is PID 1 of the sandbox.
+		if err := agent.Main(context.Background(), os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, os.Args[1:])
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// Run dispatches one invocation.
+func Run(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve":
+			return serve(ctx, args[1:])
+		case "check-config":
+			return checkConfig(args[1:])
+		}
+	}
+	return cli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee cli.ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	var xe *exitErr
+	if errors.As(err, &xe) {
+		return xe.code
+	}
+	fmt.Fprintln(os.Stderr, "airlock:", err)
+	return 1
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
+)
+
+func serve(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	file := fs.String("config", "", "configuration file (YAML or JSON; unknown keys are errors)")
+	stateDir := fs.String("state-dir", "", "directory for the database, images and sandboxes (default /var/lib/airlock)")
+	socket := fs.String("socket", "", "unix socket of the API (default /run/airlock/airlock.sock)")
+	listen := fs.String("listen", "", "also serve the API on TCP HOST:PORT (needs tokens in the config)")
+	if err := fs.Parse(args); err != nil {
+		return &exitErr{2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "airlock serve: unexpected argument %q\n", fs.Arg(0))
+		return &exitErr{2}
+	}
+	cfg := config.Default()
+	if *file != "" {
+		var err error
+		if cfg, err = config.Load(*file); err != nil {
+			return err
+		}
+	}
+	if *stateDir != "" {
+		cfg.StateDir = *stateDir
+	}
+	if *socket != "" {
+		cfg.Socket = *socket
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}[cfg.LogLevel]
+	hopts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, hopts)
+	}
+	log := slog.New(h)
+	slog.SetDefault(log)
+	return daemon.Run(ctx, cfg, log)
+}
+
+func checkConfig(args []string) error {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: airlock check-config FILE")
+		return &exitErr{2}
+	}
+	if _, err := config.Load(args[0]); err != nil {
+		return err
+	}
+	fmt.Println(args[0] + ": ok")
+	return nil
+}
+
+// exitErr ends the process with a code after the message was printed.
+type exitErr struct{ code int }
+
+func (e *exitErr) Error() string { return fmt.Sprintf("exit %d", e.code) }

@@ -1,0 +1,249 @@
+// Package cli owns Airlock's command-line verbs (create, ls, get, exec, run, shell, cp, rm,
+// ops, image, status, version, help): parsing their arguments, calling the daemon through
+// the public Go SDK (package client) and printing answers as tables or JSON. It is a thin
+// layer: it must not import the daemon's packages (server, manager, store, runtime, agent
+// internals) nor reach the daemon any way but the HTTP API, and it never calls os.Exit —
+// Run returns an ExitError that main turns into the process's exit code.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// Version is this binary's version, set by the build (-ldflags -X).
+var Version = "dev"
+
+// ExitError asks main to exit with Code. Run has already printed whatever explains it.
+type ExitError struct{ Code int }
+
+func (e ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
+
+// Exit codes of exec, run and shell beyond the command's own.
+const (
+	exitTimeout   = 124 // the command's timeout or the sandbox's lifetime ended it
+	exitCancelled = 130 // the user pressed Ctrl-C (or the exec was cancelled)
+	exitKilled    = 137 // out of memory, or killed by SIGKILL
+)
+
+// Run runs one CLI verb. args excludes the program name; global flags may precede the verb.
+// It prints results to stdout and diagnostics to stderr, and returns nil on success or an
+// ExitError (a value, not a pointer): 1 for a failed call, 2 for a usage error, or the
+// code of a command run in a sandbox. ctx should be cancelled on SIGINT.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	name, rest := splitVerb(args)
+	switch name {
+	case "", "help", "-h", "-help", "--help":
+		return runHelp(ctx, name, rest, stdout, stderr)
+	}
+	if groups[name] {
+		sub, subRest := splitVerb(rest)
+		switch sub {
+		case "-h", "-help", "--help", "help":
+			printGroupUsage(stdout, name)
+			return nil
+		}
+		if sub == "" || verbs[name+" "+sub] == nil {
+			fmt.Fprintf(stderr, "airlock %s: unknown or missing subcommand %q\n\n", name, sub)
+			printGroupUsage(stderr, name)
+			return ExitError{2}
+		}
+		name, rest = name+" "+sub, subRest
+	}
+	v := verbs[name]
+	if v == nil {
+		fmt.Fprintf(stderr, "airlock: unknown command %q\n\n", name)
+		printHelp(stderr)
+		return ExitError{2}
+	}
+	c := newCmd(ctx, v, stdin, stdout, stderr)
+	return c.report(v.run(c, rest))
+}
+
+// splitVerb finds the first word of args that is not a global flag or its value, and
+// returns it with the other arguments in order (the global flags stay in front).
+func splitVerb(args []string) (string, []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			if a == "--" {
+				return "", args
+			}
+			rest := append(append([]string{}, args[:i]...), args[i+1:]...)
+			return a, rest
+		}
+		switch strings.TrimLeft(a, "-") {
+		case "socket", "addr", "token", "output", "o":
+			i++ // the value follows
+		case "h", "help":
+			return a, append(append([]string{}, args[:i]...), args[i+1:]...)
+		}
+	}
+	return "", args
+}
+
+// cmd is one invocation of a verb: its streams, flags and client.
+type cmd struct {
+	ctx    context.Context
+	verb   *verb
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	fs     *flag.FlagSet
+
+	socket, addr, token, output string
+	cl                          *client.Client
+}
+
+func newCmd(ctx context.Context, v *verb, stdin io.Reader, stdout, stderr io.Writer) *cmd {
+	c := &cmd{ctx: ctx, verb: v, stdin: stdin, stdout: stdout, stderr: stderr}
+	c.fs = flag.NewFlagSet("airlock "+v.name, flag.ContinueOnError)
+	c.fs.SetOutput(io.Discard)
+	c.fs.StringVar(&c.socket, "socket", "", "daemon `path` (default $AIRLOCK_SOCKET or "+client.DefaultSocket+")")
+	c.fs.StringVar(&c.addr, "addr", "", "daemon `host:port` over TCP instead of the socket")
+	c.fs.StringVar(&c.token, "token", "", "bearer `token` for --addr (default $AIRLOCK_TOKEN)")
+	c.fs.StringVar(&c.output, "output", "table", "output `format`: table or json")
+	c.fs.StringVar(&c.output, "o", "table", "short for --output")
+	return c
+}
+
+// usageError is a bad invocation: Run prints it with the verb's usage and exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// parse parses the verb's flags, which may appear anywhere among the first npos
+// positional arguments. With withCmd, the command is everything after "--" or, without
+// "--", everything from the positional argument after the first npos.
+func (c *cmd) parse(args []string, npos int, withCmd bool) (pos, command []string, err error) {
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			return nil, nil, usageError{err}
+		}
+		rest := c.fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			if withCmd {
+				command = rest
+			} else {
+				pos = append(pos, rest...)
+			}
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		if withCmd && len(pos) == npos {
+			command = rest
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	if c.output != "table" && c.output != "json" {
+		return nil, nil, usagef("--output must be table or json, not %q", c.output)
+	}
+	if len(pos) < npos {
+		if need := positionals(c.verb.args); len(need) == npos {
+			return nil, nil, usagef("missing %s", strings.Join(need[len(pos):], " "))
+		}
+		return nil, nil, usagef("want %d arguments, got %d", npos, len(pos))
+	}
+	if !withCmd && len(pos) > npos {
+		return nil, nil, usagef("unexpected argument %q", pos[npos])
+	}
+	return pos, command, nil
+}
+
+// isSet reports whether the flag was given on the command line.
+func (c *cmd) isSet(name string) bool {
+	set := false
+	c.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func (c *cmd) json() bool { return c.output == "json" }
+
+// client returns the SDK client the global flags describe.
+func (c *cmd) client() (*client.Client, error) {
+	if c.cl == nil {
+		if c.token == "" {
+			c.token = os.Getenv("AIRLOCK_TOKEN")
+		}
+		cl, err := client.New(client.Options{Socket: c.socket, Addr: c.addr, Token: c.token})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		c.cl = cl
+	}
+	return c.cl, nil
+}
+
+// printJSON writes v indented to stdout.
+func (c *cmd) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "%s\n", b)
+	return err
+}
+
+// report prints err the way the user asked and turns it into an exit code.
+func (c *cmd) report(err error) error {
+	var exit ExitError
+	var ue usageError
+	var apiErr *client.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit):
+		if exit.Code == 0 {
+			return nil
+		}
+		return exit
+	case errors.As(err, &ue) && errors.Is(ue.err, flag.ErrHelp):
+		printUsage(c.stdout, c.verb, c.fs)
+		return nil
+	case errors.As(err, &ue):
+		fmt.Fprintf(c.stderr, "airlock %s: %v\n\n", c.verb.name, ue.err)
+		printUsage(c.stderr, c.verb, c.fs)
+		return ExitError{2}
+	case errors.Is(err, context.Canceled) && c.ctx.Err() != nil:
+		fmt.Fprintln(c.stderr, "airlock: cancelled")
+		return ExitError{exitCancelled}
+	case errors.As(err, &apiErr):
+		if c.json() {
+			c.printErrorJSON(api.Error{Code: apiErr.Code, Message: apiErr.Message, Details: apiErr.Details})
+		} else {
+			fmt.Fprintf(c.stderr, "airlock: %s (%s)\n", apiErr.Message, apiErr.Code)
+		}
+		return ExitError{1}
+	}
+	if c.json() {
+		code, _ := errdefs.Code(err)
+		c.printErrorJSON(api.Error{Code: code, Message: err.Error()})
+		return ExitError{1}
+	}
+	fmt.Fprintf(c.stderr, "airlock: %v\n", err)
+	if client.IsUnavailable(err) && c.addr == "" {
+		fmt.Fprintln(c.stderr, "airlock: is the daemon running? Start it with `airlock serve`, or pass --socket or --addr.")
+	}
+	return ExitError{1}
+}
+
+func (c *cmd) printErrorJSON(e api.Error) {
+	b, _ := json.MarshalIndent(api.ErrorBody{Error: e}, "", "  ")
+	fmt.Fprintf(c.stderr, "%s\n", b)
+}

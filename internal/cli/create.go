@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+var createVerb = &verb{
+	name:  "create",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--env K=V]... [--label K=V]... [--max-lifetime D] [--idempotency-key K]",
+	short: "create a sandbox and wait until it runs",
+	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
+Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o json.`,
+	run: runCreate,
+}
+
+// limitFlags are the resource flags create and run share.
+type limitFlags struct {
+	image     string
+	cpu       float64
+	memory    sizeFlag
+	pids      int64
+	openFiles int64
+	env       kvFlag
+}
+
+func (l *limitFlags) register(c *cmd, all bool) {
+	l.env = kvFlag{}
+	c.fs.StringVar(&l.image, "image", "", "image `IMG`, by name or digest (default host)")
+	c.fs.Float64Var(&l.cpu, "cpu", 0, "CPU limit in cores: `N`, fractions allowed")
+	c.fs.Var(&l.memory, "memory", "memory limit: `SIZE` such as 512M or 1.5GiB")
+	c.fs.Var(l.env, "env", "environment variable `K=V` (repeatable)")
+	if all {
+		c.fs.Int64Var(&l.pids, "pids", 0, "maximum number of processes: `N`")
+		c.fs.Int64Var(&l.openFiles, "open-files", 0, "maximum open files per process: `N`")
+	}
+}
+
+func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
+	if l.cpu < 0 || l.pids < 0 || l.openFiles < 0 {
+		return api.CreateSandboxRequest{}, usagef("--cpu, --pids and --open-files must not be negative")
+	}
+	return api.CreateSandboxRequest{
+		Name:   name,
+		Image:  l.image,
+		Limits: api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles},
+		Env:    l.env.orNil(),
+	}, nil
+}
+
+func runCreate(c *cmd, args []string) error {
+	var lim limitFlags
+	lim.register(c, true)
+	labels := kvFlag{}
+	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
+	maxLifetime := c.fs.Duration("max-lifetime", 0, "maximum lifetime `D`, e.g. 2h (default 8h)")
+	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
+	pos, _, err := c.parse(args, 1, false)
+	if err != nil {
+		return err
+	}
+	req, err := lim.request(pos[0])
+	if err != nil {
+		return err
+	}
+	req.Labels = labels.orNil()
+	if *maxLifetime < 0 {
+		return usagef("--max-lifetime must be positive")
+	}
+	if *maxLifetime > 0 {
+		req.MaxLifetime = maxLifetime.String()
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var opts []client.CallOption
+	if *key != "" {
+		opts = append(opts, client.WithIdempotencyKey(*key))
+	}
+	resp, err := cl.Create(c.ctx, req, opts...)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		err = c.printJSON(resp)
+	} else if resp.Sandbox != nil {
+		err = printSandboxRow(c.stdout, resp.Sandbox)
+	} else {
+		err = printOperation(c.stdout, &resp.Operation, nil)
+	}
+	if err != nil {
+		return err
+	}
+	if sb := resp.Sandbox; sb != nil && sb.State == api.StateFailed {
+		fmt.Fprintf(c.stderr, "airlock: sandbox %s failed: %s\n", sb.Name, sb.Failure)
+		return ExitError{1}
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"strconv"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+var getVerb = &verb{
+	name:  "get",
+	args:  "NAME",
+	short: "show one sandbox (by name or id)",
+	run:   runGet,
+}
+
+func runGet(c *cmd, args []string) error {
+	pos, _, err := c.parse(args, 1, false)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	sb, err := cl.Get(c.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(sb)
+	}
+	return printFields(c.stdout, sandboxFields(sb))
+}
+
+func sandboxFields(sb *api.Sandbox) [][2]string {
+	image := sb.Image
+	if sb.ImageDigest != "" {
+		image += " (" + shortDigest(sb.ImageDigest) + ")"
+	}
+	f := [][2]string{
+		{"name", sb.Name},
+		{"id", sb.ID},
+		{"state", sb.State},
+		{"image", image},
+		{"generation", strconv.FormatInt(sb.Generation, 10)},
+		{"version", strconv.FormatInt(sb.Version, 10)},
+		{"cpu", orDash(sb.Limits.CPU, formatCPU)},
+		{"memory", orDash(sb.Limits.Memory, formatSize)},
+		{"pids", orDash(sb.Limits.PIDs, formatInt)},
+		{"open_files", orDash(sb.Limits.OpenFiles, formatInt)},
+		{"labels", formatMap(sb.Labels)},
+		{"env", formatMap(sb.Env)},
+		{"created", formatTime(sb.CreatedAt)},
+		{"last_activity", formatTime(sb.LastActivity)},
+		{"expires", formatTime(sb.ExpiresAt)},
+	}
+	if sb.Failure != "" {
+		f = append(f, [2]string{"failure", sb.Failure})
+	}
+	return f
+}
