@@ -125,14 +125,20 @@ type ExecResult struct {
 	DurationMS int64  `json:"duration_ms"`
 	Stdout     string `json:"stdout,omitempty"`
 	Stderr     string `json:"stderr,omitempty"`
-	Error      string `json:"error,omitempty"`
+	// StdoutBytes and StderrBytes replace Stdout and Stderr when the output is not
+	// valid UTF-8 (base64 in JSON), so binary output survives intact.
+	StdoutBytes []byte `json:"stdout_bytes,omitempty"`
+	StderrBytes []byte `json:"stderr_bytes,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // ExecEvent is one line of a streamed exec or send: type "stdout" or "stderr" with Data,
 // or "exit" with Result (always last), or "error" with Error.
 type ExecEvent struct {
-	Type   string      `json:"type"`
-	Data   string      `json:"data,omitempty"`
+	Type string `json:"type"`
+	Data string `json:"data,omitempty"`
+	// Bytes replaces Data when the chunk is not valid UTF-8 (base64 in JSON).
+	Bytes  []byte      `json:"bytes,omitempty"`
 	Result *ExecResult `json:"result,omitempty"`
 	Error  *Error      `json:"error,omitempty"`
 }

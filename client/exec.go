@@ -115,7 +115,11 @@ func readExecEvents(body io.Reader, stdout, stderr io.Writer) (*api.ExecResult, 
 			if ev.Type == "stderr" {
 				w = stderr
 			}
-			if _, err := io.WriteString(w, ev.Data); err != nil {
+			data := ev.Data
+			if len(ev.Bytes) > 0 {
+				data = string(ev.Bytes)
+			}
+			if _, err := io.WriteString(w, data); err != nil {
 				return nil, fmt.Errorf("write %s: %w", ev.Type, err)
 			}
 		case "exit":

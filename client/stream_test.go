@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestExecStream(t *testing.T) {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Errorf("err = %v, want %q", err, tt.wantErr)
 				}
-			} else if err != nil || *res != *tt.wantRes {
+			} else if err != nil || !reflect.DeepEqual(*res, *tt.wantRes) {
 				t.Errorf("result = %+v, %v; want %+v", res, err, tt.wantRes)
 			}
 			if out.String() != tt.wantOut || errOut.String() != tt.wantErrOut {

@@ -160,7 +160,7 @@ func (c *cmd) parse(args []string, npos int, withCmd bool) (pos, command []strin
 		}
 		return nil, nil, usagef("want %d arguments, got %d", npos, len(pos))
 	}
-	if !withCmd && len(pos) > npos {
+	if !withCmd && npos >= 0 && len(pos) > npos { // npos < 0: any number
 		return nil, nil, usagef("unexpected argument %q", pos[npos])
 	}
 	return pos, command, nil

@@ -9,7 +9,7 @@ import (
 
 var createVerb = &verb{
 	name:  "create",
-	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--env K=V]... [--label K=V]... [--max-lifetime D] [--idempotency-key K]",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
 Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o json.`,
@@ -56,6 +56,8 @@ func runCreate(c *cmd, args []string) error {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
 	maxLifetime := c.fs.Duration("max-lifetime", 0, "maximum lifetime `D`, e.g. 2h (default 8h)")
+	idle := c.fs.Duration("idle-suspend", 0, "suspend after `D` without inbound traffic (default 10m, at least 1m)")
+	ttl := c.fs.Duration("ttl", 0, "terminate after `D` suspended (default 168h)")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
@@ -71,6 +73,15 @@ func runCreate(c *cmd, args []string) error {
 	}
 	if *maxLifetime > 0 {
 		req.MaxLifetime = maxLifetime.String()
+	}
+	if *idle < 0 || *ttl < 0 {
+		return usagef("--idle-suspend and --ttl must be positive")
+	}
+	if *idle > 0 {
+		req.IdleSuspend = idle.String()
+	}
+	if *ttl > 0 {
+		req.TTL = ttl.String()
 	}
 	cl, err := c.client()
 	if err != nil {

@@ -53,6 +53,11 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 		{"created", formatTime(sb.CreatedAt)},
 		{"last_activity", formatTime(sb.LastActivity)},
 		{"expires", formatTime(sb.ExpiresAt)},
+		{"idle_suspend", sb.IdleSuspend},
+		{"ttl", sb.TTL},
+	}
+	if sb.SuspendedAt != nil {
+		f = append(f, [2]string{"suspended_at", formatTime(*sb.SuspendedAt)})
 	}
 	if sb.Failure != "" {
 		f = append(f, [2]string{"failure", sb.Failure})

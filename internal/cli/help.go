@@ -20,6 +20,7 @@ type verb struct {
 // verbList is every verb Run dispatches, in the order help lists them.
 var verbList = []*verb{
 	createVerb, lsVerb, getVerb, execVerb, runVerb, shellVerb, cpVerb, rmVerb,
+	suspendVerb, resumeVerb, eventsVerb,
 	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb, statusVerb, versionVerb,
 }
 

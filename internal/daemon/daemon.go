@@ -39,6 +39,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return err
 	}
+	if err := traversable(cfg.StateDir); err != nil {
+		return err
+	}
 	st, err := sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db"))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -188,4 +191,25 @@ func fileHash(p string) ([32]byte, error) {
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum, nil
+}
+
+// traversable checks that every directory from / to dir lets others search it: each
+// sandbox's root user is an unprivileged host uid that runc must reach its root through.
+func traversable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("state directory %s is not reachable by sandboxes: %s has mode %v; allow search by others (chmod o+x %s)", abs, p, fi.Mode().Perm(), p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }

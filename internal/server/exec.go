@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agent"
@@ -43,8 +44,23 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := toAPIResult(res)
-	out.Stdout, out.Stderr = stdout.String(), stderr.String()
+	setOutput(out, &stdout, &stderr)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// setOutput puts collected output in the text fields, or the byte fields when it is
+// not valid UTF-8.
+func setOutput(out *api.ExecResult, stdout, stderr *capped) {
+	if b := stdout.Bytes(); utf8.Valid(b) {
+		out.Stdout = string(b)
+	} else {
+		out.StdoutBytes = b
+	}
+	if b := stderr.Bytes(); utf8.Valid(b) {
+		out.Stderr = string(b)
+	} else {
+		out.StderrBytes = b
+	}
 }
 
 func toAPIResult(res *agent.ExitResult) *api.ExecResult {
@@ -135,7 +151,7 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		lw.st.emit(api.ExecEvent{Type: lw.typ, Data: string(lw.buf[:i+1])})
+		lw.st.emit(chunkEvent(lw.typ, lw.buf[:i+1]))
 		lw.buf = lw.buf[i+1:]
 	}
 	// A very long line without a newline goes out in pieces rather than growing forever.
@@ -147,7 +163,7 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 
 func (lw *lineWriter) flush() {
 	if len(lw.buf) > 0 {
-		lw.st.emit(api.ExecEvent{Type: lw.typ, Data: string(lw.buf)})
+		lw.st.emit(chunkEvent(lw.typ, lw.buf))
 		lw.buf = nil
 	}
 }
@@ -233,7 +249,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := sendResult(res)
-	out.Stdout, out.Stderr = stdout.String(), stderr.String()
+	setOutput(out, &stdout, &stderr)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -270,4 +286,11 @@ func agentError(err error) error {
 		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}
 	}
 	return errdefs.Unavailable("the sandbox did not answer").WithCause(err)
+}
+
+func chunkEvent(typ string, b []byte) api.ExecEvent {
+	if utf8.Valid(b) {
+		return api.ExecEvent{Type: typ, Data: string(b)}
+	}
+	return api.ExecEvent{Type: typ, Bytes: append([]byte(nil), b...)}
 }

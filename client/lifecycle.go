@@ -1,0 +1,80 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// Suspend stops a sandbox's compute, keeping its handle and writable layer. Idempotent.
+func (c *Client) Suspend(ctx context.Context, ref string, opts ...CallOption) (*api.OperationResponse, error) {
+	var out api.OperationResponse
+	r := request{method: http.MethodPost, path: sandboxPath(ref, "suspend"), opts: opts}
+	if err := c.do(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Resume starts a suspended sandbox in a fresh container (generation + 1).
+func (c *Client) Resume(ctx context.Context, ref string, opts ...CallOption) (*api.OperationResponse, error) {
+	var out api.OperationResponse
+	r := request{method: http.MethodPost, path: sandboxPath(ref, "resume"), opts: opts}
+	if err := c.do(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Events lists events after seq, of one sandbox when ref is not empty.
+func (c *Client) Events(ctx context.Context, ref string, after int64) ([]api.Event, error) {
+	var out api.EventList
+	r := request{method: http.MethodGet, path: "/v1/events", query: eventsQuery(ref, after, false)}
+	if err := c.do(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return out.Events, nil
+}
+
+// FollowEvents streams events after seq to fn until ctx ends or fn returns an error.
+func (c *Client) FollowEvents(ctx context.Context, ref string, after int64, fn func(api.Event) error) error {
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/events", query: eventsQuery(ref, after, true)})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev api.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return err
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return sc.Err()
+}
+
+func eventsQuery(ref string, after int64, follow bool) url.Values {
+	q := url.Values{}
+	if ref != "" {
+		q.Set("sandbox", ref)
+	}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if follow {
+		q.Set("follow", "true")
+	}
+	return q
+}

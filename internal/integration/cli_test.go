@@ -1,0 +1,325 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// daemon is a real `airlock serve` process with a private state dir and cgroup parent.
+type daemon struct {
+	t      *testing.T
+	bin    string
+	dir    string
+	socket string
+	cgroup string
+	config string
+	cmd    *exec.Cmd
+	log    bytes.Buffer
+}
+
+func startDaemon(t *testing.T) *daemon {
+	t.Helper()
+	testenv.RequireHost(t)
+	dir, err := os.MkdirTemp("/tmp", "al-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
+		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
+	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024}\n",
+		filepath.Join(dir, "state"), d.socket, d.cgroup)
+	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	t.Cleanup(func() {
+		d.stop(syscall.SIGTERM)
+		d.start()
+		var list []api.Sandbox
+		if out, _, code := d.airlock("ls", "-o", "json"); code == 0 {
+			json.Unmarshal([]byte(out), &list)
+		}
+		for _, sb := range list {
+			if sb.State != api.StateTerminated {
+				d.airlock("rm", sb.Name)
+			}
+		}
+		d.stop(syscall.SIGTERM)
+		d.assertClean()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.log.String())
+		}
+		os.RemoveAll(dir)
+	})
+	return d
+}
+
+func (d *daemon) start() {
+	d.t.Helper()
+	d.cmd = exec.Command(d.bin, "serve", "--config", d.config)
+	d.cmd.Stdout, d.cmd.Stderr = &d.log, &d.log
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, _, code := d.airlock("status"); code == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.t.Fatalf("daemon did not come up:\n%s", d.log.String())
+}
+
+func (d *daemon) stop(sig syscall.Signal) {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return
+	}
+	d.cmd.Process.Signal(sig)
+	d.cmd.Wait()
+	d.cmd = nil
+}
+
+// airlock runs the CLI against this daemon.
+func (d *daemon) airlock(args ...string) (stdout, stderr string, code int) {
+	return d.airlockIn("", args...)
+}
+
+func (d *daemon) airlockIn(stdin string, args ...string) (stdout, stderr string, code int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bin, append([]string{"--socket", d.socket}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
+	}
+	return o.String(), e.String(), code
+}
+
+func (d *daemon) must(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.airlock(args...)
+	if code != 0 {
+		d.t.Fatalf("airlock %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+func (d *daemon) get(name string) api.Sandbox {
+	d.t.Helper()
+	var sb api.Sandbox
+	if err := json.Unmarshal([]byte(d.must("get", name, "-o", "json")), &sb); err != nil {
+		d.t.Fatalf("get %s: %v", name, err)
+	}
+	return sb
+}
+
+// runcContainers lists the runc containers of this daemon.
+func (d *daemon) runcContainers() []string {
+	out, _ := exec.Command("runc", "--root", filepath.Join(d.dir, "state", "runc"), "list", "-q").Output()
+	return strings.Fields(string(out))
+}
+
+func (d *daemon) assertClean() {
+	d.t.Helper()
+	if c := d.runcContainers(); len(c) > 0 {
+		d.t.Errorf("runc containers left: %v", c)
+	}
+	if m := testenv.MountsUnder(d.dir); len(m) > 0 {
+		d.t.Errorf("mounts left: %v", m)
+	}
+	entries, _ := os.ReadDir(filepath.Join(d.dir, "state", "sandboxes"))
+	for _, e := range entries {
+		d.t.Errorf("sandbox directory left: %s", e.Name())
+	}
+	for _, cg := range testenv.CgroupDirs(d.cgroup) {
+		sub, _ := os.ReadDir(cg)
+		for _, e := range sub {
+			if e.IsDir() {
+				d.t.Errorf("cgroup left: %s/%s", cg, e.Name())
+			}
+		}
+		os.Remove(cg)
+	}
+}
+
+// TestCLI drives the built binary end to end: a real daemon process, the CLI verbs,
+// exit codes, a daemon restart that keeps sandboxes, and suspend/resume.
+func TestCLI(t *testing.T) {
+	d := startDaemon(t)
+
+	d.must("create", "e2e", "--memory", "128M", "--label", "suite=cli")
+	out, _, code := d.airlock("exec", "e2e", "--", "sh", "-c", "echo hi; echo oops >&2; exit 7")
+	if out != "hi\n" || code != 7 {
+		t.Errorf("exec: stdout %q exit %d; want \"hi\\n\" and the command's own exit code 7", out, code)
+	}
+	if _, _, code := d.airlock("exec", "e2e", "--timeout", "200ms", "--", "sleep", "5"); code != 124 {
+		t.Errorf("exec past its timeout exited %d; want 124", code)
+	}
+	if _, _, code := d.airlock("exec", "e2e", "--", "no-such-binary"); code != 127 {
+		t.Errorf("exec of a missing binary exited %d; want 127", code)
+	}
+
+	local := filepath.Join(d.dir, "data.bin")
+	payload := bytes.Repeat([]byte("airlock\x00\xff"), 50000)
+	os.WriteFile(local, payload, 0o640)
+	d.must("cp", local, "e2e:/root/data.bin")
+	back := filepath.Join(d.dir, "back.bin")
+	d.must("cp", "e2e:/root/data.bin", back)
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, payload) {
+		t.Errorf("cp round trip changed the bytes (%d in, %d out)", len(payload), len(got))
+	}
+	if _, _, code := d.airlock("cp", local, "e2e:/../../etc/x"); code != 1 {
+		t.Errorf("cp to a path with .. exited %d; want 1 (refused)", code)
+	}
+
+	var list []api.Sandbox
+	json.Unmarshal([]byte(d.must("ls", "--label", "suite=cli", "-o", "json")), &list)
+	if len(list) != 1 || list[0].Name != "e2e" || list[0].State != api.StateRunning {
+		t.Errorf("ls --label suite=cli = %+v; want the one running sandbox e2e", list)
+	}
+	if _, errOut, code := d.airlock("create", "Bad_Name"); code != 1 || !strings.Contains(errOut, "invalid_argument") {
+		t.Errorf("create with a bad name: exit %d, stderr %q; want 1 and invalid_argument", code, errOut)
+	}
+
+	// Stopping the daemon does not stop sandboxes; a new daemon reattaches.
+	d.stop(syscall.SIGTERM)
+	if c := d.runcContainers(); len(c) != 1 {
+		t.Fatalf("after the daemon stopped, runc containers = %v; want the sandbox still running", c)
+	}
+	d.start()
+	if out := d.must("exec", "e2e", "--", "cat", "/root/data.bin"); out != string(payload) {
+		t.Errorf("after a daemon restart the sandbox's file reads back %d bytes; want %d", len(out), len(payload))
+	}
+
+	// Suspend keeps the root filesystem's writes and wipes tmpfs; a touch resumes.
+	d.must("exec", "e2e", "--", "sh", "-c", "echo keep > /home/user/k; echo keep > /var/tmp/k; echo gone > /tmp/g")
+	d.must("suspend", "e2e")
+	d.must("suspend", "e2e") // idempotent
+	if sb := d.get("e2e"); sb.State != api.StateSuspended || sb.Generation != 1 {
+		t.Errorf("after suspend: state %s generation %d; want suspended 1", sb.State, sb.Generation)
+	}
+	if c := d.runcContainers(); len(c) != 0 {
+		t.Errorf("a suspended sandbox still has containers %v", c)
+	}
+	out = d.must("exec", "e2e", "--", "sh", "-c", "cat /home/user/k /var/tmp/k; ls /tmp | wc -l; cat /root/data.bin | wc -c")
+	if want := fmt.Sprintf("keep\nkeep\n0\n%d\n", len(payload)); out != want {
+		t.Errorf("after a transparent resume: %q; want %q", out, want)
+	}
+	if sb := d.get("e2e"); sb.State != api.StateRunning || sb.Generation != 2 {
+		t.Errorf("after resume: state %s generation %d; want running 2", sb.State, sb.Generation)
+	}
+	events := d.must("events", "e2e", "-o", "json")
+	if !strings.Contains(events, `"suspended"`) {
+		t.Errorf("events of e2e do not mention the suspension: %s", events)
+	}
+
+	// An ephemeral run leaves nothing.
+	if out := d.must("run", "--", "sh", "-c", "echo ephemeral"); out != "ephemeral\n" {
+		t.Errorf("run printed %q", out)
+	}
+	d.must("rm", "e2e")
+	if sb := d.get("e2e"); sb.State != api.StateTerminated {
+		t.Errorf("after rm the state is %s; want terminated", sb.State)
+	}
+	if _, errOut, code := d.airlock("exec", "e2e", "--", "true"); code != 1 || !strings.Contains(errOut, "failed_precondition") {
+		t.Errorf("exec in a terminated sandbox: exit %d stderr %q; want 1 and failed_precondition", code, errOut)
+	}
+	if c := d.runcContainers(); len(c) != 0 {
+		t.Errorf("containers left after rm and run: %v", c)
+	}
+
+	bad := filepath.Join(d.dir, "bad.yaml")
+	os.WriteFile(bad, []byte("state_dir: /x\nsokcet: /y\n"), 0o600)
+	cc := exec.Command(d.bin, "check-config", bad)
+	var ccErr bytes.Buffer
+	cc.Stderr = &ccErr
+	cc.Run()
+	if code, errOut := cc.ProcessState.ExitCode(), ccErr.String(); code != 1 || !strings.Contains(errOut, "sokcet") {
+		t.Errorf("check-config with an unknown key: exit %d stderr %q; want 1 naming the key", code, errOut)
+	}
+}
+
+// TestCrashRecovery kills the daemon with SIGKILL in the middle of operations and
+// checks that after a restart every sandbox is where its record says, no operation is
+// stuck, and nothing leaked.
+func TestCrashRecovery(t *testing.T) {
+	d := startDaemon(t)
+	d.must("create", "base")
+	d.must("create", "tosuspend")
+	for i, step := range []struct {
+		name string
+		args []string
+	}{
+		{"create", []string{"create", "crash-new"}},
+		{"exec", []string{"exec", "base", "--", "sleep", "3"}},
+		{"suspend", []string{"suspend", "tosuspend"}},
+		{"terminate", []string{"rm", "base"}},
+	} {
+		cmd := exec.Command(d.bin, "--socket", d.socket)
+		cmd.Args = append(cmd.Args, step.args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(20+15*i) * time.Millisecond)
+		d.stop(syscall.SIGKILL)
+		cmd.Wait()
+		d.start()
+
+		var list []api.Sandbox
+		json.Unmarshal([]byte(d.must("ls", "-o", "json")), &list)
+		running := map[string]bool{}
+		for _, sb := range list {
+			switch sb.State {
+			case api.StateRunning:
+				running["airlock-"+sb.ID] = true
+				d.must("exec", sb.Name, "--", "true")
+			case api.StateSuspended, api.StateTerminated:
+			default:
+				t.Errorf("after a SIGKILL during %s: sandbox %s is %s; want running, suspended or terminated", step.name, sb.Name, sb.State)
+			}
+		}
+		for _, c := range d.runcContainers() {
+			if !running[c] {
+				t.Errorf("after a SIGKILL during %s: container %s has no running record", step.name, c)
+			}
+		}
+		if len(d.runcContainers()) != len(running) {
+			t.Errorf("after a SIGKILL during %s: %d containers for %d running sandboxes", step.name, len(d.runcContainers()), len(running))
+		}
+	}
+	// No operation is left pending or running.
+	d.stop(syscall.SIGTERM)
+	st, err := sqlite.Open(filepath.Join(d.dir, "state", "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := st.ListOperations(context.Background(), store.OpPending, store.OpRunning)
+	st.Close()
+	for _, op := range ops {
+		t.Errorf("operation %s (%s) is still %s after recovery", op.ID, op.Kind, op.State)
+	}
+	d.start()
+}
