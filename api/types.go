@@ -42,6 +42,7 @@ type Limits struct {
 	Memory    int64   `json:"memory,omitempty"`
 	PIDs      int64   `json:"pids,omitempty"`
 	OpenFiles int64   `json:"open_files,omitempty"`
+	Disk      int64   `json:"disk,omitempty"` // upper-layer bytes (default 10 GiB)
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.

@@ -9,7 +9,7 @@ import (
 
 var createVerb = &verb{
 	name:  "create",
-	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--idempotency-key K]",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
 Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o json.`,
@@ -23,6 +23,7 @@ type limitFlags struct {
 	memory    sizeFlag
 	pids      int64
 	openFiles int64
+	disk      sizeFlag
 	env       kvFlag
 }
 
@@ -35,6 +36,7 @@ func (l *limitFlags) register(c *cmd, all bool) {
 	if all {
 		c.fs.Int64Var(&l.pids, "pids", 0, "maximum number of processes: `N`")
 		c.fs.Int64Var(&l.openFiles, "open-files", 0, "maximum open files per process: `N`")
+		c.fs.Var(&l.disk, "disk", "cap on the sandbox's writable layer: `SIZE` (default 10GiB)")
 	}
 }
 
@@ -45,7 +47,7 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 	return api.CreateSandboxRequest{
 		Name:   name,
 		Image:  l.image,
-		Limits: api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles},
+		Limits: api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles, Disk: int64(l.disk)},
 		Env:    l.env.orNil(),
 	}, nil
 }

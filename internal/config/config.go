@@ -31,6 +31,7 @@ type Limits struct {
 	Memory    string  `yaml:"memory"`
 	PIDs      int64   `yaml:"pids"`
 	OpenFiles int64   `yaml:"open_files"`
+	Disk      string  `yaml:"disk"`
 }
 
 // Config is the daemon's configuration file.
@@ -59,7 +60,7 @@ func Default() Config {
 		CgroupParent:  "airlock",
 		LogLevel:      "info",
 		LogFormat:     "text",
-		DefaultLimits: Limits{CPU: 1, Memory: "1GiB", PIDs: 1024, OpenFiles: 65536},
+		DefaultLimits: Limits{CPU: 1, Memory: "1GiB", PIDs: 1024, OpenFiles: 65536, Disk: "10GiB"},
 		MaxLifetime:   "8h",
 		TmpfsSize:     "1GiB",
 	}
@@ -136,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseSize(c.DefaultLimits.Memory); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.memory: %w", err))
+	}
+	if _, err := ParseSize(c.DefaultLimits.Disk); err != nil {
+		errs = append(errs, fmt.Errorf("default_limits.disk: %w", err))
 	}
 	if _, err := ParseSize(c.TmpfsSize); err != nil {
 		errs = append(errs, fmt.Errorf("tmpfs_size: %w", err))

@@ -56,17 +56,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return fmt.Errorf("install agent binary: %w", err)
 	}
 	tmpfs, _ := config.ParseSize(cfg.TmpfsSize)
+	disk, _ := config.ParseSize(cfg.DefaultLimits.Disk)
 	drv, err := oci.New(oci.Options{
 		Root: filepath.Join(cfg.StateDir, "sandboxes"), RuncRoot: filepath.Join(cfg.StateDir, "runc"),
-		Runc: cfg.Runc, AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent,
+		Runc: cfg.Runc, AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent, DiskPoolBytes: disk,
 	})
 	if err != nil {
 		return err
 	}
+	defer drv.Close()
 	mcfg := manager.DefaultConfig()
 	mem, _ := config.ParseSize(cfg.DefaultLimits.Memory)
 	mcfg.DefaultLimits.CPU, mcfg.DefaultLimits.Memory = cfg.DefaultLimits.CPU, mem
 	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
+	mcfg.DefaultLimits.Disk = disk
 	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
 	mcfg.DefaultMaxLifetime, _ = time.ParseDuration(cfg.MaxLifetime)
 	m := manager.New(mcfg, st, drv, images, log)

@@ -118,7 +118,7 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		ID:         sb.ID,
 		Layers:     m.images.LayerDirs(img),
 		UIDBase:    sb.UIDBase,
-		Limits:     runtime.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
+		Limits:     runtime.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles, Disk: sb.Limits.Disk},
 		Env:        envList(img.Config.Env, sb.Env),
 		WorkingDir: img.Config.WorkingDir,
 		Hostname:   sb.Name,

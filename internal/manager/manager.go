@@ -46,8 +46,8 @@ type Config struct {
 // DefaultConfig is the embedded default.
 func DefaultConfig() Config {
 	return Config{
-		DefaultLimits:      store.Limits{CPU: 1, Memory: 1 << 30, PIDs: 1024, OpenFiles: 65536},
-		MaxLimits:          store.Limits{CPU: 64, Memory: 256 << 30, PIDs: 1 << 20, OpenFiles: 1 << 20},
+		DefaultLimits:      store.Limits{CPU: 1, Memory: 1 << 30, PIDs: 1024, OpenFiles: 65536, Disk: 10 << 30},
+		MaxLimits:          store.Limits{CPU: 64, Memory: 256 << 30, PIDs: 1 << 20, OpenFiles: 1 << 20, Disk: 1 << 40},
 		DefaultMaxLifetime: 8 * time.Hour,
 		MaxMaxLifetime:     30 * 24 * time.Hour,
 		DefaultIdleSuspend: 10 * time.Minute,

@@ -67,8 +67,12 @@ func validateLabels(labels map[string]string) error {
 func (m *Manager) resolveLimits(l store.Limits) (store.Limits, error) {
 	d, mx := m.cfg.DefaultLimits, m.cfg.MaxLimits
 	switch {
-	case l.CPU < 0 || l.Memory < 0 || l.PIDs < 0 || l.OpenFiles < 0:
-		return l, errdefs.Invalid("limits cannot be negative (cpu %g, memory %d, pids %d, open_files %d)", l.CPU, l.Memory, l.PIDs, l.OpenFiles)
+	case l.CPU < 0 || l.Memory < 0 || l.PIDs < 0 || l.OpenFiles < 0 || l.Disk < 0:
+		return l, errdefs.Invalid("limits cannot be negative (cpu %g, memory %d, pids %d, open_files %d, disk %d)", l.CPU, l.Memory, l.PIDs, l.OpenFiles, l.Disk)
+	case l.Disk > mx.Disk:
+		return l, errdefs.Invalid("disk %d bytes is more than the allowed %d", l.Disk, mx.Disk)
+	case l.Disk != 0 && l.Disk < 64<<20:
+		return l, errdefs.Invalid("disk %d bytes is below the minimum of 64 MiB", l.Disk)
 	case l.CPU > mx.CPU:
 		return l, errdefs.Invalid("cpu %g is more than the allowed %g cores", l.CPU, mx.CPU)
 	case l.CPU != 0 && l.CPU < 0.01:
@@ -94,6 +98,9 @@ func (m *Manager) resolveLimits(l store.Limits) (store.Limits, error) {
 	}
 	if l.PIDs == 0 {
 		l.PIDs = d.PIDs
+	}
+	if l.Disk == 0 {
+		l.Disk = d.Disk
 	}
 	if l.OpenFiles == 0 {
 		l.OpenFiles = min(d.OpenFiles, mx.OpenFiles)

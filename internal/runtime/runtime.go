@@ -21,6 +21,7 @@ type Limits struct {
 	Memory    int64   // bytes; swap is never allowed
 	PIDs      int64
 	OpenFiles int64
+	Disk      int64 // bytes of the upper layer; writes past it get ENOSPC
 }
 
 // Spec says what container to build behind a sandbox.
@@ -97,4 +98,14 @@ type Check struct {
 // HealthChecker is implemented by drivers that can say what the host lacks.
 type HealthChecker interface {
 	Health(ctx context.Context) []Check
+}
+
+// Storage is implemented by drivers that let the manager work on a stopped sandbox's
+// upper layer (snapshot, restore, fork).
+type Storage interface {
+	// WithStorage makes the sandbox's storage available (creating it with a cap of disk
+	// bytes if it does not exist yet) and calls fn with the directory that holds (or
+	// will hold) its upper layer as "upper". The container must not be running unless
+	// readOnly is true.
+	WithStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error
 }

@@ -77,7 +77,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
 		IdleSuspend: req.IdleSuspend, TTL: req.TTL,
-		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles},
+		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 	})
 	s.opResult(w, r, http.StatusCreated, op, sb, err)
 }

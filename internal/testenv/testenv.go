@@ -124,13 +124,14 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		t.Fatal(err)
 	}
 	n.Driver, err = oci.New(oci.Options{Root: filepath.Join(dir, "sb"), RuncRoot: filepath.Join(dir, "runc"),
-		AgentBinary: bin, CgroupParent: n.CgroupParent, TmpfsBytes: 64 << 20})
+		AgentBinary: bin, CgroupParent: n.CgroupParent, TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := manager.DefaultConfig()
 	cfg.MaxLimits.OpenFiles = n.Driver.MaxOpenFiles()
 	cfg.DefaultLimits.Memory = 256 << 20
+	cfg.DefaultLimits.Disk = 1 << 30
 	for _, o := range opts {
 		if o.Config != nil {
 			o.Config(&cfg)
@@ -164,6 +165,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 			}
 		}
 		n.Manager.Close()
+		n.Driver.Close()
 		n.Store.Close()
 		n.AssertNoLeaks(t)
 		os.RemoveAll(dir)

@@ -28,6 +28,7 @@ import (
 var (
 	_ runtime.Driver  = (*Driver)(nil)
 	_ runtime.Freezer = (*Driver)(nil)
+	_ runtime.Storage = (*Driver)(nil)
 )
 
 // Options configure the driver.
@@ -44,6 +45,11 @@ type Options struct {
 	TmpfsBytes int64
 	// CgroupParent is the cgroup every sandbox's cgroup sits under (default "airlock").
 	CgroupParent string
+	// DiskPoolBytes is the upper-layer cap of which a few formatted images are kept
+	// ready (0: no pool).
+	DiskPoolBytes int64
+	// DiskPoolDir holds the ready images (default: "disk-pool" beside Root).
+	DiskPoolDir string
 	// ReadyTimeout bounds the wait for a new sandbox's agent (default 30 s).
 	ReadyTimeout time.Duration
 }
@@ -54,6 +60,15 @@ type Driver struct {
 	cg             cgroups
 	swapAccounting bool
 	maxFiles       uint64
+	pool           *diskPool
+}
+
+// Close stops the driver's background work. Sandboxes keep running.
+func (d *Driver) Close() error {
+	if d.pool != nil {
+		d.pool.close()
+	}
+	return nil
 }
 
 // MaxOpenFiles is the highest open-files limit a sandbox can be given on this host.
@@ -98,7 +113,17 @@ func New(opts Options) (*Driver, error) {
 		maxFiles = rl.Max
 	}
 	cg := detectCgroups()
-	return &Driver{opts: opts, cg: cg, swapAccounting: cg.swapAccounting(), maxFiles: maxFiles}, nil
+	d := &Driver{opts: opts, cg: cg, swapAccounting: cg.swapAccounting(), maxFiles: maxFiles}
+	if opts.DiskPoolBytes > 0 {
+		if opts.DiskPoolDir == "" {
+			opts.DiskPoolDir = filepath.Join(filepath.Dir(filepath.Clean(opts.Root)), "disk-pool")
+		}
+		var err error
+		if d.pool, err = newDiskPool(opts.DiskPoolDir, opts.DiskPoolBytes, 4); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 func (d *Driver) dir(id string) string         { return filepath.Join(d.opts.Root, id) }
@@ -136,6 +161,9 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 		return err
 	}
 	if err := os.Chown(runDir, int(s.UIDBase), int(s.UIDBase)); err != nil {
+		return err
+	}
+	if err := d.attachStorage(ctx, s.ID, s.Limits.Disk); err != nil {
 		return err
 	}
 	us, err := newUserns(d.opts.AgentBinary, s.UIDBase)
@@ -247,6 +275,8 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 	}
 	dir := d.dir(id)
 	if err := (rootfs{dir}).unmount(); err != nil {
+		errs = append(errs, err)
+	} else if err := unmountAll(filepath.Join(dir, "fs")); err != nil {
 		errs = append(errs, err)
 	}
 	for _, p := range []string{"bundle", "run", "rootfs"} {
@@ -384,4 +414,58 @@ func unescapeMount(s string) string {
 	}
 	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
 	return r.Replace(s)
+}
+
+// attachStorage makes sure the sandbox's upper-layer filesystem exists and is mounted
+// at <dir>/fs when it has a disk cap.
+func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error {
+	if disk <= 0 {
+		return nil
+	}
+	dir := d.dir(id)
+	fsDir := filepath.Join(dir, "fs")
+	if len(mountsUnder(fsDir)) > 0 {
+		return nil
+	}
+	img := filepath.Join(dir, diskImage)
+	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
+		if d.pool == nil || disk != d.pool.size || !d.pool.take(img) {
+			if err := makeDisk(ctx, img, disk); err != nil {
+				return err
+			}
+		}
+	} else if err != nil {
+		return err
+	}
+	return mountDisk(img, fsDir)
+}
+
+// WithStorage implements runtime.Storage.
+func (d *Driver) WithStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error {
+	dir := d.dir(id)
+	fsDir := filepath.Join(dir, "fs")
+	st, err := d.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st != runtime.StatusAbsent && !readOnly {
+		return fmt.Errorf("oci: sandbox %s has a container; stop it before changing its storage", id)
+	}
+	if st != runtime.StatusAbsent {
+		return fn(fsDir) // running or paused: its storage is mounted
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	mounted := len(mountsUnder(fsDir)) > 0
+	if err := d.attachStorage(ctx, id, disk); err != nil {
+		return err
+	}
+	if !mounted && disk > 0 {
+		defer unmountAll(fsDir)
+	}
+	if err := os.MkdirAll(fsDir, 0o711); err != nil {
+		return err
+	}
+	return fn(fsDir)
 }

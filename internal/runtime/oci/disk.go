@@ -1,0 +1,176 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A sandbox with a disk limit keeps its upper layer on its own ext4 filesystem: a
+// sparse image file, loop-mounted while the container runs. Writes past the cap get
+// ENOSPC inside that sandbox only. Formatting takes tens of milliseconds, so a small
+// pool of ready images of the default size is kept formatted in the background.
+
+const diskImage = "disk.img"
+
+// makeDisk formats a sparse ext4 image of size bytes at path (written under a temporary
+// name and renamed, so a crash never leaves a half-formatted image in place).
+func makeDisk(ctx context.Context, path string, size int64) error {
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// No reserved blocks: the whole cap is the sandbox's. Lazy init keeps it fast.
+		out, cerr := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
+			"-E", "lazy_itable_init=1,lazy_journal_init=1", tmp).CombinedOutput()
+		if cerr != nil {
+			err = fmt.Errorf("mkfs.ext4: %v: %s", cerr, strings.TrimSpace(string(out)))
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// mountDisk attaches img to a free loop device (detached automatically on unmount) and
+// mounts it at dir.
+func mountDisk(img, dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loop devices unavailable: %w", err)
+	}
+	defer ctl.Close()
+	for attempt := 0; attempt < 32; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("find a free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		err = unix.IoctlLoopConfigure(int(lf.Fd()), cfg)
+		if errors.Is(err, unix.EBUSY) {
+			lf.Close()
+			continue // another create took it first
+		}
+		if err != nil {
+			lf.Close()
+			return fmt.Errorf("attach %s to %s: %w", img, dev, err)
+		}
+		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "")
+		lf.Close() // the mount holds the device; autoclear detaches it on unmount
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", dev, err)
+		}
+		return nil
+	}
+	return errors.New("no free loop device after 32 attempts")
+}
+
+// diskPool keeps a few formatted images of one size ready.
+type diskPool struct {
+	dir  string
+	size int64
+	want int
+
+	mu     sync.Mutex
+	seq    int
+	wake   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newDiskPool(dir string, size int64, want int) (*diskPool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &diskPool{dir: dir, size: size, want: want, wake: make(chan struct{}, 1), cancel: cancel}
+	p.wg.Add(1)
+	go p.fill(ctx)
+	return p, nil
+}
+
+func (p *diskPool) close() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+func (p *diskPool) ready() []string {
+	entries, _ := os.ReadDir(p.dir)
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".img") {
+			out = append(out, filepath.Join(p.dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// take moves a ready image to dst; false when the pool is empty.
+func (p *diskPool) take(dst string) bool {
+	defer func() {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}()
+	for _, img := range p.ready() {
+		if os.Rename(img, dst) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *diskPool) fill(ctx context.Context) {
+	defer p.wg.Done()
+	for {
+		for len(p.ready()) < p.want && ctx.Err() == nil {
+			p.mu.Lock()
+			p.seq++
+			name := filepath.Join(p.dir, fmt.Sprintf("%d-%d.img", time.Now().UnixNano(), p.seq))
+			p.mu.Unlock()
+			if err := makeDisk(ctx, name, p.size); err != nil {
+				break // try again when woken
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		}
+	}
+}
