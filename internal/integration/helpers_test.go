@@ -130,3 +130,12 @@ func retry(d time.Duration, f func() error) error {
 
 // background is the context of calls that are not about cancellation.
 var background = context.Background()
+
+func readDirNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out, err
+}
