@@ -1,0 +1,161 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+)
+
+func FuzzParseHostLiteral(f *testing.F) {
+	for _, tt := range []string{"127.0.0.1", "2130706433", "0x7f.1", "0177.0.0.1", "[::ffff:127.0.0.1]",
+		"[fe80::1%25eth0]", "10.1", "example.com", "1.2.3.4.5", "0x", "[::1]", "256.1.1.1", "08.1"} {
+		f.Add(tt)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		addr, ok := ParseHostLiteral(host)
+		canon, err := canonicalHost(host)
+		if ok {
+			if err != nil || canon != addr.String() {
+				t.Fatalf("literal %q = %s but canonicalHost = %q, %v", host, addr, canon, err)
+			}
+			if std, err := netip.ParseAddr(host); err == nil && std.Zone() == "" && std != addr {
+				t.Fatalf("%q parses as %s, netip says %s", host, addr, std)
+			}
+			Classify(addr)
+		} else if err == nil {
+			if _, lit := ParseHostLiteral(canon); lit {
+				t.Fatalf("%q is not a literal but its canonical form %q is", host, canon)
+			}
+		}
+	})
+}
+
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{"127.0.0.1", "::ffff:127.0.0.1", "2002:7f00:1::", "8.8.8.8", "fd00:ec2::254", "2001::1"} {
+		b := netip.MustParseAddr(s).As16()
+		f.Add(b[:])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var a16 [16]byte
+		copy(a16[:], b)
+		ip := netip.AddrFrom16(a16)
+		c, why := Classify(ip)
+		if why == "" {
+			t.Fatalf("Classify(%s) = %s without a reason", ip, c)
+		}
+		if ip.Is4In6() && c == Public {
+			t.Fatalf("IPv4-mapped %s classified public", ip)
+		}
+		v4 := netip.AddrFrom4([4]byte(a16[12:16]))
+		if c4, _ := Classify(v4); c4 != Public && ip.Is4In6() && c == Public {
+			t.Fatalf("%s embeds protected %s but is public", ip, v4)
+		}
+		if err := (Guard{}).Check(ip, nil); (err == nil) != (c == Public) {
+			t.Fatalf("Check(%s) = %v, class %s", ip, err, c)
+		}
+	})
+}
+
+func FuzzParseRule(f *testing.F) {
+	for _, s := range []string{"api.example.com:443/GET,POST", "*.corp.dev", "[2001:db8::1]:443", "10.0.0.5:5432/get"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRule(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseRule(r.String())
+		if err != nil || !ruleEqual(back, r) {
+			t.Fatalf("ParseRule(%q) = %+v, whose String %q reads back as %+v, %v", s, r, r.String(), back, err)
+		}
+		if err := (Policy{Mode: ModeAllowlist, Rules: []Rule{r}}).Validate(); err != nil {
+			t.Fatalf("a parsed rule %+v does not validate: %v", r, err)
+		}
+	})
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add("pypi.org", 443, "GET")
+	f.Add("x.archive.ubuntu.com", 80, "POST")
+	f.Add("0x7f.1", 0, "")
+	f.Fuzz(func(t *testing.T, host string, port int, method string) {
+		for _, m := range []Mode{ModeNone, ModeDenyAll} {
+			if d := (Policy{Mode: m}).Decide(host, port, method); d.Allowed {
+				t.Fatalf("%s allowed %q:%d %q", m, host, port, method)
+			}
+		}
+		base := Policy{Mode: ModeBaseline}.Decide(host, port, method)
+		if base.Allowed && method != "" && !slices.Contains([]string{"GET", "HEAD"}, upper(method)) {
+			t.Fatalf("baseline allowed method %q", method)
+		}
+		if allow := (Policy{Mode: ModeAllowlist}).Decide(host, port, method); allow.Allowed != base.Allowed {
+			t.Fatalf("an empty allowlist decided %q:%d %q as %+v, baseline as %+v", host, port, method, allow, base)
+		}
+		_, err := canonicalHost(host)
+		if d := (Policy{Mode: ModeUnrestricted}).Decide(host, port, method); d.Allowed != (err == nil) {
+			t.Fatalf("unrestricted decided %q as %+v, canonicalHost error %v", host, d, err)
+		}
+	})
+}
+
+// clientHello returns the first TLS record a Go client sends for server name sni.
+func clientHello(t testing.TB, sni string) []byte {
+	t.Helper()
+	client, server := net.Pipe()
+	defer server.Close()
+	go func() {
+		tls.Client(client, &tls.Config{ServerName: sni}).Handshake()
+		client.Close()
+	}()
+	server.SetDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(server, hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(server, body); err != nil {
+		t.Fatal(err)
+	}
+	return append(hdr, body...)
+}
+
+func TestClientHelloSNI(t *testing.T) {
+	hello := clientHello(t, "files.pythonhosted.org")
+	br := bufio.NewReaderSize(bytes.NewReader(hello), 5+maxTLSRecord)
+	sni, err := clientHelloSNI(br)
+	if err != nil || sni != "files.pythonhosted.org" {
+		t.Fatalf("clientHelloSNI = %q, %v, want files.pythonhosted.org", sni, err)
+	}
+	if br.Buffered() != len(hello) {
+		t.Errorf("the peek consumed %d bytes of the ClientHello", len(hello)-br.Buffered())
+	}
+	if _, err := clientHelloSNI(bufio.NewReader(bytes.NewReader(hello[:len(hello)-1]))); err == nil {
+		t.Errorf("a cut ClientHello gave no error")
+	}
+}
+
+func upper(s string) string { return string(bytes.ToUpper([]byte(s))) }
+
+// FuzzClientHelloSNI feeds arbitrary first bytes to the ClientHello peek: it must not
+// panic, hang or consume anything.
+func FuzzClientHelloSNI(f *testing.F) {
+	f.Add(clientHello(f, "pypi.org"))
+	f.Add([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00})
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(b), 5+maxTLSRecord)
+		clientHelloSNI(br)
+		rest := make([]byte, len(b)+1)
+		n, _ := br.Read(rest)
+		if len(b) > 0 && !bytes.Equal(rest[:n], b[:n]) {
+			t.Fatalf("the peek consumed input")
+		}
+	})
+}

@@ -1,0 +1,315 @@
+package egress
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// SandboxInfo is what the proxy knows of the sandbox behind a source address.
+type SandboxInfo struct {
+	ID         string
+	Generation int64
+	Policy     Policy
+}
+
+// Record is one egress decision, for the audit trail. A refused request, an HTTP
+// request (plain or inside a tunnel) and a tunnel as a whole each make one record;
+// a tunnel's record is made when it closes, with the bytes it carried on the wire.
+type Record struct {
+	Sandbox    string
+	Generation int64
+	Host       string // canonical: lower case, IP literals in standard form
+	Addr       string // the address connected to (or checked, for a tunnel); "" if none
+	Port       int
+	Method     string // the HTTP method, "CONNECT" for a tunnel, "TLS" for a transparent TLS connection
+	BytesUp    int64  // request body bytes (wire bytes for a tunnel)
+	BytesDown  int64  // response body bytes (wire bytes for a tunnel)
+	Allowed    bool
+	Rule       string // the rule that allowed it
+	Reason     string // why it was refused
+	Time       time.Time
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// CA mints the certificates the proxy presents to sandboxes; required.
+	CA *CA
+	// Lookup maps a connection's source address to its sandbox; required. It is called
+	// for every new connection and every request, so a policy change applies at once.
+	// A source it does not know is refused.
+	Lookup func(remote netip.AddrPort) (SandboxInfo, bool)
+	// Audit receives every decision; it must be safe for concurrent use and quick.
+	Audit func(Record)
+	// Dialer resolves, checks and dials upstream hosts; nil means one with
+	// net.DefaultResolver and no node addresses.
+	Dialer *Dialer
+	// UpstreamRoots verifies upstream servers; nil means the system pool (see RootPool).
+	UpstreamRoots *x509.CertPool
+	// Logger is the parent logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Proxy is the egress proxy: an HTTP forward proxy (absolute URIs and CONNECT) on the
+// listeners given to Serve, and a transparent one for connections given to
+// ServeTransparent. It terminates TLS with the node CA so that it can decide on every
+// request's host, port and method; it never follows redirects itself.
+type Proxy struct {
+	cfg    Config
+	dialer *Dialer
+	log    *slog.Logger
+	srv    *http.Server
+	inner  *connListener // tunnels and transparent connections, once past their handshake
+	rp     *httputil.ReverseProxy
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	closed     bool
+	conns      map[net.Conn]struct{} // connections the proxy holds outside srv
+	transports map[string]*sandboxTransport
+}
+
+const (
+	handshakeTimeout = 10 * time.Second
+	maxTransports    = 1024
+)
+
+// NewProxy returns a proxy that serves nothing until Serve or ServeTransparent is called.
+func NewProxy(cfg Config) (*Proxy, error) {
+	if cfg.CA == nil || cfg.Lookup == nil {
+		return nil, errdefs.Invalid("egress proxy: CA and Lookup are required")
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = func(Record) {}
+	}
+	if cfg.Dialer == nil {
+		cfg.Dialer = &Dialer{}
+	}
+	if cfg.UpstreamRoots == nil {
+		pool, err := RootPool()
+		if err != nil {
+			return nil, err
+		}
+		cfg.UpstreamRoots = pool
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		ctx:        ctx,
+		cancel:     cancel,
+		cfg:        cfg,
+		dialer:     cfg.Dialer,
+		log:        cfg.Logger.With("component", "egress"),
+		inner:      newConnListener(),
+		conns:      make(map[net.Conn]struct{}),
+		transports: make(map[string]*sandboxTransport),
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:      p.rewrite,
+		Transport:    roundTripFunc(p.roundTrip),
+		ErrorHandler: p.upstreamError,
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ConnContext:       connContext,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.srv.Serve(p.inner) // returns when Close closes the server
+	}()
+	return p, nil
+}
+
+// Serve serves explicit proxy clients (HTTP_PROXY, HTTPS_PROXY) on l until Close.
+func (p *Proxy) Serve(l net.Listener) error {
+	err := p.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServeTransparent takes over conn, a connection redirected to the proxy whose
+// original destination was origDst. A TLS connection is decided by its SNI, plain
+// HTTP by each request's Host header; the port is origDst's, and the address is the
+// one the proxy resolves itself (origDst's address is not trusted). It returns at once;
+// the proxy owns conn from then on and closes it, at the latest on Close.
+func (p *Proxy) ServeTransparent(conn net.Conn, origDst netip.AddrPort) {
+	if !p.hold(conn) {
+		conn.Close()
+		return
+	}
+	go func() {
+		defer p.wg.Done()
+		p.serveTransparent(conn, origDst)
+	}()
+}
+
+// Close stops serving, closes every connection and waits for the proxy's goroutines.
+func (p *Proxy) Close() error {
+	p.cancel()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	err := p.srv.Close()
+	p.wg.Wait()
+	p.mu.Lock()
+	for _, st := range p.transports {
+		st.tr.CloseIdleConnections()
+	}
+	p.mu.Unlock()
+	return err
+}
+
+// hold takes conn and one goroutine into the proxy's keeping (see track and enter);
+// false once the proxy is closed.
+func (p *Proxy) hold(conn net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[conn] = struct{}{}
+	p.wg.Add(1)
+	return true
+}
+
+// track registers conn, held outside the http.Server, to be closed by Close.
+func (p *Proxy) track(conn net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[conn] = struct{}{}
+	return true
+}
+
+// enter adds one running handler to the WaitGroup Close waits on; false once closed.
+func (p *Proxy) enter() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	return true
+}
+
+// release forgets conn (handed to srv, or closed).
+func (p *Proxy) release(conn net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, conn)
+	p.mu.Unlock()
+}
+
+// ServeHTTP serves one request: an explicit proxy request (absolute URI or CONNECT),
+// or a request inside a tunnel or transparent connection.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.enter() {
+		writeError(w, errdefs.Unavailable("the egress proxy is shutting down"))
+		return
+	}
+	defer p.wg.Done()
+	remote, _ := netip.ParseAddrPort(r.RemoteAddr)
+	t, _ := r.Context().Value(tunnelKey{}).(*tunnel)
+	rec := Record{Host: r.Host, Method: r.Method, Time: time.Now()}
+	sb, known := p.cfg.Lookup(remote)
+	switch {
+	case !known:
+		rec.Reason = "unknown source " + remote.String()
+		p.refuse(w, rec, denied("egress refused: %s is not a sandbox", remote.Addr()))
+		return
+	case t != nil && (t.sandbox != sb.ID || t.generation != sb.Generation):
+		rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+		rec.Reason = "the sandbox behind this connection changed"
+		p.refuse(w, rec, denied("egress refused: %s", rec.Reason))
+		return
+	}
+	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+	switch {
+	case t != nil && r.Method == http.MethodConnect:
+		rec.Reason = "CONNECT inside a tunnel"
+		p.refuse(w, rec, denied("egress refused: no CONNECT inside a tunnel"))
+	case t != nil:
+		host, port, err := t.target(r)
+		if err != nil {
+			rec.Reason = errdefs.Message(err)
+			p.refuse(w, rec, err)
+			return
+		}
+		p.forward(w, r, sb, rec, host, port, t.scheme)
+	case r.Method == http.MethodConnect:
+		p.connect(w, r, sb, rec)
+	case r.URL.IsAbs() && r.URL.Scheme == "http":
+		port := 80
+		if ps := r.URL.Port(); ps != "" {
+			n, err := strconv.Atoi(ps)
+			if err != nil || n < 1 || n > 65535 {
+				p.refuse(w, rec, errdefs.Invalid("bad port %q", ps))
+				return
+			}
+			port = n
+		}
+		host, err := canonicalHost(r.URL.Hostname())
+		if err != nil {
+			rec.Reason = err.Error()
+			p.refuse(w, rec, denied("egress refused: %s", err))
+			return
+		}
+		p.forward(w, r, sb, rec, host, port, "http")
+	default:
+		p.refuse(w, rec, errdefs.Invalid("this is Airlock's egress proxy: send an absolute http:// URI, or CONNECT for https"))
+	}
+}
+
+// refuse audits rec as refused (when it concerns a sandbox's egress) and answers err.
+func (p *Proxy) refuse(w http.ResponseWriter, rec Record, err error) {
+	if rec.Reason != "" {
+		rec.Allowed = false
+		p.cfg.Audit(rec)
+	}
+	writeError(w, err)
+}
+
+// writeError answers err in the API's error shape; a failure to reach the upstream
+// server is 502, as proxies answer it.
+func writeError(w http.ResponseWriter, err error) {
+	code, status := errdefs.Code(err)
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		status = http.StatusBadGateway
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// denyDecision turns a refusing Decision into a client-facing error.
+func denyDecision(host string, port int, d Decision) error {
+	return denied("egress to %s refused: %s", net.JoinHostPort(host, strconv.Itoa(port)), d.Reason)
+}
