@@ -80,6 +80,8 @@ type Sandbox struct {
 	TTL          string            `json:"ttl"`
 	SuspendedAt  *time.Time        `json:"suspended_at,omitempty"`
 	Failure      string            `json:"failure,omitempty"`
+	Parent       string            `json:"parent,omitempty"`      // snapshot it was restored or forked from
+	ForkedFrom   string            `json:"forked_from,omitempty"` // sandbox it was forked from
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -102,6 +104,46 @@ type Operation struct {
 type OperationResponse struct {
 	Operation Operation `json:"operation"`
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
+	Snapshot  *Snapshot `json:"snapshot,omitempty"`
+}
+
+// Snapshot is an immutable copy of a sandbox's writable layer.
+type Snapshot struct {
+	ID          string            `json:"id"`
+	SandboxID   string            `json:"sandbox_id"`
+	ImageDigest string            `json:"image_digest"`
+	Parent      string            `json:"parent,omitempty"`
+	Consistency string            `json:"consistency"` // crash-consistent or stopped
+	State       string            `json:"state"`       // creating, ready, failed
+	LogicalSize int64             `json:"logical_size"`
+	StoredSize  int64             `json:"stored_size"`
+	Files       int               `json:"files"`
+	Chunks      []string          `json:"chunks,omitempty"` // chunk checksums, on GET of one snapshot
+	Created     time.Time         `json:"created"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{ref}/snapshots.
+type SnapshotRequest struct {
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// RestoreRequest is the body of POST /v1/sandboxes/{ref}/restore.
+type RestoreRequest struct {
+	Snapshot string `json:"snapshot"`
+	// NoSafetySnapshot skips the snapshot of the current state taken before restoring.
+	NoSafetySnapshot bool `json:"no_safety_snapshot,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{ref}/fork and /v1/snapshots/{id}/fork.
+type ForkRequest struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{ref}/exec.

@@ -34,7 +34,7 @@ var verbs = func() map[string]*verb {
 }()
 
 // groups are the verbs that take a subcommand.
-var groups = map[string]bool{"image": true, "ops": true}
+var groups = map[string]bool{"image": true, "ops": true, "snapshot": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
@@ -72,7 +73,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.DefaultLimits.Disk = disk
 	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
 	mcfg.DefaultMaxLifetime, _ = time.ParseDuration(cfg.MaxLifetime)
+	snaps, err := snapshot.Open(filepath.Join(cfg.StateDir, "snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshots: %w", err)
+	}
 	m := manager.New(mcfg, st, drv, images, log)
+	m.SetSnapshots(snaps)
 	if err := m.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

@@ -27,6 +27,13 @@ func (m *Manager) Resume(ctx context.Context, call Call, ref string) (*store.Ope
 // lifecycleOp wraps one state change of an existing sandbox in a durable operation that
 // honours Idempotency-Key and If-Match.
 func (m *Manager) lifecycleOp(ctx context.Context, call Call, ref, kind string, do func(context.Context, *store.Sandbox) error) (*store.Operation, *store.Sandbox, error) {
+	return m.lifecycleOpBody(ctx, call, ref, kind, nil, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+		return do(ctx, sb)
+	})
+}
+
+// lifecycleOpBody is lifecycleOp for a request with a body (part of its idempotency).
+func (m *Manager) lifecycleOpBody(ctx context.Context, call Call, ref, kind string, body any, do func(context.Context, *store.Sandbox, *store.Operation) error) (*store.Operation, *store.Sandbox, error) {
 	sb, err := m.Resolve(ctx, call.Owner, ref)
 	if err != nil {
 		return nil, nil, err
@@ -35,7 +42,7 @@ func (m *Manager) lifecycleOp(ctx context.Context, call Call, ref, kind string, 
 		return nil, nil, errdefs.VersionConflict("sandbox %q is at version %d, not %d", sb.Name, sb.Version, call.IfMatch).
 			WithDetails(map[string]any{"version": sb.Version})
 	}
-	op, replay, err := m.beginOp(ctx, call, kind, sb.ID, map[string]string{"sandbox": sb.ID})
+	op, replay, err := m.beginOp(ctx, call, kind, sb.ID, map[string]any{"sandbox": sb.ID, "body": body})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,7 +56,7 @@ func (m *Manager) lifecycleOp(ctx context.Context, call Call, ref, kind string, 
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
-	err = do(ctx, sb)
+	err = do(ctx, sb, op)
 	return op, sb, m.finishOp(op, sb.ID, err)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -65,6 +66,7 @@ type Manager struct {
 	store  store.Store
 	driver runtime.Driver
 	images *image.Store
+	snaps  *snapshot.Store
 	log    *slog.Logger
 	now    func() time.Time
 

@@ -16,7 +16,7 @@ func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
-		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(),
+		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(), Parent: sb.Parent, ForkedFrom: sb.ForkedFrom,
 	}
 	if !sb.SuspendedAt.IsZero() && sb.State == "suspended" {
 		t := sb.SuspendedAt

@@ -34,16 +34,20 @@ type Sandbox struct {
 	// Version is the optimistic-concurrency version (the ETag); UpdateSandbox bumps it.
 	Version int64 `json:"version"`
 	// UIDBase is the first host uid of the sandbox's own user-namespace range.
-	UIDBase      uint32          `json:"uid_base"`
-	CreatedAt    time.Time       `json:"created_at"`
-	UpdatedAt    time.Time       `json:"updated_at"`
-	LastActivity time.Time       `json:"last_activity"`
-	ExpiresAt    time.Time       `json:"expires_at"` // maximum-lifetime deadline
-	IdleSuspend  time.Duration   `json:"idle_suspend"`
-	TTL          time.Duration   `json:"ttl"`
-	SuspendedAt  time.Time       `json:"suspended_at,omitempty"` // when it last became suspended
-	Failure      string          `json:"failure,omitempty"`      // why it is failed
-	Extra        json.RawMessage `json:"extra,omitempty"`        // room for later features
+	UIDBase      uint32        `json:"uid_base"`
+	CreatedAt    time.Time     `json:"created_at"`
+	UpdatedAt    time.Time     `json:"updated_at"`
+	LastActivity time.Time     `json:"last_activity"`
+	ExpiresAt    time.Time     `json:"expires_at"` // maximum-lifetime deadline
+	IdleSuspend  time.Duration `json:"idle_suspend"`
+	TTL          time.Duration `json:"ttl"`
+	SuspendedAt  time.Time     `json:"suspended_at,omitempty"` // when it last became suspended
+	// Parent is the snapshot this sandbox's upper layer was restored or forked from.
+	Parent string `json:"parent,omitempty"`
+	// ForkedFrom is the sandbox this one was forked from.
+	ForkedFrom string          `json:"forked_from,omitempty"`
+	Failure    string          `json:"failure,omitempty"` // why it is failed
+	Extra      json.RawMessage `json:"extra,omitempty"`   // room for later features
 }
 
 // Operation states.

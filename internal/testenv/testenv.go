@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
@@ -92,6 +93,7 @@ type Node struct {
 	CgroupParent string
 	Store        store.Store
 	Images       *image.Store
+	Snapshots    *snapshot.Store
 	Driver       *oci.Driver
 	Manager      *manager.Manager
 	Server       *server.Server
@@ -138,6 +140,10 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 	}
 	n.Manager = manager.New(cfg, n.Store, n.Driver, n.Images, log)
+	if n.Snapshots, err = snapshot.Open(filepath.Join(dir, "snapshots")); err != nil {
+		t.Fatal(err)
+	}
+	n.Manager.SetSnapshots(n.Snapshots)
 	if err := n.Manager.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}

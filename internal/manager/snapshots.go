@@ -1,0 +1,334 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// SetSnapshots gives the manager its snapshot store; without one, snapshot, restore and
+// fork are unavailable.
+func (m *Manager) SetSnapshots(s *snapshot.Store) { m.snaps = s }
+
+func (m *Manager) storage() (runtime.Storage, error) {
+	st, ok := m.driver.(runtime.Storage)
+	if !ok || m.snaps == nil {
+		return nil, errdefs.Unavailable("snapshots are not available on this node")
+	}
+	return st, nil
+}
+
+// Snapshot takes an immutable snapshot of a sandbox's upper layer: frozen for a
+// crash-consistent copy while it runs, or as it is while suspended.
+func (m *Manager) Snapshot(ctx context.Context, call Call, ref string, labels map[string]string) (*store.Operation, *snapshot.Manifest, error) {
+	if err := validateLabels(labels); err != nil {
+		return nil, nil, err
+	}
+	var man *snapshot.Manifest
+	op, _, err := m.lifecycleOpBody(ctx, call, ref, "snapshot", labels, func(ctx context.Context, sb *store.Sandbox, op *store.Operation) error {
+		var err error
+		if man, err = m.snapshot(ctx, sb, labels); err == nil {
+			op.Result, _ = json.Marshal(man.ID)
+		}
+		return err
+	})
+	if err == nil && man == nil && op != nil && len(op.Result) > 0 {
+		var id string
+		json.Unmarshal(op.Result, &id)
+		man, err = m.snaps.Get(id) // a replayed request
+	}
+	return op, man, err
+}
+
+// snapshot does the work; the caller holds the sandbox's lock.
+func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[string]string) (*snapshot.Manifest, error) {
+	stg, err := m.storage()
+	if err != nil {
+		return nil, err
+	}
+	meta := snapshot.Manifest{SandboxID: sb.ID, ImageDigest: sb.ImageDigest, Parent: sb.Parent, Labels: labels,
+		Consistency: snapshot.Stopped}
+	switch sb.State {
+	case Running:
+		fz, ok := m.driver.(runtime.Freezer)
+		if !ok {
+			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
+		}
+		if err := fz.Freeze(ctx, sb.ID); err != nil {
+			return nil, errdefs.Unavailable("could not freeze sandbox %q", sb.Name).WithCause(err)
+		}
+		defer fz.Thaw(context.WithoutCancel(ctx), sb.ID)
+		meta.Consistency = snapshot.CrashConsistent
+	case Suspended:
+	default:
+		return nil, errdefs.Precondition("sandbox %q is %s; snapshots are of running or suspended sandboxes", sb.Name, sb.State)
+	}
+	var man *snapshot.Manifest
+	err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, true, func(dir string) error {
+		var err error
+		man, err = m.snaps.Create(ctx, filepath.Join(dir, "upper"), sb.UIDBase, meta)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.event(sb, "snapshot", "snapshot", map[string]any{"snapshot": man.ID, "stored_size": man.StoredSize, "consistency": man.Consistency})
+	return man, nil
+}
+
+// SnapshotOwned checks that owner may see the snapshot and returns it.
+func (m *Manager) SnapshotOwned(ctx context.Context, owner, id string) (*snapshot.Manifest, error) {
+	if m.snaps == nil {
+		return nil, errdefs.Unavailable("snapshots are not available on this node")
+	}
+	man, err := m.snaps.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.store.GetSandbox(ctx, man.SandboxID)
+	if err != nil || sb.Owner != owner {
+		return nil, errdefs.NotFound("snapshot %q not found", id)
+	}
+	return man, nil
+}
+
+// Snapshots lists owner's snapshots, of one sandbox when ref is set.
+func (m *Manager) Snapshots(ctx context.Context, owner, ref string) ([]*snapshot.Manifest, error) {
+	if m.snaps == nil {
+		return nil, errdefs.Unavailable("snapshots are not available on this node")
+	}
+	sandboxID := ""
+	if ref != "" {
+		sb, err := m.Resolve(ctx, owner, ref)
+		if err != nil {
+			return nil, err
+		}
+		sandboxID = sb.ID
+	}
+	all, err := m.snaps.List(sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	var out []*snapshot.Manifest
+	owners := map[string]bool{}
+	for _, man := range all {
+		mine, ok := owners[man.SandboxID]
+		if !ok {
+			sb, err := m.store.GetSandbox(ctx, man.SandboxID)
+			mine = err == nil && sb.Owner == owner
+			owners[man.SandboxID] = mine
+		}
+		if mine {
+			out = append(out, man)
+		}
+	}
+	return out, nil
+}
+
+// DeleteSnapshot removes a snapshot unless a live sandbox still comes from it.
+func (m *Manager) DeleteSnapshot(ctx context.Context, owner, id string) error {
+	if _, err := m.SnapshotOwned(ctx, owner, id); err != nil {
+		return err
+	}
+	return m.snaps.Delete(id, func(id string) []string {
+		list, _ := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+		var deps []string
+		for _, sb := range list {
+			if sb.Parent == id && sb.State != Terminated {
+				deps = append(deps, sb.Name)
+			}
+		}
+		return deps
+	})
+}
+
+// RestoreRequest says which snapshot to restore and whether to keep a safety copy.
+type RestoreRequest struct {
+	Snapshot string `json:"snapshot"`
+	NoSafety bool   `json:"no_safety"`
+}
+
+// Restore replaces a suspended sandbox's upper layer with a snapshot's, after checking
+// the snapshot's integrity and image, and after a safety snapshot unless told not to.
+func (m *Manager) Restore(ctx context.Context, call Call, ref string, req RestoreRequest) (*store.Operation, *store.Sandbox, error) {
+	if _, err := m.SnapshotOwned(ctx, call.Owner, req.Snapshot); err != nil {
+		return nil, nil, err
+	}
+	return m.lifecycleOpBody(ctx, call, ref, "restore", req, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+		stg, err := m.storage()
+		if err != nil {
+			return err
+		}
+		if sb.State != Suspended {
+			return errdefs.Precondition("sandbox %q is %s; restore needs a suspended sandbox (suspend it first)", sb.Name, sb.State).
+				WithDetails(map[string]any{"reason": "not_suspended", "state": sb.State})
+		}
+		man, err := m.snaps.Get(req.Snapshot)
+		if err != nil {
+			return err
+		}
+		if man.ImageDigest != sb.ImageDigest {
+			return errdefs.Precondition("snapshot %s was taken on image %s; sandbox %q runs %s", man.ID, man.ImageDigest, sb.Name, sb.ImageDigest).
+				WithDetails(map[string]any{"reason": "incompatible_image"})
+		}
+		if err := m.snaps.Verify(ctx, man.ID); err != nil {
+			return corruptErr(err)
+		}
+		if !req.NoSafety {
+			safety, err := m.snapshot(ctx, sb, map[string]string{"airlock.safety": "before-restore-" + man.ID})
+			if err != nil {
+				return err
+			}
+			m.event(sb, "safety_snapshot", "restore", map[string]any{"snapshot": safety.ID})
+		}
+		err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
+			return m.replaceUpper(ctx, dir, man.ID, sb.UIDBase)
+		})
+		if err != nil {
+			return corruptErr(err)
+		}
+		sb.Parent = man.ID
+		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			return err
+		}
+		m.event(sb, "restored", "restore", map[string]any{"snapshot": man.ID})
+		return nil
+	})
+}
+
+func corruptErr(err error) error {
+	if errors.Is(err, snapshot.ErrCorrupt) {
+		return &errdefs.Error{Class: errdefs.ErrFailedPrecondition, Msg: err.Error(), Cause: err,
+			Details: map[string]any{"reason": "corrupt"}}
+	}
+	return err
+}
+
+// replaceUpper swaps dir/upper for the snapshot's contents; on failure the old upper
+// layer stays in place.
+func (m *Manager) replaceUpper(ctx context.Context, dir, snapID string, base uint32) error {
+	upper := filepath.Join(dir, "upper")
+	old := filepath.Join(dir, "upper.old")
+	os.RemoveAll(old)
+	if err := os.Rename(upper, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := m.snaps.Restore(ctx, snapID, upper, base); err != nil {
+		os.Rename(old, upper)
+		return err
+	}
+	os.RemoveAll(filepath.Join(dir, "work"))
+	return os.RemoveAll(old)
+}
+
+// ForkRequest names the new sandbox.
+type ForkRequest struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+}
+
+// Fork makes a new, independent sandbox from a snapshot ("snap_…") or from a sandbox
+// (live or suspended: a snapshot of it is taken first). Nothing writable is shared;
+// lineage is recorded.
+func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkRequest) (*store.Operation, *store.Sandbox, error) {
+	if err := ValidateName(req.Name); err != nil {
+		return nil, nil, err
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return nil, nil, err
+	}
+	stg, err := m.storage()
+	if err != nil {
+		return nil, nil, err
+	}
+	var parent *store.Sandbox
+	var man *snapshot.Manifest
+	if strings.HasPrefix(src, "snap_") {
+		if man, err = m.SnapshotOwned(ctx, call.Owner, src); err != nil {
+			return nil, nil, err
+		}
+		if parent, err = m.store.GetSandbox(ctx, man.SandboxID); err != nil {
+			return nil, nil, err
+		}
+	} else if parent, err = m.Resolve(ctx, call.Owner, src); err != nil {
+		return nil, nil, err
+	}
+	img, err := m.images.Get(parent.ImageDigest)
+	if err != nil {
+		return nil, nil, errdefs.Precondition("the image of %q is gone", parent.Name).WithCause(err)
+	}
+	op, replay, err := m.beginOp(ctx, call, "fork", "", map[string]any{"src": src, "req": req})
+	if err != nil {
+		return nil, nil, err
+	}
+	if replay {
+		return m.replayed(ctx, op)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	if man == nil {
+		unlock := m.locks.lock(parent.ID)
+		fresh, err := m.store.GetSandbox(ctx, parent.ID)
+		if err == nil {
+			man, err = m.snapshot(ctx, fresh, map[string]string{"airlock.fork": req.Name})
+		}
+		unlock()
+		if err != nil {
+			return op, nil, m.finishOp(op, "", err)
+		}
+	} else if err := m.snaps.Verify(ctx, man.ID); err != nil {
+		return op, nil, m.finishOp(op, "", corruptErr(err))
+	}
+	release, err := m.reserveLive(ctx, call.Owner)
+	if err != nil {
+		return op, nil, m.finishOp(op, "", err)
+	}
+	now := m.now()
+	sb := &store.Sandbox{
+		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
+		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
+		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
+		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, Parent: man.ID, ForkedFrom: parent.ID,
+	}
+	op.SandboxID = sb.ID
+	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
+		release()
+		return op, nil, m.finishOp(op, "", err)
+	}
+	err = m.store.CreateSandbox(ctx, sb)
+	release()
+	if err != nil {
+		m.freeSlot(sb.UIDBase)
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			err = errdefs.Exists("a sandbox named %q already exists", req.Name)
+		}
+		return op, nil, m.finishOp(op, "", err)
+	}
+	unlock := m.locks.lock(sb.ID)
+	defer unlock()
+	m.event(sb, "created", "fork", map[string]any{"from": parent.ID, "snapshot": man.ID})
+	err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
+		return m.snaps.Restore(ctx, man.ID, filepath.Join(dir, "upper"), sb.UIDBase)
+	})
+	if err == nil {
+		err = m.startContainer(ctx, sb, img)
+	}
+	if err != nil {
+		m.rollbackCreate(sb)
+		return op, nil, m.finishOp(op, "", corruptErr(err))
+	}
+	sb.Generation = 1
+	if err := m.setState(ctx, sb, Running, "fork"); err != nil {
+		m.rollbackCreate(sb)
+		return op, nil, m.finishOp(op, "", err)
+	}
+	return op, sb, m.finishOp(op, sb.ID, nil)
+}

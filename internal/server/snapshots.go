@@ -1,0 +1,115 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/snapshot"
+)
+
+func toAPISnapshot(m *snapshot.Manifest, withChunks bool) *api.Snapshot {
+	out := &api.Snapshot{ID: m.ID, SandboxID: m.SandboxID, ImageDigest: m.ImageDigest, Parent: m.Parent,
+		Consistency: m.Consistency, State: m.State, LogicalSize: m.LogicalSize, StoredSize: m.StoredSize,
+		Files: len(m.Entries), Created: m.Created, Labels: m.Labels}
+	if withChunks {
+		seen := map[string]bool{}
+		out.Chunks = []string{}
+		for _, e := range m.Entries {
+			for _, c := range e.Chunks {
+				if !seen[c.Digest] {
+					seen[c.Digest] = true
+					out.Chunks = append(out.Chunks, c.Digest)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.SnapshotRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, man, err := s.m.Snapshot(r.Context(), c, r.PathValue("ref"), req.Labels)
+	if err != nil {
+		s.opResult(w, r, 0, op, nil, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.OperationResponse{Operation: toAPIOperation(op), Snapshot: toAPISnapshot(man, false)})
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	list, err := s.m.Snapshots(r.Context(), owner(r), r.URL.Query().Get("sandbox"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.SnapshotList{Snapshots: []api.Snapshot{}}
+	for _, m := range list {
+		out.Snapshots = append(out.Snapshots, *toAPISnapshot(m, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	man, err := s.m.SnapshotOwned(r.Context(), owner(r), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAPISnapshot(man, true))
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteSnapshot(r.Context(), owner(r), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.RestoreRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, sb, err := s.m.Restore(r.Context(), c, r.PathValue("ref"), manager.RestoreRequest{Snapshot: req.Snapshot, NoSafety: req.NoSafetySnapshot})
+	s.opResult(w, r, http.StatusOK, op, sb, err)
+}
+
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
+	s.fork(w, r, r.PathValue("ref"))
+}
+
+func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request) {
+	s.fork(w, r, r.PathValue("id"))
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, src string) {
+	var req api.ForkRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, sb, err := s.m.Fork(r.Context(), c, src, manager.ForkRequest{Name: req.Name, Labels: req.Labels})
+	s.opResult(w, r, http.StatusCreated, op, sb, err)
+}
