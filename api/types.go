@@ -300,3 +300,15 @@ type Event struct {
 type EventList struct {
 	Events []Event `json:"events"`
 }
+
+// Leftover is a host resource with Airlock's name and no live record.
+type Leftover struct {
+	SandboxID string `json:"sandbox_id"`
+	Reason    string `json:"reason"`
+}
+
+// GCResult is the body of POST /v1/gc.
+type GCResult struct {
+	DryRun    bool       `json:"dry_run"`
+	Leftovers []Leftover `json:"leftovers"`
+}

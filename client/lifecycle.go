@@ -78,3 +78,16 @@ func eventsQuery(ref string, after int64, follow bool) url.Values {
 	}
 	return q
 }
+
+// GC removes (or with dryRun lists) host resources with Airlock's name and no live record.
+func (c *Client) GC(ctx context.Context, dryRun bool) (*api.GCResult, error) {
+	var out api.GCResult
+	q := url.Values{}
+	if dryRun {
+		q.Set("dry_run", "true")
+	}
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/gc", query: q}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

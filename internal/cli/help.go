@@ -21,6 +21,7 @@ type verb struct {
 var verbList = []*verb{
 	createVerb, lsVerb, getVerb, execVerb, runVerb, shellVerb, cpVerb, rmVerb,
 	suspendVerb, resumeVerb, eventsVerb,
+	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb,
 	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb, statusVerb, versionVerb,
 }
 

@@ -46,7 +46,12 @@ type Config struct {
 	LogFormat     string  `yaml:"log_format"`
 	DefaultLimits Limits  `yaml:"default_limits"`
 	MaxLifetime   string  `yaml:"max_lifetime"`
-	TmpfsSize     string  `yaml:"tmpfs_size"`
+	// MinIdleSuspend and MinMaxLifetime lower the API's floors (1m) — for tests only.
+	MinIdleSuspend string `yaml:"min_idle_suspend"`
+	MinMaxLifetime string `yaml:"min_max_lifetime"`
+	// LiveCap is how many live sandboxes one owner may hold.
+	LiveCap   int    `yaml:"live_cap"`
+	TmpfsSize string `yaml:"tmpfs_size"`
 }
 
 // DefaultSocket is where clients look for the daemon unless told otherwise.
@@ -55,14 +60,17 @@ const DefaultSocket = "/run/airlock/airlock.sock"
 // Default is the embedded default configuration.
 func Default() Config {
 	return Config{
-		StateDir:      "/var/lib/airlock",
-		Socket:        DefaultSocket,
-		CgroupParent:  "airlock",
-		LogLevel:      "info",
-		LogFormat:     "text",
-		DefaultLimits: Limits{CPU: 1, Memory: "1GiB", PIDs: 1024, OpenFiles: 65536, Disk: "10GiB"},
-		MaxLifetime:   "8h",
-		TmpfsSize:     "1GiB",
+		StateDir:       "/var/lib/airlock",
+		Socket:         DefaultSocket,
+		CgroupParent:   "airlock",
+		LogLevel:       "info",
+		LogFormat:      "text",
+		DefaultLimits:  Limits{CPU: 1, Memory: "1GiB", PIDs: 1024, OpenFiles: 65536, Disk: "10GiB"},
+		MaxLifetime:    "8h",
+		MinIdleSuspend: "1m",
+		MinMaxLifetime: "1m",
+		LiveCap:        100,
+		TmpfsSize:      "1GiB",
 	}
 }
 
@@ -146,6 +154,14 @@ func (c Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.MaxLifetime); err != nil || d < time.Minute {
 		errs = append(errs, fmt.Errorf("max_lifetime %q must be a duration of at least 1m, such as 8h", c.MaxLifetime))
+	}
+	for _, f := range []struct{ name, v string }{{"min_idle_suspend", c.MinIdleSuspend}, {"min_max_lifetime", c.MinMaxLifetime}} {
+		if d, err := time.ParseDuration(f.v); err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %q must be a positive duration such as 1m", f.name, f.v))
+		}
+	}
+	if c.LiveCap < 1 {
+		errs = append(errs, fmt.Errorf("live_cap %d must be at least 1", c.LiveCap))
 	}
 	return errors.Join(errs...)
 }

@@ -73,6 +73,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.DefaultLimits.Disk = disk
 	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
 	mcfg.DefaultMaxLifetime, _ = time.ParseDuration(cfg.MaxLifetime)
+	mcfg.MinIdleSuspend, _ = time.ParseDuration(cfg.MinIdleSuspend)
+	mcfg.MinMaxLifetime, _ = time.ParseDuration(cfg.MinMaxLifetime)
+	mcfg.LiveCap = cfg.LiveCap
 	snaps, err := snapshot.Open(filepath.Join(cfg.StateDir, "snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)

@@ -42,7 +42,7 @@ func startDaemon(t *testing.T) *daemon {
 	os.Chmod(dir, 0o711)
 	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
-	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024}\n",
+	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
 		filepath.Join(dir, "state"), d.socket, d.cgroup)
 	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -269,6 +269,8 @@ func TestCrashRecovery(t *testing.T) {
 	d := startDaemon(t)
 	d.must("create", "base")
 	d.must("create", "tosuspend")
+	d.must("create", "tosnap")
+	d.must("exec", "tosnap", "--", "sh", "-c", "head -c 30M /dev/urandom > /root/data")
 	for i, step := range []struct {
 		name string
 		args []string
@@ -276,6 +278,8 @@ func TestCrashRecovery(t *testing.T) {
 		{"create", []string{"create", "crash-new"}},
 		{"exec", []string{"exec", "base", "--", "sleep", "3"}},
 		{"suspend", []string{"suspend", "tosuspend"}},
+		{"snapshot", []string{"snapshot", "create", "tosnap"}},
+		{"fork", []string{"fork", "tosnap", "crash-fork"}},
 		{"terminate", []string{"rm", "base"}},
 	} {
 		cmd := exec.Command(d.bin, "--socket", d.socket)
@@ -295,6 +299,12 @@ func TestCrashRecovery(t *testing.T) {
 			switch sb.State {
 			case api.StateRunning:
 				running["airlock-"+sb.ID] = true
+				if sb.Name == "tosnap" {
+					// A snapshot interrupted mid-freeze must not leave the sandbox frozen.
+					if out := d.must("exec", sb.Name, "--", "sh", "-c", "wc -c < /root/data"); out != "31457280\n" {
+						t.Errorf("after a SIGKILL during %s: tosnap's data reads %q", step.name, out)
+					}
+				}
 				d.must("exec", sb.Name, "--", "true")
 			case api.StateSuspended, api.StateTerminated:
 			default:
@@ -310,6 +320,22 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("after a SIGKILL during %s: %d containers for %d running sandboxes", step.name, len(d.runcContainers()), len(running))
 		}
 	}
+	// gc finds nothing after recovery; a planted leftover is listed by --dry-run, then removed.
+	if out := d.must("gc", "--dry-run"); !strings.Contains(out, "nothing to remove") {
+		t.Errorf("gc --dry-run after recovery: %q; want nothing to remove", out)
+	}
+	planted := filepath.Join(d.dir, "state", "sandboxes", "sb_leftover0000001")
+	os.MkdirAll(filepath.Join(planted, "fs", "upper"), 0o700)
+	if out := d.must("gc", "--dry-run"); !strings.Contains(out, "sb_leftover0000001") {
+		t.Errorf("gc --dry-run did not list the leftover: %q", out)
+	}
+	if _, err := os.Stat(planted); err != nil {
+		t.Errorf("gc --dry-run removed the leftover")
+	}
+	d.must("gc")
+	if _, err := os.Stat(planted); err == nil {
+		t.Errorf("gc did not remove the leftover")
+	}
 	// No operation is left pending or running.
 	d.stop(syscall.SIGTERM)
 	st, err := sqlite.Open(filepath.Join(d.dir, "state", "airlock.db"))
@@ -322,4 +348,32 @@ func TestCrashRecovery(t *testing.T) {
 		t.Errorf("operation %s (%s) is still %s after recovery", op.ID, op.Kind, op.State)
 	}
 	d.start()
+}
+
+// TestLifetimeWhileDaemonStopped: the maximum lifetime ends a sandbox on the agent's own
+// clock even while the daemon is stopped, and the restarted daemon records it.
+func TestLifetimeWhileDaemonStopped(t *testing.T) {
+	d := startDaemon(t)
+	d.must("create", "shortlived", "--max-lifetime", "3s")
+	d.stop(syscall.SIGTERM)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(d.runcContainers()) > 0 && time.Now().Before(deadline) {
+		out, _ := exec.Command("runc", "--root", filepath.Join(d.dir, "state", "runc"), "list", "-f", "json").Output()
+		if strings.Contains(string(out), `"stopped"`) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out, _ := exec.Command("runc", "--root", filepath.Join(d.dir, "state", "runc"), "list", "-f", "json").Output()
+	if strings.Contains(string(out), `"running"`) {
+		t.Fatalf("the sandbox still runs past its maximum lifetime with the daemon stopped: %s", out)
+	}
+	d.start()
+	sb := d.get("shortlived")
+	if sb.State != api.StateTerminated || !strings.Contains(sb.Failure, "maximum lifetime") {
+		t.Errorf("after restart: state %s failure %q; want terminated for its maximum lifetime", sb.State, sb.Failure)
+	}
+	if c := d.runcContainers(); len(c) != 0 {
+		t.Errorf("containers left: %v", c)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sort"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -118,7 +119,8 @@ func (m *Manager) ended(ctx context.Context, id, why string) {
 
 // containerGone handles a running sandbox without a container; the caller holds its lock.
 func (m *Manager) containerGone(ctx context.Context, sb *store.Sandbox, why string) {
-	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
+	// The agent's clock rounds the deadline to whole seconds; allow for that.
+	if !sb.ExpiresAt.IsZero() && !m.now().Add(2*time.Second).Before(sb.ExpiresAt) {
 		sb.Failure = "the sandbox reached its maximum lifetime"
 		if err := m.terminate(ctx, sb, "max_lifetime"); err != nil {
 			m.log.Warn("clean up expired sandbox", "sandbox", sb.ID, "err", err)

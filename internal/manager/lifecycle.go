@@ -148,6 +148,7 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 // sweep applies the timers: idle suspension, maximum lifetime and TTL of suspended
 // sandboxes. Reading status never counts as activity; only inbound traffic does.
 func (m *Manager) sweep(ctx context.Context) {
+	m.retryDeletes(ctx)
 	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []string{Running, Suspended}})
 	if err != nil {
 		m.log.Warn("sweep", "err", err)

@@ -34,6 +34,9 @@ type Config struct {
 	// sandbox suspends on its own, and the smallest value an API caller may ask for
 	// (only daemon configuration may lower it, for tests).
 	DefaultIdleSuspend, MinIdleSuspend time.Duration
+	// MinMaxLifetime is the shortest maximum lifetime a caller may ask for (only daemon
+	// configuration may lower it, for tests).
+	MinMaxLifetime time.Duration
 	// DefaultTTL is how long a suspended sandbox is kept.
 	DefaultTTL time.Duration
 	// LiveCap is how many live (not terminated) sandboxes one owner may hold.
@@ -53,6 +56,7 @@ func DefaultConfig() Config {
 		MaxMaxLifetime:     30 * 24 * time.Hour,
 		DefaultIdleSuspend: 10 * time.Minute,
 		MinIdleSuspend:     time.Minute,
+		MinMaxLifetime:     time.Minute,
 		DefaultTTL:         7 * 24 * time.Hour,
 		LiveCap:            100,
 		UIDBase:            1 << 20,
@@ -76,6 +80,7 @@ type Manager struct {
 	slots    map[uint32]string    // uid base -> sandbox id
 	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
 	pending  map[string]int       // owner -> creates between the cap check and their record
+	retries  map[string]retry     // sandbox id -> backoff of a failed delete
 
 	evMu sync.Mutex
 	evCh chan struct{} // closed and replaced whenever an event is stored
@@ -93,7 +98,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
-		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, pending: map[string]int{},
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, pending: map[string]int{}, retries: map[string]retry{},
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
 }

@@ -92,7 +92,17 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			log.Warn("read status", "err", err)
 			return
 		}
-		if st == runtime.StatusRunning || st == runtime.StatusPaused {
+		if st == runtime.StatusPaused {
+			// Only a snapshot freezes a sandbox, and it thaws it before it ends: a frozen
+			// sandbox here is one whose snapshot the crash interrupted.
+			if fz, ok := m.driver.(runtime.Freezer); ok {
+				if err := fz.Thaw(ctx, sb.ID); err != nil {
+					log.Warn("thaw after interrupted snapshot", "err", err)
+				}
+			}
+			st = runtime.StatusRunning
+		}
+		if st == runtime.StatusRunning {
 			log.Info("reattached")
 			return
 		}

@@ -116,8 +116,8 @@ func (m *Manager) resolveLifetime(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, errdefs.Invalid("invalid max_lifetime %q: use a duration such as 30m or 8h", s)
 	}
-	if d < time.Minute || d > m.cfg.MaxMaxLifetime {
-		return 0, errdefs.Invalid("max_lifetime %s is out of range: from 1m to %s", d, m.cfg.MaxMaxLifetime)
+	if d < m.cfg.MinMaxLifetime || d > m.cfg.MaxMaxLifetime {
+		return 0, errdefs.Invalid("max_lifetime %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
 	}
 	return d, nil
 }

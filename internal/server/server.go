@@ -87,6 +87,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox},
 		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox},
 		{"GET /v1/events", s.events},
+		{"POST /v1/gc", s.gc},
 		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot},
 		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox},
 		{"POST /v1/sandboxes/{ref}/fork", s.forkSandbox},

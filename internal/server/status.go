@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -26,4 +27,24 @@ func errText(err error) string {
 		return ""
 	}
 	return "the daemon cannot read or write its records: " + err.Error()
+}
+
+// gc removes (or with dry_run=true lists) leftover host resources. Only the node's
+// local users (the unix socket) may run it.
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
+	if owner(r) != LocalOwner {
+		s.writeError(w, r, &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: "gc is for the node's administrators: use the unix socket"})
+		return
+	}
+	dry := r.URL.Query().Get("dry_run") == "true"
+	list, err := s.m.GC(r.Context(), dry)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.GCResult{DryRun: dry, Leftovers: []api.Leftover{}}
+	for _, l := range list {
+		out.Leftovers = append(out.Leftovers, api.Leftover{SandboxID: l.SandboxID, Reason: l.Reason})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -3,6 +3,7 @@ package oci
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -44,7 +45,8 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.S
 		args = append(args, "--workdir", s.WorkingDir)
 	}
 	if !s.Deadline.IsZero() {
-		args = append(args, "--deadline", strconv.FormatInt(s.Deadline.Unix(), 10))
+		// Whole seconds, rounded up: the agent must never end a sandbox early.
+		args = append(args, "--deadline", strconv.FormatInt(s.Deadline.Add(time.Second-1).Unix(), 10))
 	}
 	nofile := uint64(s.Limits.OpenFiles)
 	if nofile == 0 {
