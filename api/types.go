@@ -59,6 +59,58 @@ type CreateSandboxRequest struct {
 	IdleSuspend string `json:"idle_suspend,omitempty"`
 	// TTL terminates the sandbox after this long suspended (default 168h).
 	TTL string `json:"ttl,omitempty"`
+	// Network is the egress policy (default mode baseline).
+	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// NetworkPolicy is a sandbox's egress policy: a mode (none, deny_all, baseline,
+// allowlist, unrestricted), allow rules "HOST[:PORT][/METHODS]" (HOST may be "*.domain";
+// rules imply allowlist), and private prefixes authorised explicitly.
+type NetworkPolicy struct {
+	Mode         string   `json:"mode"`
+	Allow        []string `json:"allow,omitempty"`
+	AllowPrivate []string `json:"allow_private,omitempty"`
+}
+
+// EgressRecord is one egress decision of a sandbox.
+type EgressRecord struct {
+	Seq        int64     `json:"seq"`
+	Generation int64     `json:"generation"`
+	Host       string    `json:"host"`
+	Addr       string    `json:"addr,omitempty"`
+	Port       int       `json:"port"`
+	Method     string    `json:"method"`
+	BytesUp    int64     `json:"bytes_up"`
+	BytesDown  int64     `json:"bytes_down"`
+	Allowed    bool      `json:"allowed"`
+	Rule       string    `json:"rule,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Time       time.Time `json:"time"`
+}
+
+// EgressLog is the body of GET /v1/sandboxes/{ref}/egress.
+type EgressLog struct {
+	Records []EgressRecord `json:"records"`
+}
+
+// PortRequest is the body of POST /v1/sandboxes/{ref}/ports.
+type PortRequest struct {
+	Port   int  `json:"port"`
+	Public bool `json:"public,omitempty"`
+}
+
+// Port is an exposed port of a sandbox. Unless Public, requests to URL need the token
+// (header X-Airlock-Port-Token, or ?airlock_token=).
+type Port struct {
+	Port   int    `json:"port"`
+	Public bool   `json:"public"`
+	URL    string `json:"url"`
+	Token  string `json:"token,omitempty"`
+}
+
+// PortList is the body of GET /v1/sandboxes/{ref}/ports.
+type PortList struct {
+	Ports []Port `json:"ports"`
 }
 
 // Sandbox is a sandbox as the API shows it.
@@ -80,6 +132,7 @@ type Sandbox struct {
 	TTL          string            `json:"ttl"`
 	SuspendedAt  *time.Time        `json:"suspended_at,omitempty"`
 	Failure      string            `json:"failure,omitempty"`
+	Network      NetworkPolicy     `json:"network"`
 	Parent       string            `json:"parent,omitempty"`      // snapshot it was restored or forked from
 	ForkedFrom   string            `json:"forked_from,omitempty"` // sandbox it was forked from
 }

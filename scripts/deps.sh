@@ -7,6 +7,8 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -9,7 +9,7 @@ import (
 
 var createVerb = &verb{
 	name:  "create",
-	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--idempotency-key K]",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
 Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o json.`,
@@ -25,6 +25,7 @@ type limitFlags struct {
 	openFiles int64
 	disk      sizeFlag
 	env       kvFlag
+	net       networkFlags
 }
 
 func (l *limitFlags) register(c *cmd, all bool) {
@@ -33,6 +34,7 @@ func (l *limitFlags) register(c *cmd, all bool) {
 	c.fs.Float64Var(&l.cpu, "cpu", 0, "CPU limit in cores: `N`, fractions allowed")
 	c.fs.Var(&l.memory, "memory", "memory limit: `SIZE` such as 512M or 1.5GiB")
 	c.fs.Var(l.env, "env", "environment variable `K=V` (repeatable)")
+	l.net.register(c)
 	if all {
 		c.fs.Int64Var(&l.pids, "pids", 0, "maximum number of processes: `N`")
 		c.fs.Int64Var(&l.openFiles, "open-files", 0, "maximum open files per process: `N`")
@@ -45,10 +47,11 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 		return api.CreateSandboxRequest{}, usagef("--cpu, --pids and --open-files must not be negative")
 	}
 	return api.CreateSandboxRequest{
-		Name:   name,
-		Image:  l.image,
-		Limits: api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles, Disk: int64(l.disk)},
-		Env:    l.env.orNil(),
+		Name:    name,
+		Image:   l.image,
+		Limits:  api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles, Disk: int64(l.disk)},
+		Env:     l.env.orNil(),
+		Network: l.net.policy(),
 	}, nil
 }
 

@@ -22,6 +22,7 @@ var verbList = []*verb{
 	createVerb, lsVerb, getVerb, execVerb, runVerb, shellVerb, cpVerb, rmVerb,
 	suspendVerb, resumeVerb, eventsVerb,
 	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb,
+	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
 	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb, statusVerb, versionVerb,
 }
 
@@ -35,7 +36,7 @@ var verbs = func() map[string]*verb {
 }()
 
 // groups are the verbs that take a subcommand.
-var groups = map[string]bool{"image": true, "ops": true, "snapshot": true}
+var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

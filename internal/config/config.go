@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,6 +35,24 @@ type Limits struct {
 	Disk      string  `yaml:"disk"`
 }
 
+// Network configures sandbox networking and egress.
+type Network struct {
+	// Enabled gives every sandbox a network namespace wired to the egress proxy and
+	// DNS; when false sandboxes have loopback only.
+	Enabled bool `yaml:"enabled"`
+	// Subnet is carved into one link per sandbox.
+	Subnet string `yaml:"subnet"`
+	// UpstreamDNS is "ip:port" of the resolver allowed queries go to (default: the
+	// host's first nameserver).
+	UpstreamDNS string `yaml:"upstream_dns"`
+	// ExtraCAs are PEM files of further CAs upstream servers may be signed by.
+	ExtraCAs []string `yaml:"extra_cas"`
+	// Table and HostPrefix name this node's nftables table and host-side veths; two
+	// daemons on one host (tests) need different ones.
+	Table      string `yaml:"table"`
+	HostPrefix string `yaml:"host_prefix"`
+}
+
 // Config is the daemon's configuration file.
 type Config struct {
 	StateDir      string  `yaml:"state_dir"`
@@ -50,8 +69,9 @@ type Config struct {
 	MinIdleSuspend string `yaml:"min_idle_suspend"`
 	MinMaxLifetime string `yaml:"min_max_lifetime"`
 	// LiveCap is how many live sandboxes one owner may hold.
-	LiveCap   int    `yaml:"live_cap"`
-	TmpfsSize string `yaml:"tmpfs_size"`
+	LiveCap   int     `yaml:"live_cap"`
+	Network   Network `yaml:"network"`
+	TmpfsSize string  `yaml:"tmpfs_size"`
 }
 
 // DefaultSocket is where clients look for the daemon unless told otherwise.
@@ -70,6 +90,7 @@ func Default() Config {
 		MinIdleSuspend: "1m",
 		MinMaxLifetime: "1m",
 		LiveCap:        100,
+		Network:        Network{Enabled: true, Subnet: "10.203.0.0/16", Table: "airlock", HostPrefix: "al"},
 		TmpfsSize:      "1GiB",
 	}
 }
@@ -158,6 +179,17 @@ func (c Config) Validate() error {
 	for _, f := range []struct{ name, v string }{{"min_idle_suspend", c.MinIdleSuspend}, {"min_max_lifetime", c.MinMaxLifetime}} {
 		if d, err := time.ParseDuration(f.v); err != nil || d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %q must be a positive duration such as 1m", f.name, f.v))
+		}
+	}
+	if _, err := netip.ParsePrefix(c.Network.Subnet); err != nil {
+		errs = append(errs, fmt.Errorf("network.subnet %q must be an IPv4 CIDR prefix such as 10.203.0.0/16", c.Network.Subnet))
+	}
+	if !cgroupRE.MatchString(c.Network.Table) || len(c.Network.HostPrefix) < 1 || len(c.Network.HostPrefix) > 7 {
+		errs = append(errs, fmt.Errorf("network.table must be letters, digits, '_' or '-' and network.host_prefix 1 to 7 lowercase letters or digits"))
+	}
+	if c.Network.UpstreamDNS != "" {
+		if _, err := netip.ParseAddrPort(c.Network.UpstreamDNS); err != nil {
+			errs = append(errs, fmt.Errorf("network.upstream_dns %q must be IP:PORT", c.Network.UpstreamDNS))
 		}
 	}
 	if c.LiveCap < 1 {

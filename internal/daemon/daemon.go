@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -82,6 +84,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	}
 	m := manager.New(mcfg, st, drv, images, log)
 	m.SetSnapshots(snaps)
+	if cfg.Network.Enabled {
+		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
+			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
+			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log})
+		if err != nil {
+			return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)
+		}
+		defer net.Close()
+		m.SetNetwork(net)
+	}
 	if err := m.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -92,7 +104,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	for _, t := range cfg.Tokens {
 		tokens[t.Token] = t.Owner
 	}
-	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir}, log)
+	publicURL := ""
+	if cfg.Listen != "" {
+		publicURL = "http://" + cfg.Listen
+	}
+	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir, PublicURL: publicURL}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 

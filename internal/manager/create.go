@@ -21,6 +21,7 @@ type CreateRequest struct {
 	MaxLifetime string            `json:"max_lifetime"`
 	IdleSuspend string            `json:"idle_suspend"`
 	TTL         string            `json:"ttl"`
+	Network     *store.Network    `json:"network"`
 }
 
 // opTimeout bounds the host work of one operation, whoever waits for it.
@@ -57,6 +58,12 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err != nil {
 		return nil, nil, err
 	}
+	network := DefaultNetwork
+	if req.Network != nil {
+		if network, err = normalNetwork(*req.Network); err != nil {
+			return nil, nil, err
+		}
+	}
 	img, err := m.images.Get(req.Image)
 	if err != nil {
 		return nil, nil, err
@@ -77,7 +84,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
-		IdleSuspend: idle, TTL: ttl,
+		IdleSuspend: idle, TTL: ttl, Network: network,
 	}
 	op.SandboxID = sb.ID
 	release, err := m.reserveLive(ctx, call.Owner)
@@ -127,13 +134,21 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	for _, mt := range img.Mounts {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: mt.Source, Destination: mt.Destination, ReadOnly: mt.ReadOnly})
 	}
-	return m.driver.Start(ctx, spec)
+	if err := m.attach(ctx, sb, &spec); err != nil {
+		return err
+	}
+	if err := m.driver.Start(ctx, spec); err != nil {
+		m.detach(context.WithoutCancel(ctx), sb.ID)
+		return err
+	}
+	return nil
 }
 
 // rollbackCreate removes every trace of a create that did not finish.
 func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	m.detach(ctx, sb.ID)
 	if err := m.driver.Delete(ctx, sb.ID); err != nil {
 		m.log.Error("roll back create", "sandbox", sb.ID, "err", err)
 		// Keep the record so recovery retries the delete.
@@ -190,6 +205,7 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 	if err := m.driver.Delete(ctx, sb.ID); err != nil {
 		return errdefs.Unavailable("sandbox %q could not be removed yet; it will be retried", sb.Name).WithCause(err)
 	}
+	m.detach(ctx, sb.ID)
 	m.freeSlot(sb.UIDBase)
 	m.mu.Lock()
 	delete(m.activity, sb.ID)

@@ -78,6 +78,7 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 	if err := m.driver.Stop(ctx, sb.ID); err != nil {
 		return errdefs.Unavailable("sandbox %q could not be suspended", sb.Name).WithCause(err)
 	}
+	m.detach(ctx, sb.ID)
 	sb.SuspendedAt = m.now()
 	return m.setState(ctx, sb, Suspended, cause)
 }
@@ -108,6 +109,7 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	}
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		m.driver.Stop(ctx, sb.ID)
+		m.detach(ctx, sb.ID)
 		m.setState(ctx, sb, Suspended, "resume_failed")
 		return errdefs.Unavailable("sandbox %q could not be resumed", sb.Name).WithCause(err)
 	}

@@ -71,8 +71,11 @@ type Manager struct {
 	driver runtime.Driver
 	images *image.Store
 	snaps  *snapshot.Store
-	log    *slog.Logger
-	now    func() time.Time
+	net    Network
+
+	closePort PortCloser
+	log       *slog.Logger
+	now       func() time.Time
 
 	locks keyedMutex
 
@@ -81,6 +84,8 @@ type Manager struct {
 	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
 	pending  map[string]int       // owner -> creates between the cap check and their record
 	retries  map[string]retry     // sandbox id -> backoff of a failed delete
+
+	auditState
 
 	evMu sync.Mutex
 	evCh chan struct{} // closed and replaced whenever an event is stored
@@ -99,7 +104,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	return &Manager{
 		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, pending: map[string]int{}, retries: map[string]retry{},
-		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), auditState: auditState{audit: make(chan auditItem, auditQueue)},
 	}
 }
 
@@ -108,7 +113,25 @@ func (m *Manager) SetClock(now func() time.Time) { m.now = now }
 
 // Start launches the background loops: activity flush and the timers.
 func (m *Manager) Start() {
-	m.wg.Add(1)
+	m.wg.Add(2)
+	go func() {
+		defer m.wg.Done()
+		for {
+			select {
+			case it := <-m.audit:
+				m.writeAudit(it)
+			case <-m.ctx.Done():
+				for {
+					select {
+					case it := <-m.audit:
+						m.writeAudit(it)
+					default:
+						return
+					}
+				}
+			}
+		}
+	}()
 	go func() {
 		defer m.wg.Done()
 		t := time.NewTicker(sweepEvery)

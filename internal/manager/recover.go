@@ -46,6 +46,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("close interrupted operation", "op", op.ID, "err", err)
 		}
 	}
+	for _, id := range m.networkLeftovers(ctx) {
+		m.log.Info("remove leftover sandbox network", "sandbox", id)
+		m.detach(ctx, id)
+	}
 	ids, err := m.driver.List(ctx)
 	if err != nil {
 		return err
@@ -103,6 +107,13 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			st = runtime.StatusRunning
 		}
 		if st == runtime.StatusRunning {
+			if m.net != nil {
+				if pol, err := parsePolicy(sb.Network); err == nil {
+					if _, err := m.net.Attach(ctx, sb, pol); err != nil {
+						log.Warn("reattach network", "err", err)
+					}
+				}
+			}
 			log.Info("reattached")
 			return
 		}

@@ -39,6 +39,9 @@ type Spec struct {
 	Env        []string
 	WorkingDir string
 	Hostname   string
+	// NetnsPath is a network namespace made for the sandbox to join; empty gives it a
+	// new one with loopback only.
+	NetnsPath string
 	// Deadline is the maximum-lifetime end the agent enforces on its own clock (zero: none).
 	Deadline time.Time
 }

@@ -31,7 +31,11 @@ func TestRoutesMatchSpec(t *testing.T) {
 			}
 		}
 	}
-	served := (&Server{}).Routes()
+	var served []string
+	for _, r := range (&Server{}).Routes() {
+		// OpenAPI has no catch-all segment; the spec writes {rest} for Go's {rest...}.
+		served = append(served, strings.ReplaceAll(r, "...}", "}"))
+	}
 	slices.Sort(spec)
 	slices.Sort(served)
 	for _, r := range served {

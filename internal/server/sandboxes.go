@@ -17,6 +17,7 @@ func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
 		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(), Parent: sb.Parent, ForkedFrom: sb.ForkedFrom,
+		Network: toAPINetwork(sb.Network),
 	}
 	if !sb.SuspendedAt.IsZero() && sb.State == "suspended" {
 		t := sb.SuspendedAt
@@ -74,7 +75,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid("If-Match does not apply to a create"))
 		return
 	}
-	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{
+	var network *store.Network
+	if req.Network != nil {
+		n := fromAPINetwork(*req.Network)
+		network = &n
+	}
+	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{Network: network,
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
 		IdleSuspend: req.IdleSuspend, TTL: req.TTL,
 		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},

@@ -39,6 +39,9 @@ type Options struct {
 	Version string
 	// StateDir is reported by /v1/status and holds image uploads in progress.
 	StateDir string
+	// PublicURL is the base of exposed ports' URLs (the TCP listener), e.g.
+	// "http://203.0.113.5:7070".
+	PublicURL string
 }
 
 // Server is the HTTP API.
@@ -47,6 +50,8 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
+
+	ports portConns
 }
 
 type ctxKey int
@@ -65,6 +70,7 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.pattern, r.handler)
 	}
+	m.SetPortCloser(s.ClosePortConns)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path))
 	})
@@ -87,6 +93,17 @@ func (s *Server) routes() []route {
 		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox},
 		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox},
 		{"GET /v1/events", s.events},
+		{"GET /v1/sandboxes/{ref}/network", s.getNetwork},
+		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork},
+		{"GET /v1/sandboxes/{ref}/egress", s.egressLog},
+		{"POST /v1/sandboxes/{ref}/ports", s.exposePort},
+		{"GET /v1/sandboxes/{ref}/ports", s.listPorts},
+		{"DELETE /v1/sandboxes/{ref}/ports/{port}", s.closePort},
+		{"GET /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
+		{"POST /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
+		{"PUT /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
+		{"PATCH /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
+		{"DELETE /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
 		{"POST /v1/gc", s.gc},
 		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot},
 		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox},
@@ -125,6 +142,11 @@ func (s *Server) Routes() []string {
 
 // ServeHTTP authenticates and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/ports/") {
+		// Exposed ports carry their own token (or are public), not an API credential.
+		s.mux.ServeHTTP(w, r)
+		return
+	}
 	owner, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, r, err)

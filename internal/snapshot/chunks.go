@@ -85,11 +85,6 @@ func (s *Store) putChunk(hexSum string, data []byte) (bool, error) {
 	}
 	repair := err == nil
 	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if errors.Is(err, os.ErrNotExist) { // the first chunk of its prefix
-		if err = os.Mkdir(filepath.Dir(p), 0o700); err == nil || errors.Is(err, os.ErrExist) {
-			f, err = os.CreateTemp(filepath.Dir(p), ".tmp-*")
-		}
-	}
 	if err != nil {
 		return false, err
 	}

@@ -15,8 +15,10 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// damageTests damage one chunk of a snapshot and expect Verify and Restore to name it.
+// TestDamagedChunkFailsVerifyAndRestore damages one chunk of a snapshot and expects
+// Verify and Restore to name it and Restore to leave nothing.
 func TestDamagedChunkFailsVerifyAndRestore(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	for _, c := range []struct {
 		name   string
@@ -32,6 +34,7 @@ func TestDamagedChunkFailsVerifyAndRestore(t *testing.T) {
 		{"truncated", func(t *testing.T, p string) { must(t, os.Truncate(p, 10)) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s := newStore(t)
 			src := newLayer(t, baseA)
 			put(t, src, "a", randBytes(1, 3*ChunkSize), 0o644, baseA, 0)
@@ -58,6 +61,7 @@ func TestDamagedChunkFailsVerifyAndRestore(t *testing.T) {
 // TestCorruptionFoundWhileCopying damages a chunk so that only hashing finds it (same
 // size), and checks a Restore that already wrote other files removes them.
 func TestCorruptionFoundWhileCopying(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := newLayer(t, baseA)
@@ -94,6 +98,7 @@ func checkCorrupt(t *testing.T, op string, err error, digest string) {
 }
 
 func TestDeleteRefusedWhileDependedOn(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	m, err := s.Create(context.Background(), fullLayer(t, baseA), baseA, meta("sb_one"))
@@ -117,6 +122,7 @@ func TestDeleteRefusedWhileDependedOn(t *testing.T) {
 }
 
 func TestDeleteCollectsOnlyUnusedChunks(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	x, y, z := randBytes(1, ChunkSize), randBytes(2, ChunkSize), randBytes(3, ChunkSize)
@@ -152,6 +158,7 @@ func hexOf(m *Manifest, path string) string {
 // TestRestoreRefusesTamperedManifest edits a stored manifest and expects Restore to
 // refuse it before writing anything, inside or outside the destination.
 func TestRestoreRefusesTamperedManifest(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	for _, c := range []struct {
 		name   string
@@ -176,6 +183,7 @@ func TestRestoreRefusesTamperedManifest(t *testing.T) {
 		{"no root", func(m *Manifest) { m.Entries = m.Entries[1:] }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			s := newStore(t)
 			src := newLayer(t, baseA)
 			put(t, src, "d/f", []byte("content"), 0o644, baseA, 0)
@@ -209,6 +217,7 @@ func TestRestoreRefusesTamperedManifest(t *testing.T) {
 }
 
 func TestRestoreRefusesNonEmptyDestination(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	m, err := s.Create(context.Background(), fullLayer(t, baseA), baseA, meta("sb_one"))
@@ -224,6 +233,7 @@ func TestRestoreRefusesNonEmptyDestination(t *testing.T) {
 }
 
 func TestForeignIDsReadAsOverflow(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := newLayer(t, baseA)
@@ -244,6 +254,7 @@ func TestForeignIDsReadAsOverflow(t *testing.T) {
 }
 
 func TestBadIDs(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	for _, id := range []string{"", "snap_", "../x", "snap_../../x", "snap_ABC", "sb_abc"} {
 		if _, err := s.Get(id); !errors.Is(err, errdefs.ErrNotFound) {

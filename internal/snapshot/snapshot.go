@@ -144,6 +144,13 @@ func Open(dir string) (*Store, error) {
 			return nil, err
 		}
 	}
+	// The 256 prefix directories are made once here rather than by the first snapshot.
+	for i := range 256 {
+		err := os.Mkdir(filepath.Join(dir, "chunks", fmt.Sprintf("%02x", i)), 0o700)
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+	}
 	names, err := os.ReadDir(s.manifestDir())
 	if err != nil {
 		return nil, err

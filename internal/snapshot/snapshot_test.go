@@ -14,6 +14,7 @@ import (
 )
 
 func TestRoundTripShiftsIDs(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := fullLayer(t, baseA)
@@ -68,6 +69,7 @@ func TestRoundTripShiftsIDs(t *testing.T) {
 }
 
 func TestManifestRecordsEntries(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	m, err := s.Create(context.Background(), fullLayer(t, baseA), baseA, meta("sb_one"))
@@ -116,6 +118,7 @@ func TestManifestRecordsEntries(t *testing.T) {
 // TestRestoredLayerMountsAsOverlay checks that overlayfs reads the restored whiteout and
 // opaque directory as it read the originals.
 func TestRestoredLayerMountsAsOverlay(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	tmp := t.TempDir()
 	lower := filepath.Join(tmp, "lower")
@@ -166,6 +169,7 @@ func equal(a, b []string) bool {
 }
 
 func TestSecondSnapshotOfSameDataStoresNothing(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := fullLayer(t, baseA)
@@ -191,6 +195,7 @@ func TestSecondSnapshotOfSameDataStoresNothing(t *testing.T) {
 }
 
 func TestOneMiBChangeStoresAboutOneMiB(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := newLayer(t, baseA)
@@ -216,6 +221,7 @@ func TestOneMiBChangeStoresAboutOneMiB(t *testing.T) {
 }
 
 func TestConcurrentCreates(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	shared := randBytes(7, 3*ChunkSize)
@@ -254,6 +260,7 @@ func TestConcurrentCreates(t *testing.T) {
 }
 
 func TestFailedCreateLeavesNoChunks(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -277,6 +284,7 @@ func TestFailedCreateLeavesNoChunks(t *testing.T) {
 }
 
 func TestCreateRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	dir := t.TempDir()
 	for _, c := range []struct {
@@ -298,6 +306,7 @@ func TestCreateRefusesBadInput(t *testing.T) {
 }
 
 func TestOpenRecoversFromCrash(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	m, err := s.Create(context.Background(), fullLayer(t, baseA), baseA, meta("sb_one"))
@@ -307,7 +316,6 @@ func TestOpenRecoversFromCrash(t *testing.T) {
 	crashed := &Manifest{ID: newID(), SandboxID: "sb_one", State: StateCreating}
 	must(t, s.writeManifest(crashed))
 	orphan := "00" + kept[0][2:]
-	must(t, os.MkdirAll(filepath.Dir(s.chunkPath(orphan)), 0o700))
 	must(t, os.WriteFile(s.chunkPath(orphan), []byte("x"), 0o600))
 	must(t, os.WriteFile(filepath.Join(s.dir, "chunks", "00", ".tmp-1"), []byte("x"), 0o600))
 
@@ -325,6 +333,7 @@ func TestOpenRecoversFromCrash(t *testing.T) {
 }
 
 func TestSparseFileStaysSparse(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := newLayer(t, baseA)
@@ -351,6 +360,7 @@ func TestSparseFileStaysSparse(t *testing.T) {
 }
 
 func TestOpenKeepsMalformedManifestDeletable(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	id := newID()
 	must(t, os.WriteFile(s.manifestPath(id), []byte("{not json"), 0o600))
@@ -368,6 +378,7 @@ func TestOpenKeepsMalformedManifestDeletable(t *testing.T) {
 // TestDeleteDuringCreate deletes the only snapshot that holds some chunks while a Create
 // of the same data runs: the new snapshot must keep every chunk it reused.
 func TestDeleteDuringCreate(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	s := newStore(t)
 	src := newLayer(t, baseA)

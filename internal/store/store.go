@@ -45,9 +45,29 @@ type Sandbox struct {
 	// Parent is the snapshot this sandbox's upper layer was restored or forked from.
 	Parent string `json:"parent,omitempty"`
 	// ForkedFrom is the sandbox this one was forked from.
-	ForkedFrom string          `json:"forked_from,omitempty"`
-	Failure    string          `json:"failure,omitempty"` // why it is failed
-	Extra      json.RawMessage `json:"extra,omitempty"`   // room for later features
+	ForkedFrom string `json:"forked_from,omitempty"`
+	// Network is the sandbox's egress policy.
+	Network Network `json:"network"`
+	// Ports are the sandbox\'s exposed ports.
+	Ports   []Port          `json:"ports,omitempty"`
+	Failure string          `json:"failure,omitempty"` // why it is failed
+	Extra   json.RawMessage `json:"extra,omitempty"`   // room for later features
+}
+
+// Network is an egress policy as stored: a mode, allow rules in their text form
+// ("HOST[:PORT][/METHODS]") and explicitly authorised private prefixes.
+type Network struct {
+	Mode         string   `json:"mode"`
+	Allow        []string `json:"allow,omitempty"`
+	AllowPrivate []string `json:"allow_private,omitempty"`
+}
+
+// Port is an exposed port: reachable through the daemon's listener, with a token
+// unless public.
+type Port struct {
+	Port   int    `json:"port"`
+	Public bool   `json:"public"`
+	Token  string `json:"token"`
 }
 
 // Operation states.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -94,6 +96,7 @@ type Node struct {
 	Store        store.Store
 	Images       *image.Store
 	Snapshots    *snapshot.Store
+	Network      *network.Node
 	Driver       *oci.Driver
 	Manager      *manager.Manager
 	Server       *server.Server
@@ -103,6 +106,13 @@ type Node struct {
 // Options adjust a node.
 type Options struct {
 	Config func(*manager.Config)
+	// Network gives sandboxes real networking (namespace, veth, nftables, egress proxy
+	// and DNS), in a subnet, veth prefix and nftables table of the node's own.
+	Network bool
+	// UpstreamDNS is the resolver the node's DNS forwards allowed names to.
+	UpstreamDNS string
+	// ExtraCAs are CA files upstream test servers are signed by.
+	ExtraCAs []string
 }
 
 // NewNode starts a node; its cleanup terminates every sandbox and fails the test if any
@@ -148,6 +158,24 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		t.Fatal(err)
 	}
 	n.Manager.Start()
+	for _, o := range opts {
+		if !o.Network {
+			continue
+		}
+		tag := fmt.Sprintf("%04x", uint16(time.Now().UnixNano()))
+		upstream := o.UpstreamDNS
+		if upstream == "" {
+			upstream = "127.0.0.1:9" // nothing answers: allowed names fail, nothing leaves the host
+		}
+		n.Network, err = network.New(network.Options{Dir: filepath.Join(dir, "network"),
+			Subnet: netip.MustParsePrefix(fmt.Sprintf("10.211.%d.0/24", time.Now().UnixNano()%250)), HostPrefix: "t" + tag,
+			Table: "airlock_t" + tag, Upstream: upstream, ExtraCAs: o.ExtraCAs,
+			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Manager.SetNetwork(n.Network)
+	}
 	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir}, log)
 	ln, err := net.Listen("unix", n.Socket)
 	if err != nil {
@@ -172,6 +200,16 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 		n.Manager.Close()
 		n.Driver.Close()
+		if n.Network != nil {
+			if ids, _ := n.Network.List(); len(ids) > 0 {
+				t.Errorf("sandbox networks left: %v", ids)
+				for _, id := range ids {
+					n.Network.Detach(ctx, id)
+				}
+			}
+			n.Network.RemoveRules()
+			n.Network.Close()
+		}
 		n.Store.Close()
 		n.AssertNoLeaks(t)
 		os.RemoveAll(dir)

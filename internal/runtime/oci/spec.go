@@ -109,6 +109,22 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.S
 		}
 		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
 	}
+	if s.NetnsPath != "" {
+		for i, ns := range sp.Linux.Namespaces {
+			if ns.Type == specs.NetworkNamespace {
+				sp.Linux.Namespaces[i].Path = s.NetnsPath
+			}
+		}
+		// sysfs can only be mounted from a network namespace the sandbox's user
+		// namespace owns; a namespace made by the node is not. Rather than bind the
+		// host's /sys, the sandbox gets an empty read-only one (plus its cgroup).
+		for i, m := range sp.Mounts {
+			if m.Destination == "/sys" {
+				sp.Mounts[i] = specs.Mount{Destination: "/sys", Type: "tmpfs", Source: "sysfs",
+					Options: []string{"nosuid", "noexec", "nodev", "ro", "size=64k", "mode=755"}}
+			}
+		}
+	}
 	prof, err := seccomp.GetDefaultProfile(sp)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile: %w", err)

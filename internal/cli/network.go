@@ -1,0 +1,219 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// networkFlags are the egress flags of create and run.
+type networkFlags struct {
+	mode         string
+	allow        listFlag
+	allowPrivate listFlag
+}
+
+func (n *networkFlags) register(c *cmd) {
+	c.fs.StringVar(&n.mode, "network", "", "egress `MODE`: none, deny_all, baseline (default), allowlist or unrestricted")
+	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain; implies allowlist)")
+	c.fs.Var(&n.allowPrivate, "allow-private", "authorise a private `CIDR` explicitly (repeatable)")
+}
+
+func (n *networkFlags) policy() *api.NetworkPolicy {
+	if n.mode == "" && len(n.allow) == 0 && len(n.allowPrivate) == 0 {
+		return nil
+	}
+	mode := n.mode
+	if mode == "" {
+		mode = "baseline"
+	}
+	return &api.NetworkPolicy{Mode: mode, Allow: n.allow, AllowPrivate: n.allowPrivate}
+}
+
+var networkGetVerb = &verb{
+	name:  "network get",
+	args:  "NAME",
+	short: "show a sandbox's egress policy",
+	run: func(c *cmd, args []string) error {
+		pos, _, err := c.parse(args, 1, false)
+		if err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		pol, err := cl.Network(c.ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return c.printJSON(pol)
+		}
+		return printFields(c.stdout, [][2]string{{"mode", pol.Mode}, {"allow", orNone(strings.Join(pol.Allow, " "))},
+			{"allow_private", orNone(strings.Join(pol.AllowPrivate, " "))}})
+	},
+}
+
+var networkSetVerb = &verb{
+	name:  "network set",
+	args:  "NAME --network MODE [--allow HOST[:PORT][/METHODS]]... [--allow-private CIDR]...",
+	short: "change a sandbox's egress policy (new connections follow it at once)",
+	run: func(c *cmd, args []string) error {
+		var nf networkFlags
+		nf.register(c)
+		pos, _, err := c.parse(args, 1, false)
+		if err != nil {
+			return err
+		}
+		pol := nf.policy()
+		if pol == nil {
+			return usagef("give --network, --allow or --allow-private")
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		resp, err := cl.SetNetwork(c.ctx, pos[0], *pol)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return c.printJSON(resp)
+		}
+		return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
+	},
+}
+
+var egressLogVerb = &verb{
+	name:  "egress log",
+	args:  "NAME [--after SEQ]",
+	short: "show a sandbox's egress decisions",
+	run: func(c *cmd, args []string) error {
+		after := c.fs.Int64("after", 0, "only records after sequence number `SEQ`")
+		pos, _, err := c.parse(args, 1, false)
+		if err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		recs, err := cl.EgressLog(c.ctx, pos[0], *after)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			if recs == nil {
+				recs = []api.EgressRecord{}
+			}
+			return c.printJSON(recs)
+		}
+		tw := newTable(c.stdout)
+		fmt.Fprintln(tw, "TIME\tGEN\tDECISION\tMETHOD\tHOST\tPORT\tADDR\tUP\tDOWN\tRULE/REASON")
+		for _, r := range recs {
+			decision, why := "deny", r.Reason
+			if r.Allowed {
+				decision, why = "allow", r.Rule
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", r.Time.Local().Format("15:04:05"), r.Generation,
+				decision, r.Method, r.Host, r.Port, orNone(r.Addr), r.BytesUp, r.BytesDown, why)
+		}
+		return tw.Flush()
+	},
+}
+
+var portExposeVerb = &verb{
+	name:  "port expose",
+	args:  "NAME PORT [--public]",
+	short: "make a sandbox port reachable through the daemon (token-protected unless --public)",
+	run: func(c *cmd, args []string) error {
+		public := c.fs.Bool("public", false, "no token needed")
+		pos, _, err := c.parse(args, 2, false)
+		if err != nil {
+			return err
+		}
+		port, err := strconv.Atoi(pos[1])
+		if err != nil {
+			return usagef("PORT must be a number from 1 to 65535")
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		p, err := cl.ExposePort(c.ctx, pos[0], port, *public)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return c.printJSON(p)
+		}
+		fields := [][2]string{{"port", strconv.Itoa(p.Port)}, {"url", p.URL}, {"public", strconv.FormatBool(p.Public)}}
+		if p.Token != "" {
+			fields = append(fields, [2]string{"token", p.Token + "  (header X-Airlock-Port-Token, or ?airlock_token=)"})
+		}
+		return printFields(c.stdout, fields)
+	},
+}
+
+var portLsVerb = &verb{
+	name:  "port ls",
+	args:  "NAME",
+	short: "list a sandbox's exposed ports",
+	run: func(c *cmd, args []string) error {
+		pos, _, err := c.parse(args, 1, false)
+		if err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		ports, err := cl.Ports(c.ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			if ports == nil {
+				ports = []api.Port{}
+			}
+			return c.printJSON(ports)
+		}
+		tw := newTable(c.stdout)
+		fmt.Fprintln(tw, "PORT\tPUBLIC\tURL")
+		for _, p := range ports {
+			fmt.Fprintf(tw, "%d\t%v\t%s\n", p.Port, p.Public, p.URL)
+		}
+		return tw.Flush()
+	},
+}
+
+var portCloseVerb = &verb{
+	name:  "port close",
+	args:  "NAME PORT",
+	short: "stop exposing a port and cut its open connections",
+	run: func(c *cmd, args []string) error {
+		pos, _, err := c.parse(args, 2, false)
+		if err != nil {
+			return err
+		}
+		port, err := strconv.Atoi(pos[1])
+		if err != nil {
+			return usagef("PORT must be a number from 1 to 65535")
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		if err := cl.ClosePort(c.ctx, pos[0], port); err != nil {
+			return err
+		}
+		if c.json() {
+			return c.printJSON(map[string]int{"closed": port})
+		}
+		_, err = fmt.Fprintf(c.stdout, "closed port %d\n", port)
+		return err
+	},
+}

@@ -1,0 +1,164 @@
+package manager
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+
+	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Network gives containers their network: a namespace wired to the node's DNS and
+// egress proxy, the environment and files that point clients at them, and the policy
+// the proxy enforces. The node's egress assembly implements it.
+type Network interface {
+	// Attach makes (or, after a restart, finds again) the sandbox's network and says
+	// how its container joins it.
+	Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*Attachment, error)
+	// Detach removes the sandbox's network; it is idempotent.
+	Detach(ctx context.Context, id string) error
+	// SetPolicy changes the policy new connections of a sandbox follow.
+	SetPolicy(id string, generation int64, pol egress.Policy)
+	// List returns the ids of every sandbox with network resources on the host.
+	List() ([]string, error)
+}
+
+// Attachment is how a container joins its network.
+type Attachment struct {
+	NetnsPath string
+	Env       []string
+	Mounts    []runtime.Mount
+}
+
+// SetNetwork gives the manager the node's network; without one, sandboxes get a
+// namespace with loopback only.
+func (m *Manager) SetNetwork(n Network) { m.net = n }
+
+// DefaultNetwork is the policy of a sandbox created without one.
+var DefaultNetwork = store.Network{Mode: string(egress.ModeBaseline)}
+
+// parsePolicy checks a stored or requested policy and turns it into the proxy's form.
+func parsePolicy(n store.Network) (egress.Policy, error) {
+	if n.Mode == "" {
+		n.Mode = DefaultNetwork.Mode
+	}
+	pol := egress.Policy{Mode: egress.Mode(n.Mode)}
+	if len(n.Allow) > 0 && pol.Mode == egress.ModeBaseline {
+		pol.Mode = egress.ModeAllowlist // rules imply the allowlist mode
+	}
+	if len(n.Allow) > 64 || len(n.AllowPrivate) > 16 {
+		return pol, errdefs.Invalid("at most 64 allow rules and 16 allow_private prefixes")
+	}
+	for _, a := range n.Allow {
+		r, err := egress.ParseRule(a)
+		if err != nil {
+			return pol, err
+		}
+		pol.Rules = append(pol.Rules, r)
+	}
+	for _, p := range n.AllowPrivate {
+		pf, err := netip.ParsePrefix(p)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(p); aerr == nil {
+				pf = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				return pol, errdefs.Invalid("invalid allow_private %q: a CIDR prefix such as 10.1.2.0/24 or an address", p)
+			}
+		}
+		pol.AllowPrivate = append(pol.AllowPrivate, pf)
+	}
+	return pol, pol.Validate()
+}
+
+// normalNetwork is the stored form of a valid policy.
+func normalNetwork(n store.Network) (store.Network, error) {
+	pol, err := parsePolicy(n)
+	if err != nil {
+		return n, err
+	}
+	out := store.Network{Mode: string(pol.Mode)}
+	for _, r := range pol.Rules {
+		out.Allow = append(out.Allow, r.String())
+	}
+	for _, p := range pol.AllowPrivate {
+		out.AllowPrivate = append(out.AllowPrivate, p.String())
+	}
+	return out, nil
+}
+
+// attach wires sb's network into spec; the caller detaches on a failed start.
+func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.Spec) error {
+	if m.net == nil {
+		return nil
+	}
+	pol, err := parsePolicy(sb.Network)
+	if err != nil {
+		return err
+	}
+	att, err := m.net.Attach(ctx, sb, pol)
+	if err != nil {
+		return errdefs.Unavailable("the network of sandbox %q could not be set up", sb.Name).WithCause(err)
+	}
+	spec.NetnsPath = att.NetnsPath
+	spec.Env = append(spec.Env, att.Env...)
+	spec.Mounts = append(spec.Mounts, att.Mounts...)
+	return nil
+}
+
+func (m *Manager) detach(ctx context.Context, id string) {
+	if m.net == nil {
+		return
+	}
+	if err := m.net.Detach(ctx, id); err != nil {
+		m.log.Warn("remove sandbox network", "sandbox", id, "err", err)
+	}
+}
+
+// SetNetworkPolicy changes a sandbox's egress policy; new connections follow it at
+// once. Moving to or from mode none changes interfaces, so it applies at the next start.
+func (m *Manager) SetNetworkPolicy(ctx context.Context, call Call, ref string, n store.Network) (*store.Operation, *store.Sandbox, error) {
+	norm, err := normalNetwork(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.lifecycleOpBody(ctx, call, ref, "network", norm, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+		if sb.State == Terminated || sb.State == Terminating {
+			return errdefs.Precondition("sandbox %q is %s", sb.Name, sb.State)
+		}
+		old := sb.Network
+		sb.Network = norm
+		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			return err
+		}
+		restart := (old.Mode == string(egress.ModeNone)) != (norm.Mode == string(egress.ModeNone))
+		if m.net != nil && sb.State == Running && !restart {
+			pol, _ := parsePolicy(norm)
+			m.net.SetPolicy(sb.ID, sb.Generation, pol)
+		}
+		m.event(sb, "network", "policy", map[string]any{"mode": norm.Mode, "allow": norm.Allow,
+			"allow_private": norm.AllowPrivate, "applies_at_next_start": restart && sb.State == Running})
+		return nil
+	})
+}
+
+// NetworkLeftovers lists sandbox ids with network resources but no live record.
+func (m *Manager) networkLeftovers(ctx context.Context) []string {
+	if m.net == nil {
+		return nil
+	}
+	ids, err := m.net.List()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, id := range ids {
+		sb, err := m.store.GetSandbox(ctx, id)
+		if err != nil || !slices.Contains([]string{Running, Creating, Resuming}, sb.State) {
+			out = append(out, id)
+		}
+	}
+	return out
+}

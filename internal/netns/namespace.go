@@ -1,0 +1,91 @@
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"runtime"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// newNamed makes a network namespace with lo up and IPv6 off, bind-mounted on a new file
+// at path (as `ip netns add` does). The file is made first, so a crash leaves a record
+// that removeNamed clears. On failure nothing is left.
+func newNamed(path string) (retErr error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if errors.Is(err, fs.ErrExist) {
+		return errdefs.Exists("netns: namespace file %s already exists", path)
+	}
+	if err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	f.Close()
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, removeNamed(path))
+		}
+	}()
+	return onThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("netns: unshare: %w", err)
+		}
+		if err := setupNew(); err != nil {
+			return err
+		}
+		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("netns: bind-mount %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// setupNew runs on a thread inside a fresh namespace: it turns IPv6 off (for every
+// interface, present and future) and brings lo up.
+func setupNew() error {
+	for _, name := range []string{"all", "default"} {
+		p := "/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6"
+		err := os.WriteFile(p, []byte("1"), 0)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) { // no IPv6 in this kernel at all
+			return fmt.Errorf("netns: disable IPv6: %w", err)
+		}
+	}
+	// Package-level netlink calls open their socket on the calling thread, i.e. inside.
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("netns: lo up: %w", err)
+	}
+	return nil
+}
+
+// removeNamed unmounts and removes a namespace file; a missing file or mount is fine.
+// The namespace itself goes when its last process and open handle are gone.
+func removeNamed(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("netns: unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("netns: %w", err)
+	}
+	return nil
+}
+
+// onThread runs fn on a goroutine locked to its OS thread and never unlocked, so the Go
+// runtime ends that thread with the goroutine: a thread whose namespace fn changed never
+// runs anything else.
+func onThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- fn()
+	}()
+	return <-errc
+}

@@ -1,0 +1,318 @@
+package netns
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The nftables layout, one "inet airlock" table in the host namespace. Sandboxes are
+// elements of two sets, so adding or removing one never rewrites a chain:
+//
+//	set sandbox_ifs   { type ifname; }                          # host-side veth
+//	set sandbox_links { type ifname . ipv4_addr . ipv4_addr; }  # veth . sandbox . host address
+//	(every element carries its sandbox id as comment, which is how List finds it)
+//
+//	chain prerouting { type nat hook prerouting priority dstnat
+//	  iifname . ip saddr . ip daddr @sandbox_links udp dport 53 redirect to :DNSPort
+//	  iifname . ip saddr . ip daddr @sandbox_links tcp dport 53 redirect to :DNSPort
+//	  meta nfproto ipv4 iifname @sandbox_ifs tcp dport 80  redirect to :TransparentHTTPPort
+//	  meta nfproto ipv4 iifname @sandbox_ifs tcp dport 443 redirect to :TransparentTLSPort }
+//	chain input   { type filter hook input priority filter
+//	  iifname @sandbox_ifs goto sandbox_in }
+//	chain sandbox_in {
+//	  ct state established,related accept
+//	  iifname . ip saddr . ip daddr @sandbox_links tcp dport ProxyPort accept
+//	  iifname . ip saddr . ip daddr @sandbox_links tcp dport DNSPort accept
+//	  iifname . ip saddr . ip daddr @sandbox_links udp dport DNSPort accept
+//	  iifname . ip saddr . ip daddr @sandbox_links tcp dport TransparentHTTPPort ct status dnat accept
+//	  iifname . ip saddr . ip daddr @sandbox_links tcp dport TransparentTLSPort ct status dnat accept
+//	  goto sandbox_reject }
+//	chain forward { type filter hook forward priority filter
+//	  iifname @sandbox_ifs goto sandbox_reject
+//	  oifname @sandbox_ifs drop }
+//	chain output  { type filter hook output priority filter
+//	  oifname @sandbox_ifs ct state established,related accept
+//	  oifname @sandbox_ifs drop }
+//	chain sandbox_reject {
+//	  meta l4proto tcp reject with tcp reset
+//	  reject with icmpx admin-prohibited }
+//
+// "redirect" rewrites the destination to the first address of the interface the packet
+// came in on, which is the link's host address. The base chains accept by default, so
+// the table never touches traffic of other interfaces. Rejecting (rather than dropping)
+// makes a forbidden connection fail at once inside the sandbox instead of hanging.
+const (
+	tableName   = "airlock"
+	setIfs      = "sandbox_ifs"
+	setLinks    = "sandbox_links"
+	chainIn     = "sandbox_in"
+	chainReject = "sandbox_reject"
+)
+
+var linkKeyType = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr, nftables.TypeIPAddr)
+
+func (m *Manager) table() *nftables.Table {
+	name := m.cfg.Table
+	if name == "" {
+		name = tableName
+	}
+	return &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+}
+
+func sets(t *nftables.Table) (ifs, links *nftables.Set) {
+	// ifname is a host-order type: saying so lets `nft list` print the names.
+	return &nftables.Set{Table: t, Name: setIfs, KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian},
+		&nftables.Set{Table: t, Name: setLinks, KeyType: linkKeyType, Concatenation: true}
+}
+
+func (m *Manager) nft() (*nftables.Conn, error) {
+	c, err := nftables.New(nftables.WithNetNSFd(int(m.hostNS)))
+	if err != nil {
+		return nil, fmt.Errorf("netns: nftables: %w", err)
+	}
+	return c, nil
+}
+
+// ensureTable creates the table, its sets and chains if missing and (re)writes every
+// chain's rules, all in one transaction. Set elements, the sandboxes, are kept.
+func (m *Manager) ensureTable() error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(m.table())
+	ifs, links := sets(t)
+	if err := c.AddSet(ifs, nil); err != nil {
+		return fmt.Errorf("netns: nftables set %s: %w", setIfs, err)
+	}
+	if err := c.AddSet(links, nil); err != nil {
+		return fmt.Errorf("netns: nftables set %s: %w", setLinks, err)
+	}
+	accept := nftables.ChainPolicyAccept
+	chain := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
+		ch := &nftables.Chain{Table: t, Name: name}
+		if hook != nil {
+			ch.Type, ch.Hooknum, ch.Priority, ch.Policy = typ, hook, prio, &accept
+		}
+		ch = c.AddChain(ch)
+		c.FlushChain(ch)
+		return ch
+	}
+	reject := chain(chainReject, "", nil, nil)
+	in := chain(chainIn, "", nil, nil)
+	pre := chain("prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+	input := chain("input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
+	fwd := chain("forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
+	out := chain("output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityFilter)
+
+	cfg := m.cfg
+	rules := []struct {
+		ch *nftables.Chain
+		e  []expr.Any
+	}{
+		{pre, cat(inLinks(links), l4(unix.IPPROTO_UDP), dport(53), redirect(cfg.DNSPort))},
+		{pre, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(53), redirect(cfg.DNSPort))},
+		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), dport(80), redirect(cfg.TransparentHTTPPort))},
+		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), dport(443), redirect(cfg.TransparentTLSPort))},
+
+		{input, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainIn))},
+
+		{in, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
+		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept, ""))},
+		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept, ""))},
+		{in, cat(inLinks(links), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept, ""))},
+		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.TransparentHTTPPort), ctDNAT(), verdict(expr.VerdictAccept, ""))},
+		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.TransparentTLSPort), ctDNAT(), verdict(expr.VerdictAccept, ""))},
+		{in, verdict(expr.VerdictGoto, chainReject)},
+
+		{fwd, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainReject))},
+		{fwd, cat(ifIn(expr.MetaKeyOIFNAME, ifs), verdict(expr.VerdictDrop, ""))},
+
+		{out, cat(ifIn(expr.MetaKeyOIFNAME, ifs), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
+		{out, cat(ifIn(expr.MetaKeyOIFNAME, ifs), verdict(expr.VerdictDrop, ""))},
+
+		{reject, cat(l4(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}})},
+		{reject, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}},
+	}
+	for _, r := range rules {
+		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netns: nftables table %s: %w", m.table().Name, err)
+	}
+	return nil
+}
+
+// addElements admits sandbox sb to the rules: one element in each set, one transaction.
+func (m *Manager) addElements(sb *Sandbox) error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	ifs, links := sets(m.table())
+	if err := c.SetAddElements(ifs, []nftables.SetElement{{Key: ifKey(sb.HostIf), Comment: sb.ID}}); err != nil {
+		return err
+	}
+	key := linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr)
+	if err := c.SetAddElements(links, []nftables.SetElement{{Key: key, Comment: sb.ID}}); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netns: nftables elements of %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// element is one set element with the set it is in.
+type element struct {
+	set *nftables.Set
+	nftables.SetElement
+}
+
+// elements returns the elements of both sets.
+func (m *Manager) elements() ([]element, error) {
+	c, err := m.nft()
+	if err != nil {
+		return nil, err
+	}
+	ifs, links := sets(m.table())
+	var out []element
+	for _, s := range []*nftables.Set{ifs, links} {
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("netns: nftables set %s: %w", s.Name, err)
+		}
+		for _, e := range elems {
+			out = append(out, element{s, e})
+		}
+	}
+	return out, nil
+}
+
+// deleteElements removes the elements of sandbox id (those with its id as comment),
+// in one transaction; none is not an error.
+func (m *Manager) deleteElements(id string) error {
+	elems, err := m.elements()
+	if err != nil {
+		return err
+	}
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		if e.Comment == id {
+			if err := c.SetDeleteElements(e.set, []nftables.SetElement{{Key: e.Key}}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netns: nftables elements of %s: %w", id, err)
+	}
+	return nil
+}
+
+// ifName is the interface name at the start of a set key.
+func (e element) ifName() string {
+	return string(bytes.TrimRight(e.Key[:min(len(e.Key), unix.IFNAMSIZ)], "\x00"))
+}
+
+// ifKey is an ifname set key: the name, zero-padded to IFNAMSIZ.
+func ifKey(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+func linkKey(hostIf string, sandbox, host netip.Addr) []byte {
+	s, h := sandbox.As4(), host.As4()
+	return append(append(ifKey(hostIf), s[:]...), h[:]...)
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func ipv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+// inLinks matches IPv4 packets whose input interface, source and destination address
+// are one sandbox's link: its veth, its own address, its host address.
+func inLinks(links *nftables.Set) []expr.Any {
+	// A concatenation lives in consecutive 32-bit registers: the 16-byte name in 8-11,
+	// the addresses in 12 and 13.
+	return cat(ipv4(), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 8},
+		&expr.Payload{DestRegister: 12, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: 13, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 8, SetName: links.Name, SetID: links.ID},
+	})
+}
+
+func ifIn(key expr.MetaKey, ifs *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: ifs.Name, SetID: ifs.ID},
+	}
+}
+
+func l4(proto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+}
+
+func dport(port int) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(port)},
+	}
+}
+
+func ctState(bits uint32) []expr.Any { return ctBits(expr.CtKeySTATE, bits) }
+
+// ctDNAT matches connections whose destination was rewritten (ct status dnat), i.e.
+// that came through a redirect rule rather than straight to the port.
+func ctDNAT() []expr.Any { return ctBits(expr.CtKeySTATUS, ipsDstNAT) }
+
+// ipsDstNAT is IPS_DST_NAT of linux/netfilter/nf_conntrack_common.h.
+const ipsDstNAT = 1 << 5
+
+func ctBits(key expr.CtKey, bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: key, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+func redirect(port int) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: be16(port)},
+		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+	}
+}
+
+func verdict(kind expr.VerdictKind, chain string) []expr.Any {
+	return []expr.Any{&expr.Verdict{Kind: kind, Chain: chain}}
+}
+
+func be16(port int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(port)) }

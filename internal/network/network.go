@@ -1,0 +1,378 @@
+// Package network owns a node's egress assembly: one network namespace and veth per
+// sandbox (through netns), the egress proxy with its explicit, transparent-HTTP and
+// transparent-TLS listeners, the policy-aware DNS server, the node CA and the files and
+// variables that point a sandbox's clients at them. It implements manager.Network. It
+// must not touch the store or containers; it only keeps each sandbox's current policy.
+package network
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/netns"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+var _ manager.Network = (*Node)(nil)
+
+// Options configure a node's network.
+type Options struct {
+	// Dir holds the node CA, the CA bundle sandboxes trust and per-sandbox files.
+	Dir string
+	// Subnet is carved into one link per sandbox (default 10.203.0.0/16).
+	Subnet netip.Prefix
+	// HostPrefix starts every host-side veth name (default "al").
+	HostPrefix string
+	// Table names the node's nftables table (default "airlock").
+	Table string
+	// Upstream is the resolver allowed DNS queries go to ("ip:port"; default: the first
+	// nameserver of the host's /etc/resolv.conf).
+	Upstream string
+	// ExtraCAs are PEM files of CAs that upstream servers may also be signed by.
+	ExtraCAs []string
+	// Audit receives every egress decision; DNSLog every DNS query.
+	Audit  func(egress.Record)
+	DNSLog func(egress.DNSRecord)
+	Logger *slog.Logger
+}
+
+// Paths inside a sandbox.
+const (
+	caBundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	resolvPath   = "/etc/resolv.conf"
+)
+
+// Node is one node's egress assembly.
+type Node struct {
+	opts   Options
+	log    *slog.Logger
+	nm     *netns.Manager
+	ca     *egress.CA
+	bundle string
+	proxy  *egress.Proxy
+	dns    *egress.DNSServer
+	ports  ports
+	lns    []net.Listener
+	udp    net.PacketConn
+
+	mu    sync.RWMutex
+	info  map[string]egress.SandboxInfo
+	links map[string]*netns.Sandbox
+
+	wg sync.WaitGroup
+}
+
+type ports struct{ proxy, http, tls, dns int }
+
+// New starts the node's proxy and DNS listeners and the namespace manager.
+func New(opts Options) (_ *Node, retErr error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if !opts.Subnet.IsValid() {
+		opts.Subnet = netip.MustParsePrefix("10.203.0.0/16")
+	}
+	if opts.HostPrefix == "" {
+		opts.HostPrefix = "al"
+	}
+	if opts.Upstream == "" {
+		opts.Upstream = hostResolver()
+	}
+	n := &Node{opts: opts, log: opts.Logger.With("component", "network"),
+		info: map[string]egress.SandboxInfo{}, links: map[string]*netns.Sandbox{}}
+	defer func() {
+		if retErr != nil {
+			n.Close()
+		}
+	}()
+	if err := os.MkdirAll(filepath.Join(opts.Dir, "sandboxes"), 0o711); err != nil {
+		return nil, err
+	}
+	var err error
+	if n.ca, err = egress.LoadOrCreateCA(filepath.Join(opts.Dir, "ca")); err != nil {
+		return nil, err
+	}
+	if n.bundle, err = writeBundle(opts.Dir, n.ca.CertPEM()); err != nil {
+		return nil, err
+	}
+	var extra [][]byte
+	for _, f := range opts.ExtraCAs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("extra CA: %w", err)
+		}
+		extra = append(extra, b)
+	}
+	roots, err := egress.RootPool(extra...)
+	if err != nil {
+		return nil, err
+	}
+	guard := egress.Guard{Node: nodeAddrs()}
+	n.proxy, err = egress.NewProxy(egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit,
+		Dialer: &egress.Dialer{Guard: guard}, UpstreamRoots: roots, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := n.listen(); err != nil {
+		return nil, err
+	}
+	n.dns, err = egress.NewDNSServer(egress.DNSConfig{Lookup: n.lookup, Upstream: opts.Upstream, Guard: guard,
+		Log: opts.DNSLog, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	n.nm, err = netns.New(netns.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
+		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.proxy,
+		TransparentHTTPPort: n.ports.http, TransparentTLSPort: n.ports.tls, DNSPort: n.ports.dns, Table: opts.Table})
+	if err != nil {
+		return nil, err
+	}
+	n.serve()
+	return n, nil
+}
+
+// listen opens the proxy and DNS sockets on ephemeral ports (the nftables rules name
+// whatever ports they got), DNS on one port number for UDP and TCP.
+func (n *Node) listen() error {
+	for _, p := range []*int{&n.ports.proxy, &n.ports.http, &n.ports.tls} {
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return err
+		}
+		n.lns = append(n.lns, l)
+		*p = l.Addr().(*net.TCPAddr).Port
+	}
+	for attempt := 0; attempt < 20; attempt++ {
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(port))
+		if err != nil {
+			l.Close()
+			continue
+		}
+		n.lns, n.udp, n.ports.dns = append(n.lns, l), pc, port
+		return nil
+	}
+	return errors.New("network: no port free for DNS on both UDP and TCP")
+}
+
+func (n *Node) serve() {
+	n.wg.Add(5)
+	go func() { defer n.wg.Done(); n.proxy.Serve(n.lns[0]) }()
+	for _, l := range n.lns[1:3] {
+		go func() { defer n.wg.Done(); n.acceptTransparent(l) }()
+	}
+	go func() { defer n.wg.Done(); n.dns.ServePacket(n.udp) }()
+	go func() { defer n.wg.Done(); n.dns.ServeStream(n.lns[3]) }()
+}
+
+// acceptTransparent hands redirected connections to the proxy with their original
+// destination.
+func (n *Node) acceptTransparent(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		dst, err := netns.OriginalDst(tc)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		go n.proxy.ServeTransparent(c, dst)
+	}
+}
+
+// Close stops the listeners. Sandbox namespaces stay for the next start to find.
+func (n *Node) Close() error {
+	for _, l := range n.lns {
+		l.Close()
+	}
+	if n.udp != nil {
+		n.udp.Close()
+	}
+	if n.proxy != nil {
+		n.proxy.Close()
+	}
+	if n.dns != nil {
+		n.dns.Close()
+	}
+	n.wg.Wait()
+	if n.nm != nil {
+		n.nm.Close()
+	}
+	return nil
+}
+
+func (n *Node) lookup(remote netip.AddrPort) (egress.SandboxInfo, bool) {
+	id, ok := n.nm.Lookup(remote.Addr())
+	if !ok {
+		return egress.SandboxInfo{}, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	info, ok := n.info[id]
+	return info, ok
+}
+
+// Attach implements manager.Network.
+func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*manager.Attachment, error) {
+	mode := string(pol.Mode)
+	if pol.Mode != egress.ModeNone {
+		mode = "egress"
+	} else {
+		mode = netns.ModeNone
+	}
+	link, ok := n.nm.Get(sb.ID)
+	if !ok {
+		var err error
+		if link, err = n.nm.Create(ctx, sb.ID, mode); err != nil {
+			return nil, err
+		}
+	}
+	n.mu.Lock()
+	n.info[sb.ID] = egress.SandboxInfo{ID: sb.ID, Generation: sb.Generation, Policy: pol}
+	n.links[sb.ID] = link
+	n.mu.Unlock()
+	dir := filepath.Join(n.opts.Dir, "sandboxes", sb.ID)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	nameserver := "127.0.0.1"
+	if link.HostAddr.IsValid() {
+		nameserver = link.HostAddr.String()
+	}
+	resolv := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver "+nameserver+"\noptions ndots:0 timeout:2 attempts:2\n"), 0o644); err != nil {
+		return nil, err
+	}
+	att := &manager.Attachment{NetnsPath: link.NetnsPath, Mounts: []runtime.Mount{
+		{Source: resolv, Destination: resolvPath, ReadOnly: true},
+		{Source: n.bundle, Destination: caBundlePath, ReadOnly: true},
+	}}
+	att.Env = []string{
+		"SSL_CERT_FILE=" + caBundlePath, "REQUESTS_CA_BUNDLE=" + caBundlePath, "NODE_EXTRA_CA_CERTS=" + caBundlePath,
+		"CURL_CA_BUNDLE=" + caBundlePath, "PIP_CERT=" + caBundlePath, "GIT_SSL_CAINFO=" + caBundlePath,
+		"NPM_CONFIG_CAFILE=" + caBundlePath,
+	}
+	if link.HostAddr.IsValid() {
+		proxy := "http://" + netip.AddrPortFrom(link.HostAddr, uint16(n.ports.proxy)).String()
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NPM_CONFIG_PROXY", "NPM_CONFIG_HTTPS_PROXY", "PIP_PROXY"} {
+			att.Env = append(att.Env, k+"="+proxy)
+		}
+		att.Env = append(att.Env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+	}
+	return att, nil
+}
+
+// Detach implements manager.Network.
+func (n *Node) Detach(ctx context.Context, id string) error {
+	n.mu.Lock()
+	delete(n.info, id)
+	delete(n.links, id)
+	n.mu.Unlock()
+	err := n.nm.Delete(ctx, id)
+	os.RemoveAll(filepath.Join(n.opts.Dir, "sandboxes", id))
+	return err
+}
+
+// SetPolicy implements manager.Network.
+func (n *Node) SetPolicy(id string, generation int64, pol egress.Policy) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.info[id]; ok {
+		n.info[id] = egress.SandboxInfo{ID: id, Generation: generation, Policy: pol}
+	}
+}
+
+// List implements manager.Network.
+func (n *Node) List() ([]string, error) { return n.nm.List() }
+
+// Link returns a sandbox's link (its addresses), if it has one.
+func (n *Node) Link(id string) (*netns.Sandbox, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	l, ok := n.links[id]
+	return l, ok
+}
+
+// writeBundle writes the host's CA bundle plus the node CA, which sandboxes trust.
+func writeBundle(dir string, caPEM []byte) (string, error) {
+	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
+	path := filepath.Join(dir, "ca-bundle.pem")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
+}
+
+// hostResolver is the first nameserver of the host's resolv.conf.
+func hostResolver() string {
+	f, err := os.Open("/etc/resolv.conf")
+	if err != nil {
+		return "127.0.0.1:53"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil {
+				return netip.AddrPortFrom(a, 53).String()
+			}
+		}
+	}
+	return "127.0.0.1:53"
+}
+
+// nodeAddrs lists the node's own addresses.
+func nodeAddrs() []netip.Prefix {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if pn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(pn.IP); ok {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out
+}
+
+// NetnsPath is the network namespace a sandbox's processes run in.
+func (n *Node) NetnsPath(id string) (string, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	l, ok := n.links[id]
+	if !ok {
+		return "", false
+	}
+	return l.NetnsPath, true
+}
+
+// RemoveRules deletes the node's firewall table; for a node going away for good (tests).
+func (n *Node) RemoveRules() error { return n.nm.RemoveRules() }

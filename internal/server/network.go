@@ -1,0 +1,321 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+func toAPINetwork(n store.Network) api.NetworkPolicy {
+	if n.Mode == "" {
+		n = manager.DefaultNetwork
+	}
+	return api.NetworkPolicy{Mode: n.Mode, Allow: n.Allow, AllowPrivate: n.AllowPrivate}
+}
+
+func fromAPINetwork(n api.NetworkPolicy) store.Network {
+	return store.Network{Mode: n.Mode, Allow: n.Allow, AllowPrivate: n.AllowPrivate}
+}
+
+func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(sb.Version))
+	writeJSON(w, http.StatusOK, toAPINetwork(sb.Network))
+}
+
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
+	var req api.NetworkPolicy
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, sb, err := s.m.SetNetworkPolicy(r.Context(), c, r.PathValue("ref"), fromAPINetwork(req))
+	s.opResult(w, r, http.StatusOK, op, sb, err)
+}
+
+// egressLog lists a sandbox's egress decisions (events of type "egress").
+func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
+	var after int64
+	if a := r.URL.Query().Get("after"); a != "" {
+		var err error
+		if after, err = strconv.ParseInt(a, 10, 64); err != nil || after < 0 {
+			s.writeError(w, r, errdefs.Invalid("invalid after %q: an event sequence number", a))
+			return
+		}
+	}
+	out := api.EgressLog{Records: []api.EgressRecord{}}
+	for {
+		evs, err := s.m.Events(r.Context(), owner(r), r.PathValue("ref"), after, false)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		for _, ev := range evs {
+			after = ev.Seq
+			if ev.Type != "egress" {
+				continue
+			}
+			var rec struct {
+				Host, Addr, Method, Rule, Reason string
+				Port                             int
+				BytesUp, BytesDown               int64
+				Allowed                          bool
+			}
+			json.Unmarshal(ev.Data, &rec)
+			out.Records = append(out.Records, api.EgressRecord{Seq: ev.Seq, Generation: ev.Generation, Host: rec.Host,
+				Addr: rec.Addr, Port: rec.Port, Method: rec.Method, BytesUp: rec.BytesUp, BytesDown: rec.BytesDown,
+				Allowed: rec.Allowed, Rule: rec.Rule, Reason: rec.Reason, Time: ev.Time})
+		}
+		if len(evs) < 1000 || len(out.Records) >= 5000 {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) portURL(sandboxID string, port int) string {
+	base := s.opts.PublicURL
+	if base == "" {
+		base = "http://airlock"
+	}
+	return fmt.Sprintf("%s/v1/ports/%s/%d/", strings.TrimRight(base, "/"), sandboxID, port)
+}
+
+func (s *Server) toAPIPort(sb *store.Sandbox, p store.Port) api.Port {
+	out := api.Port{Port: p.Port, Public: p.Public, URL: s.portURL(sb.ID, p.Port)}
+	if !p.Public {
+		out.Token = p.Token
+	}
+	return out
+}
+
+func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
+	var req api.PortRequest
+	if err := decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := s.m.ExposePort(r.Context(), c, r.PathValue("ref"), req.Port, req.Public)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.toAPIPort(sb, *p))
+}
+
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.PortList{Ports: []api.Port{}}
+	for _, p := range sb.Ports {
+		out.Ports = append(out.Ports, s.toAPIPort(sb, p))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) closePort(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		s.writeError(w, r, errdefs.Invalid("invalid port %q", r.PathValue("port")))
+		return
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.m.ClosePort(r.Context(), c, r.PathValue("ref"), port); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// portConns tracks the open upstream connections of exposed ports, to cut them on close.
+type portConns struct {
+	mu    sync.Mutex
+	conns map[string]map[net.Conn]bool // "sandbox/port" -> conns
+}
+
+func (pc *portConns) add(key string, c net.Conn) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.conns == nil {
+		pc.conns = map[string]map[net.Conn]bool{}
+	}
+	if pc.conns[key] == nil {
+		pc.conns[key] = map[net.Conn]bool{}
+	}
+	pc.conns[key][c] = true
+}
+
+func (pc *portConns) remove(key string, c net.Conn) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	delete(pc.conns[key], c)
+}
+
+// CloseAll cuts every open connection of a sandbox's port.
+func (pc *portConns) CloseAll(sandboxID string, port int) {
+	key := sandboxID + "/" + strconv.Itoa(port)
+	pc.mu.Lock()
+	conns := pc.conns[key]
+	delete(pc.conns, key)
+	pc.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// ClosePortConns is the manager's PortCloser.
+func (s *Server) ClosePortConns(sandboxID string, port int) { s.ports.CloseAll(sandboxID, port) }
+
+// trackedConn removes itself from the registry on close and counts reads as activity.
+type trackedConn struct {
+	net.Conn
+	once  sync.Once
+	done  func()
+	touch func()
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.touch()
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+// portProxy forwards a request to an exposed port inside the sandbox's network
+// namespace (to its loopback, so a server bound to 127.0.0.1 works too).
+func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("sandbox")
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		s.writeError(w, r, errdefs.NotFound("no such exposed port"))
+		return
+	}
+	token := r.Header.Get("X-Airlock-Port-Token")
+	if token == "" {
+		token = r.URL.Query().Get("airlock_token")
+	}
+	nsPath, err := s.m.PortTarget(r.Context(), id, port, token)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := id + "/" + strconv.Itoa(port)
+	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path = "/" + r.PathValue("rest")
+			q := pr.Out.URL.Query()
+			q.Del("airlock_token")
+			pr.Out.URL.RawQuery = q.Encode()
+			pr.Out.Header.Del("X-Airlock-Port-Token")
+			pr.Out.Header.Del("Authorization")
+		},
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+				c, err := dialInNetns(ctx, nsPath, addr)
+				if err != nil {
+					return nil, err
+				}
+				tc := &trackedConn{Conn: c, touch: func() { s.m.Touch(id) }}
+				tc.done = func() { s.ports.remove(key, tc) }
+				s.ports.add(key, tc)
+				return tc, nil
+			},
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.writeError(w, r, errdefs.Unavailable("nothing answered on port %d in the sandbox", port).WithCause(err))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// dialInNetns dials addr from inside the network namespace at nsPath. The dial runs on
+// a locked OS thread switched into the namespace; a socket stays in the namespace it
+// was made in, so the connection works from any thread afterwards.
+func dialInNetns(ctx context.Context, nsPath, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		defer self.Close()
+		target, err := os.Open(nsPath)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread() // back home: the thread may serve others again
+		} // else the goroutine ends with the thread locked, and the runtime discards it
+		ch <- result{c, err}
+	}()
+	res := <-ch
+	return res.c, res.err
+}
