@@ -22,7 +22,7 @@ import (
 
 // daemon is a real `airlock serve` process with a private state dir and cgroup parent.
 type daemon struct {
-	t      *testing.T
+	t      testing.TB
 	bin    string
 	dir    string
 	socket string
@@ -32,7 +32,10 @@ type daemon struct {
 	log    bytes.Buffer
 }
 
-func startDaemon(t *testing.T) *daemon {
+func startDaemon(t *testing.T) *daemon { return startDaemonB(t) }
+
+// startDaemonB starts a daemon for a test or a benchmark.
+func startDaemonB(t testing.TB) *daemon {
 	t.Helper()
 	testenv.RequireHost(t)
 	dir, err := os.MkdirTemp("/tmp", "al-cli-")
