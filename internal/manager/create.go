@@ -107,11 +107,11 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
 	m.event(sb, "created", "create", nil)
+	sb.Generation = 1 // the container being built is the first
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		m.rollbackCreate(sb)
 		return op, nil, m.finishOp(op, "", errdefs.Unavailable("sandbox %q could not start", req.Name).WithCause(err))
 	}
-	sb.Generation = 1
 	if err := m.setState(ctx, sb, Running, "create"); err != nil {
 		m.rollbackCreate(sb)
 		return op, nil, m.finishOp(op, "", err)

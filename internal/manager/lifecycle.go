@@ -107,13 +107,14 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 			return err
 		}
 	}
+	sb.Generation++ // the container being built is a new generation
 	if err := m.startContainer(ctx, sb, img); err != nil {
+		sb.Generation--
 		m.driver.Stop(ctx, sb.ID)
 		m.detach(ctx, sb.ID)
 		m.setState(ctx, sb, Suspended, "resume_failed")
 		return errdefs.Unavailable("sandbox %q could not be resumed", sb.Name).WithCause(err)
 	}
-	sb.Generation++
 	sb.LastActivity = m.now()
 	return m.setState(ctx, sb, Running, cause)
 }

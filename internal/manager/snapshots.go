@@ -318,6 +318,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
 		return m.snaps.Restore(ctx, man.ID, filepath.Join(dir, "upper"), sb.UIDBase)
 	})
+	sb.Generation = 1
 	if err == nil {
 		err = m.startContainer(ctx, sb, img)
 	}
@@ -325,7 +326,6 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		m.rollbackCreate(sb)
 		return op, nil, m.finishOp(op, "", corruptErr(err))
 	}
-	sb.Generation = 1
 	if err := m.setState(ctx, sb, Running, "fork"); err != nil {
 		m.rollbackCreate(sb)
 		return op, nil, m.finishOp(op, "", err)

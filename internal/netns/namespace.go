@@ -85,7 +85,19 @@ func onThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		errc <- fn()
+		// Come back to the thread's own namespace afterwards: the runtime never ends the
+		// main thread, so a thread left in another namespace could serve other work.
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			errc <- fmt.Errorf("netns: open own namespace: %w", err)
+			return // the thread stays locked and ends with the goroutine
+		}
+		defer home.Close()
+		err = fn()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }

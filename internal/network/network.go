@@ -122,7 +122,7 @@ func New(opts Options) (_ *Node, retErr error) {
 	}
 	guard := egress.Guard{Node: nodeAddrs()}
 	n.proxy, err = egress.NewProxy(egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit,
-		Dialer: &egress.Dialer{Guard: guard}, UpstreamRoots: roots, Logger: opts.Logger})
+		Dialer: &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream)}, UpstreamRoots: roots, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -376,3 +376,12 @@ func (n *Node) NetnsPath(id string) (string, bool) {
 
 // RemoveRules deletes the node's firewall table; for a node going away for good (tests).
 func (n *Node) RemoveRules() error { return n.nm.RemoveRules() }
+
+// upstreamResolver resolves through the node's configured upstream, the same resolver
+// the sandboxes' DNS forwards to, so a name means the same to both.
+func upstreamResolver(upstream string) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, upstream)
+	}}
+}

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// peers are the contenders of the create test besides Airlock; a nil one is not measured.
+type peers struct {
+	runcUsr, runcMin *runcPeer
+	runcNoSeccomp    *runcPeer // informative: runcUsr without the seccomp profile
+	runcSleep        *runcPeer // informative: a long-running container, to time stopping one
+	podman           bool
+	podmanLimits     []string
+}
+
+// preparePeers builds the bare runc bundles and, unless skipped, the podman image.
+//
+//	usr: a copy of the skeleton plus the read-only /usr bind mount, Airlock's own config
+//	     (and the same without its seccomp profile, to show what compiling it costs)
+//	min: a copy of the skeleton plus /usr/bin/true and the libraries it loads; the same
+//	     tree is imported as the podman image, so runc and podman run the same files
+func (b *bench) preparePeers(ctx context.Context, skeleton, stateDir string, tmpl map[string]any) (*peers, error) {
+	runcRoot := filepath.Join(b.work, "runc")
+	p := &peers{}
+	usr := filepath.Join(b.work, "rootfs-usr")
+	if err := copyTree(skeleton, usr); err != nil {
+		return nil, fmt.Errorf("copy skeleton: %w", err)
+	}
+	if err := shiftOwners(usr, benchUIDBase); err != nil {
+		return nil, err
+	}
+	bundle := filepath.Join(b.work, "bundle-usr")
+	if err := newBundle(bundle, tmpl, bundleOpts{stateDir: stateDir, rootfs: usr, cgroup: "/" + benchCgroup + "/usr", keepImageMounts: true}); err != nil {
+		return nil, err
+	}
+	p.runcUsr = &runcPeer{runc: b.o.runc, root: runcRoot, bundle: bundle, prefix: "bench-" + b.runID + "-usr-"}
+	bundle = filepath.Join(b.work, "bundle-noseccomp")
+	if err := newBundle(bundle, tmpl, bundleOpts{stateDir: stateDir, rootfs: usr, cgroup: "/" + benchCgroup + "/noseccomp", keepImageMounts: true, noSeccomp: true}); err != nil {
+		return nil, err
+	}
+	p.runcNoSeccomp = &runcPeer{runc: b.o.runc, root: runcRoot, bundle: bundle, prefix: "bench-" + b.runID + "-nosec-"}
+	bundle = filepath.Join(b.work, "bundle-sleep")
+	if err := newBundle(bundle, tmpl, bundleOpts{stateDir: stateDir, rootfs: usr, cgroup: "/" + benchCgroup + "/sleep", keepImageMounts: true, args: []any{"sleep", "1000"}}); err != nil {
+		return nil, err
+	}
+	p.runcSleep = &runcPeer{runc: b.o.runc, root: runcRoot, bundle: bundle, prefix: "bench-" + b.runID + "-sleep-"}
+
+	minimal := filepath.Join(b.work, "rootfs-min")
+	if err := copyTree(skeleton, minimal); err != nil {
+		return nil, fmt.Errorf("copy skeleton: %w", err)
+	}
+	files, err := lddPaths("/usr/bin/true")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := addHostFile(minimal, f); err != nil {
+			return nil, fmt.Errorf("minimal root filesystem: %w", err)
+		}
+	}
+	if !b.o.skipPodman {
+		b.logf("importing the minimal root filesystem as podman image %s", podmanImage)
+		removeImage()
+		if err := importImage(ctx, minimal); err != nil {
+			return nil, err
+		}
+		b.podman, p.podman = true, true
+		p.podmanLimits = podmanLimits()
+	}
+	if err := shiftOwners(minimal, benchUIDBase); err != nil {
+		return nil, err
+	}
+	bundle = filepath.Join(b.work, "bundle-min")
+	if err := newBundle(bundle, tmpl, bundleOpts{stateDir: stateDir, rootfs: minimal, cgroup: "/" + benchCgroup + "/min"}); err != nil {
+		return nil, err
+	}
+	p.runcMin = &runcPeer{runc: b.o.runc, root: runcRoot, bundle: bundle, prefix: "bench-" + b.runID + "-min-"}
+	return p, nil
+}
+
+// createResults are the series of the create test.
+type createResults struct {
+	airlock, create, firstExec, terminate *series // the daemon's default egress network
+	airlockNone                           *series // network mode none: loopback only
+	toRecord, runtimeStart, toAnswer      *series // the create split by the daemon's events
+	runcUsr, runcMin, runcNoSeccomp       *series
+	deleteForce, killDelete               *series
+	podmanNone, podmanDefault             *series
+}
+
+// contender is one thing timed per round; it stops being run after maxErrors failures.
+type contender struct {
+	s   *series
+	run func(ctx context.Context, round int) (time.Duration, error)
+}
+
+const maxErrors = 3
+
+// createPhase times create → first exec of `true`: the contenders take turns, one
+// iteration each per round, so drift in the machine's load touches all of them alike.
+func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
+	r := createResults{
+		airlock:       &series{Name: "a. airlock create → exec true (default network)", Unit: "ms"},
+		airlockNone:   &series{Name: "a. airlock create → exec true (network none)", Unit: "ms"},
+		create:        &series{Name: "a.   of which create (API answer)", Unit: "ms"},
+		firstExec:     &series{Name: "a.   of which first exec", Unit: "ms"},
+		terminate:     &series{Name: "a.   terminate (not in the total)", Unit: "ms"},
+		toRecord:      &series{Name: "a.   create: call → record stored", Unit: "ms"},
+		runtimeStart:  &series{Name: "a.   create: network + runc + agent ready", Unit: "ms"},
+		toAnswer:      &series{Name: "a.   create: running → answer", Unit: "ms"},
+		runcUsr:       &series{Name: "a. runc run (skeleton + /usr bind)", Unit: "ms"},
+		runcMin:       &series{Name: "a. runc run (minimal rootfs)", Unit: "ms"},
+		runcNoSeccomp: &series{Name: "a. runc run (skeleton + /usr, no seccomp)", Unit: "ms"},
+		deleteForce:   &series{Name: "a. runc delete --force (running container)", Unit: "ms"},
+		killDelete:    &series{Name: "a. runc kill KILL, wait, runc delete", Unit: "ms"},
+	}
+	cs := []contender{
+		{r.airlock, func(ctx context.Context, round int) (time.Duration, error) {
+			name := fmt.Sprintf("bench-%s-create-%d", b.runID, round+b.o.warmup)
+			id, t, err := createExec(ctx, b.c, b.request(name, ""), []string{"true"}, "")
+			b.track(id)
+			if err == nil && round >= 0 {
+				if rec, st, ans, serr := createSplit(ctx, b.c, id, t); serr != nil {
+					r.runtimeStart.fail(serr)
+				} else {
+					r.toRecord.addDuration(rec)
+					r.runtimeStart.addDuration(st)
+					r.toAnswer.addDuration(ans)
+				}
+			}
+			if id != "" {
+				d, terr := terminate(ctx, b.c, id)
+				if round >= 0 && terr == nil && err == nil {
+					r.terminate.addDuration(d)
+				}
+				if err == nil {
+					err = terr
+				}
+			}
+			if err == nil && round >= 0 {
+				r.create.addDuration(t.create)
+				r.firstExec.addDuration(t.exec)
+			}
+			return t.total, err
+		}},
+		{r.airlockNone, func(ctx context.Context, round int) (time.Duration, error) {
+			name := fmt.Sprintf("bench-%s-none-%d", b.runID, round+b.o.warmup)
+			id, t, err := createExec(ctx, b.c, b.request(name, "none"), []string{"true"}, "")
+			b.track(id)
+			if id != "" {
+				if _, terr := terminate(ctx, b.c, id); err == nil {
+					err = terr
+				}
+			}
+			return t.total, err
+		}},
+		{r.runcUsr, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcUsr.run(ctx) }},
+		{r.runcMin, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcMin.run(ctx) }},
+		{r.runcNoSeccomp, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcNoSeccomp.run(ctx) }},
+		{r.deleteForce, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.deleteForce(ctx) }},
+		{r.killDelete, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.killWaitDelete(ctx) }},
+	}
+	if p.podman {
+		r.podmanNone = &series{Name: "a. podman run --rm --network=none", Unit: "ms"}
+		r.podmanDefault = &series{Name: "a. podman run --rm (default network)", Unit: "ms"}
+		none := append([]string{"--network=none"}, p.podmanLimits...)
+		cs = append(cs,
+			contender{r.podmanNone, func(ctx context.Context, _ int) (time.Duration, error) { return podmanRun(ctx, none) }},
+			contender{r.podmanDefault, func(ctx context.Context, _ int) (time.Duration, error) { return podmanRun(ctx, p.podmanLimits) }},
+		)
+	}
+	b.logf("create → first exec: %d rounds (+%d warm-up) of %d contenders", b.o.n, b.o.warmup, len(cs))
+	b.rounds(ctx, cs, b.o.n)
+	return r
+}
+
+// rounds runs every contender once per round, warm-up rounds (negative) untimed.
+func (b *bench) rounds(ctx context.Context, cs []contender, n int) {
+	for round := -b.o.warmup; round < n; round++ {
+		if ctx.Err() != nil {
+			return
+		}
+		for _, c := range cs {
+			if c.s.Errors >= maxErrors {
+				continue
+			}
+			d, err := c.run(ctx, round)
+			switch {
+			case err != nil:
+				c.s.fail(err)
+				if c.s.Errors == maxErrors {
+					b.logf("%s: giving up after %d errors; first: %s", c.s.Name, maxErrors, c.s.Error)
+				}
+			case round >= 0:
+				c.s.addDuration(d)
+			}
+		}
+	}
+}
+
+// execResults are the series of the warm exec test.
+type execResults struct {
+	airlock, runc, get *series
+}
+
+// execPhase times exec round trips into the warm sandbox: Airlock's API and agent
+// against `runc exec` into the very same runc container, and a plain API read as the
+// floor of any call. Where runc cannot enter the sandbox's container (runc 1.1 joins
+// the user namespace first, and then may not join a network namespace the node made),
+// runc execs into a bare runc container of the same config instead, and note says so.
+func (b *bench) execPhase(ctx context.Context, id, stateDir string, p *peers) (r execResults, note string) {
+	r = execResults{
+		airlock: &series{Name: "b. airlock exec true (warm)", Unit: "ms"},
+		runc:    &series{Name: "b. runc exec true (same container)", Unit: "ms"},
+		get:     &series{Name: "b. airlock GET sandbox (API floor)", Unit: "ms"},
+	}
+	runcRoot, container := filepath.Join(stateDir, "runc"), "airlock-"+id
+	if _, err := runcExec(ctx, b.o.runc, runcRoot, container); err != nil {
+		cid, fd, serr := p.runcSleep.start(ctx)
+		if serr != nil {
+			r.runc.fail(fmt.Errorf("%w; and no bare container either: %w", err, serr))
+		} else {
+			defer runcDelete(b.o.runc, p.runcSleep.root, cid)
+			syscall.Close(fd)
+			runcRoot, container = p.runcSleep.root, cid
+			r.runc.Name = "b. runc exec true (bare runc container)"
+			note = fmt.Sprintf("runc exec cannot enter the sandbox's own container (%s); the runc exec series runs in a bare runc container of the same config instead", firstLine(err.Error()))
+			b.logf("%s", note)
+		}
+	}
+	cs := []contender{
+		{r.airlock, func(ctx context.Context, _ int) (time.Duration, error) { return execTrue(ctx, b.c, id) }},
+		{r.runc, func(ctx context.Context, _ int) (time.Duration, error) {
+			return runcExec(ctx, b.o.runc, runcRoot, container)
+		}},
+		{r.get, func(ctx context.Context, _ int) (time.Duration, error) {
+			start := time.Now()
+			_, err := b.c.Get(ctx, id)
+			return time.Since(start), err
+		}},
+	}
+	b.logf("warm exec: %d rounds (+%d warm-up)", b.o.execN, b.o.warmup)
+	b.rounds(ctx, cs, b.o.execN)
+	return r, note
+}
+
+// firstLine is the runc message of an error: its "msg=" text when there is one.
+func firstLine(s string) string {
+	if _, msg, ok := strings.Cut(s, `msg="`); ok {
+		s, _, _ = strings.Cut(msg, `"`)
+	}
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// judge computes the ratios and checks each target.
+func judge(a createResults, ex execResults, idleStart, idleEnd, agentWarm, agentRSS, agentPss *series, conc concurrencyResult, o options) ([]ratio, []target) {
+	al, none := a.airlock.summary(), a.airlockNone.summary()
+	usr, minimal := a.runcUsr.summary(), a.runcMin.summary()
+	ratios := []ratio{
+		p50Ratio("airlock (net none) / runc run (+ /usr)", none, usr),
+		p50Ratio("airlock (net none) / runc run (minimal)", none, minimal),
+		p50Ratio("airlock (default net) / runc run (+ /usr)", al, usr),
+	}
+	var targets []target
+	// Bare runc gets an empty network namespace, as Airlock's mode none does.
+	rUsr := none.P50 / usr.P50
+	targets = append(targets, target{
+		Name: "create→exec p50 ≤ 1.5× bare runc run", Goal: "≤ 1.50x", Value: rUsr, Shown: fmtNum(rUsr) + "x",
+		Met:  rUsr <= 1.5 && none.Errors == 0,
+		Note: fmt.Sprintf("Airlock with network none vs runc with its config on skeleton + /usr; %sx with Airlock's default egress network, %sx against the minimal rootfs", fmtNum(al.P50/usr.P50), fmtNum(none.P50/minimal.P50)),
+	})
+	pt := target{Name: "create→exec ≥ 5× faster than podman run --rm", Goal: "≥ 5.00x"}
+	if a.podmanNone != nil {
+		pn, pd := a.podmanNone.summary(), a.podmanDefault.summary()
+		ratios = append(ratios,
+			p50Ratio("podman (default net) / airlock (default net)", pd, al),
+			p50Ratio("podman --network=none / airlock (net none)", pn, none))
+		// Like for like: both with their default network (a veth each), and both without.
+		pt.Value = pd.P50 / al.P50
+		pt.Shown = fmtNum(pt.Value) + "x"
+		pt.Met = pt.Value >= 5 && al.Errors == 0
+		pt.Note = fmt.Sprintf("both with their default network; %sx with none on both sides", fmtNum(pn.P50/none.P50))
+	} else {
+		pt.Skipped, pt.Shown = true, "-"
+	}
+	targets = append(targets, pt)
+
+	ae, re := ex.airlock.summary(), ex.runc.summary()
+	ratios = append(ratios, p50Ratio("runc exec / airlock exec", re, ae))
+	targets = append(targets,
+		target{Name: "warm exec p50 ≤ 3 ms", Goal: "≤ 3 ms", Value: ae.P50, Shown: fmtNum(ae.P50) + " ms", Met: ae.P50 <= 3 && ae.Errors == 0},
+		target{Name: "warm exec ≥ 10× faster than runc exec", Goal: "≥ 10.00x", Value: re.P50 / ae.P50,
+			Shown: fmtNum(re.P50/ae.P50) + "x", Met: re.P50/ae.P50 >= 10 && ae.Errors == 0})
+
+	is, ie := idleStart.summary(), idleEnd.summary()
+	targets = append(targets, target{Name: "daemon RSS idle ≤ 50 MiB", Goal: "≤ 50 MiB", Value: is.Max,
+		Shown: fmtNum(is.Max) + " MiB", Met: is.Max <= 50,
+		Note: fmt.Sprintf("at start, no sandbox; %s MiB idle again at the end", fmtNum(ie.Max))})
+
+	all := append(slices.Clone(agentRSS.Values), agentWarm.Values...)
+	worst := (&series{Values: all}).summary()
+	at := target{Name: "agent RSS per sandbox ≤ 10 MiB", Goal: "≤ 10 MiB", Value: worst.Max,
+		Shown: fmtNum(worst.Max) + " MiB", Met: len(all) > 0 && worst.Max <= 10,
+		Note: fmt.Sprintf("highest VmRSS of %d agents, p50 %s MiB; Pss p50 %s MiB", len(all), fmtNum(worst.P50), fmtNum(agentPss.summary().P50))}
+	targets = append(targets, at)
+
+	ct := target{Name: fmt.Sprintf("%d concurrent sandboxes, nothing left", o.concurrency), Goal: "0 failed, 0 leaks",
+		Value: num(conc.Failed + len(conc.Leaks)), Shown: fmt.Sprintf("%d failed", conc.Failed)}
+	if o.concurrency == 0 {
+		ct.Skipped, ct.Shown = true, "-"
+	} else {
+		ct.Met = conc.Failed == 0 && len(conc.Leaks) == 0
+		ct.Note = fmt.Sprintf("wall %s ms create+exec, %s ms terminate; leaks: %s", fmtNum(conc.CreateExecWallMS), fmtNum(conc.TerminateWallMS), leakText(conc.Leaks))
+	}
+	targets = append(targets, ct)
+	return ratios, targets
+}
