@@ -106,6 +106,9 @@ func BenchmarkLifecycleSuspendFork100MiB(b *testing.B) {
 			b.Fatal(err)
 		}
 		fork = append(fork, time.Since(t0))
+		if _, err := cl.Snapshot(ctx, name, nil); err != nil { // the first snapshot
+			b.Fatal(err)
+		}
 		cl.Exec(ctx, name, api.ExecRequest{Shell: "head -c 1M /dev/urandom | dd of=/root/data bs=1M seek=7 conv=notrunc 2>/dev/null"})
 		snap, err := cl.Snapshot(ctx, name, nil)
 		if err != nil {

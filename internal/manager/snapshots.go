@@ -274,7 +274,9 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	if man == nil {
+	cloner, canClone := m.driver.(runtime.StorageCloner)
+	clone := man == nil && canClone && parent.Limits.Disk > 0
+	if man == nil && !clone {
 		unlock := m.locks.lock(parent.ID)
 		fresh, err := m.store.GetSandbox(ctx, parent.ID)
 		if err == nil {
@@ -284,8 +286,10 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		if err != nil {
 			return op, nil, m.finishOp(op, "", err)
 		}
-	} else if err := m.snaps.Verify(ctx, man.ID); err != nil {
-		return op, nil, m.finishOp(op, "", corruptErr(err))
+	} else if man != nil {
+		if err := m.snaps.Verify(ctx, man.ID); err != nil {
+			return op, nil, m.finishOp(op, "", corruptErr(err))
+		}
 	}
 	release, err := m.reserveLive(ctx, call.Owner)
 	if err != nil {
@@ -296,7 +300,12 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
-		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, Parent: man.ID, ForkedFrom: parent.ID,
+		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, ForkedFrom: parent.ID, Network: parent.Network,
+	}
+	if man != nil {
+		sb.Parent = man.ID
+	} else {
+		sb.Parent = parent.Parent
 	}
 	op.SandboxID = sb.ID
 	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
@@ -314,10 +323,14 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	}
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
-	m.event(sb, "created", "fork", map[string]any{"from": parent.ID, "snapshot": man.ID})
-	err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
-		return m.snaps.Restore(ctx, man.ID, filepath.Join(dir, "upper"), sb.UIDBase)
-	})
+	m.event(sb, "created", "fork", map[string]any{"from": parent.ID, "snapshot": sb.Parent})
+	if clone {
+		err = m.cloneFrom(ctx, parent.ID, sb, cloner)
+	} else {
+		err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
+			return m.snaps.Restore(ctx, man.ID, filepath.Join(dir, "upper"), sb.UIDBase)
+		})
+	}
 	sb.Generation = 1
 	if err == nil {
 		err = m.startContainer(ctx, sb, img)
@@ -331,4 +344,30 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		return op, nil, m.finishOp(op, "", err)
 	}
 	return op, sb, m.finishOp(op, sb.ID, nil)
+}
+
+// cloneFrom copies a parent sandbox's writable layer into sb directly: frozen while it
+// runs, so the copy is crash-consistent, as a snapshot would be.
+func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sandbox, cloner runtime.StorageCloner) error {
+	unlock := m.locks.lock(parentID)
+	defer unlock()
+	parent, err := m.store.GetSandbox(ctx, parentID)
+	if err != nil {
+		return err
+	}
+	switch parent.State {
+	case Running:
+		fz, ok := m.driver.(runtime.Freezer)
+		if !ok {
+			return errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
+		}
+		if err := fz.Freeze(ctx, parent.ID); err != nil {
+			return errdefs.Unavailable("could not freeze sandbox %q", parent.Name).WithCause(err)
+		}
+		defer fz.Thaw(context.WithoutCancel(ctx), parent.ID)
+	case Suspended:
+	default:
+		return errdefs.Precondition("sandbox %q is %s; forks are of running or suspended sandboxes", parent.Name, parent.State)
+	}
+	return cloner.CloneStorage(ctx, parent.ID, sb.ID, parent.UIDBase, sb.UIDBase)
 }

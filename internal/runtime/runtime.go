@@ -112,3 +112,10 @@ type Storage interface {
 	// readOnly is true.
 	WithStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error
 }
+
+// StorageCloner is implemented by drivers that can copy a sandbox's writable layer to a
+// new sandbox directly (faster than a snapshot and a restore), shifting its ids from the
+// source's range to the destination's.
+type StorageCloner interface {
+	CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) error
+}
