@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,9 +49,6 @@ type server struct {
 // SIGTERM, SIGINT, ctx's end or the --deadline, then stops every process (SIGTERM, up
 // to 2 s, SIGKILL) and returns nil; as PID 1 its return ends the container.
 func Main(ctx context.Context, args []string) error {
-	// One agent runs in every sandbox: keep its heap small rather than fast to grow.
-	debug.SetGCPercent(25)
-	debug.SetMemoryLimit(4 << 20)
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // the returned error says what was wrong
 	socket := fs.String("socket", "", "listen on this unix socket path")

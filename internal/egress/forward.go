@@ -167,6 +167,8 @@ func (p *Proxy) transportFor(sb SandboxInfo) *http.Transport {
 		ForceAttemptHTTP2:     true,
 		DisableCompression:    true, // pass Accept-Encoding and bodies through untouched
 		MaxIdleConnsPerHost:   16,
+		ReadBufferSize:        64 << 10,
+		WriteBufferSize:       64 << 10,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   handshakeTimeout,
 		ExpectContinueTimeout: time.Second,

@@ -45,7 +45,7 @@ func startDaemonB(t testing.TB) *daemon {
 	os.Chmod(dir, 0o711)
 	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
-	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nnetwork: {enabled: true, subnet: 10.212.0.0/24, table: airlock_cli, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
+	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.212.0.0/24, table: airlock_cli, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
 		filepath.Join(dir, "state"), d.socket, d.cgroup, d.cgroup[len(d.cgroup)-4:])
 	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
