@@ -247,3 +247,15 @@ func (c *cmd) printErrorJSON(e api.Error) {
 	b, _ := json.MarshalIndent(api.ErrorBody{Error: e}, "", "  ")
 	fmt.Fprintf(c.stderr, "%s\n", b)
 }
+
+// callOpts turns --idempotency-key and --if-match (when given) into SDK call options.
+func (c *cmd) callOpts(key string, ifMatch int64) []client.CallOption {
+	var opts []client.CallOption
+	if c.isSet("if-match") {
+		opts = append(opts, client.WithIfMatch(ifMatch))
+	}
+	if key != "" {
+		opts = append(opts, client.WithIdempotencyKey(key))
+	}
+	return opts
+}

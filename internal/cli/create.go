@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/client"
 )
 
 var createVerb = &verb{
@@ -92,10 +91,7 @@ func runCreate(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts []client.CallOption
-	if *key != "" {
-		opts = append(opts, client.WithIdempotencyKey(*key))
-	}
+	opts := c.callOpts(*key, 0)
 	resp, err := cl.Create(c.ctx, req, opts...)
 	if err != nil {
 		return err

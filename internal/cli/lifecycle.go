@@ -35,13 +35,7 @@ func runLifecycle(c *cmd, args []string, do lifecycleCall) error {
 	if err != nil {
 		return err
 	}
-	var opts []client.CallOption
-	if c.isSet("if-match") {
-		opts = append(opts, client.WithIfMatch(*ifMatch))
-	}
-	if *key != "" {
-		opts = append(opts, client.WithIdempotencyKey(*key))
-	}
+	opts := c.callOpts(*key, *ifMatch)
 	cl, err := c.client()
 	if err != nil {
 		return err

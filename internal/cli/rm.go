@@ -1,9 +1,5 @@
 package cli
 
-import (
-	"github.com/airlockhq/airlock/client"
-)
-
 var rmVerb = &verb{
 	name:  "rm",
 	args:  "NAME [--if-match VERSION] [--idempotency-key K]",
@@ -21,13 +17,7 @@ func runRm(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts []client.CallOption
-	if c.isSet("if-match") {
-		opts = append(opts, client.WithIfMatch(*ifMatch))
-	}
-	if *key != "" {
-		opts = append(opts, client.WithIdempotencyKey(*key))
-	}
+	opts := c.callOpts(*key, *ifMatch)
 	cl, err := c.client()
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/client"
 )
 
 var snapshotCreateVerb = &verb{
@@ -66,10 +65,7 @@ func runSnapshotCreate(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts []client.CallOption
-	if *key != "" {
-		opts = append(opts, client.WithIdempotencyKey(*key))
-	}
+	opts := c.callOpts(*key, 0)
 	resp, err := cl.Snapshot(c.ctx, pos[0], labels.orNil(), opts...)
 	if err != nil {
 		return err
@@ -163,10 +159,7 @@ func runRestore(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts []client.CallOption
-	if *key != "" {
-		opts = append(opts, client.WithIdempotencyKey(*key))
-	}
+	opts := c.callOpts(*key, 0)
 	resp, err := cl.Restore(c.ctx, pos[0], api.RestoreRequest{Snapshot: pos[1], NoSafetySnapshot: *noSafety}, opts...)
 	if err != nil {
 		return err
@@ -189,10 +182,7 @@ func runFork(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	var opts []client.CallOption
-	if *key != "" {
-		opts = append(opts, client.WithIdempotencyKey(*key))
-	}
+	opts := c.callOpts(*key, 0)
 	resp, err := cl.Fork(c.ctx, pos[0], api.ForkRequest{Name: pos[1], Labels: labels.orNil()}, opts...)
 	if err != nil {
 		return err

@@ -45,13 +45,8 @@ func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
 	var req api.NetworkPolicy
-	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	c, ok := s.decodeCall(w, r, &req)
+	if !ok {
 		return
 	}
 	op, sb, err := s.m.SetNetworkPolicy(r.Context(), c, r.PathValue("ref"), fromAPINetwork(req))
@@ -116,13 +111,8 @@ func (s *Server) toAPIPort(sb *store.Sandbox, p store.Port) api.Port {
 
 func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
 	var req api.PortRequest
-	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	c, ok := s.decodeCall(w, r, &req)
+	if !ok {
 		return
 	}
 	p, err := s.m.ExposePort(r.Context(), c, r.PathValue("ref"), req.Port, req.Public)

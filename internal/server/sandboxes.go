@@ -62,13 +62,8 @@ func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
-	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	c, ok := s.decodeCall(w, r, &req)
+	if !ok {
 		return
 	}
 	if c.IfMatch != 0 {

@@ -254,3 +254,18 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Write(api.OpenAPI)
 }
+
+// decodeCall decodes a mutating request's body and its Idempotency-Key and If-Match
+// headers; on bad input it writes the error and returns false.
+func (s *Server) decodeCall(w http.ResponseWriter, r *http.Request, v any) (manager.Call, bool) {
+	if err := decode(w, r, v); err != nil {
+		s.writeError(w, r, err)
+		return manager.Call{}, false
+	}
+	c, err := call(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return c, false
+	}
+	return c, true
+}

@@ -29,13 +29,8 @@ func toAPISnapshot(m *snapshot.Manifest, withChunks bool) *api.Snapshot {
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.SnapshotRequest
-	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	c, ok := s.decodeCall(w, r, &req)
+	if !ok {
 		return
 	}
 	op, man, err := s.m.Snapshot(r.Context(), c, r.PathValue("ref"), req.Labels)
@@ -78,13 +73,8 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.RestoreRequest
-	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	c, ok := s.decodeCall(w, r, &req)
+	if !ok {
 		return
 	}
 	op, sb, err := s.m.Restore(r.Context(), c, r.PathValue("ref"), manager.RestoreRequest{Snapshot: req.Snapshot, NoSafety: req.NoSafetySnapshot})
@@ -101,13 +91,8 @@ func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, src string) {
 	var req api.ForkRequest
-	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	c, ok := s.decodeCall(w, r, &req)
+	if !ok {
 		return
 	}
 	op, sb, err := s.m.Fork(r.Context(), c, src, manager.ForkRequest{Name: req.Name, Labels: req.Labels})
