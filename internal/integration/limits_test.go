@@ -101,6 +101,17 @@ func TestLimits(t *testing.T) {
 		if ev := cgroupFile(t, n, bomb.ID, "pids", "pids.events"); ev == "max 0" || !strings.HasPrefix(ev, "max ") {
 			t.Errorf("pids.events: got %q, want a non-zero max count (the bomb reached the limit)", ev)
 		}
+		evs, err := n.Client.Events(background, bomb.Name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit := false
+		for _, ev := range evs {
+			hit = hit || (ev.Type == "limit" && ev.Cause == "pids")
+		}
+		if !hit {
+			t.Errorf("no pids limit event after the fork bomb: %+v", evs)
+		}
 		// The bomb's process group is killed with the exec, so nothing of it is left and
 		// the sandbox recovers.
 		err = retry(10*time.Second, func() error {

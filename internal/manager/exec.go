@@ -70,6 +70,9 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 			res.Error = "the sandbox's memory limit was reached"
 		}
 	}
+	if after, err := m.driver.Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.PIDsLimited > before.PIDsLimited {
+		m.event(sb, "limit", "pids", map[string]any{"limit": sb.Limits.PIDs, "refused_forks": after.PIDsLimited - before.PIDsLimited})
+	}
 	switch res.State {
 	case "oom_killed":
 		m.event(sb, "limit", "memory", map[string]any{"limit": sb.Limits.Memory})

@@ -61,6 +61,7 @@ type Stats struct {
 	MemoryBytes int64
 	PIDs        int64
 	OOMKills    int64 // OOM kills counted by the sandbox's own cgroup
+	PIDsLimited int64 // forks refused because the PIDs limit was reached
 }
 
 // Driver runs sandbox containers on one node. Every method is safe for concurrent use on

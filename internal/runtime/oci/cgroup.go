@@ -99,6 +99,7 @@ func (c cgroups) stats(path string) (runtime.Stats, error) {
 		}
 		s.PIDs, _ = readInt(filepath.Join(dir, "pids.current"))
 		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
+		s.PIDsLimited = readKey(filepath.Join(dir, "pids.events"), "max")
 		return s, nil
 	}
 	mem := filepath.Join(cgroupRoot, "memory", path)
@@ -108,6 +109,7 @@ func (c cgroups) stats(path string) (runtime.Stats, error) {
 	}
 	s.PIDs, _ = readInt(filepath.Join(cgroupRoot, "pids", path, "pids.current"))
 	s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	s.PIDsLimited = readKey(filepath.Join(cgroupRoot, "pids", path, "pids.events"), "max")
 	return s, nil
 }
 
