@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/testenv"
 )
 
 // TestNetworkBypass tries, from inside real sandboxes, the ways around the egress
@@ -222,12 +221,4 @@ func TestNetworkBypass(t *testing.T) {
 			t.Errorf("DNS %s, rebound to the metadata address: got %s, want it withheld", sbName, r)
 		}
 	})
-}
-
-// netWantProbe403 checks that a probe gets the proxy's 403.
-func netWantProbe403(t testing.TB, n *testenv.Node, ref string, args ...string) {
-	t.Helper()
-	if r := netProbe(t, n, ref, args...); r.Status != 403 {
-		t.Errorf("%s: %s: got %s, want 403", ref, strings.Join(args, " "), r)
-	}
 }

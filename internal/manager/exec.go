@@ -82,18 +82,26 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	return res, nil
 }
 
+// AgentError maps an error the sandbox's agent answered with (or a damaged frame) to
+// an API error; ok is false when the agent did not answer at all.
+func AgentError(err error) (mapped error, ok bool) {
+	var re *agent.RemoteError
+	switch {
+	case errors.As(err, &re) && re.Code == agent.CodeChecksum, errors.Is(err, agent.ErrChecksum):
+		return errdefs.Unavailable("a message to or from the sandbox was damaged in transit").WithCause(err), true
+	case re != nil && re.Code == agent.CodeBusy:
+		return errdefs.Precondition("%s", re.Message), true
+	case re != nil:
+		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}, true
+	}
+	return nil, false
+}
+
 // agentFailed turns a failed agent call into an API error, and notices a sandbox whose
 // container has ended.
 func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {
-	var re *agent.RemoteError
-	if errors.As(err, &re) {
-		if re.Code == agent.CodeChecksum {
-			return errdefs.Unavailable("a message to or from the sandbox was damaged in transit").WithCause(err)
-		}
-		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}
-	}
-	if errors.Is(err, agent.ErrChecksum) {
-		return errdefs.Unavailable("a message from the sandbox was damaged in transit").WithCause(err)
+	if mapped, ok := AgentError(err); ok {
+		return mapped
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err

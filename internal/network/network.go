@@ -238,10 +238,8 @@ func (n *Node) lookup(remote netip.AddrPort) (egress.SandboxInfo, bool) {
 
 // Attach implements manager.Network.
 func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*manager.Attachment, error) {
-	mode := string(pol.Mode)
-	if pol.Mode != egress.ModeNone {
-		mode = "egress"
-	} else {
+	mode := "egress"
+	if pol.Mode == egress.ModeNone {
 		mode = netns.ModeNone
 	}
 	link, ok := n.nm.Get(sb.ID)

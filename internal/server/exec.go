@@ -275,15 +275,8 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
 
 // agentError maps an agent's error to an API error.
 func agentError(err error) error {
-	var re *agent.RemoteError
-	if asRemote(err, &re) {
-		switch re.Code {
-		case agent.CodeChecksum:
-			return errdefs.Unavailable("a message to or from the sandbox was damaged in transit").WithCause(err)
-		case agent.CodeBusy:
-			return errdefs.Precondition("%s", re.Message)
-		}
-		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}
+	if mapped, ok := manager.AgentError(err); ok {
+		return mapped
 	}
 	return errdefs.Unavailable("the sandbox did not answer").WithCause(err)
 }

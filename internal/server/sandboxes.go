@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -42,7 +43,7 @@ func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op
 		if op != nil {
 			var e *errdefs.Error
 			if d := errdefs.Details(err); d == nil {
-				if ok := asError(err, &e); ok {
+				if errors.As(err, &e) {
 					e.Details = map[string]any{"operation_id": op.ID}
 				} else {
 					err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: "internal error", Cause: err, Details: map[string]any{"operation_id": op.ID}}

@@ -78,16 +78,6 @@ func (c cgroups) list(parent string) []string {
 	return out
 }
 
-// Exists reports whether any directory of the cgroup is present.
-func (c cgroups) exists(path string) bool {
-	for _, d := range c.dirs(path) {
-		if _, err := os.Stat(d); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
 func (c cgroups) stats(path string) (runtime.Stats, error) {
 	var s runtime.Stats
 	var err error

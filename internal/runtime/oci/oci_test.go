@@ -66,9 +66,7 @@ func TestConformance(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, "sb", id)); err == nil {
 				left = append(left, filepath.Join(dir, "sb", id))
 			}
-			for _, c := range testenv.CgroupDirs(parent + "/" + id) {
-				left = append(left, c)
-			}
+			left = append(left, testenv.CgroupDirs(parent+"/"+id)...)
 			return left
 		},
 	})
