@@ -64,7 +64,8 @@ type CreateSandboxRequest struct {
 }
 
 // NetworkPolicy is a sandbox's egress policy: a mode (none, deny_all, baseline,
-// allowlist, unrestricted), allow rules "HOST[:PORT][/METHODS]" (HOST may be "*.domain";
+// allowlist, unrestricted), allow rules "HOST[:PORT][/METHODS]" (HOST may be "*.domain",
+// an IP address or a CIDR prefix such as "10.1.0.0/16:5432", which also allows plain TCP;
 // rules imply allowlist), and private prefixes authorised explicitly.
 type NetworkPolicy struct {
 	Mode         string   `json:"mode"`

@@ -17,7 +17,7 @@ type networkFlags struct {
 
 func (n *networkFlags) register(c *cmd) {
 	c.fs.StringVar(&n.mode, "network", "", "egress `MODE`: none, deny_all, baseline (default), allowlist or unrestricted")
-	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain; implies allowlist)")
+	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain, an address or a CIDR prefix such as 10.1.0.0/16:5432, which also allows plain TCP; implies allowlist)")
 	c.fs.Var(&n.allowPrivate, "allow-private", "authorise a private `CIDR` explicitly (repeatable)")
 }
 

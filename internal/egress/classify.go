@@ -164,6 +164,9 @@ type Guard struct {
 	// Node lists the node's own addresses (as /32 and /128 prefixes, or wider); they
 	// are Private whatever range they are in.
 	Node []netip.Prefix
+	// Sandboxes is the subnet sandbox links are carved from: Unroutable, since no
+	// policy lets one sandbox reach another (or the node through its link).
+	Sandboxes []netip.Prefix
 }
 
 // Classify is the package Classify with the node's own addresses added as Private.
@@ -171,6 +174,11 @@ func (g Guard) Classify(ip netip.Addr) (Class, string) {
 	c, why := Classify(ip)
 	if c == Metadata || c == Unroutable {
 		return c, why
+	}
+	for _, p := range g.Sandboxes {
+		if p.Contains(ip.WithZone("")) {
+			return Unroutable, "a sandbox link address (sandboxes cannot reach each other)"
+		}
 	}
 	for _, p := range g.Node {
 		if p.Contains(ip.WithZone("")) {

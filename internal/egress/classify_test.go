@@ -170,7 +170,8 @@ func TestParseHostLiteral(t *testing.T) {
 }
 
 func TestGuardCheck(t *testing.T) {
-	g := Guard{Node: []netip.Prefix{netip.MustParsePrefix("203.0.114.7/32"), netip.MustParsePrefix("2a01:4f8::7/128")}}
+	g := Guard{Node: []netip.Prefix{netip.MustParsePrefix("203.0.114.7/32"), netip.MustParsePrefix("2a01:4f8::7/128")},
+		Sandboxes: []netip.Prefix{netip.MustParsePrefix("10.203.0.0/16")}}
 	pf := func(s ...string) []netip.Prefix {
 		var out []netip.Prefix
 		for _, p := range s {
@@ -199,6 +200,10 @@ func TestGuardCheck(t *testing.T) {
 		{"169.254.1.1", pf("169.254.0.0/16"), true},
 		{"0.0.0.0", pf("0.0.0.0/8"), false},
 		{"224.0.0.1", pf("224.0.0.0/4"), false},
+		{"10.203.0.6", nil, false},
+		{"10.203.0.6", pf("10.0.0.0/8"), false}, // another sandbox, whatever is authorised
+		{"10.203.0.6", pf("10.203.0.6/32"), false},
+		{"10.204.0.6", pf("10.0.0.0/8"), true},
 	}
 	for _, tt := range tests {
 		err := g.Check(netip.MustParseAddr(tt.addr), tt.allow)

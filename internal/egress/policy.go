@@ -24,11 +24,33 @@ const (
 
 var modes = []Mode{ModeNone, ModeDenyAll, ModeBaseline, ModeAllowlist, ModeUnrestricted}
 
-// Rule allows one host, or every subdomain of a wildcard, on some ports with some methods.
+// Rule allows one host, every subdomain of a wildcard, or every address of a CIDR
+// prefix, on some ports with some methods. A prefix rule is what lets a sandbox open
+// plain TCP connections to ports other than 80 and 443 (see DecideTCP).
 type Rule struct {
-	Host    string   // "api.example.com", "*.example.com" (subdomains only) or an IP address
-	Ports   []int    // empty: 80 and 443
+	Host    string   // "api.example.com", "*.example.com" (subdomains only), an IP address or a CIDR prefix "10.1.0.0/16"
+	Ports   []int    // empty: 80 and 443 for a host or address, every port for a prefix
 	Methods []string // upper case; empty: every method
+}
+
+// prefix returns the rule's CIDR prefix, if it is a prefix rule.
+func (r Rule) prefix() (netip.Prefix, bool) {
+	if !strings.Contains(r.Host, "/") {
+		return netip.Prefix{}, false
+	}
+	pf, err := netip.ParsePrefix(r.Host)
+	return pf, err == nil
+}
+
+// ports returns the ports the rule allows; nil means every port.
+func (r Rule) ports() []int {
+	if len(r.Ports) > 0 {
+		return r.Ports
+	}
+	if _, ok := r.prefix(); ok {
+		return nil
+	}
+	return defaultPorts
 }
 
 // Policy is a sandbox's egress policy.
@@ -74,18 +96,37 @@ var baselineRules = func() []Rule {
 // BaselineRules returns the rules of the baseline mode.
 func BaselineRules() []Rule { return slices.Clone(baselineRules) }
 
-const ruleForm = "the form is HOST[:PORT][/METHODS], e.g. api.example.com:443/GET,POST or *.corp.dev"
+const ruleForm = "the form is HOST[:PORT][/METHODS], e.g. api.example.com:443/GET,POST, *.corp.dev or 10.1.0.0/16:5432"
 
 // ParseRule parses "HOST[:PORT][/METHODS]": a host name, a wildcard "*.example.com"
-// (which matches subdomains, not example.com itself) or an IP address (IPv6 in
-// brackets), an optional port (or comma-separated ports; default 80 and 443), and
+// (which matches subdomains, not example.com itself), an IP address or a CIDR prefix
+// ("10.1.0.0/16", IPv6 ones in brackets: "[2001:db8::/32]"), an optional port (or
+// comma-separated ports; default 80 and 443, and every port for a prefix), and
 // optional comma-separated methods (default: every method).
 func ParseRule(s string) (Rule, error) {
 	bad := func(format string, args ...any) error {
 		return errdefs.Invalid("egress rule %q: %s; %s", s, fmt.Sprintf(format, args...), ruleForm)
 	}
 	var r Rule
-	hostport, methods, hasMethods := strings.Cut(s, "/")
+	rest, bits := s, ""
+	if strings.HasPrefix(s, "[") {
+		// "[2001:db8::/32]:443": the prefix length sits inside the brackets.
+		if open, after, ok := strings.Cut(s, "/"); ok && !strings.Contains(open, "]") {
+			n := strings.IndexByte(after, ']')
+			if n <= 0 {
+				return Rule{}, bad("missing prefix length or ] after the IPv6 prefix")
+			}
+			bits, rest = after[:n], open+after[n:]
+		}
+	} else if addr, after, ok := strings.Cut(s, "/"); ok && after != "" && after[0] >= '0' && after[0] <= '9' {
+		// "10.1.0.0/16:5432/GET": the first / starts a prefix length, not methods.
+		n := strings.IndexAny(after, ":/")
+		if n < 0 {
+			n = len(after)
+		}
+		bits, rest = after[:n], addr+after[n:]
+	}
+	hostport, methods, hasMethods := strings.Cut(rest, "/")
 	if hasMethods {
 		if methods == "" {
 			return Rule{}, bad("no method after /")
@@ -128,6 +169,24 @@ func ParseRule(s string) (Rule, error) {
 	h, err := ruleHost(host)
 	if err != nil {
 		return Rule{}, bad("%s", err)
+	}
+	if bits != "" {
+		a, err := netip.ParseAddr(h)
+		if err != nil {
+			return Rule{}, bad("a prefix length (/%s) needs an IP address before it, not %q", bits, host)
+		}
+		n, err := strconv.Atoi(bits)
+		if err != nil || n < 0 || n > a.BitLen() {
+			return Rule{}, bad("prefix length /%s is not a number from 0 to %d", bits, a.BitLen())
+		}
+		pf := netip.PrefixFrom(a, n)
+		switch {
+		case pf != pf.Masked():
+			return Rule{}, bad("prefix %s has host bits set; did you mean %s?", pf, pf.Masked())
+		case n == 0:
+			return Rule{}, bad("prefix %s would allow every address; use mode unrestricted for that", pf)
+		}
+		h = pf.String()
 	}
 	r.Host = h
 	if ports != "" {
@@ -176,6 +235,9 @@ func (r Rule) String() string {
 	var b strings.Builder
 	host := r.Host
 	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+		host = "[" + host + "]"
+	}
+	if pf, ok := r.prefix(); ok && pf.Addr().Is6() {
 		host = "[" + host + "]"
 	}
 	b.WriteString(host)
@@ -251,6 +313,36 @@ func (p Policy) Decide(host string, port int, method string) Decision {
 	return Decision{Reason: fmt.Sprintf("unknown egress mode %q", p.Mode)}
 }
 
+// DecideTCP says whether the policy lets a sandbox open a plain TCP connection to
+// addr:port, one that is not HTTP on port 80 or TLS on 443 and so has no host name or
+// method to decide on. Mode unrestricted allows it; an allowlist allows it when an
+// address or prefix rule without methods covers addr and port (methods cannot be
+// enforced on plain TCP). Whether addr is protected is the dialer's check.
+func (p Policy) DecideTCP(addr netip.Addr, port int) Decision {
+	addr = addr.Unmap().WithZone("")
+	switch p.Mode {
+	case ModeUnrestricted:
+		return Decision{Allowed: true, Rule: "unrestricted"}
+	case ModeAllowlist:
+		for _, r := range p.Rules {
+			if len(r.Methods) > 0 || !matchHost(r.Host, addr.String()) {
+				continue
+			}
+			if ports := r.ports(); ports == nil || slices.Contains(ports, port) {
+				return Decision{Allowed: true, Rule: r.String()}
+			}
+		}
+		hint := Rule{Host: netip.PrefixFrom(addr, addr.BitLen()).String(), Ports: []int{port}}
+		return Decision{Reason: fmt.Sprintf("no address or prefix rule without methods allows TCP to %s (add one, e.g. %s)",
+			netip.AddrPortFrom(addr, uint16(port)), hint)}
+	case ModeBaseline:
+		return Decision{Reason: "egress mode baseline allows only HTTP and HTTPS to the package registries; use mode allowlist with a prefix rule for other TCP"}
+	case ModeNone, ModeDenyAll:
+		return Decision{Reason: fmt.Sprintf("egress mode %s allows no outbound connections", p.Mode)}
+	}
+	return Decision{Reason: fmt.Sprintf("unknown egress mode %q", p.Mode)}
+}
+
 func decideRules(host string, port int, method, list string, rules []Rule) Decision {
 	var hostMatched, portMatched []Rule
 	var labels []string
@@ -259,11 +351,8 @@ func decideRules(host string, port int, method, list string, rules []Rule) Decis
 			continue
 		}
 		hostMatched = append(hostMatched, r)
-		ports := r.Ports
-		if len(ports) == 0 {
-			ports = defaultPorts
-		}
-		if port != 0 && !slices.Contains(ports, port) {
+		ports := r.ports()
+		if port != 0 && ports != nil && !slices.Contains(ports, port) {
 			continue
 		}
 		portMatched = append(portMatched, r)
@@ -282,7 +371,7 @@ func decideRules(host string, port int, method, list string, rules []Rule) Decis
 	case len(portMatched) == 0:
 		var ports []string
 		for _, r := range hostMatched {
-			for _, p := range cmpOr(r.Ports, defaultPorts) {
+			for _, p := range r.ports() {
 				ports = append(ports, strconv.Itoa(p))
 			}
 		}
@@ -296,16 +385,14 @@ func decideRules(host string, port int, method, list string, rules []Rule) Decis
 		method, host, strings.Join(labels, ", "), strings.Join(methods, ", "))}
 }
 
-func cmpOr(a, b []int) []int {
-	if len(a) > 0 {
-		return a
-	}
-	return b
-}
-
-// matchHost reports whether a canonical host matches a rule's host: equal, or a
-// subdomain of a wildcard's base.
+// matchHost reports whether a canonical host matches a rule's host: equal, a
+// subdomain of a wildcard's base, or an address inside a prefix.
 func matchHost(pattern, host string) bool {
+	if strings.Contains(pattern, "/") {
+		pf, err := netip.ParsePrefix(pattern)
+		a, aerr := netip.ParseAddr(host)
+		return err == nil && aerr == nil && pf.Contains(a)
+	}
 	if base, ok := strings.CutPrefix(pattern, "*"); ok {
 		return len(host) > len(base) && strings.HasSuffix(host, base)
 	}

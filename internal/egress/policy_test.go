@@ -26,6 +26,12 @@ func TestParseRule(t *testing.T) {
 		{"[2001:db8::1]:443/GET", Rule{Host: "2001:db8::1", Ports: []int{443}, Methods: []string{"GET"}}},
 		{"[2001:DB8::1]", Rule{Host: "2001:db8::1"}},
 		{"under_score.example.com", Rule{Host: "under_score.example.com"}},
+		{"10.1.0.0/16", Rule{Host: "10.1.0.0/16"}},
+		{"10.1.0.0/16:5432,6379", Rule{Host: "10.1.0.0/16", Ports: []int{5432, 6379}}},
+		{"10.1.2.0/24:8080/GET", Rule{Host: "10.1.2.0/24", Ports: []int{8080}, Methods: []string{"GET"}}},
+		{"10.1.2.3/32/post", Rule{Host: "10.1.2.3/32", Methods: []string{"POST"}}},
+		{"[2001:DB8::/32]:443", Rule{Host: "2001:db8::/32", Ports: []int{443}}},
+		{"[2001:db8::/48]", Rule{Host: "2001:db8::/48"}},
 	}
 	for _, tt := range tests {
 		got, err := ParseRule(tt.in)
@@ -67,6 +73,12 @@ func TestParseRuleErrors(t *testing.T) {
 		{"2130706433", "standard dotted"},
 		{"256.1.1.1", "looks like an IP address"},
 		{"a..b", "empty or too long label"},
+		{"10.1.0.1/16", "host bits set"},
+		{"10.1.0.0/33", "from 0 to 32"},
+		{"0.0.0.0/0:22", "every address"},
+		{"example.com/16", "needs an IP address"},
+		{"[2001:db8::/]", "prefix length"},
+		{"[2001:db8::/129]", "from 0 to 128"},
 		{strings.Repeat("a", 64) + ".com", "empty or too long label"},
 	}
 	for _, tt := range tests {
@@ -241,4 +253,51 @@ func mustRule(t testing.TB, s string) Rule {
 		t.Fatalf("ParseRule(%q): %v", s, err)
 	}
 	return r
+}
+
+func TestDecideTCP(t *testing.T) {
+	allow := Policy{Mode: ModeAllowlist, Rules: mustRules(t, "10.1.0.0/16:5432", "10.2.0.0/24", "10.3.0.7:6379",
+		"10.4.0.0/16:8080/GET", "api.example.com:5432", "[2001:db8::/32]:22")}
+	tests := []struct {
+		pol  Policy
+		addr string
+		port int
+		want bool
+		rule string
+	}{
+		{allow, "10.1.9.9", 5432, true, "10.1.0.0/16:5432"},
+		{allow, "10.1.9.9", 5433, false, ""},
+		{allow, "10.2.0.200", 1, true, "10.2.0.0/24"},
+		{allow, "10.2.0.200", 65535, true, "10.2.0.0/24"},
+		{allow, "10.2.1.1", 22, false, ""},
+		{allow, "10.3.0.7", 6379, true, "10.3.0.7:6379"},
+		{allow, "10.3.0.7", 22, false, ""},
+		{allow, "10.4.0.1", 8080, false, ""}, // methods cannot be enforced on plain TCP
+		{allow, "::ffff:10.1.0.1", 5432, true, "10.1.0.0/16:5432"},
+		{allow, "2001:db8:1::5", 22, true, "[2001:db8::/32]:22"},
+		{allow, "2001:db9::5", 22, false, ""},
+		{Policy{Mode: ModeUnrestricted}, "93.184.216.34", 22, true, "unrestricted"},
+		{Policy{Mode: ModeBaseline}, "10.1.0.1", 5432, false, ""},
+		{Policy{Mode: ModeDenyAll}, "10.1.0.1", 5432, false, ""},
+		{Policy{Mode: ModeNone}, "10.1.0.1", 5432, false, ""},
+	}
+	for _, tt := range tests {
+		d := tt.pol.DecideTCP(netip.MustParseAddr(tt.addr), tt.port)
+		if d.Allowed != tt.want || d.Rule != tt.rule {
+			t.Errorf("%s DecideTCP(%s, %d) = %+v, want allowed=%v rule=%q", tt.pol.Mode, tt.addr, tt.port, d, tt.want, tt.rule)
+		}
+		if !d.Allowed && d.Reason == "" {
+			t.Errorf("%s DecideTCP(%s, %d) refused without a reason", tt.pol.Mode, tt.addr, tt.port)
+		}
+	}
+	if d := allow.DecideTCP(netip.MustParseAddr("10.9.9.9"), 5432); !strings.Contains(d.Reason, "10.9.9.9/32:5432") {
+		t.Errorf("refusal %q does not suggest a rule", d.Reason)
+	}
+	// Prefix rules decide HTTP to address literals too, on every port unless they name some.
+	if d := allow.Decide("10.2.0.9", 8443, "POST"); !d.Allowed {
+		t.Errorf("Decide on a prefix rule's address refused: %s", d.Reason)
+	}
+	if d := allow.Decide("10.4.3.2", 8080, "POST"); d.Allowed {
+		t.Errorf("Decide allowed POST under a GET-only prefix rule")
+	}
 }

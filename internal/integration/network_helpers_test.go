@@ -521,7 +521,9 @@ func (d *netTestDNS) useAsHostResolver(t testing.TB) {
 //	tls ADDR:PORT SNI HOST [VIA]       TLS to ADDR with SNI (through a CONNECT VIA if
 //	                                   given), then "GET /" with Host: HOST: {"status"}
 //	plain ADDR:PORT HOST               plain HTTP "GET /" to ADDR with Host: HOST
-//	tcp HOST PORT                      TCP connect: {"ok"}
+//	tcp HOST PORT                      TCP connect, still open 1 s later: {"ok"}
+//	echo HOST PORT TEXT N              send TEXT N times, half-close, read to the end:
+//	                                   {"ok": all of it came back, "body"}
 //	udp HOST PORT                      datagram out, wait 1 s for one back: {"ok"}
 //	dns NAME                           query /etc/resolv.conf's server: {"rcode","addrs"}
 //	gai NAME                           getaddrinfo: {"addrs"} or {"error"}
@@ -624,8 +626,31 @@ def run(cmd, args):
           st, text = status_of(s)
           out(status=st, text=text[:300])
       elif cmd == "tcp":
+          # Connected is not enough: the proxy's relay accepts every redirected
+          # connection and resets the ones policy refuses. Open means still open (or
+          # talking) after a moment.
           s = socket.create_connection((args[0], int(args[1])), timeout=5)
+          s.settimeout(1)
+          try:
+              first = s.recv(1)
+          except socket.timeout:
+              out(ok=True)
+          if not first:
+              out(ok=False, error="closed at once")
           out(ok=True)
+      elif cmd == "echo":
+          s = socket.create_connection((args[0], int(args[1])), timeout=5)
+          s.settimeout(10)
+          msg = args[2].encode() * int(args[3])
+          s.sendall(msg)
+          s.shutdown(socket.SHUT_WR)
+          got = b""
+          while True:
+              chunk = s.recv(65536)
+              if not chunk:
+                  break
+              got += chunk
+          out(ok=got == msg, body="%d of %d bytes echoed" % (len(got), len(msg)))
       elif cmd == "udp":
           s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
           s.settimeout(1)

@@ -33,6 +33,10 @@ type Config struct {
 	// TransparentHTTPPort and TransparentTLSPort receive the sandbox's TCP port 80 and
 	// 443 traffic to any destination, redirected to the link's host address.
 	TransparentHTTPPort, TransparentTLSPort int
+	// TransparentTCPPort receives every other TCP connection a sandbox opens to anything
+	// but its link's host address, redirected there too; the proxy decides it by the
+	// original destination's address and port.
+	TransparentTCPPort int
 	// DNSPort is the DNS server's port (UDP and TCP) on each link's host address; port
 	// 53 of that address is redirected to it.
 	DNSPort int
@@ -69,7 +73,7 @@ func (c Config) Validate() error {
 		port int
 	}{
 		{"proxy", c.ProxyPort}, {"transparent HTTP", c.TransparentHTTPPort},
-		{"transparent TLS", c.TransparentTLSPort}, {"DNS", c.DNSPort},
+		{"transparent TLS", c.TransparentTLSPort}, {"transparent TCP", c.TransparentTCPPort}, {"DNS", c.DNSPort},
 	} {
 		if p.port < 1 || p.port > 65535 {
 			return errdefs.Invalid("netns: %s port %d is not in 1-65535", p.name, p.port)

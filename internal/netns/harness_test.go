@@ -31,6 +31,7 @@ const (
 	dnsPort       = 5353
 	httpPort      = 8080
 	tlsPort       = 8443
+	tcpPort       = 8444
 	forbiddenPort = 9999 // a TCP and a UDP listener that no sandbox may reach
 	sandboxPort   = 8000 // a listener inside a sandbox that nobody may reach
 	dialTimeout   = 300 * time.Millisecond
@@ -40,6 +41,8 @@ var (
 	testSubnet = netip.MustParsePrefix("10.203.0.0/16")
 	otherAddr  = netip.MustParseAddr("192.168.77.1") // another address of the node
 	remoteAddr = netip.MustParseAddr("198.51.100.7") // "the internet" (TEST-NET-2); routed nowhere
+	nodeUp     = netip.MustParseAddr("172.31.255.1") // the node's end of its link to the world
+	worldUp    = netip.MustParseAddr("172.31.255.2")
 )
 
 // requireHost skips unless the tests run as root, and fails instead in CI.
@@ -90,7 +93,6 @@ func newTestNode(t testing.TB) *testNode {
 			}
 		})
 	}
-	nodeUp, worldUp := netip.MustParseAddr("172.31.255.1"), netip.MustParseAddr("172.31.255.2")
 	err := inNetns(n.path, func() error {
 		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
 			return err
@@ -152,7 +154,7 @@ func upWithRoute(name string, self, gw netip.Addr, dst netip.Prefix) error {
 func (n *testNode) config() Config {
 	return Config{Subnet: testSubnet, HostPrefix: "alt", RunDir: filepath.Join(n.dir, "netns"),
 		ProxyPort: proxyPort, TransparentHTTPPort: httpPort, TransparentTLSPort: tlsPort,
-		DNSPort: dnsPort, HostNetns: n.path}
+		TransparentTCPPort: tcpPort, DNSPort: dnsPort, HostNetns: n.path}
 }
 
 // newTestManager returns a Manager on node. At cleanup a fresh Manager deletes whatever
@@ -231,7 +233,7 @@ func startServices(t testing.TB, n *testNode) *services {
 		s.wg.Wait()
 	})
 	err := inNetns(n.path, func() error {
-		for port, name := range map[int]string{proxyPort: "proxy", dnsPort: "dns", httpPort: "http", tlsPort: "tls", forbiddenPort: "forbidden"} {
+		for port, name := range map[int]string{proxyPort: "proxy", dnsPort: "dns", httpPort: "http", tlsPort: "tls", tcpPort: "tcp", forbiddenPort: "forbidden"} {
 			l, err := net.ListenTCP("tcp4", &net.TCPAddr{Port: port})
 			if err != nil {
 				return err
@@ -281,7 +283,7 @@ func (s *services) serveTCP(l *net.TCPListener, name string) {
 			switch name {
 			case "forbidden":
 				s.forbidden.Add(1)
-			case "http", "tls":
+			case "http", "tls", "tcp":
 				dst, err := OriginalDst(c)
 				reply = fmt.Sprintf("%s %v %v", name, dst, err)
 			}

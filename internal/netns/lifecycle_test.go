@@ -311,7 +311,7 @@ func equalMaps(a, b map[string]int) bool {
 
 func TestConfigValidate(t *testing.T) {
 	good := Config{Subnet: netip.MustParsePrefix("10.203.0.0/16"), HostPrefix: "al", RunDir: "/run/airlock/netns",
-		ProxyPort: 3128, TransparentHTTPPort: 8080, TransparentTLSPort: 8443, DNSPort: 5353}
+		ProxyPort: 3128, TransparentHTTPPort: 8080, TransparentTLSPort: 8443, TransparentTCPPort: 8444, DNSPort: 5353}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("Validate(good) = %v", err)
 	}
@@ -327,6 +327,7 @@ func TestConfigValidate(t *testing.T) {
 		"no proxy port":      func(c *Config) { c.ProxyPort = 0 },
 		"dns port too large": func(c *Config) { c.DNSPort = 70000 },
 		"no tls port":        func(c *Config) { c.TransparentTLSPort = 0 },
+		"no tcp port":        func(c *Config) { c.TransparentTCPPort = 0 },
 	} {
 		c := good
 		mutate(&c)

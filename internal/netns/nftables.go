@@ -23,9 +23,13 @@ import (
 //	  iifname . ip saddr . ip daddr @sandbox_links udp dport 53 redirect to :DNSPort
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport 53 redirect to :DNSPort
 //	  meta nfproto ipv4 iifname @sandbox_ifs tcp dport 80  redirect to :TransparentHTTPPort
-//	  meta nfproto ipv4 iifname @sandbox_ifs tcp dport 443 redirect to :TransparentTLSPort }
+//	  meta nfproto ipv4 iifname @sandbox_ifs tcp dport 443 redirect to :TransparentTLSPort
+//	  iifname . ip saddr . ip daddr @sandbox_links accept
+//	  meta nfproto ipv4 iifname @sandbox_ifs tcp redirect to :TransparentTCPPort }
 //	chain input   { type filter hook input priority filter
-//	  iifname @sandbox_ifs goto sandbox_in }
+//	  iifname @sandbox_ifs goto sandbox_in
+//	  ct state new tcp dport { the five ports } drop
+//	  ct state new udp dport DNSPort drop }
 //	chain sandbox_in {
 //	  ct state established,related accept
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport ProxyPort accept
@@ -33,6 +37,7 @@ import (
 //	  iifname . ip saddr . ip daddr @sandbox_links udp dport DNSPort accept
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport TransparentHTTPPort ct status dnat accept
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport TransparentTLSPort ct status dnat accept
+//	  iifname . ip saddr . ip daddr @sandbox_links tcp dport TransparentTCPPort ct status dnat accept
 //	  goto sandbox_reject }
 //	chain forward { type filter hook forward priority filter
 //	  iifname @sandbox_ifs goto sandbox_reject
@@ -45,8 +50,11 @@ import (
 //	  reject with icmpx admin-prohibited }
 //
 // "redirect" rewrites the destination to the first address of the interface the packet
-// came in on, which is the link's host address. The base chains accept by default, so
-// the table never touches traffic of other interfaces. Rejecting (rather than dropping)
+// came in on, which is the link's host address. So a sandbox's TCP goes to the proxy
+// whatever its destination (the proxy decides it), UDP only to DNS, and nothing else
+// anywhere. The base chains accept by default, so the table never touches traffic of
+// other interfaces, except that no other interface may open a connection to the proxy's
+// and DNS server's ports: they serve sandboxes only. Rejecting (rather than dropping)
 // makes a forbidden connection fail at once inside the sandbox instead of hanging.
 const (
 	tableName   = "airlock"
@@ -113,16 +121,20 @@ func (m *Manager) ensureTable() error {
 	out := chain("output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityFilter)
 
 	cfg := m.cfg
-	rules := []struct {
+	type rule struct {
 		ch *nftables.Chain
 		e  []expr.Any
-	}{
+	}
+	rules := []rule{
 		{pre, cat(inLinks(links), l4(unix.IPPROTO_UDP), dport(53), redirect(cfg.DNSPort))},
 		{pre, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(53), redirect(cfg.DNSPort))},
 		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), dport(80), redirect(cfg.TransparentHTTPPort))},
 		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), dport(443), redirect(cfg.TransparentTLSPort))},
+		{pre, cat(inLinks(links), verdict(expr.VerdictAccept, ""))},
+		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), redirect(cfg.TransparentTCPPort))},
 
 		{input, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainIn))},
+		{input, cat(ctState(expr.CtStateBitNEW), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictDrop, ""))},
 
 		{in, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept, ""))},
@@ -130,6 +142,7 @@ func (m *Manager) ensureTable() error {
 		{in, cat(inLinks(links), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept, ""))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.TransparentHTTPPort), ctDNAT(), verdict(expr.VerdictAccept, ""))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.TransparentTLSPort), ctDNAT(), verdict(expr.VerdictAccept, ""))},
+		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.TransparentTCPPort), ctDNAT(), verdict(expr.VerdictAccept, ""))},
 		{in, verdict(expr.VerdictGoto, chainReject)},
 
 		{fwd, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainReject))},
@@ -140,6 +153,9 @@ func (m *Manager) ensureTable() error {
 
 		{reject, cat(l4(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}})},
 		{reject, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}},
+	}
+	for _, port := range []int{cfg.ProxyPort, cfg.TransparentHTTPPort, cfg.TransparentTLSPort, cfg.TransparentTCPPort, cfg.DNSPort} {
+		rules = append(rules, rule{input, cat(ctState(expr.CtStateBitNEW), l4(unix.IPPROTO_TCP), dport(port), verdict(expr.VerdictDrop, ""))})
 	}
 	for _, r := range rules {
 		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})

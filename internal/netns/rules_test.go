@@ -64,6 +64,13 @@ func TestEgressRules(t *testing.T) {
 		{"http anywhere redirected", "tcp", ap(remoteAddr, 80), "http 198.51.100.7:80 <nil>"},
 		{"tls anywhere redirected", "tcp", ap(remoteAddr, 443), "tls 198.51.100.7:443 <nil>"},
 		{"http to the other sandbox redirected", "tcp", ap(b.SandboxAddr, 80), fmt.Sprintf("http %v:80 <nil>", b.SandboxAddr)},
+		// Every other TCP connection goes to the proxy's relay, which decides it.
+		{"other tcp port anywhere to the relay", "tcp", ap(remoteAddr, 22), "tcp 198.51.100.7:22 <nil>"},
+		{"tcp 53 anywhere to the relay", "tcp", ap(remoteAddr, 53), "tcp 198.51.100.7:53 <nil>"},
+		{"another node address to the relay", "tcp", ap(otherAddr, forbiddenPort), fmt.Sprintf("tcp %v <nil>", ap(otherAddr, forbiddenPort))},
+		{"proxy port of another node address to the relay", "tcp", ap(otherAddr, proxyPort), fmt.Sprintf("tcp %v <nil>", ap(otherAddr, proxyPort))},
+		{"the other sandbox to the relay", "tcp", ap(b.SandboxAddr, sandboxPort), fmt.Sprintf("tcp %v <nil>", ap(b.SandboxAddr, sandboxPort))},
+		{"the other sandbox's host address to the relay", "tcp", ap(b.HostAddr, proxyPort), fmt.Sprintf("tcp %v <nil>", ap(b.HostAddr, proxyPort))},
 	}
 	for _, c := range allowed {
 		t.Run("allowed/"+c.name, func(t *testing.T) {
@@ -86,12 +93,7 @@ func TestEgressRules(t *testing.T) {
 	}{
 		{"other port of the host address", "tcp", ap(a.HostAddr, forbiddenPort)},
 		{"transparent port without redirect", "tcp", ap(a.HostAddr, httpPort)},
-		{"proxy port of another node address", "tcp", ap(otherAddr, proxyPort)},
-		{"other port of another node address", "tcp", ap(otherAddr, forbiddenPort)},
-		{"proxy port of the other sandbox's host address", "tcp", ap(b.HostAddr, proxyPort)},
-		{"the other sandbox", "tcp", ap(b.SandboxAddr, sandboxPort)},
-		{"other tcp port anywhere", "tcp", ap(remoteAddr, 22)},
-		{"tcp 53 anywhere", "tcp", ap(remoteAddr, 53)},
+		{"relay port without redirect", "tcp", ap(a.HostAddr, tcpPort)},
 		{"udp other port of the host address", "udp", ap(a.HostAddr, forbiddenPort)},
 		{"udp other port of another node address", "udp", ap(otherAddr, forbiddenPort)},
 		{"udp dns port of another node address", "udp", ap(otherAddr, dnsPort)},
@@ -125,6 +127,22 @@ func TestEgressRules(t *testing.T) {
 			if got, err := tcpFrom(from, ap(b.SandboxAddr, sandboxPort)); err == nil || got != "" {
 				t.Errorf("tcp %v from %s: got %q, %v; want an error", ap(b.SandboxAddr, sandboxPort), from, got, err)
 			}
+		}
+	})
+	t.Run("refused/the proxy and DNS from elsewhere", func(t *testing.T) {
+		// Only sandboxes may open connections to the node's proxy and DNS ports.
+		for _, port := range []int{proxyPort, httpPort, tlsPort, tcpPort, dnsPort} {
+			for _, dst := range []netip.Addr{a.HostAddr, otherAddr} {
+				if got, err := tcpFrom(node.path, ap(dst, port)); err == nil || got != "" {
+					t.Errorf("tcp %v from the node: got %q, %v; want no connection", ap(dst, port), got, err)
+				}
+			}
+			if got, err := tcpFrom(node.world, ap(nodeUp, port)); err == nil || got != "" {
+				t.Errorf("tcp %v from the world: got %q, %v; want no connection", ap(nodeUp, port), got, err)
+			}
+		}
+		if got, err := udpFrom(node.path, ap(otherAddr, dnsPort)); err == nil || got != "" {
+			t.Errorf("udp dns from the node: got %q, %v; want no answer", got, err)
 		}
 	})
 	t.Run("allowed/the other sandbox's own proxy", func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package network owns a node's egress assembly: one network namespace and veth per
-// sandbox (through netns), the egress proxy with its explicit, transparent-HTTP and
-// transparent-TLS listeners, the policy-aware DNS server, the node CA and the files and
-// variables that point a sandbox's clients at them. It implements manager.Network. It
+// sandbox (through netns), the egress proxy with its explicit, transparent-HTTP,
+// transparent-TLS and TCP-relay listeners, the policy-aware DNS server, the node CA and
+// the files and variables that point a sandbox's clients at them. It implements manager.Network. It
 // must not touch the store or containers; it only keeps each sandbox's current policy.
 package network
 
@@ -75,7 +75,7 @@ type Node struct {
 	wg sync.WaitGroup
 }
 
-type ports struct{ proxy, http, tls, dns int }
+type ports struct{ proxy, http, tls, tcp, dns int }
 
 // New starts the node's proxy and DNS listeners and the namespace manager.
 func New(opts Options) (_ *Node, retErr error) {
@@ -120,7 +120,7 @@ func New(opts Options) (_ *Node, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	guard := egress.Guard{Node: nodeAddrs()}
+	guard := egress.Guard{Node: nodeAddrs(), Sandboxes: []netip.Prefix{opts.Subnet}}
 	n.proxy, err = egress.NewProxy(egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit,
 		Dialer: &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream)}, UpstreamRoots: roots, Logger: opts.Logger})
 	if err != nil {
@@ -136,7 +136,8 @@ func New(opts Options) (_ *Node, retErr error) {
 	}
 	n.nm, err = netns.New(netns.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
 		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.proxy,
-		TransparentHTTPPort: n.ports.http, TransparentTLSPort: n.ports.tls, DNSPort: n.ports.dns, Table: opts.Table})
+		TransparentHTTPPort: n.ports.http, TransparentTLSPort: n.ports.tls, TransparentTCPPort: n.ports.tcp,
+		DNSPort: n.ports.dns, Table: opts.Table})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func New(opts Options) (_ *Node, retErr error) {
 // listen opens the proxy and DNS sockets on ephemeral ports (the nftables rules name
 // whatever ports they got), DNS on one port number for UDP and TCP.
 func (n *Node) listen() error {
-	for _, p := range []*int{&n.ports.proxy, &n.ports.http, &n.ports.tls} {
+	for _, p := range []*int{&n.ports.proxy, &n.ports.http, &n.ports.tls, &n.ports.tcp} {
 		l, err := net.Listen("tcp4", "0.0.0.0:0")
 		if err != nil {
 			return err
@@ -173,18 +174,18 @@ func (n *Node) listen() error {
 }
 
 func (n *Node) serve() {
-	n.wg.Add(5)
+	n.wg.Add(6)
 	go func() { defer n.wg.Done(); n.proxy.Serve(n.lns[0]) }()
-	for _, l := range n.lns[1:3] {
-		go func() { defer n.wg.Done(); n.acceptTransparent(l) }()
-	}
+	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[1], n.proxy.ServeTransparent) }()
+	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[2], n.proxy.ServeTransparent) }()
+	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[3], n.proxy.ServeTCP) }()
 	go func() { defer n.wg.Done(); n.dns.ServePacket(n.udp) }()
-	go func() { defer n.wg.Done(); n.dns.ServeStream(n.lns[3]) }()
+	go func() { defer n.wg.Done(); n.dns.ServeStream(n.lns[4]) }()
 }
 
-// acceptTransparent hands redirected connections to the proxy with their original
+// acceptTransparent hands redirected connections to serve with their original
 // destination.
-func (n *Node) acceptTransparent(l net.Listener) {
+func (n *Node) acceptTransparent(l net.Listener, serve func(net.Conn, netip.AddrPort)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -200,7 +201,7 @@ func (n *Node) acceptTransparent(l net.Listener) {
 			c.Close()
 			continue
 		}
-		go n.proxy.ServeTransparent(c, dst)
+		serve(c, dst)
 	}
 }
 
@@ -265,22 +266,20 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	if err := os.WriteFile(resolv, []byte("nameserver "+nameserver+"\noptions ndots:0 timeout:2 attempts:2\n"), 0o644); err != nil {
 		return nil, err
 	}
-	att := &manager.Attachment{NetnsPath: link.NetnsPath, Mounts: []runtime.Mount{
+	// Clients are pointed at the proxy and CA by variables and, for programs that scrub
+	// their environment, by the system-wide files of pip, git, npm and login shells.
+	cc := clientConf{CAFile: caBundlePath}
+	if link.HostAddr.IsValid() {
+		cc.Proxy = "http://" + netip.AddrPortFrom(link.HostAddr, uint16(n.ports.proxy)).String()
+	}
+	confMounts, err := writeClientConf(dir, cc)
+	if err != nil {
+		return nil, err
+	}
+	att := &manager.Attachment{NetnsPath: link.NetnsPath, Env: cc.env(), Mounts: append([]runtime.Mount{
 		{Source: resolv, Destination: resolvPath, ReadOnly: true},
 		{Source: n.bundle, Destination: caBundlePath, ReadOnly: true},
-	}}
-	att.Env = []string{
-		"SSL_CERT_FILE=" + caBundlePath, "REQUESTS_CA_BUNDLE=" + caBundlePath, "NODE_EXTRA_CA_CERTS=" + caBundlePath,
-		"CURL_CA_BUNDLE=" + caBundlePath, "PIP_CERT=" + caBundlePath, "GIT_SSL_CAINFO=" + caBundlePath,
-		"NPM_CONFIG_CAFILE=" + caBundlePath,
-	}
-	if link.HostAddr.IsValid() {
-		proxy := "http://" + netip.AddrPortFrom(link.HostAddr, uint16(n.ports.proxy)).String()
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NPM_CONFIG_PROXY", "NPM_CONFIG_HTTPS_PROXY", "PIP_PROXY"} {
-			att.Env = append(att.Env, k+"="+proxy)
-		}
-		att.Env = append(att.Env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
-	}
+	}, confMounts...)}
 	return att, nil
 }
 

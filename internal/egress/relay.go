@@ -1,0 +1,105 @@
+package egress
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// ServeTCP takes over conn, a plain TCP connection redirected to the proxy whose
+// original destination origDst is neither port 80 nor 443 (those are HTTP and TLS,
+// see ServeTransparent). With no host name or method to go on, it is decided on the
+// address and port alone (Policy.DecideTCP), the address is checked like any other
+// (Guard.Check, at connect time too), and the bytes are relayed as they are. A refused
+// connection is reset. It returns at once; the proxy owns conn from then on.
+func (p *Proxy) ServeTCP(conn net.Conn, origDst netip.AddrPort) {
+	if !p.hold(conn) {
+		conn.Close()
+		return
+	}
+	go func() {
+		defer p.wg.Done()
+		p.serveTCP(conn, origDst)
+	}()
+}
+
+func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
+	defer func() {
+		conn.Close()
+		p.release(conn)
+	}()
+	remote, _ := netip.ParseAddrPort(conn.RemoteAddr().String())
+	addr, port := dst.Addr().Unmap().WithZone(""), int(dst.Port())
+	rec := Record{Host: addr.String(), Port: port, Method: "TCP", Time: time.Now()}
+	refuse := func(reason string) {
+		rec.Reason = reason
+		p.cfg.Audit(rec)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0) // close with a reset: the client sees the refusal at once
+		}
+	}
+	sb, ok := p.cfg.Lookup(remote)
+	if !ok {
+		refuse("unknown source " + remote.String())
+		return
+	}
+	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+	d := sb.Policy.DecideTCP(addr, port)
+	if !d.Allowed {
+		refuse(d.Reason)
+		return
+	}
+	rec.Rule = d.Rule
+	ctx, cancel := context.WithTimeout(p.ctx, handshakeTimeout)
+	up, ap, err := p.dialer.DialChecked(ctx, addr.String(), port, sb.Policy.AllowPrivate)
+	cancel()
+	if err != nil {
+		refuse(errdefs.Message(err))
+		return
+	}
+	if !p.track(up) {
+		up.Close()
+		return
+	}
+	defer func() {
+		up.Close()
+		p.release(up)
+	}()
+	rec.Addr = ap.Addr().String()
+	rec.BytesUp, rec.BytesDown = relay(conn, up)
+	rec.Allowed = true
+	p.cfg.Audit(rec)
+}
+
+// relay copies both ways between the client and the upstream connection, passing on a
+// half-close, until both directions end; it returns the bytes sent up and down.
+func relay(client, up net.Conn) (sent, received int64) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		received = pipe(client, up)
+	}()
+	sent = pipe(up, client)
+	wg.Wait()
+	return sent, received
+}
+
+// pipe copies src to dst until src ends, then half-closes dst (or, on an error,
+// closes both so the other direction ends too). Between two TCP connections io.Copy
+// splices, so the bytes never pass through user space.
+func pipe(dst, src net.Conn) int64 {
+	n, err := io.Copy(dst, src)
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
+		cw.CloseWrite()
+	} else {
+		dst.Close()
+		src.Close()
+	}
+	return n
+}

@@ -1,0 +1,174 @@
+package integration
+
+import (
+	"crypto/rand"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/vishvananda/netlink"
+)
+
+// netEchoServer listens on ip (port 0: any) and echoes each connection until the
+// client half-closes, then closes; it counts connections.
+func netEchoServer(t testing.TB, ip string) (port string, conns func() int) {
+	t.Helper()
+	l, err := net.Listen("tcp4", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	count := make(chan struct{}, 1000)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			count <- struct{}{}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	_, port, _ = net.SplitHostPort(l.Addr().String())
+	return port, func() int { return len(count) }
+}
+
+// TestNetworkTCPRules checks plain TCP to ports other than 80 and 443: it goes through
+// the proxy's relay, which lets it through only when an address or prefix rule allows
+// the address and port, still refuses protected addresses that are not authorised, and
+// audits each connection with its bytes.
+func TestNetworkTCPRules(t *testing.T) {
+	w := newNetWorld(t)
+	n := w.node(t)
+	// The upstreams listen on an address of the host's that is neither loopback (a
+	// sandbox's 127.0.0.1 is its own) nor a documentation one (never reachable): the
+	// relay dials a connection's original destination as it is.
+	host := netLoopbackAlias(t)
+	ip := host.String()
+	allowedPort, allowedConns := netEchoServer(t, ip)
+	otherPort, otherConns := netEchoServer(t, ip)
+	prefix := ip + "/32:" + allowedPort
+	private := []string{ip + "/32"} // the node's own address is protected unless authorised
+	wide := netip.PrefixFrom(host, 24).Masked().String()
+
+	create := func(name string, pol api.NetworkPolicy) *api.Sandbox {
+		sb := n.Create(t, api.CreateSandboxRequest{Name: name, Network: &pol})
+		netInstallProbe(t, n, sb.Name)
+		return sb
+	}
+	cidr := create("tcp-cidr", api.NetworkPolicy{Mode: "allowlist", Allow: []string{wide + ":" + allowedPort}, AllowPrivate: private})
+	exact := create("tcp-exact", api.NetworkPolicy{Mode: "allowlist", Allow: []string{prefix}, AllowPrivate: private})
+	unauthorised := create("tcp-unauth", api.NetworkPolicy{Mode: "allowlist", Allow: []string{prefix}})
+	baseline := create("tcp-base", api.NetworkPolicy{Mode: "baseline", AllowPrivate: private})
+	methods := create("tcp-methods", api.NetworkPolicy{Mode: "allowlist", Allow: []string{prefix + "/GET"}, AllowPrivate: private})
+
+	t.Run("allowed by a prefix rule", func(t *testing.T) {
+		for _, sb := range []*api.Sandbox{cidr, exact} {
+			// 64 KiB each way with a half-close in the middle.
+			if r := netProbe(t, n, sb.Name, "echo", ip, allowedPort, "0123456789abcdef", "4096"); !r.OK {
+				t.Errorf("%s: echo through the relay: %s", sb.Name, r)
+			}
+			rec := netWaitEgress(t, n, sb.Name, "the relayed connection", func(r api.EgressRecord) bool {
+				return r.Method == "TCP" && r.Allowed
+			})
+			if rec.Port == 0 {
+				continue
+			}
+			if rec.Addr != ip || rec.Port != atoi(t, allowedPort) || rec.BytesUp != 65536 || rec.BytesDown != 65536 || rec.Rule == "" {
+				t.Errorf("%s: egress record %+v, want TCP to %s:%s with 65536 bytes each way and its rule", sb.Name, rec, ip, allowedPort)
+			}
+		}
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		before := otherConns() + allowedConns()
+		cases := []struct {
+			sb     *api.Sandbox
+			port   string
+			reason string
+		}{
+			{cidr, otherPort, "no address or prefix rule"},
+			{exact, otherPort, "no address or prefix rule"},
+			{unauthorised, allowedPort, "protected"},
+			{baseline, allowedPort, "baseline allows only HTTP"},
+			{methods, allowedPort, "no address or prefix rule"},
+		}
+		for _, c := range cases {
+			if r := netProbe(t, n, c.sb.Name, "echo", ip, c.port, "x", "10"); r.OK || r.Error == "" && r.Body == "10 of 10 bytes echoed" {
+				t.Errorf("%s: TCP to %s:%s got %s, want it refused", c.sb.Name, ip, c.port, r)
+			}
+			rec := netWaitEgress(t, n, c.sb.Name, "the refusal", func(r api.EgressRecord) bool {
+				return r.Method == "TCP" && !r.Allowed && r.Port == atoi(t, c.port)
+			})
+			if rec.Port != 0 && !strings.Contains(rec.Reason, c.reason) {
+				t.Errorf("%s: refusal reason %q, want it to say %q", c.sb.Name, rec.Reason, c.reason)
+			}
+		}
+		if got := otherConns() + allowedConns(); got != before {
+			t.Errorf("the upstreams got %d connections from refused sandboxes", got-before)
+		}
+	})
+
+	t.Run("UDP stays closed", func(t *testing.T) {
+		udp := netUDPTrap(t, net.JoinHostPort(ip, "0"))
+		if r := netProbe(t, n, cidr.Name, "udp", ip, udp.port()); r.OK {
+			t.Errorf("UDP from an allowlist with TCP rules: got %s, want no answer", r)
+		}
+		if p := udp.pkts.Load(); p != 0 {
+			t.Errorf("a sandbox's datagrams reached the host: %d", p)
+		}
+	})
+
+	t.Run("policy change applies within 1s", func(t *testing.T) {
+		netSetPolicy(t, n, cidr.Name, api.NetworkPolicy{Mode: "allowlist",
+			Allow: []string{wide + ":" + allowedPort + "," + otherPort}, AllowPrivate: private})
+		netWithin(t, time.Second, "the second port allowed", func() bool {
+			return netProbe(t, n, cidr.Name, "echo", ip, otherPort, "y", "3").OK
+		})
+		netSetPolicy(t, n, cidr.Name, api.NetworkPolicy{Mode: "baseline", AllowPrivate: private})
+		netWithin(t, time.Second, "TCP refused again", func() bool {
+			return !netProbe(t, n, cidr.Name, "echo", ip, allowedPort, "z", "3").OK
+		})
+	})
+}
+
+func atoi(t testing.TB, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// netLoopbackAlias gives the host a private address of its own, on its loopback
+// interface, for the test's duration.
+func netLoopbackAlias(t testing.TB) netip.Addr {
+	t.Helper()
+	b := make([]byte, 2)
+	rand.Read(b)
+	addr := netip.AddrFrom4([4]byte{10, 252, b[0], 1 + b[1]%250})
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if err := netlink.AddrAdd(lo, a); err != nil {
+		t.Fatalf("add %s to lo: %v", addr, err)
+	}
+	t.Cleanup(func() {
+		if err := netlink.AddrDel(lo, a); err != nil {
+			t.Errorf("remove %s from lo: %v", addr, err)
+		}
+	})
+	return addr
+}
