@@ -8,6 +8,7 @@ package network
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,7 +76,8 @@ type Node struct {
 	wg sync.WaitGroup
 }
 
-type ports struct{ proxy, http, tls, tcp, dns int }
+// ports are the node's listening ports, on every address.
+type ports struct{ Proxy, HTTP, TLS, TCP, DNS int }
 
 // New starts the node's proxy and DNS listeners and the namespace manager.
 func New(opts Options) (_ *Node, retErr error) {
@@ -135,9 +137,9 @@ func New(opts Options) (_ *Node, retErr error) {
 		return nil, err
 	}
 	n.nm, err = netns.New(netns.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
-		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.proxy,
-		TransparentHTTPPort: n.ports.http, TransparentTLSPort: n.ports.tls, TransparentTCPPort: n.ports.tcp,
-		DNSPort: n.ports.dns, Table: opts.Table})
+		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.Proxy,
+		TransparentHTTPPort: n.ports.HTTP, TransparentTLSPort: n.ports.TLS, TransparentTCPPort: n.ports.TCP,
+		DNSPort: n.ports.DNS, Table: opts.Table})
 	if err != nil {
 		return nil, err
 	}
@@ -145,32 +147,67 @@ func New(opts Options) (_ *Node, retErr error) {
 	return n, nil
 }
 
-// listen opens the proxy and DNS sockets on ephemeral ports (the nftables rules name
-// whatever ports they got), DNS on one port number for UDP and TCP.
+// listen opens the proxy and DNS sockets, DNS on one port number for UDP and TCP. The
+// ports are the ones the node had before (kept in ports.json) when they are still
+// free, so sandboxes that run on across a restart of the daemon keep reaching the
+// proxy at the address their environment names; otherwise any free ones, which
+// ports.json then remembers (the nftables rules name whatever ports the node got).
 func (n *Node) listen() error {
-	for _, p := range []*int{&n.ports.proxy, &n.ports.http, &n.ports.tls, &n.ports.tcp} {
-		l, err := net.Listen("tcp4", "0.0.0.0:0")
-		if err != nil {
-			return err
-		}
-		n.lns = append(n.lns, l)
-		*p = l.Addr().(*net.TCPAddr).Port
+	path := filepath.Join(n.opts.Dir, "ports.json")
+	var saved ports
+	if b, err := os.ReadFile(path); err == nil {
+		json.Unmarshal(b, &saved) // unreadable: start afresh
 	}
-	for attempt := 0; attempt < 20; attempt++ {
+	listen := func(want int) (net.Listener, int, error) {
+		if want != 0 {
+			if l, err := net.Listen("tcp4", "0.0.0.0:"+strconv.Itoa(want)); err == nil {
+				return l, want, nil
+			}
+		}
 		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return nil, 0, err
+		}
+		return l, l.Addr().(*net.TCPAddr).Port, nil
+	}
+	for _, p := range []struct{ want, got *int }{
+		{&saved.Proxy, &n.ports.Proxy}, {&saved.HTTP, &n.ports.HTTP}, {&saved.TLS, &n.ports.TLS}, {&saved.TCP, &n.ports.TCP},
+	} {
+		l, port, err := listen(*p.want)
 		if err != nil {
 			return err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		n.lns, *p.got = append(n.lns, l), port
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt == 20 {
+			return errors.New("network: no port free for DNS on both UDP and TCP")
+		}
+		want := saved.DNS
+		if attempt > 0 {
+			want = 0
+		}
+		l, port, err := listen(want)
+		if err != nil {
+			return err
+		}
 		pc, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(port))
 		if err != nil {
 			l.Close()
 			continue
 		}
-		n.lns, n.udp, n.ports.dns = append(n.lns, l), pc, port
-		return nil
+		n.lns, n.udp, n.ports.DNS = append(n.lns, l), pc, port
+		break
 	}
-	return errors.New("network: no port free for DNS on both UDP and TCP")
+	if n.ports != saved {
+		b, _ := json.Marshal(n.ports)
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			return err
+		}
+		return os.Rename(tmp, path)
+	}
+	return nil
 }
 
 func (n *Node) serve() {
@@ -270,7 +307,7 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	// their environment, by the system-wide files of pip, git, npm and login shells.
 	cc := clientConf{CAFile: caBundlePath}
 	if link.HostAddr.IsValid() {
-		cc.Proxy = "http://" + netip.AddrPortFrom(link.HostAddr, uint16(n.ports.proxy)).String()
+		cc.Proxy = "http://" + netip.AddrPortFrom(link.HostAddr, uint16(n.ports.Proxy)).String()
 	}
 	confMounts, err := writeClientConf(dir, cc)
 	if err != nil {
