@@ -39,6 +39,9 @@ type DNSConfig struct {
 	Guard Guard
 	// Log receives every query; it must be safe for concurrent use and quick.
 	Log func(DNSRecord)
+	// Resolved, if set, learns every address a sandbox was answered for a name, with
+	// the record's TTL (see ResolvedNames).
+	Resolved func(sandbox, name string, addr netip.Addr, ttl time.Duration)
 	// Timeout bounds one upstream exchange; 0 means 5 seconds.
 	Timeout time.Duration
 	// Logger is the parent logger; nil means slog.Default().
@@ -188,9 +191,13 @@ func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	resp.Ns = in.Ns
 	withheld := 0
 	for _, rr := range in.Answer {
-		if addr, ok := rrAddr(rr); ok && s.cfg.Guard.Check(addr, sb.Policy.AllowPrivate) != nil {
+		addr, ok := rrAddr(rr)
+		if ok && s.cfg.Guard.Check(addr, sb.Policy.AllowPrivate) != nil {
 			withheld++
 			continue
+		}
+		if ok && s.cfg.Resolved != nil {
+			s.cfg.Resolved(sb.ID, rec.Name, addr, time.Duration(rr.Header().Ttl)*time.Second)
 		}
 		resp.Answer = append(resp.Answer, rr)
 	}

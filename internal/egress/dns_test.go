@@ -25,6 +25,7 @@ type dnsEnv struct {
 	mu       sync.Mutex
 	upstream []string // names the upstream was asked
 	log      []DNSRecord
+	names    ResolvedNames
 }
 
 var upstreamZone = map[string][]string{
@@ -53,6 +54,7 @@ func newDNSEnv(t *testing.T, sb SandboxInfo) *dnsEnv {
 			return *e.sandbox.Load(), true
 		},
 		Upstream: upstream,
+		Resolved: e.names.Add,
 		Log: func(r DNSRecord) {
 			e.mu.Lock()
 			e.log = append(e.log, r)
@@ -264,9 +266,30 @@ func TestDNSWithholdsProtectedAddresses(t *testing.T) {
 	if got := answers(e.query("127.0.0.1", "udp", "private.example.org", dns.TypeAAAA)); len(got) != 0 {
 		t.Errorf("AAAA answers = %v, want ::1 withheld", got)
 	}
+	if got := e.names.Names("sb_dns", netip.MustParseAddr("10.0.0.1")); len(got) != 0 {
+		t.Errorf("a withheld address was recorded as resolved: %v", got)
+	}
 	e.setPolicy(Policy{Mode: ModeUnrestricted, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 	if got := answers(e.query("127.0.0.1", "udp", "private.example.org", dns.TypeA)); !slices.Equal(got, []string{"10.0.0.1", "93.184.216.35"}) {
 		t.Errorf("answers with 10.0.0.0/8 authorised = %v, want both", got)
+	}
+	if got := e.names.Names("sb_dns", netip.MustParseAddr("10.0.0.1")); !slices.Equal(got, []string{"private.example.org"}) {
+		t.Errorf("resolved names of 10.0.0.1 = %v, want the name asked for", got)
+	}
+}
+
+// TestDNSRecordsResolvedNames: an answer's addresses are recorded under the name the
+// sandbox asked for, also through a CNAME; a refused name records nothing.
+func TestDNSRecordsResolvedNames(t *testing.T) {
+	e := newDNSEnv(t, SandboxInfo{ID: "sb_dns", Policy: Policy{Mode: ModeUnrestricted}})
+	e.query("127.0.0.1", "udp", "cname.example.org", dns.TypeA)
+	if got := e.names.Names("sb_dns", netip.MustParseAddr("93.184.216.36")); !slices.Equal(got, []string{"cname.example.org"}) {
+		t.Errorf("names of the CNAME's address = %v, want the name asked for", got)
+	}
+	e.setPolicy(DefaultPolicy())
+	e.query("127.0.0.1", "udp", "any.example.net", dns.TypeA)
+	if got := e.names.Names("sb_dns", netip.MustParseAddr("93.184.216.38")); len(got) != 0 {
+		t.Errorf("a refused name was recorded: %v", got)
 	}
 }
 

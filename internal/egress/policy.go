@@ -314,29 +314,35 @@ func (p Policy) Decide(host string, port int, method string) Decision {
 }
 
 // DecideTCP says whether the policy lets a sandbox open a plain TCP connection to
-// addr:port, one that is not HTTP on port 80 or TLS on 443 and so has no host name or
-// method to decide on. Mode unrestricted allows it; an allowlist allows it when an
-// address or prefix rule without methods covers addr and port (methods cannot be
-// enforced on plain TCP). Whether addr is protected is the dialer's check.
-func (p Policy) DecideTCP(addr netip.Addr, port int) Decision {
-	addr = addr.Unmap().WithZone("")
+// host:port, one that is not HTTP on port 80 or TLS on 443 and so has no method to
+// decide on. host is an address, or a name the sandbox resolved the address from.
+// Mode unrestricted allows it; an allowlist allows it when a rule without methods
+// (methods cannot be enforced on plain TCP) covers host and port. Whether the address
+// is protected is the dialer's check.
+func (p Policy) DecideTCP(host string, port int) Decision {
+	h, err := canonicalHost(host)
+	if err != nil {
+		return Decision{Reason: err.Error()}
+	}
 	switch p.Mode {
 	case ModeUnrestricted:
 		return Decision{Allowed: true, Rule: "unrestricted"}
 	case ModeAllowlist:
 		for _, r := range p.Rules {
-			if len(r.Methods) > 0 || !matchHost(r.Host, addr.String()) {
+			if len(r.Methods) > 0 || !matchHost(r.Host, h) {
 				continue
 			}
 			if ports := r.ports(); ports == nil || slices.Contains(ports, port) {
 				return Decision{Allowed: true, Rule: r.String()}
 			}
 		}
-		hint := Rule{Host: netip.PrefixFrom(addr, addr.BitLen()).String(), Ports: []int{port}}
-		return Decision{Reason: fmt.Sprintf("no address or prefix rule without methods allows TCP to %s (add one, e.g. %s)",
-			netip.AddrPortFrom(addr, uint16(port)), hint)}
+		hint := Rule{Host: h, Ports: []int{port}}
+		if a, err := netip.ParseAddr(h); err == nil {
+			hint.Host = netip.PrefixFrom(a, a.BitLen()).String()
+		}
+		return Decision{Reason: fmt.Sprintf("no rule without methods allows TCP to %s port %d (add one, e.g. %s)", h, port, hint)}
 	case ModeBaseline:
-		return Decision{Reason: "egress mode baseline allows only HTTP and HTTPS to the package registries; use mode allowlist with a prefix rule for other TCP"}
+		return Decision{Reason: "egress mode baseline allows only HTTP and HTTPS to the package registries; use mode allowlist with a rule such as HOST:PORT for other TCP"}
 	case ModeNone, ModeDenyAll:
 		return Decision{Reason: fmt.Sprintf("egress mode %s allows no outbound connections", p.Mode)}
 	}

@@ -273,7 +273,10 @@ func TestDecideTCP(t *testing.T) {
 		{allow, "10.3.0.7", 6379, true, "10.3.0.7:6379"},
 		{allow, "10.3.0.7", 22, false, ""},
 		{allow, "10.4.0.1", 8080, false, ""}, // methods cannot be enforced on plain TCP
-		{allow, "::ffff:10.1.0.1", 5432, true, "10.1.0.0/16:5432"},
+		{allow, "::ffff:10.1.0.1", 5432, false, ""}, // the relay unmaps; a mapped form matches no IPv4 rule
+		{allow, "api.example.com", 5432, true, "api.example.com:5432"},
+		{allow, "API.example.com.", 5432, true, "api.example.com:5432"},
+		{allow, "api.example.com", 443, false, ""},
 		{allow, "2001:db8:1::5", 22, true, "[2001:db8::/32]:22"},
 		{allow, "2001:db9::5", 22, false, ""},
 		{Policy{Mode: ModeUnrestricted}, "93.184.216.34", 22, true, "unrestricted"},
@@ -282,7 +285,7 @@ func TestDecideTCP(t *testing.T) {
 		{Policy{Mode: ModeNone}, "10.1.0.1", 5432, false, ""},
 	}
 	for _, tt := range tests {
-		d := tt.pol.DecideTCP(netip.MustParseAddr(tt.addr), tt.port)
+		d := tt.pol.DecideTCP(tt.addr, tt.port)
 		if d.Allowed != tt.want || d.Rule != tt.rule {
 			t.Errorf("%s DecideTCP(%s, %d) = %+v, want allowed=%v rule=%q", tt.pol.Mode, tt.addr, tt.port, d, tt.want, tt.rule)
 		}
@@ -290,7 +293,7 @@ func TestDecideTCP(t *testing.T) {
 			t.Errorf("%s DecideTCP(%s, %d) refused without a reason", tt.pol.Mode, tt.addr, tt.port)
 		}
 	}
-	if d := allow.DecideTCP(netip.MustParseAddr("10.9.9.9"), 5432); !strings.Contains(d.Reason, "10.9.9.9/32:5432") {
+	if d := allow.DecideTCP("10.9.9.9", 5432); !strings.Contains(d.Reason, "10.9.9.9/32:5432") {
 		t.Errorf("refusal %q does not suggest a rule", d.Reason)
 	}
 	// Prefix rules decide HTTP to address literals too, on every port unless they name some.

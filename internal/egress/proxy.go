@@ -52,6 +52,9 @@ type Config struct {
 	Lookup func(remote netip.AddrPort) (SandboxInfo, bool)
 	// Audit receives every decision; it must be safe for concurrent use and quick.
 	Audit func(Record)
+	// NamesOf, if set, returns the names a sandbox resolved to an address through the
+	// node's DNS (ResolvedNames.Names); plain TCP to the address may be decided by them.
+	NamesOf func(sandbox string, addr netip.Addr) []string
 	// Dialer resolves, checks and dials upstream hosts; nil means one with
 	// net.DefaultResolver and no node addresses.
 	Dialer *Dialer

@@ -218,7 +218,10 @@ func TestProxyRefusesNonProxyRequests(t *testing.T) {
 }
 
 func TestProxyVerifiesUpstreamCertificate(t *testing.T) {
-	e := newTestEnv(t, SandboxInfo{ID: "sb_cert", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8}})
+	// A rule with methods: the proxy terminates the tunnel (without, a tunnel to a port
+	// other than 443 is relayed as it is).
+	e := newTestEnv(t, SandboxInfo{ID: "sb_cert", Generation: 1, Policy: Policy{Mode: ModeAllowlist,
+		Rules: mustRules(t, "badcert.example:8443/GET"), AllowPrivate: loopback8}})
 	c := e.client("127.0.0.1", false)
 	// The dial hook sends port 8443 to the plain upstream, which cannot answer TLS.
 	if got, body := do(t, c, "GET", "https://badcert.example:8443/", ""); got != http.StatusBadGateway {

@@ -38,6 +38,7 @@ type testEnv struct {
 	httpUp    *httptest.Server
 	httpsUp   *httptest.Server
 	sandbox   atomic.Pointer[SandboxInfo]
+	names     ResolvedNames // what the sandbox resolved, as the node's DNS would record it
 
 	mu        sync.Mutex
 	records   []Record
@@ -95,6 +96,7 @@ func newTestEnv(t testing.TB, sb SandboxInfo) *testEnv {
 		CA:            e.nodeCA,
 		Lookup:        e.lookup,
 		Audit:         e.audit,
+		NamesOf:       e.names.Names,
 		Dialer:        &Dialer{Resolver: e.res, Dial: e.dial},
 		UpstreamRoots: e.upCA.Pool(),
 	})

@@ -1,9 +1,11 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"time"
@@ -13,8 +15,9 @@ import (
 
 // ServeTCP takes over conn, a plain TCP connection redirected to the proxy whose
 // original destination origDst is neither port 80 nor 443 (those are HTTP and TLS,
-// see ServeTransparent). With no host name or method to go on, it is decided on the
-// address and port alone (Policy.DecideTCP), the address is checked like any other
+// see ServeTransparent). With no method to go on, it is decided on the address and
+// port (Policy.DecideTCP), or on a name the sandbox resolved to the address through
+// the node's DNS (Config.NamesOf), and the address is checked like any other
 // (Guard.Check, at connect time too), and the bytes are relayed as they are. A refused
 // connection is reset. It returns at once; the proxy owns conn from then on.
 func (p *Proxy) ServeTCP(conn net.Conn, origDst netip.AddrPort) {
@@ -49,7 +52,16 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 		return
 	}
 	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
-	d := sb.Policy.DecideTCP(addr, port)
+	d := sb.Policy.DecideTCP(addr.String(), port)
+	if !d.Allowed && p.cfg.NamesOf != nil {
+		// No rule names the address: perhaps one names a host the sandbox resolved to it.
+		for _, name := range p.cfg.NamesOf(sb.ID, addr) {
+			if nd := sb.Policy.DecideTCP(name, port); nd.Allowed {
+				d, rec.Host = nd, name
+				break
+			}
+		}
+	}
 	if !d.Allowed {
 		refuse(d.Reason)
 		return
@@ -72,6 +84,49 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 	}()
 	rec.Addr = ap.Addr().String()
 	rec.BytesUp, rec.BytesDown = relay(conn, up)
+	rec.Allowed = true
+	p.cfg.Audit(rec)
+}
+
+// connectRaw serves an allowed CONNECT tunnel as a plain relay: dial (a failure is the
+// client's 502), answer 200, copy bytes both ways, and make the tunnel's record.
+func (p *Proxy) connectRaw(w http.ResponseWriter, sb SandboxInfo, rec Record) {
+	ctx, cancel := context.WithTimeout(p.ctx, handshakeTimeout)
+	up, ap, err := p.dialer.DialChecked(ctx, rec.Host, rec.Port, sb.Policy.AllowPrivate)
+	cancel()
+	if err != nil {
+		rec.Reason = errdefs.Message(err)
+		p.refuse(w, rec, err)
+		return
+	}
+	defer up.Close()
+	rec.Addr = ap.Addr().String()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		p.refuse(w, Record{}, &errdefs.Error{Class: errdefs.ErrInternal, Msg: "cannot take over the connection", Cause: err})
+		return
+	}
+	if !p.track(conn) {
+		conn.Close()
+		return
+	}
+	defer func() {
+		conn.Close()
+		p.release(conn)
+	}()
+	if !p.track(up) {
+		return
+	}
+	defer p.release(up)
+	var client net.Conn = conn
+	if n := brw.Reader.Buffered(); n > 0 { // the client did not wait for our answer
+		early, _ := brw.Reader.Peek(n)
+		client = &bufConn{Conn: conn, r: io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)}
+	}
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	rec.BytesUp, rec.BytesDown = relay(client, up)
 	rec.Allowed = true
 	p.cfg.Audit(rec)
 }

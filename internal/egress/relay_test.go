@@ -100,6 +100,42 @@ func TestServeTCPRelaysAllowedConnections(t *testing.T) {
 	}
 }
 
+// TestServeTCPByResolvedName: a rule naming a host allows plain TCP to the addresses
+// the sandbox resolved that name to, and to no other.
+func TestServeTCPByResolvedName(t *testing.T) {
+	echo := echoServer(t)
+	port := strconv.Itoa(int(echo.Port()))
+	e := newTestEnv(t, SandboxInfo{ID: "sb1", Generation: 1, Policy: Policy{Mode: ModeAllowlist,
+		Rules: mustRules(t, "db.example.com:"+port), AllowPrivate: loopback8}})
+
+	refused := func(what string) {
+		t.Helper()
+		c := e.redirected(t, "127.0.0.1", echo)
+		if n, err := c.Read(make([]byte, 1)); err == nil || n > 0 {
+			t.Fatalf("%s: the connection stayed open", what)
+		}
+	}
+	refused("before any lookup")
+	e.names.Add("sb2", "db.example.com", echo.Addr(), time.Minute) // another sandbox's lookup
+	refused("after another sandbox's lookup")
+	e.names.Add("sb1", "other.example.com", echo.Addr(), time.Minute) // a name no rule allows
+	refused("after a lookup of another name")
+
+	e.names.Add("sb1", "db.example.com", echo.Addr(), time.Minute)
+	c := e.redirected(t, "127.0.0.1", echo)
+	c.Write([]byte("ping"))
+	c.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); err != nil || string(got) != "ping" {
+		t.Fatalf("echo after the lookup: %q, %v", got, err)
+	}
+	rec := e.waitRecord("the allowed connection", func(r Record) bool { return r.Method == "TCP" && r.Allowed })
+	if rec.Host != "db.example.com" || rec.Addr != "127.0.0.1" || rec.Rule != "db.example.com:"+port {
+		t.Errorf("record %+v, want host db.example.com at 127.0.0.1 under its rule", rec)
+	}
+	e.names.Forget("sb1")
+	refused("after Forget")
+}
+
 func TestServeTCPRefuses(t *testing.T) {
 	echo := echoServer(t)
 	port := strconv.Itoa(int(echo.Port()))
@@ -110,9 +146,9 @@ func TestServeTCPRefuses(t *testing.T) {
 		reason string
 	}{
 		{"no rule for the port", "127.0.0.1", Policy{Mode: ModeAllowlist,
-			Rules: mustRules(t, "127.0.0.0/8:1"), AllowPrivate: loopback8}, "no address or prefix rule"},
+			Rules: mustRules(t, "127.0.0.0/8:1"), AllowPrivate: loopback8}, "no rule without methods"},
 		{"rule with methods", "127.0.0.1", Policy{Mode: ModeAllowlist,
-			Rules: mustRules(t, "127.0.0.0/8:"+port+"/GET"), AllowPrivate: loopback8}, "no address or prefix rule"},
+			Rules: mustRules(t, "127.0.0.0/8:"+port+"/GET"), AllowPrivate: loopback8}, "no rule without methods"},
 		{"protected address not authorised", "127.0.0.1", Policy{Mode: ModeAllowlist,
 			Rules: mustRules(t, "127.0.0.0/8:"+port)}, "protected"},
 		{"unrestricted is still no loopback", "127.0.0.1", Policy{Mode: ModeUnrestricted}, "protected"},
@@ -139,5 +175,49 @@ func TestServeTCPRefuses(t *testing.T) {
 				t.Errorf("record %+v, want a refusal saying %q", rec, tt.reason)
 			}
 		})
+	}
+}
+
+// TestConnectRawRelay: a CONNECT tunnel to a port other than 80 and 443 that a rule
+// without methods allows carries any protocol as it is, here one whose server speaks
+// first, and its record has the bytes.
+func TestConnectRawRelay(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte("220 hello\n")) // the server speaks first, like SMTP or MySQL
+		io.Copy(c, c)
+	}()
+	target := l.Addr().String()
+	_, port, _ := net.SplitHostPort(target)
+	e := newTestEnv(t, SandboxInfo{ID: "sb1", Generation: 1, Policy: Policy{Mode: ModeAllowlist,
+		Rules: mustRules(t, "127.0.0.1:"+port), AllowPrivate: loopback8}})
+	status, c := e.rawConnect(t, target)
+	if status != 200 || c == nil {
+		t.Fatalf("CONNECT %s = %d, want 200", target, status)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	greeting := make([]byte, 10)
+	if _, err := io.ReadFull(c, greeting); err != nil || string(greeting) != "220 hello\n" {
+		t.Fatalf("greeting through the tunnel: %q, %v", greeting, err)
+	}
+	c.Write([]byte("EHLO sandbox\n"))
+	c.(*net.TCPConn).CloseWrite()
+	rest, err := io.ReadAll(c)
+	if err != nil || string(rest) != "EHLO sandbox\n" {
+		t.Fatalf("echo through the tunnel: %q, %v", rest, err)
+	}
+	rec := e.waitRecord("the tunnel", func(r Record) bool { return r.Method == "CONNECT" })
+	if !rec.Allowed || rec.BytesUp != 13 || rec.BytesDown != 23 || rec.Rule != "127.0.0.1:"+port {
+		t.Errorf("record %+v, want an allowed tunnel with 13 bytes up and 23 down", rec)
 	}
 }

@@ -127,7 +127,10 @@ func (p *Proxy) decideTunnel(ctx context.Context, sb SandboxInfo, rec *Record) e
 	return nil
 }
 
-// connect serves a CONNECT request: decide, answer 200, and terminate the tunnel.
+// connect serves a CONNECT request: decide, answer 200, and terminate the tunnel. A
+// tunnel to a port other than 80 and 443 that a rule without methods allows (see
+// Policy.DecideTCP) is relayed as it is instead, since it may carry any protocol
+// (SSH, a database's) and there is no method to enforce.
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, sb SandboxInfo, rec Record) {
 	rec.Method = http.MethodConnect
 	h, port, err := splitHost(r.Host)
@@ -145,6 +148,13 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 	if err := p.decideTunnel(r.Context(), sb, &rec); err != nil {
 		p.refuse(w, rec, err)
 		return
+	}
+	if rec.Port != 80 && rec.Port != 443 {
+		if d := sb.Policy.DecideTCP(rec.Host, rec.Port); d.Allowed {
+			rec.Rule = d.Rule
+			p.connectRaw(w, sb, rec)
+			return
+		}
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -347,6 +357,14 @@ type bufConn struct {
 }
 
 func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// CloseWrite half-closes the connection underneath, or closes it if it cannot.
+func (c *bufConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
 
 // countConn counts the bytes read (up) and written (down).
 type countConn struct {

@@ -96,11 +96,11 @@ func TestNetworkTCPRules(t *testing.T) {
 			port   string
 			reason string
 		}{
-			{cidr, otherPort, "no address or prefix rule"},
-			{exact, otherPort, "no address or prefix rule"},
+			{cidr, otherPort, "no rule without methods"},
+			{exact, otherPort, "no rule without methods"},
 			{unauthorised, allowedPort, "protected"},
 			{baseline, allowedPort, "baseline allows only HTTP"},
-			{methods, allowedPort, "no address or prefix rule"},
+			{methods, allowedPort, "no rule without methods"},
 		}
 		for _, c := range cases {
 			if r := netProbe(t, n, c.sb.Name, "echo", ip, c.port, "x", "10"); r.OK || r.Error == "" && r.Body == "10 of 10 bytes echoed" {
@@ -115,6 +115,53 @@ func TestNetworkTCPRules(t *testing.T) {
 		}
 		if got := otherConns() + allowedConns(); got != before {
 			t.Errorf("the upstreams got %d connections from refused sandboxes", got-before)
+		}
+	})
+
+	t.Run("allowed by a host rule, for the addresses the sandbox resolved", func(t *testing.T) {
+		w.dns.setAnswers("db.example.test", host)
+		sb := create("tcp-name", api.NetworkPolicy{Mode: "allowlist", Allow: []string{"db.example.test:" + allowedPort}, AllowPrivate: private})
+		// The address alone is not allowed before the sandbox has looked the name up.
+		if r := netProbe(t, n, sb.Name, "echo", ip, allowedPort, "x", "10"); r.OK {
+			t.Errorf("TCP to %s:%s before resolving db.example.test: %s, want it refused", ip, allowedPort, r)
+		}
+		// A client that ignores the proxy resolves the name and connects to the address.
+		if r := netProbe(t, n, sb.Name, "echo", "db.example.test", allowedPort, "q", "1000"); !r.OK {
+			t.Errorf("TCP to db.example.test:%s: %s", allowedPort, r)
+		}
+		rec := netWaitEgress(t, n, sb.Name, "the connection by name", func(r api.EgressRecord) bool {
+			return r.Method == "TCP" && r.Allowed
+		})
+		if rec.Port != 0 && (rec.Host != "db.example.test" || rec.Addr != ip || rec.BytesUp != 1000) {
+			t.Errorf("record %+v, want host db.example.test at %s with 1000 bytes up", rec, ip)
+		}
+		// Another port of the same host stays closed.
+		if r := netProbe(t, n, sb.Name, "echo", "db.example.test", otherPort, "x", "10"); r.OK {
+			t.Errorf("TCP to db.example.test:%s: %s, want it refused", otherPort, r)
+		}
+		// Through the proxy (CONNECT), the tunnel is relayed as it is.
+		res, err := n.Client.Exec(background, sb.Name, api.ExecRequest{Argv: []string{"python3", "-c", `
+import os, socket, urllib.parse, sys
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((u.hostname, u.port), timeout=10)
+s.sendall(b"CONNECT db.example.test:` + allowedPort + ` HTTP/1.1\r\nHost: db.example.test\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+s.sendall(b"through the tunnel")
+s.shutdown(socket.SHUT_WR)
+body = b""
+while True:
+    c = s.recv(4096)
+    if not c: break
+    body += c
+print(head.split(b"\r\n")[0].decode(), body.decode())
+`}, Timeout: "30s"})
+		if err != nil {
+			t.Fatalf("CONNECT db.example.test:%s: %v", allowedPort, err)
+		}
+		if !strings.Contains(res.Stdout, " 200 ") || !strings.Contains(res.Stdout, "through the tunnel") {
+			t.Errorf("CONNECT db.example.test:%s: got %q (stderr %q), want 200 and the echo", allowedPort, res.Stdout, res.Stderr)
 		}
 	})
 

@@ -69,6 +69,8 @@ type Node struct {
 	lns    []net.Listener
 	udp    net.PacketConn
 
+	names egress.ResolvedNames // what each sandbox resolved, for plain TCP rules by name
+
 	mu    sync.RWMutex
 	info  map[string]egress.SandboxInfo
 	links map[string]*netns.Sandbox
@@ -123,7 +125,7 @@ func New(opts Options) (_ *Node, retErr error) {
 		return nil, err
 	}
 	guard := egress.Guard{Node: nodeAddrs(), Sandboxes: []netip.Prefix{opts.Subnet}}
-	n.proxy, err = egress.NewProxy(egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit,
+	n.proxy, err = egress.NewProxy(egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit, NamesOf: n.names.Names,
 		Dialer: &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream)}, UpstreamRoots: roots, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
@@ -132,7 +134,7 @@ func New(opts Options) (_ *Node, retErr error) {
 		return nil, err
 	}
 	n.dns, err = egress.NewDNSServer(egress.DNSConfig{Lookup: n.lookup, Upstream: opts.Upstream, Guard: guard,
-		Log: opts.DNSLog, Logger: opts.Logger})
+		Log: opts.DNSLog, Resolved: n.names.Add, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -326,6 +328,7 @@ func (n *Node) Detach(ctx context.Context, id string) error {
 	delete(n.info, id)
 	delete(n.links, id)
 	n.mu.Unlock()
+	n.names.Forget(id)
 	err := n.nm.Delete(ctx, id)
 	os.RemoveAll(filepath.Join(n.opts.Dir, "sandboxes", id))
 	return err
