@@ -272,7 +272,7 @@ func TestDecideTCP(t *testing.T) {
 		{allow, "10.2.1.1", 22, false, ""},
 		{allow, "10.3.0.7", 6379, true, "10.3.0.7:6379"},
 		{allow, "10.3.0.7", 22, false, ""},
-		{allow, "10.4.0.1", 8080, false, ""}, // methods cannot be enforced on plain TCP
+		{allow, "10.4.0.1", 8080, false, ""},        // methods cannot be enforced on plain TCP
 		{allow, "::ffff:10.1.0.1", 5432, false, ""}, // the relay unmaps; a mapped form matches no IPv4 rule
 		{allow, "api.example.com", 5432, true, "api.example.com:5432"},
 		{allow, "API.example.com.", 5432, true, "api.example.com:5432"},
