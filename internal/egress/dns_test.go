@@ -126,13 +126,20 @@ func (e *dnsEnv) startUpstream() string {
 		}
 		w.WriteMsg(resp)
 	})
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		e.t.Fatal(err)
+	// One port number for both; a UDP port's number may be taken for TCP, so try again.
+	var pc net.PacketConn
+	var l net.Listener
+	for attempt := 0; l == nil; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			e.t.Fatal(err)
+		}
+		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
+			pc.Close()
+			if attempt == 20 {
+				e.t.Fatal(err)
+			}
+		}
 	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: l, Handler: h}} {
 		started := make(chan struct{})
