@@ -16,6 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// linkMTU is the MTU of both ends of a sandbox's link, as large as a loopback's. Every
+// connection over it ends on the node (at the proxy, its relay or DNS), none is
+// forwarded to a real network, so no packet has to fit anything smaller; and the
+// node's network stack handles each byte a sandbox receives in fewer, larger packets.
+const linkMTU = 65520
+
 // addVeth creates sb's veth pair: the host side in the host namespace, labelled with
 // the id in its alias (the kernel ignores an alias given at creation), the peer
 // directly inside sb's namespace. Both stay down. On failure nothing is left.
@@ -27,6 +33,7 @@ func (m *Manager) addVeth(sb *Sandbox) error {
 	defer ns.Close()
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = sb.HostIf
+	attrs.MTU = linkMTU // both ends: the peer takes the host side's
 	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: sb.SandboxIf, PeerNamespace: netlink.NsFd(ns)}
 	if err := m.nl.LinkAdd(veth); err != nil {
 		if errors.Is(err, unix.EEXIST) {
