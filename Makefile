@@ -25,6 +25,10 @@ test-short:
 bench: build
 	bash bench/run.sh
 
+# staticcheck comes through the Go module proxy at a pinned version.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
