@@ -182,7 +182,7 @@ func ParseRule(s string) (Rule, error) {
 		pf := netip.PrefixFrom(a, n)
 		switch {
 		case pf != pf.Masked():
-			return Rule{}, bad("prefix %s has host bits set; did you mean %s?", pf, pf.Masked())
+			return Rule{}, bad("prefix %s has host bits set (the prefix is %s)", pf, pf.Masked())
 		case n == 0:
 			return Rule{}, bad("prefix %s would allow every address; use mode unrestricted for that", pf)
 		}
