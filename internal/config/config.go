@@ -51,6 +51,9 @@ type Network struct {
 	// daemons on one host (tests) need different ones.
 	Table      string `yaml:"table"`
 	HostPrefix string `yaml:"host_prefix"`
+	// MaxConnections caps the connections one sandbox holds open to the egress proxy and
+	// DNS at once (0: 4096); a connection over it is reset and audited.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // Config is the daemon's configuration file.
@@ -186,6 +189,9 @@ func (c Config) Validate() error {
 	}
 	if !cgroupRE.MatchString(c.Network.Table) || len(c.Network.HostPrefix) < 1 || len(c.Network.HostPrefix) > 7 {
 		errs = append(errs, fmt.Errorf("network.table must be letters, digits, '_' or '-' and network.host_prefix 1 to 7 lowercase letters or digits"))
+	}
+	if c.Network.MaxConnections < 0 || c.Network.MaxConnections > 1<<20 {
+		errs = append(errs, fmt.Errorf("network.max_connections %d must be from 1 to 1048576 (0: 4096)", c.Network.MaxConnections))
 	}
 	if c.Network.UpstreamDNS != "" {
 		if _, err := netip.ParseAddrPort(c.Network.UpstreamDNS); err != nil {

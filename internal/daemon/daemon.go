@@ -87,7 +87,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if cfg.Network.Enabled {
 		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
 			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
-			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log})
+			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix,
+			MaxConns: cfg.Network.MaxConnections, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log})
 		if err != nil {
 			return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)
 		}

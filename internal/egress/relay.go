@@ -42,7 +42,7 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 	refuse := func(reason string) {
 		rec.Reason = reason
 		p.cfg.Audit(rec)
-		if tc, ok := conn.(*net.TCPConn); ok {
+		if tc, ok := conn.(interface{ SetLinger(int) error }); ok {
 			tc.SetLinger(0) // close with a reset: the client sees the refusal at once
 		}
 	}

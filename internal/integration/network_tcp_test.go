@@ -5,12 +5,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/testenv"
 	"github.com/vishvananda/netlink"
 )
 
@@ -218,4 +220,43 @@ func netLoopbackAlias(t testing.TB) netip.Addr {
 		}
 	})
 	return addr
+}
+
+// TestNetworkConnectionCap: a sandbox holds at most the node's cap of connections to
+// the proxy at once; one over it is reset and audited, and closing one makes room.
+func TestNetworkConnectionCap(t *testing.T) {
+	w := newNetWorld(t)
+	netRequireHostNetns(t)
+	n := testenv.NewNode(t, testenv.Options{Network: true, UpstreamDNS: w.dns.addr, ExtraCAs: []string{w.caFile}, MaxConns: 5})
+	sb := n.Create(t, api.CreateSandboxRequest{Name: "cap", Network: &api.NetworkPolicy{Mode: "baseline"}})
+	// Five connections to the proxy stay open; the sixth is reset; after one closes,
+	// another gets in. Each line is what one attempt saw.
+	res, err := n.Client.Exec(background, sb.Name, api.ExecRequest{Argv: []string{"python3", "-c", `
+import os, socket, time, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+def attempt():
+    s = None
+    try:
+        s = socket.create_connection((u.hostname, u.port), timeout=5)
+        s.settimeout(1)
+        print("closed" if s.recv(1) == b"" else "data")
+    except socket.timeout:
+        print("open")
+    except OSError as e:
+        print("reset" if isinstance(e, ConnectionResetError) else type(e).__name__)
+    return s
+held = [attempt() for _ in range(6)]
+held[0].close()
+time.sleep(0.5)  # the proxy sees the close and gives the slot back
+held.append(attempt())
+`}, Timeout: "60s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Fields(res.Stdout), []string{"open", "open", "open", "open", "open", "reset", "open"}; !slices.Equal(got, want) {
+		t.Fatalf("attempts saw %v (stderr %q), want %v", got, res.Stderr, want)
+	}
+	netWaitEgress(t, n, sb.Name, "the refusal over the cap", func(r api.EgressRecord) bool {
+		return !r.Allowed && strings.Contains(r.Reason, "5 connections open")
+	})
 }

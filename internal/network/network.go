@@ -44,6 +44,9 @@ type Options struct {
 	Upstream string
 	// ExtraCAs are PEM files of CAs that upstream servers may also be signed by.
 	ExtraCAs []string
+	// MaxConns caps the connections one sandbox holds open to the proxy, its relay and
+	// DNS at once (default DefaultMaxConns).
+	MaxConns int
 	// Audit receives every egress decision; DNSLog every DNS query.
 	Audit  func(egress.Record)
 	DNSLog func(egress.DNSRecord)
@@ -70,6 +73,7 @@ type Node struct {
 	udp    net.PacketConn
 
 	names egress.ResolvedNames // what each sandbox resolved, for plain TCP rules by name
+	limit *connLimit
 
 	mu    sync.RWMutex
 	info  map[string]egress.SandboxInfo
@@ -95,8 +99,16 @@ func New(opts Options) (_ *Node, retErr error) {
 	if opts.Upstream == "" {
 		opts.Upstream = hostResolver()
 	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.Audit == nil {
+		opts.Audit = func(egress.Record) {}
+	}
 	n := &Node{opts: opts, log: opts.Logger.With("component", "network"),
 		info: map[string]egress.SandboxInfo{}, links: map[string]*netns.Sandbox{}}
+	n.limit = &connLimit{max: opts.MaxConns, audit: opts.Audit, open: map[string]int{},
+		lookup: func(a netip.Addr) (string, bool) { return n.nm.Lookup(a) }}
 	defer func() {
 		if retErr != nil {
 			n.Close()
@@ -214,12 +226,12 @@ func (n *Node) listen() error {
 
 func (n *Node) serve() {
 	n.wg.Add(6)
-	go func() { defer n.wg.Done(); n.proxy.Serve(n.lns[0]) }()
+	go func() { defer n.wg.Done(); n.proxy.Serve(&limitedListener{Listener: n.lns[0], lim: n.limit}) }()
 	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[1], n.proxy.ServeTransparent) }()
 	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[2], n.proxy.ServeTransparent) }()
 	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[3], n.proxy.ServeTCP) }()
 	go func() { defer n.wg.Done(); n.dns.ServePacket(n.udp) }()
-	go func() { defer n.wg.Done(); n.dns.ServeStream(n.lns[4]) }()
+	go func() { defer n.wg.Done(); n.dns.ServeStream(&limitedListener{Listener: n.lns[4], lim: n.limit, port: 53}) }()
 }
 
 // acceptTransparent hands redirected connections to serve with their original
@@ -240,7 +252,9 @@ func (n *Node) acceptTransparent(l net.Listener, serve func(net.Conn, netip.Addr
 			c.Close()
 			continue
 		}
-		serve(c, dst)
+		if admitted := n.limit.admit(tc, int(dst.Port())); admitted != nil {
+			serve(admitted, dst)
+		}
 	}
 }
 

@@ -113,6 +113,8 @@ type Options struct {
 	UpstreamDNS string
 	// ExtraCAs are CA files upstream test servers are signed by.
 	ExtraCAs []string
+	// MaxConns caps each sandbox's open connections to the proxy (0: the default).
+	MaxConns int
 }
 
 // NewNode starts a node; its cleanup terminates every sandbox and fails the test if any
@@ -169,7 +171,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 		n.Network, err = network.New(network.Options{Dir: filepath.Join(dir, "network"),
 			Subnet: netip.MustParsePrefix(fmt.Sprintf("10.211.%d.0/24", time.Now().UnixNano()%250)), HostPrefix: "t" + tag,
-			Table: "airlock_t" + tag, Upstream: upstream, ExtraCAs: o.ExtraCAs,
+			Table: "airlock_t" + tag, Upstream: upstream, ExtraCAs: o.ExtraCAs, MaxConns: o.MaxConns,
 			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log})
 		if err != nil {
 			t.Fatal(err)
