@@ -231,7 +231,10 @@ func (n *Node) serve() {
 	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[2], n.proxy.ServeTransparent) }()
 	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[3], n.proxy.ServeTCP) }()
 	go func() { defer n.wg.Done(); n.dns.ServePacket(n.udp) }()
-	go func() { defer n.wg.Done(); n.dns.ServeStream(&limitedListener{Listener: n.lns[4], lim: n.limit, port: 53}) }()
+	go func() {
+		defer n.wg.Done()
+		n.dns.ServeStream(&limitedListener{Listener: n.lns[4], lim: n.limit, port: 53})
+	}()
 }
 
 // acceptTransparent hands redirected connections to serve with their original
