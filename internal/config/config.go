@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -122,8 +123,8 @@ func Load(path string) (Config, error) {
 }
 
 var (
-	cgroupRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
-	ownerRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	cgroupRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`) })
+	ownerRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) })
 )
 
 // Validate checks every field and says what is allowed.
@@ -147,11 +148,11 @@ func (c Config) Validate() error {
 		if len(t.Token) < 16 {
 			errs = append(errs, fmt.Errorf("tokens[%d]: a token must be at least 16 characters", i))
 		}
-		if !ownerRE.MatchString(t.Owner) {
+		if !ownerRE().MatchString(t.Owner) {
 			errs = append(errs, fmt.Errorf("tokens[%d]: owner %q must be 1 to 63 lowercase letters, digits, '.', '_' or '-'", i, t.Owner))
 		}
 	}
-	if !cgroupRE.MatchString(c.CgroupParent) {
+	if !cgroupRE().MatchString(c.CgroupParent) {
 		errs = append(errs, fmt.Errorf("cgroup_parent %q must be one path element of letters, digits, '.', '_' or '-'", c.CgroupParent))
 	}
 	switch c.LogLevel {
@@ -187,7 +188,7 @@ func (c Config) Validate() error {
 	if _, err := netip.ParsePrefix(c.Network.Subnet); err != nil {
 		errs = append(errs, fmt.Errorf("network.subnet %q must be an IPv4 CIDR prefix such as 10.203.0.0/16", c.Network.Subnet))
 	}
-	if !cgroupRE.MatchString(c.Network.Table) || len(c.Network.HostPrefix) < 1 || len(c.Network.HostPrefix) > 7 {
+	if !cgroupRE().MatchString(c.Network.Table) || len(c.Network.HostPrefix) < 1 || len(c.Network.HostPrefix) > 7 {
 		errs = append(errs, fmt.Errorf("network.table must be letters, digits, '_' or '-' and network.host_prefix 1 to 7 lowercase letters or digits"))
 	}
 	if c.Network.MaxConnections < 0 || c.Network.MaxConnections > 1<<20 {

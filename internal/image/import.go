@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,11 +22,11 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?$`) })
 
 // validName checks an image name: like a Docker reference, lowercase.
 func validName(name string) error {
-	if len(name) > 255 || !nameRE.MatchString(name) {
+	if len(name) > 255 || !nameRE().MatchString(name) {
 		return errdefs.Invalid("invalid image name %q: use 1 to 255 lowercase letters, digits, '.', '_', '-', '/' and ':', starting and ending with a letter or digit", name)
 	}
 	if name == HostName {

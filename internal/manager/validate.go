@@ -4,20 +4,21 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
 
 // NameRule says what a sandbox name may be.
 const NameRule = "1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
 
 // ValidateName checks a sandbox name.
 func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return errdefs.Invalid("invalid sandbox name %q: a name is %s", name, NameRule)
 	}
 	if strings.HasPrefix(name, "sb_") {
@@ -26,11 +27,11 @@ func ValidateName(name string) error {
 	return nil
 }
 
-var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 func validateEnv(env map[string]string) error {
 	for k, v := range env {
-		if !envKeyRE.MatchString(k) {
+		if !envKeyRE().MatchString(k) {
 			return errdefs.Invalid("invalid environment variable name %q: use letters, digits and '_', not starting with a digit", k)
 		}
 		if strings.ContainsRune(v, 0) {
@@ -46,14 +47,14 @@ func validateEnv(env map[string]string) error {
 	return nil
 }
 
-var labelKeyRE = regexp.MustCompile(`^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$`)
+var labelKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$`) })
 
 func validateLabels(labels map[string]string) error {
 	if len(labels) > 64 {
 		return errdefs.Invalid("too many labels (%d); at most 64", len(labels))
 	}
 	for k, v := range labels {
-		if !labelKeyRE.MatchString(k) {
+		if !labelKeyRE().MatchString(k) {
 			return errdefs.Invalid("invalid label key %q: 1 to 64 letters, digits, '.', '_', '/' or '-', starting and ending with a letter or digit", k)
 		}
 		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -49,7 +50,7 @@ type Config struct {
 	Table string
 }
 
-var ifPrefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,6}$`)
+var ifPrefixRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9]{0,6}$`) })
 
 // Validate reports the first thing wrong with c, as an invalid-argument error.
 func (c Config) Validate() error {
@@ -62,7 +63,7 @@ func (c Config) Validate() error {
 	if c.Subnet.Bits() > c.linkBits() {
 		return errdefs.Invalid("netns: subnet %v is smaller than one /%d link", c.Subnet, c.linkBits())
 	}
-	if !ifPrefixRE.MatchString(c.HostPrefix) {
+	if !ifPrefixRE().MatchString(c.HostPrefix) {
 		return errdefs.Invalid("netns: host interface prefix %q is not 1-7 lower-case letters and digits", c.HostPrefix)
 	}
 	if !filepath.IsAbs(c.RunDir) {
@@ -156,10 +157,10 @@ const sandboxIf = "eth0"
 // aliasPrefix labels a host-side veth as Airlock's; the sandbox id follows it.
 const aliasPrefix = "airlock:"
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`) })
 
 func validID(id string) error {
-	if !idRE.MatchString(id) {
+	if !idRE().MatchString(id) {
 		return errdefs.Invalid("netns: sandbox id %q is not 1-128 letters, digits, '_', '.' or '-'", id)
 	}
 	return nil

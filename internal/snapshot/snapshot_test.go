@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -401,5 +403,12 @@ func TestDeleteDuringCreate(t *testing.T) {
 			t.Fatalf("Verify after a concurrent Delete: %v", err)
 		}
 		prev = next
+	}
+}
+
+func TestZeroChunk(t *testing.T) {
+	sum := sha256.Sum256(make([]byte, ChunkSize))
+	if got := hex.EncodeToString(sum[:]); got != zeroChunk {
+		t.Fatalf("the digest of a chunk of zeros is %s, zeroChunk says %s", got, zeroChunk)
 	}
 }
