@@ -11,8 +11,10 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +45,9 @@ type server struct {
 	conns    map[net.Conn]struct{}
 	sessions map[string]*session
 	wg       sync.WaitGroup // connection handlers and session watchers
+
+	calls    atomic.Int64 // connections accepted, each one call
+	lastDone atomic.Int64 // when the last call ended, in unix nanoseconds
 }
 
 // Main is the entry point of the hidden `airlock agent` subcommand. It serves until
@@ -167,8 +172,17 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 			s.conns[c] = struct{}{}
 			s.wg.Add(1)
 			s.mu.Unlock()
+			s.calls.Add(1)
 			go s.serveConn(c)
 		}
+	}()
+
+	trimCtx, stopTrim := context.WithCancel(ctx)
+	defer stopTrim()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.trimWhenIdle(trimCtx)
 	}()
 
 	var serveErr error
@@ -178,6 +192,7 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 		serveErr = fmt.Errorf("agent: accept: %w", serveErr)
 	}
 	s.log.Info("shutting down", "reason", context.Cause(ctx))
+	stopTrim()
 	ln.Close()
 	s.shutdown()
 	return serveErr
@@ -254,6 +269,40 @@ func (s *server) shutdown() {
 }
 
 // serveConn reads the request and runs it.
+// freeOSMemory is debug.FreeOSMemory; tests count the calls.
+var freeOSMemory = debug.FreeOSMemory
+
+// idleTrim is how long the agent waits after its last call before it gives the memory
+// the calls grew its heap by back to the system.
+const idleTrim = time.Second
+
+// trimWhenIdle returns freed heap to the system once no call has been open for
+// idleTrim since calls were last made: a burst of execs grows the heap, and a sandbox
+// sitting idle should not keep it. It never runs while calls are coming in.
+func (s *server) trimWhenIdle(ctx context.Context) {
+	tick := time.NewTicker(idleTrim / 2)
+	defer tick.Stop()
+	trimmedAt := s.calls.Load()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		calls := s.calls.Load()
+		if calls == trimmedAt || time.Since(time.Unix(0, s.lastDone.Load())) < idleTrim {
+			continue
+		}
+		s.mu.Lock()
+		open := len(s.conns)
+		s.mu.Unlock()
+		if open == 0 {
+			freeOSMemory()
+			trimmedAt = calls
+		}
+	}
+}
+
 func (s *server) serveConn(c net.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -261,6 +310,7 @@ func (s *server) serveConn(c net.Conn) {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
+		s.lastDone.Store(time.Now().UnixNano())
 	}()
 	fw := &frameWriter{w: c}
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))

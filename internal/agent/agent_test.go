@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -143,5 +145,34 @@ func TestAgentProcess(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("agent exit after SIGTERM: %v, want status 0", err)
+	}
+}
+
+// TestIdleTrim: the agent gives memory back once after a burst of calls, when it has
+// been idle for idleTrim, and not again until there were new calls.
+func TestIdleTrim(t *testing.T) {
+	var trims atomic.Int32
+	freeOSMemory = func() { trims.Add(1) }
+	defer func() { freeOSMemory = debug.FreeOSMemory }()
+	c, _ := startAgent(t, Options{})
+	time.Sleep(2 * idleTrim)
+	if n := trims.Load(); n != 0 {
+		t.Fatalf("trimmed %d times before any call, want 0", n)
+	}
+	for range 5 {
+		if err := c.Ping(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := trims.Load(); n != 0 {
+		t.Fatalf("trimmed %d times right after the calls, want 0 until idle", n)
+	}
+	deadline := time.Now().Add(5 * idleTrim)
+	for trims.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * idleTrim)
+	if n := trims.Load(); n != 1 {
+		t.Fatalf("trimmed %d times after the burst and a quiet spell, want 1", n)
 	}
 }
