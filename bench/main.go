@@ -286,6 +286,19 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("warm agent after %d execs: VmRSS %.1f MiB of which RssAnon %.1f MiB (the rest is the shared, file-backed airlock binary)", 1+o.execN+o.warmup, v, anon))
 		}
 	}
+	// The agent gives back what a burst grew its heap by once idle for a second.
+	agentIdle := &series{Name: "c. agent VmRSS, warm then idle 2 s", Unit: "MiB"}
+	time.Sleep(2 * time.Second)
+	if apid, err := cg.agentPID(warmID); err != nil {
+		agentIdle.fail(err)
+	} else if v, err := procMiB(apid, "status", "VmRSS"); err != nil {
+		agentIdle.fail(err)
+	} else {
+		agentIdle.Values = []float64{v}
+		if anon, err := procMiB(apid, "status", "RssAnon"); err == nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("warm agent idle 2 s later: VmRSS %.1f MiB of which RssAnon %.1f MiB", v, anon))
+		}
+	}
 	if _, err := terminate(ctx, b.c, warmID); err != nil {
 		return nil, err
 	}
@@ -313,7 +326,7 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	}
 
 	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault,
-		ex.airlock, ex.runc, ex.get, idleStart, busy, idleEnd, agentWarm, agentRSS, agentPss} {
+		ex.airlock, ex.runc, ex.get, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss} {
 		if s != nil && (len(s.Values) > 0 || s.Errors > 0) {
 			rep.Series = append(rep.Series, s.summary())
 		}

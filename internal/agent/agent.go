@@ -90,6 +90,10 @@ func Main(ctx context.Context, args []string) error {
 		ln.Close()
 		return fmt.Errorf("agent: chmod socket: %w", err)
 	}
+	// Half the default GC target: the agent's live heap is small and bursts of calls
+	// would otherwise grow it to several MiB per sandbox.
+	debug.SetGCPercent(50)
+	dropTextPages()
 	if *readyFD >= 0 {
 		f := os.NewFile(uintptr(*readyFD), "ready")
 		_, werr := f.WriteString("ready\n")
@@ -298,6 +302,7 @@ func (s *server) trimWhenIdle(ctx context.Context) {
 		s.mu.Unlock()
 		if open == 0 {
 			freeOSMemory()
+			dropTextPages()
 			trimmedAt = calls
 		}
 	}
