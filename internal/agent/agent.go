@@ -93,7 +93,6 @@ func Main(ctx context.Context, args []string) error {
 	// Half the default GC target: the agent's live heap is small and bursts of calls
 	// would otherwise grow it to several MiB per sandbox.
 	debug.SetGCPercent(50)
-	dropTextPages()
 	if *readyFD >= 0 {
 		f := os.NewFile(uintptr(*readyFD), "ready")
 		_, werr := f.WriteString("ready\n")
@@ -103,6 +102,7 @@ func Main(ctx context.Context, args []string) error {
 			return fmt.Errorf("agent: ready fd: %w", err)
 		}
 	}
+	dropTextPages() // start-up is over; after the ready signal, so it does not delay it
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
 	return Serve(ctx, ln, Options{
 		Root:    *root,

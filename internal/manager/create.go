@@ -134,14 +134,16 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	for _, mt := range img.Mounts {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: mt.Source, Destination: mt.Destination, ReadOnly: mt.ReadOnly})
 	}
-	if err := m.attach(ctx, sb, &spec); err != nil {
+	attached, err := m.attach(ctx, sb, &spec)
+	if err != nil {
 		return err
 	}
 	if err := m.driver.Start(ctx, spec); err != nil {
+		attached()
 		m.detach(context.WithoutCancel(ctx), sb.ID)
 		return err
 	}
-	return nil
+	return attached()
 }
 
 // rollbackCreate removes every trace of a create that did not finish.

@@ -89,23 +89,35 @@ func normalNetwork(n store.Network) (store.Network, error) {
 	return out, nil
 }
 
-// attach wires sb's network into spec; the caller detaches on a failed start.
-func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.Spec) error {
+// attach starts making sb's network and gives spec a hook that waits for it: the driver
+// calls the hook once the sandbox's filesystem is ready, so the two are built at once.
+// wait returns the attach's outcome; after a failed start the caller waits before it
+// detaches, so that no network is made after it was removed.
+func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.Spec) (wait func() error, err error) {
 	if m.net == nil {
-		return nil
+		return func() error { return nil }, nil
 	}
 	pol, err := parsePolicy(sb.Network)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	att, err := m.net.Attach(ctx, sb, pol)
-	if err != nil {
-		return errdefs.Unavailable("the network of sandbox %q could not be set up", sb.Name).WithCause(err)
+	var att *Attachment
+	var attErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if att, attErr = m.net.Attach(ctx, sb, pol); attErr != nil {
+			attErr = errdefs.Unavailable("the network of sandbox %q could not be set up", sb.Name).WithCause(attErr)
+		}
+	}()
+	wait = func() error { <-done; return attErr }
+	spec.Network = func() (runtime.NetworkJoin, error) {
+		if err := wait(); err != nil {
+			return runtime.NetworkJoin{}, err
+		}
+		return runtime.NetworkJoin{NetnsPath: att.NetnsPath, Env: att.Env, Mounts: att.Mounts}, nil
 	}
-	spec.NetnsPath = att.NetnsPath
-	spec.Env = append(spec.Env, att.Env...)
-	spec.Mounts = append(spec.Mounts, att.Mounts...)
-	return nil
+	return wait, nil
 }
 
 func (m *Manager) detach(ctx context.Context, id string) {

@@ -42,8 +42,20 @@ type Spec struct {
 	// NetnsPath is a network namespace made for the sandbox to join; empty gives it a
 	// new one with loopback only.
 	NetnsPath string
+	// Network, if set, is called once the sandbox's filesystem is ready and before its
+	// container starts, and what it returns is added to the above: the caller makes the
+	// network meanwhile, so the two are built at once. An error fails the start.
+	Network func() (NetworkJoin, error)
 	// Deadline is the maximum-lifetime end the agent enforces on its own clock (zero: none).
 	Deadline time.Time
+}
+
+// NetworkJoin is what a sandbox's network adds to its container: a namespace to join,
+// environment and mounts.
+type NetworkJoin struct {
+	NetnsPath string
+	Env       []string
+	Mounts    []Mount
 }
 
 // Status is what the host says about a sandbox's container.

@@ -1,6 +1,6 @@
 // Package drivertest is the conformance suite every runtime.Driver runs: start, agent
 // reachability, stats, stop keeping the upper layer, restart, delete, failed starts that
-// leave nothing, listing and (when supported) freezing. It must not depend on any one
+// leave nothing, the network hook, listing and (when supported) freezing. It must not depend on any one
 // driver's internals.
 package drivertest
 
@@ -123,6 +123,42 @@ func Run(t *testing.T, h Harness) {
 		d.Delete(ctx, id)
 		if left := h.Leftovers(id); len(left) > 0 {
 			t.Fatalf("left after a failed Start: %v", left)
+		}
+	})
+
+	t.Run("NetworkHookJoinsBeforeStart", func(t *testing.T) {
+		id := newID(t)
+		spec := h.Spec(id)
+		calls := 0
+		spec.Network = func() (runtime.NetworkJoin, error) {
+			calls++
+			return runtime.NetworkJoin{Env: []string{"JOINED=yes"}}, nil
+		}
+		t.Cleanup(func() { d.Delete(context.Background(), id) })
+		if err := d.Start(ctx, spec); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if got := exec(t, id, "echo $JOINED"); got != "yes\n" || calls != 1 {
+			t.Fatalf("the hook's environment: got %q after %d calls; want yes after 1", got, calls)
+		}
+	})
+
+	t.Run("NetworkHookErrorFailsStart", func(t *testing.T) {
+		id := newID(t)
+		spec := h.Spec(id)
+		spec.Network = func() (runtime.NetworkJoin, error) {
+			return runtime.NetworkJoin{}, fmt.Errorf("no network today")
+		}
+		if err := d.Start(ctx, spec); err == nil {
+			d.Delete(ctx, id)
+			t.Fatal("Start succeeded although its network hook failed")
+		}
+		if st, _ := d.Status(ctx, id); st != runtime.StatusAbsent {
+			t.Fatalf("Status after a failed hook = %q; want absent", st)
+		}
+		d.Delete(ctx, id)
+		if left := h.Leftovers(id); len(left) > 0 {
+			t.Fatalf("left after a failed hook: %v", left)
 		}
 	})
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,17 +164,36 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if err := os.Chown(runDir, int(s.UIDBase), int(s.UIDBase)); err != nil {
 		return err
 	}
-	if err := d.attachStorage(ctx, s.ID, s.Limits.Disk); err != nil {
+	// The disk and the user namespace holder do not depend on each other: make both at
+	// once.
+	var us *userns
+	var usErr error
+	made := make(chan struct{})
+	go func() {
+		defer close(made)
+		us, usErr = newUserns(d.opts.AgentBinary, s.UIDBase)
+	}()
+	storageErr := d.attachStorage(ctx, s.ID, s.Limits.Disk)
+	<-made
+	if err := errors.Join(storageErr, usErr); err != nil {
+		if us != nil {
+			us.close()
+		}
 		return err
 	}
-	us, err := newUserns(d.opts.AgentBinary, s.UIDBase)
-	if err != nil {
-		return err
-	}
-	err = rfs.mount(us, s.UIDBase, s.Layers)
+	err := rfs.mount(us, s.UIDBase, s.Layers)
 	us.close()
 	if err != nil {
 		return err
+	}
+	if s.Network != nil {
+		j, err := s.Network()
+		if err != nil {
+			return err
+		}
+		s.NetnsPath = j.NetnsPath
+		s.Env = append(slices.Clip(s.Env), j.Env...)
+		s.Mounts = append(slices.Clip(s.Mounts), j.Mounts...)
 	}
 	sp, err := d.bundleSpec(s, rfs.merged(), runDir)
 	if err != nil {

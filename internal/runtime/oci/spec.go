@@ -129,6 +129,7 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.S
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile: %w", err)
 	}
+	prof.Architectures = nativeArch(prof.Architectures)
 	sp.Linux.Seccomp = prof
 	return sp, nil
 }
@@ -156,4 +157,15 @@ func resources(l runtime.Limits, swapAccounting bool) *specs.LinuxResources {
 		r.Pids = &specs.LinuxPids{Limit: &pids}
 	}
 	return r
+}
+
+// nativeArch keeps only the first (native) architecture of a seccomp profile's list.
+// The default profile also admits the 32-bit ABIs (x86 and x32 on amd64) for old
+// binaries; sandboxes run 64-bit code, a syscall through another ABI is refused as a
+// bad architecture, and runc compiles a third of the filter at every start.
+func nativeArch(arches []specs.Arch) []specs.Arch {
+	if len(arches) == 0 {
+		return nil
+	}
+	return arches[:1]
 }
