@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // HostName is the name of the built-in image made from the host's own /usr.
@@ -330,7 +331,7 @@ func (s *Store) writeRecord(img *Image) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.recordPath(img.Digest), b)
+	return fsutil.WriteFileAtomic(s.recordPath(img.Digest), b, 0o600)
 }
 
 func (s *Store) readNames() (map[string]string, error) {
@@ -353,38 +354,7 @@ func (s *Store) writeNames(names map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.path("names.json"), b)
-}
-
-// writeFileAtomic writes data to a temp file beside path, syncs it and renames it over path.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o600)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return fsutil.WriteFileAtomic(s.path("names.json"), b, 0o600)
 }
 
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/fsutil"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -147,14 +148,5 @@ func writeConfFile(path string, body []byte) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, body, 0o644); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return fsutil.WriteFileAtomic(path, body, 0o644)
 }

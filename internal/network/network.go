@@ -21,6 +21,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/fsutil"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/netns"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -215,11 +216,7 @@ func (n *Node) listen() error {
 	}
 	if n.ports != saved {
 		b, _ := json.Marshal(n.ports)
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			return err
-		}
-		return os.Rename(tmp, path)
+		return fsutil.WriteFileAtomic(path, b, 0o600)
 	}
 	return nil
 }
@@ -376,11 +373,7 @@ func writeBundle(dir string, caPEM []byte) (string, error) {
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
 	path := filepath.Join(dir, "ca-bundle.pem")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp, path)
+	return path, fsutil.WriteFileAtomic(path, data, 0o644)
 }
 
 // hostResolver is the first nameserver of the host's resolv.conf.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // Chunks are reference-counted in memory: refs[hex] is the number of ready snapshots
@@ -53,7 +54,7 @@ func (s *Store) Delete(id string, dependents func(id string) []string) error {
 	if err := os.Remove(s.manifestPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := syncDir(s.manifestDir()); err != nil {
+	if err := fsutil.SyncDir(s.manifestDir()); err != nil {
 		return err
 	}
 	s.mu.Lock()

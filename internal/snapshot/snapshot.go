@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // Snapshot states.
@@ -300,40 +301,7 @@ func (s *Store) writeManifest(m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.manifestPath(m.ID), b)
-}
-
-// writeFileAtomic replaces path with data: temp file, fsync, rename, fsync of the dir.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsutil.WriteFileAtomic(s.manifestPath(m.ID), b, 0o600)
 }
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
