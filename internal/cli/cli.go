@@ -175,6 +175,20 @@ func (c *cmd) isSet(name string) bool {
 
 func (c *cmd) json() bool { return c.output == "json" }
 
+// connect parses args (npos positionals, no command) and opens the client: how most
+// verbs begin.
+func (c *cmd) connect(args []string, npos int) ([]string, *client.Client, error) {
+	pos, _, err := c.parse(args, npos, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	return pos, cl, nil
+}
+
 // client returns the SDK client the global flags describe.
 func (c *cmd) client() (*client.Client, error) {
 	if c.cl == nil {

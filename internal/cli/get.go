@@ -14,11 +14,7 @@ var getVerb = &verb{
 }
 
 func runGet(c *cmd, args []string) error {
-	pos, _, err := c.parse(args, 1, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
 	}

@@ -135,11 +135,7 @@ func printImages(w io.Writer, imgs []api.Image) error {
 }
 
 func runImageRm(c *cmd, args []string) error {
-	pos, _, err := c.parse(args, 1, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
 	}

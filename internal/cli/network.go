@@ -37,11 +37,7 @@ var networkGetVerb = &verb{
 	args:  "NAME",
 	short: "show a sandbox's egress policy",
 	run: func(c *cmd, args []string) error {
-		pos, _, err := c.parse(args, 1, false)
-		if err != nil {
-			return err
-		}
-		cl, err := c.client()
+		pos, cl, err := c.connect(args, 1)
 		if err != nil {
 			return err
 		}
@@ -93,11 +89,7 @@ var egressLogVerb = &verb{
 	short: "show a sandbox's egress decisions",
 	run: func(c *cmd, args []string) error {
 		after := c.fs.Int64("after", 0, "only records after sequence number `SEQ`")
-		pos, _, err := c.parse(args, 1, false)
-		if err != nil {
-			return err
-		}
-		cl, err := c.client()
+		pos, cl, err := c.connect(args, 1)
 		if err != nil {
 			return err
 		}
@@ -163,11 +155,7 @@ var portLsVerb = &verb{
 	args:  "NAME",
 	short: "list a sandbox's exposed ports",
 	run: func(c *cmd, args []string) error {
-		pos, _, err := c.parse(args, 1, false)
-		if err != nil {
-			return err
-		}
-		cl, err := c.client()
+		pos, cl, err := c.connect(args, 1)
 		if err != nil {
 			return err
 		}

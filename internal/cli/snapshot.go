@@ -57,11 +57,7 @@ func runSnapshotCreate(c *cmd, args []string) error {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
-	pos, _, err := c.parse(args, 1, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
 	}
@@ -106,11 +102,7 @@ func runSnapshotLs(c *cmd, args []string) error {
 }
 
 func runSnapshotGet(c *cmd, args []string) error {
-	pos, _, err := c.parse(args, 1, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
 	}
@@ -130,11 +122,7 @@ func runSnapshotGet(c *cmd, args []string) error {
 }
 
 func runSnapshotRm(c *cmd, args []string) error {
-	pos, _, err := c.parse(args, 1, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
 	}
@@ -151,11 +139,7 @@ func runSnapshotRm(c *cmd, args []string) error {
 func runRestore(c *cmd, args []string) error {
 	noSafety := c.fs.Bool("no-safety-snapshot", false, "do not snapshot the current state first")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
-	pos, _, err := c.parse(args, 2, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 2)
 	if err != nil {
 		return err
 	}
@@ -174,11 +158,7 @@ func runFork(c *cmd, args []string) error {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
-	pos, _, err := c.parse(args, 2, false)
-	if err != nil {
-		return err
-	}
-	cl, err := c.client()
+	pos, cl, err := c.connect(args, 2)
 	if err != nil {
 		return err
 	}
