@@ -91,17 +91,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
-	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
-		release()
-		return op, nil, m.finishOp(op, "", err)
-	}
-	err = m.store.CreateSandbox(ctx, sb)
-	release()
-	if err != nil {
-		m.freeSlot(sb.UIDBase)
-		if errors.Is(err, errdefs.ErrAlreadyExists) {
-			err = errdefs.Exists("a sandbox named %q already exists", req.Name)
-		}
+	if err := m.insertSandbox(ctx, sb, release); err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
 	unlock := m.locks.lock(sb.ID)
@@ -117,6 +107,25 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return op, nil, m.finishOp(op, "", err)
 	}
 	return op, sb, m.finishOp(op, sb.ID, nil)
+}
+
+// insertSandbox gives sb its uid range and stores its record, then lets go of the
+// live-count reservation; a name already taken is an already-exists error.
+func (m *Manager) insertSandbox(ctx context.Context, sb *store.Sandbox, release func()) error {
+	defer release()
+	base, err := m.allocSlot(sb.ID)
+	if err != nil {
+		return err
+	}
+	sb.UIDBase = base
+	if err := m.store.CreateSandbox(ctx, sb); err != nil {
+		m.freeSlot(base)
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			return errdefs.Exists("a sandbox named %q already exists", sb.Name)
+		}
+		return err
+	}
+	return nil
 }
 
 // startContainer builds the container behind sb.

@@ -308,17 +308,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		sb.Parent = parent.Parent
 	}
 	op.SandboxID = sb.ID
-	if sb.UIDBase, err = m.allocSlot(sb.ID); err != nil {
-		release()
-		return op, nil, m.finishOp(op, "", err)
-	}
-	err = m.store.CreateSandbox(ctx, sb)
-	release()
-	if err != nil {
-		m.freeSlot(sb.UIDBase)
-		if errors.Is(err, errdefs.ErrAlreadyExists) {
-			err = errdefs.Exists("a sandbox named %q already exists", req.Name)
-		}
+	if err := m.insertSandbox(ctx, sb, release); err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
 	unlock := m.locks.lock(sb.ID)
