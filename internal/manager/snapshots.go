@@ -314,8 +314,9 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
 	m.event(sb, "created", "fork", map[string]any{"from": parent.ID, "snapshot": sb.Parent})
+	durable := func() error { return nil }
 	if clone {
-		err = m.cloneFrom(ctx, parent.ID, sb, cloner)
+		durable, err = m.cloneFrom(ctx, parent.ID, sb, cloner)
 	} else {
 		err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
 			return m.snaps.Restore(ctx, man.ID, filepath.Join(dir, "upper"), sb.UIDBase)
@@ -324,6 +325,11 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	sb.Generation = 1
 	if err == nil {
 		err = m.startContainer(ctx, sb, img)
+		// The copy reaches stable storage while the container starts; the fork is done
+		// only when both are.
+		if derr := durable(); err == nil {
+			err = derr
+		}
 	}
 	if err != nil {
 		m.rollbackCreate(sb)
@@ -338,26 +344,26 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 
 // cloneFrom copies a parent sandbox's writable layer into sb directly: frozen while it
 // runs, so the copy is crash-consistent, as a snapshot would be.
-func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sandbox, cloner runtime.StorageCloner) error {
+func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sandbox, cloner runtime.StorageCloner) (durable func() error, err error) {
 	unlock := m.locks.lock(parentID)
 	defer unlock()
 	parent, err := m.store.GetSandbox(ctx, parentID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch parent.State {
 	case Running:
 		fz, ok := m.driver.(runtime.Freezer)
 		if !ok {
-			return errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
+			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
 		}
 		if err := fz.Freeze(ctx, parent.ID); err != nil {
-			return errdefs.Unavailable("could not freeze sandbox %q", parent.Name).WithCause(err)
+			return nil, errdefs.Unavailable("could not freeze sandbox %q", parent.Name).WithCause(err)
 		}
 		defer fz.Thaw(context.WithoutCancel(ctx), parent.ID)
 	case Suspended:
 	default:
-		return errdefs.Precondition("sandbox %q is %s; forks are of running or suspended sandboxes", parent.Name, parent.State)
+		return nil, errdefs.Precondition("sandbox %q is %s; forks are of running or suspended sandboxes", parent.Name, parent.State)
 	}
 	return cloner.CloneStorage(ctx, parent.ID, sb.ID, parent.UIDBase, sb.UIDBase)
 }

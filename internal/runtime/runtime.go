@@ -128,7 +128,10 @@ type Storage interface {
 
 // StorageCloner is implemented by drivers that can copy a sandbox's writable layer to a
 // new sandbox directly (faster than a snapshot and a restore), shifting its ids from the
-// source's range to the destination's.
+// source's range to the destination's. CloneStorage returns once the copy can be used;
+// durable then waits until the copy is on stable storage (it may be called more than
+// once), and the caller waits for it before it reports the clone done, so the write-back
+// overlaps whatever comes next, such as starting the new sandbox.
 type StorageCloner interface {
-	CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) error
+	CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) (durable func() error, err error)
 }

@@ -8,36 +8,40 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/fsutil"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
 var _ runtime.StorageCloner = (*Driver)(nil)
 
 // CloneStorage implements runtime.StorageCloner: it copies the source's disk image
-// (sparse, extent by extent) and shifts the copy's ids into the destination's range.
-// The source must be stopped or frozen by the caller; its filesystem is synced first.
-func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) (retErr error) {
+// (sparse, extent by extent, starting the write-back of each piece as it goes) and
+// shifts the copy's ids into the destination's range. The source must be stopped or
+// frozen by the caller; its filesystem is synced first. The copy is flushed to stable
+// storage in the background; durable waits for that.
+func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) (durable func() error, retErr error) {
 	srcImg := filepath.Join(d.dir(src), diskImage)
 	if _, err := os.Stat(srcImg); err != nil {
-		return fmt.Errorf("%w: sandbox %s has no disk image", errors.ErrUnsupported, src)
+		return nil, fmt.Errorf("%w: sandbox %s has no disk image", errors.ErrUnsupported, src)
 	}
 	if m := mountsUnder(filepath.Join(d.dir(src), "fs")); len(m) > 0 {
 		f, err := os.Open(filepath.Join(d.dir(src), "fs"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		err = unix.Syncfs(int(f.Fd()))
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("sync %s: %w", src, err)
+			return nil, fmt.Errorf("sync %s: %w", src, err)
 		}
 	}
 	dstDir := d.dir(dst)
 	if err := os.MkdirAll(dstDir, 0o711); err != nil {
-		return err
+		return nil, err
 	}
 	dstImg := filepath.Join(dstDir, diskImage)
 	defer func() {
@@ -46,18 +50,50 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 		}
 	}()
 	if err := copySparse(srcImg, dstImg); err != nil {
-		return err
+		return nil, err
 	}
+	// No flushes from this short mount: its unmount would otherwise wait for the whole
+	// image to reach the disk, which the background sync below does instead.
 	fsDir := filepath.Join(dstDir, "fs")
-	if err := mountDisk(dstImg, fsDir); err != nil {
-		return err
+	if err := mountDisk(dstImg, fsDir, "nobarrier"); err != nil {
+		return nil, err
 	}
-	defer unmountAll(fsDir)
 	os.RemoveAll(filepath.Join(fsDir, "work"))
-	return shiftIDs(filepath.Join(fsDir, "upper"), srcBase, dstBase)
+	err := shiftIDs(filepath.Join(fsDir, "upper"), srcBase, dstBase)
+	// Unmounting writes the shifted inodes back into the image, before the flush below.
+	if uerr := unmountAll(fsDir); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- syncFileAndDir(dstImg) }()
+	return sync.OnceValue(func() error { return <-flushed }), nil
 }
 
-// copySparse copies a file's data extents only, so holes stay holes.
+// syncFileAndDir puts a file's data and its directory entry on stable storage.
+func syncFileAndDir(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return fsutil.SyncDir(filepath.Dir(path))
+}
+
+// writeBackChunk is how much copySparse copies before it starts that piece's write-back.
+const writeBackChunk = 8 << 20
+
+// copySparse copies a file's data extents only, so holes stay holes. It starts the
+// write-back of each piece it copies (without waiting for it), so that a later fsync
+// finds most of the work done; it does not sync.
 func copySparse(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -92,18 +128,19 @@ func copySparse(src, dst string) error {
 		}
 		for pos := data; pos < hole; {
 			inOff, outOff := pos, pos
-			n, err := unix.CopyFileRange(fdIn, &inOff, fdOut, &outOff, int(hole-pos), 0)
+			n, err := unix.CopyFileRange(fdIn, &inOff, fdOut, &outOff, int(min(hole-pos, writeBackChunk)), 0)
 			if err != nil {
 				return fmt.Errorf("copy %s: %w", src, err)
 			}
 			if n == 0 {
 				return fmt.Errorf("copy %s: %w", src, io.ErrUnexpectedEOF)
 			}
+			unix.SyncFileRange(fdOut, pos, int64(n), unix.SYNC_FILE_RANGE_WRITE) // a hint: errors surface at the fsync
 			pos += int64(n)
 		}
 		off = hole
 	}
-	return out.Sync()
+	return out.Close()
 }
 
 // shiftIDs moves every owner in the source range to the same place in the destination

@@ -53,8 +53,8 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 }
 
 // mountDisk attaches img to a free loop device (detached automatically on unmount) and
-// mounts it at dir.
-func mountDisk(img, dir string) error {
+// mounts its ext4 at dir with the mount options opts (usually none).
+func mountDisk(img, dir, opts string) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func mountDisk(img, dir string) error {
 			lf.Close()
 			return fmt.Errorf("attach %s to %s: %w", img, dev, err)
 		}
-		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "")
+		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, opts)
 		lf.Close() // the mount holds the device; autoclear detaches it on unmount
 		if err != nil {
 			return fmt.Errorf("mount %s: %w", dev, err)

@@ -457,7 +457,7 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 	} else if err != nil {
 		return err
 	}
-	return mountDisk(img, fsDir)
+	return mountDisk(img, fsDir, "")
 }
 
 // WithStorage implements runtime.Storage.
