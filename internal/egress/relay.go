@@ -1,8 +1,8 @@
 package egress
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -39,7 +39,7 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 	remote, _ := netip.ParseAddrPort(conn.RemoteAddr().String())
 	addr, port := dst.Addr().Unmap().WithZone(""), int(dst.Port())
 	rec := Record{Host: addr.String(), Port: port, Method: "TCP", Time: time.Now()}
-	refuse := func(reason string) {
+	reset := func(reason string) {
 		rec.Reason = reason
 		p.cfg.Audit(rec)
 		if tc, ok := conn.(interface{ SetLinger(int) error }); ok {
@@ -48,7 +48,7 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 	}
 	sb, ok := p.cfg.Lookup(remote)
 	if !ok {
-		refuse("unknown source " + remote.String())
+		reset("unknown source " + remote.String())
 		return
 	}
 	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
@@ -63,7 +63,7 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 		}
 	}
 	if !d.Allowed {
-		refuse(d.Reason)
+		reset(d.Reason)
 		return
 	}
 	rec.Rule = d.Rule
@@ -71,7 +71,10 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 	up, ap, err := p.dialer.DialChecked(ctx, addr.String(), port, sb.Policy.AllowPrivate)
 	cancel()
 	if err != nil {
-		refuse(errdefs.Message(err))
+		// A protected address is a refusal; an upstream that does not answer is an
+		// allowed connection that failed, as for HTTP.
+		rec.Allowed = !errors.Is(err, errdefs.ErrPermissionDenied)
+		reset(errdefs.Message(err))
 		return
 	}
 	if !p.track(up) {
@@ -101,13 +104,8 @@ func (p *Proxy) connectRaw(w http.ResponseWriter, sb SandboxInfo, rec Record) {
 	}
 	defer up.Close()
 	rec.Addr = ap.Addr().String()
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		p.refuse(w, Record{}, &errdefs.Error{Class: errdefs.ErrInternal, Msg: "cannot take over the connection", Cause: err})
-		return
-	}
-	if !p.track(conn) {
-		conn.Close()
+	conn, client, ok := p.takeOver(w)
+	if !ok {
 		return
 	}
 	defer func() {
@@ -118,11 +116,6 @@ func (p *Proxy) connectRaw(w http.ResponseWriter, sb SandboxInfo, rec Record) {
 		return
 	}
 	defer p.release(up)
-	var client net.Conn = conn
-	if n := brw.Reader.Buffered(); n > 0 { // the client did not wait for our answer
-		early, _ := brw.Reader.Peek(n)
-		client = &bufConn{Conn: conn, r: io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)}
-	}
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}

@@ -235,3 +235,24 @@ func TestConnectRawRelay(t *testing.T) {
 		t.Errorf("record %+v, want an allowed tunnel with 13 bytes up and 23 down", rec)
 	}
 }
+
+// TestServeTCPUpstreamDown: an allowed connection whose upstream does not answer is
+// reset and audited as allowed, with why it failed (a refusal is for policy only).
+func TestServeTCPUpstreamDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := netip.MustParseAddrPort(l.Addr().String())
+	l.Close() // nothing listens there now
+	e := newTestEnv(t, SandboxInfo{ID: "sb1", Generation: 1, Policy: Policy{Mode: ModeAllowlist,
+		Rules: mustRules(t, "127.0.0.0/8"), AllowPrivate: loopback8}})
+	c := e.redirected(t, "127.0.0.1", dead)
+	if n, err := c.Read(make([]byte, 1)); err == nil || n > 0 {
+		t.Fatalf("read from a relay to a dead upstream: %d, %v; want it closed", n, err)
+	}
+	rec := e.waitRecord("the failed connection", func(r Record) bool { return r.Method == "TCP" })
+	if !rec.Allowed || !strings.Contains(rec.Reason, "cannot connect") || rec.Rule != "127.0.0.0/8" {
+		t.Errorf("record %+v, want an allowed connection that could not connect", rec)
+	}
+}

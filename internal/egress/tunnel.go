@@ -156,19 +156,9 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 			return
 		}
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		p.refuse(w, Record{}, &errdefs.Error{Class: errdefs.ErrInternal, Msg: "cannot take over the connection", Cause: err})
+	conn, c, ok := p.takeOver(w)
+	if !ok {
 		return
-	}
-	if !p.track(conn) {
-		conn.Close()
-		return
-	}
-	var c net.Conn = conn
-	if n := brw.Reader.Buffered(); n > 0 { // the client did not wait for our answer
-		early, _ := brw.Reader.Peek(n)
-		c = &bufConn{Conn: conn, r: io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)}
 	}
 	t := &tunnel{p: p, raw: conn, sandbox: sb.ID, generation: sb.Generation,
 		host: rec.Host, port: rec.Port, scheme: "http", rec: rec}
@@ -178,6 +168,28 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 		return
 	}
 	p.terminate(c, t, sb)
+}
+
+// takeOver hijacks a CONNECT request's connection into the proxy's keeping (Close ends
+// it) and returns it twice: raw, and as the tunnel reads it, with whatever the client
+// sent without waiting for the answer in front. ok is false when there is nothing to
+// serve (the client has had its answer, or the proxy is closing).
+func (p *Proxy) takeOver(w http.ResponseWriter) (raw, c net.Conn, ok bool) {
+	raw, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		p.refuse(w, Record{}, &errdefs.Error{Class: errdefs.ErrInternal, Msg: "cannot take over the connection", Cause: err})
+		return nil, nil, false
+	}
+	if !p.track(raw) {
+		raw.Close()
+		return nil, nil, false
+	}
+	c = raw
+	if n := brw.Reader.Buffered(); n > 0 { // the client did not wait for our answer
+		early, _ := brw.Reader.Peek(n)
+		c = &bufConn{Conn: raw, r: io.MultiReader(bytes.NewReader(bytes.Clone(early)), raw)}
+	}
+	return raw, c, true
 }
 
 // serveTransparent serves a redirected connection (see ServeTransparent).
