@@ -32,8 +32,8 @@ func dropTextPages() {
 	for sc.Scan() {
 		// 00400000-00c5e000 r-xp 00000000 fd:01 1234  /path/to/airlock
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || fields[5] != exe || strings.Contains(fields[1], "w") {
-			continue
+		if len(fields) < 6 || strings.Join(fields[5:], " ") != exe || strings.Contains(fields[1], "w") {
+			continue // the path may have spaces, or " (deleted)" once the binary was replaced
 		}
 		lo, hi, ok := strings.Cut(fields[0], "-")
 		if !ok {
