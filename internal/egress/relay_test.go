@@ -9,30 +9,46 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// echoServer answers every connection with what it reads, then closes its side.
+// echoServer answers every connection with what it reads, then closes its side. At
+// cleanup it closes everything and waits for its goroutines (goleak checks them).
 func echoServer(t *testing.T) netip.AddrPort {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
 				defer c.Close()
 				io.Copy(c, c)
-			}()
+			})
 		}
-	}()
+	})
 	return netip.MustParseAddrPort(l.Addr().String())
 }
 
@@ -187,13 +203,16 @@ func TestConnectRawRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	served := make(chan struct{})
+	defer func() { l.Close(); <-served }()
 	go func() {
+		defer close(served)
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
 		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
 		c.Write([]byte("220 hello\n")) // the server speaks first, like SMTP or MySQL
 		io.Copy(c, c)
 	}()
