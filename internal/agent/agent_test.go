@@ -177,8 +177,8 @@ func TestIdleTrim(t *testing.T) {
 	}
 }
 
-// TestDropTextPages: dropping the executable's read-only pages leaves the process
-// working and its resident file pages fewer.
+// TestDropTextPages: dropping the executable's read-only pages leaves fewer of them
+// resident (that the process runs on is what every later test shows).
 func TestDropTextPages(t *testing.T) {
 	rssFile := func() int {
 		b, err := os.ReadFile("/proc/self/status")
@@ -199,9 +199,5 @@ func TestDropTextPages(t *testing.T) {
 	after := rssFile()
 	if after >= before {
 		t.Errorf("RssFile %d kB before, %d kB after dropping text pages; want fewer", before, after)
-	}
-	// Code runs on: the pages come back from the page cache.
-	if got := strings.Repeat("ok", 2); got != "okok" {
-		t.Fatalf("after dropping pages: %q", got)
 	}
 }

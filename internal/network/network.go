@@ -316,7 +316,7 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 		nameserver = link.HostAddr.String()
 	}
 	resolv := filepath.Join(dir, "resolv.conf")
-	if err := os.WriteFile(resolv, []byte("nameserver "+nameserver+"\noptions ndots:0 timeout:2 attempts:2\n"), 0o644); err != nil {
+	if err := writeConfFile(resolv, []byte("nameserver "+nameserver+"\noptions ndots:0 timeout:2 attempts:2\n")); err != nil {
 		return nil, err
 	}
 	// Clients are pointed at the proxy and CA by variables and, for programs that scrub
