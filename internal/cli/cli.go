@@ -189,6 +189,25 @@ func (c *cmd) connect(args []string, npos int) ([]string, *client.Client, error)
 	return pos, cl, nil
 }
 
+// connectOptional is connect for verbs that take at most one sandbox name; ref is ""
+// without one.
+func (c *cmd) connectOptional(args []string) (ref string, cl *client.Client, err error) {
+	pos, _, err := c.parse(args, -1, false)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(pos) > 1 {
+		return "", nil, usagef("at most one sandbox name")
+	}
+	if len(pos) == 1 {
+		ref = pos[0]
+	}
+	if cl, err = c.client(); err != nil {
+		return "", nil, err
+	}
+	return ref, cl, nil
+}
+
 // client returns the SDK client the global flags describe.
 func (c *cmd) client() (*client.Client, error) {
 	if c.cl == nil {

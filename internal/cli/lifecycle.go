@@ -61,18 +61,7 @@ var eventsVerb = &verb{
 func runEvents(c *cmd, args []string) error {
 	follow := c.fs.Bool("follow", false, "keep printing new events")
 	after := c.fs.Int64("after", 0, "only events after sequence number `SEQ`")
-	pos, _, err := c.parse(args, -1, false)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 1 {
-		return usagef("at most one sandbox name")
-	}
-	ref := ""
-	if len(pos) == 1 {
-		ref = pos[0]
-	}
-	cl, err := c.client()
+	ref, cl, err := c.connectOptional(args)
 	if err != nil {
 		return err
 	}

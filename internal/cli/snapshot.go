@@ -73,18 +73,7 @@ func runSnapshotCreate(c *cmd, args []string) error {
 }
 
 func runSnapshotLs(c *cmd, args []string) error {
-	pos, _, err := c.parse(args, -1, false)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 1 {
-		return usagef("at most one sandbox name")
-	}
-	ref := ""
-	if len(pos) == 1 {
-		ref = pos[0]
-	}
-	cl, err := c.client()
+	ref, cl, err := c.connectOptional(args)
 	if err != nil {
 		return err
 	}
