@@ -61,7 +61,7 @@ func TestMainDeadline(t *testing.T) {
 		t.Fatalf("ready fd: got %q, %v; want %q", line, err, "ready\n")
 	}
 
-	c := &Client{Socket: sock}
+	c := SocketClient(sock)
 	var out syncBuffer
 	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "echo $AGENT_TEST $(pwd)"}, nil, &out, nil)
 	if err != nil || res.State != StateSucceeded || out.String() != "1 /tmp\n" {
@@ -127,7 +127,7 @@ func TestAgentProcess(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("ready fd: got %q, %v", line, err)
 	}
-	c := &Client{Socket: sock}
+	c := SocketClient(sock)
 	var out syncBuffer
 	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "echo hi"}, nil, &out, nil)
 	if err != nil || res.State != StateSucceeded || out.String() != "hi\n" {

@@ -10,10 +10,30 @@ import (
 	"time"
 )
 
-// Client calls an agent over its unix socket, one connection per call. The zero value
-// with Socket set is ready to use; it is safe for concurrent use.
+// Client calls an agent, one connection per call, each made by Dial. It is safe for
+// concurrent use. The connection is whatever channel the runtime driver vouches for; the
+// client never picks an address itself.
 type Client struct {
-	Socket string
+	Dial func(ctx context.Context) (net.Conn, error)
+}
+
+// SocketClient is a client of an agent listening on a unix socket path (tests, and the
+// agent's own tools; the daemon dials through its runtime driver).
+func SocketClient(path string) *Client {
+	return &Client{Dial: func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+}
+
+// OpenRaw dials the agent and sends req, returning the connection for a caller that
+// speaks the frames itself (a terminal relayed to a client).
+func (c *Client) OpenRaw(ctx context.Context, req *Request) (net.Conn, error) {
+	k, err := c.open(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return k.conn, nil
 }
 
 // cancelWait bounds how long a cancelled call waits for the agent's final result (a
@@ -27,10 +47,9 @@ type call struct {
 }
 
 func (c *Client) open(ctx context.Context, req *Request) (*call, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	conn, err := c.Dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("agent: dial %s: %w", c.Socket, err)
+		return nil, fmt.Errorf("agent: dial: %w", err)
 	}
 	b, err := json.Marshal(req)
 	if err == nil {

@@ -177,9 +177,9 @@ func TestExecBackgroundDoesNotHoldCall(t *testing.T) {
 }
 
 // rawCall sends frames on a fresh connection and returns the frames that come back.
-func rawCall(t *testing.T, sock string, frames ...[]byte) (types []FrameType, payloads [][]byte) {
+func rawCall(t *testing.T, c *Client, frames ...[]byte) (types []FrameType, payloads [][]byte) {
 	t.Helper()
-	conn, err := net.Dial("unix", sock)
+	conn, err := c.Dial(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestDamagedRequestIsNotRun(t *testing.T) {
 		func(b []byte) []byte { b[20] ^= 0x20; return b },    // payload byte
 	} {
 		f := damage(requestFrame(t, Request{Op: OpExec, Exec: &ExecSpec{Argv: []string{"touch", marker}}}))
-		types, payloads := rawCall(t, c.Socket, f)
+		types, payloads := rawCall(t, c, f)
 		if len(types) != 1 || types[0] != FrameError {
 			t.Fatalf("damage %d: got frames %q, want one Error frame", i, types)
 		}
@@ -238,7 +238,7 @@ func TestDamagedStdinFrame(t *testing.T) {
 	bad := encodeFrame(t, FrameStdin, []byte("data"))
 	bad[len(bad)-1] ^= 1
 	req := requestFrame(t, Request{Op: OpExec, Exec: &ExecSpec{Argv: []string{"cat"}, Stdin: true}})
-	types, payloads := rawCall(t, c.Socket, req, bad)
+	types, payloads := rawCall(t, c, req, bad)
 	if len(types) == 0 || types[len(types)-1] != FrameError {
 		t.Fatalf("got frames %q, want the call to end with an Error frame", types)
 	}
@@ -272,7 +272,7 @@ func fakeAgent(t *testing.T, answer func(net.Conn)) *Client {
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
-	return &Client{Socket: sock}
+	return SocketClient(sock)
 }
 
 func TestClientSeesDamagedFrame(t *testing.T) {

@@ -78,7 +78,7 @@ func startAgent(t *testing.T, opts Options) (c *Client, root string) {
 			t.Errorf("Serve returned %v, want nil", err)
 		}
 	})
-	return &Client{Socket: sock}, opts.Root
+	return SocketClient(sock), opts.Root
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sort"
 	"time"
 
@@ -36,7 +37,10 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, sb, err
 	}
-	return &agent.Client{Socket: m.driver.AgentSocket(sb.ID)}, sb, nil
+	id := sb.ID
+	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
+		return m.driver.DialAgent(ctx, id)
+	}}, sb, nil
 }
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"net"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -71,7 +72,9 @@ func (f *fakeDriver) Status(_ context.Context, id string) (runtime.Status, error
 func (f *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) {
 	return runtime.Stats{}, nil
 }
-func (f *fakeDriver) AgentSocket(id string) string { return "/nonexistent/" + id }
+func (f *fakeDriver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	return nil, errors.New("fake driver: no agent for " + id)
+}
 
 func (f *fakeDriver) List(context.Context) ([]string, error) {
 	f.mu.Lock()

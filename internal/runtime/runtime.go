@@ -6,6 +6,7 @@ package runtime
 
 import (
 	"context"
+	"net"
 	"time"
 )
 
@@ -91,8 +92,9 @@ type Driver interface {
 	Status(ctx context.Context, id string) (Status, error)
 	// Stats reads the container's cgroup.
 	Stats(ctx context.Context, id string) (Stats, error)
-	// AgentSocket is the host path of the sandbox agent's unix socket.
-	AgentSocket(id string) string
+	// DialAgent connects to the sandbox's agent over a channel the sandbox cannot
+	// redirect, and checks that the peer is that sandbox's agent.
+	DialAgent(ctx context.Context, id string) (net.Conn, error)
 	// List returns the ids of every sandbox this driver has resources for on the host.
 	List(ctx context.Context) ([]string, error)
 }

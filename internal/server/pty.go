@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -54,18 +53,12 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var d net.Dialer
-	ac, err := d.DialContext(r.Context(), "unix", cl.Socket)
+	ac, err := cl.OpenRaw(r.Context(), &agent.Request{Op: agent.OpPTY, Exec: &spec})
 	if err != nil {
 		s.writeError(w, r, errdefs.Unavailable("the sandbox did not answer").WithCause(err))
 		return
 	}
 	defer ac.Close()
-	req, _ := json.Marshal(agent.Request{Op: agent.OpPTY, Exec: &spec})
-	if err := agent.WriteFrame(ac, agent.FrameRequest, req); err != nil {
-		s.writeError(w, r, errdefs.Unavailable("the sandbox did not answer").WithCause(err))
-		return
-	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		s.writeError(w, r, errdefs.Unavailable("this connection cannot be upgraded"))

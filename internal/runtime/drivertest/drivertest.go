@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -48,7 +49,7 @@ func Run(t *testing.T, h Harness) {
 	exec := func(t *testing.T, id, shell string) string {
 		t.Helper()
 		var out bytes.Buffer
-		cl := agent.Client{Socket: d.AgentSocket(id)}
+		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
 		res, err := cl.Exec(ctx, agent.ExecSpec{Shell: shell}, nil, &out, &out)
 		if err != nil {
 			t.Fatalf("exec %q: %v", shell, err)
@@ -65,7 +66,7 @@ func Run(t *testing.T, h Harness) {
 		if st, err := d.Status(ctx, id); err != nil || st != runtime.StatusRunning {
 			t.Fatalf("Status after Start = %q, %v; want running", st, err)
 		}
-		if err := (&agent.Client{Socket: d.AgentSocket(id)}).Ping(ctx); err != nil {
+		if err := (&agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}).Ping(ctx); err != nil {
 			t.Fatalf("agent ping: %v", err)
 		}
 		stats, err := d.Stats(ctx, id)

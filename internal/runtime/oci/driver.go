@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,9 +132,10 @@ func (d *Driver) dir(id string) string         { return filepath.Join(d.opts.Roo
 func (d *Driver) containerID(id string) string { return "airlock-" + id }
 func (d *Driver) cgroupPath(id string) string  { return "/" + d.opts.CgroupParent + "/" + id }
 
-// AgentSocket implements runtime.Driver.
-func (d *Driver) AgentSocket(id string) string {
-	return filepath.Join(d.dir(id), "run", "agent.sock")
+// DialAgent implements runtime.Driver.
+func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	var nd net.Dialer
+	return nd.DialContext(ctx, "unix", filepath.Join(d.dir(id), "run", "agent.sock"))
 }
 
 // UpperDir is the host directory of a sandbox's upper layer (container-native ids).
