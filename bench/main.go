@@ -61,6 +61,7 @@ type options struct {
 	runc, cgroup       string
 	jsonPath           string
 	daemonPID          int
+	flood              int
 	skipPodman, strict bool
 }
 
@@ -80,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file ('-': to standard output, instead of the table)")
 	fs.IntVar(&o.daemonPID, "daemon-pid", 0, "the daemon's pid (default: the peer of the socket)")
 	fs.BoolVar(&o.skipPodman, "skip-podman", false, "do not measure podman")
+	fs.IntVar(&o.flood, "flood", 0, "instead of the table: flood the daemon from one sandbox for this many seconds and measure a second one (DNS, proxy connections and output at once)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -107,6 +109,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", a...) }
 	b := &bench{o: o, logf: logf, runID: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	defer b.close()
+	if o.flood > 0 {
+		return b.runFlood(ctx, stdout)
+	}
 	rep, err := b.measure(ctx)
 	if err != nil {
 		return err
