@@ -57,6 +57,7 @@ func Main(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // the returned error says what was wrong
 	socket := fs.String("socket", "", "listen on this unix socket path")
+	listenFd := fs.Int("listen-fd", -1, "listen on this inherited, bound unix socket instead of --socket")
 	root := fs.String("root", "/", "root directory of file operations")
 	deadline := fs.Int64("deadline", 0, "stop at this Unix time in seconds (0: never)")
 	readyFD := fs.Int("ready-fd", -1, "write \"ready\\n\" to this fd once listening, then close it")
@@ -66,8 +67,13 @@ func Main(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errdefs.Invalid("agent: %v", err)
 	}
-	if *socket == "" {
-		return errdefs.Invalid("agent: --socket is required")
+	if (*socket == "") == (*listenFd < 0) {
+		return errdefs.Invalid("agent: exactly one of --socket and --listen-fd is required")
+	}
+	if os.Getpid() == 1 {
+		if err := protectSelf(); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -79,16 +85,9 @@ func Main(ctx context.Context, args []string) error {
 		defer cancel()
 	}
 
-	if err := os.Remove(*socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("agent: remove stale socket: %w", err)
-	}
-	ln, err := net.Listen("unix", *socket)
+	ln, err := listen(*socket, *listenFd)
 	if err != nil {
-		return fmt.Errorf("agent: listen: %w", err)
-	}
-	if err := os.Chmod(*socket, 0o600); err != nil {
-		ln.Close()
-		return fmt.Errorf("agent: chmod socket: %w", err)
+		return err
 	}
 	// Half the default GC target: the agent's live heap is small and bursts of calls
 	// would otherwise grow it to several MiB per sandbox.
@@ -103,13 +102,40 @@ func Main(ctx context.Context, args []string) error {
 		}
 	}
 	dropTextPages() // start-up is over; after the ready signal, so it does not delay it
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
+	// The log is read on the host and sandbox code can make the agent write to it:
+	// 16 KiB a second after a 256 KiB burst, and the host caps the file besides.
+	logw := newRateLimitedWriter(os.Stderr, 16<<10, 256<<10)
+	logger := slog.New(slog.NewTextHandler(logw, nil)).With("component", "agent")
 	return Serve(ctx, ln, Options{
 		Root:    *root,
 		Workdir: *workdir,
 		Env:     mergeEnv(os.Environ(), env),
 		Logger:  logger,
 	})
+}
+
+// listen opens the agent's listener: the inherited socket when fd >= 0, else a new
+// socket at path.
+func listen(path string, fd int) (net.Listener, error) {
+	if fd >= 0 {
+		ln, err := listenFD(fd)
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		return ln, nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("agent: remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("agent: chmod socket: %w", err)
+	}
+	return ln, nil
 }
 
 type envFlag []string

@@ -105,6 +105,7 @@ func (s *server) spawn(l launch) (*proc, error) {
 		}
 		return nil, &startError{code: code, msg: fmt.Sprintf("start %s: %v", l.argv[0], err)}
 	}
+	markOOMFirst(pid)
 	s.mu.Lock()
 	p.pid = pid
 	closing := s.closing

@@ -23,6 +23,9 @@ type Harness struct {
 	Driver runtime.Driver
 	// Spec returns a runnable spec for a new sandbox id.
 	Spec func(id string) runtime.Spec
+	// HostDirs are host directories (the driver's state) whose paths sandbox code must
+	// not be able to see.
+	HostDirs []string
 	// Leftovers lists host resources (mounts, directories...) of id that the driver
 	// should have removed; empty means clean.
 	Leftovers func(id string) []string
@@ -91,6 +94,8 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("left after Delete: %v", left)
 		}
 	})
+
+	hostile(t, h, run, exec)
 
 	t.Run("StopKeepsUpperLayer", func(t *testing.T) {
 		id := newID(t)

@@ -14,12 +14,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +63,8 @@ type Driver struct {
 	swapAccounting bool
 	maxFiles       uint64
 	pool           *diskPool
+	peers          sync.Map // sandbox id → agentPeer
+	stopLogs       func()
 }
 
 // Close stops the driver's background work. Sandboxes keep running.
@@ -70,6 +72,7 @@ func (d *Driver) Close() error {
 	if d.pool != nil {
 		d.pool.close()
 	}
+	d.stopLogs()
 	return nil
 }
 
@@ -125,18 +128,16 @@ func New(opts Options) (*Driver, error) {
 			return nil, err
 		}
 	}
+	stop := make(chan struct{})
+	var once sync.Once
+	d.stopLogs = func() { once.Do(func() { close(stop) }) }
+	go d.sweepLogs(stop)
 	return d, nil
 }
 
 func (d *Driver) dir(id string) string         { return filepath.Join(d.opts.Root, id) }
 func (d *Driver) containerID(id string) string { return "airlock-" + id }
 func (d *Driver) cgroupPath(id string) string  { return "/" + d.opts.CgroupParent + "/" + id }
-
-// DialAgent implements runtime.Driver.
-func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	var nd net.Dialer
-	return nd.DialContext(ctx, "unix", filepath.Join(d.dir(id), "run", "agent.sock"))
-}
 
 // UpperDir is the host directory of a sandbox's upper layer (container-native ids).
 func (d *Driver) UpperDir(id string) string { return rootfs{d.dir(id)}.upper() }
@@ -148,7 +149,6 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	}
 	dir := d.dir(s.ID)
 	rfs := rootfs{dir}
-	runDir := filepath.Join(dir, "run")
 	defer func() {
 		if retErr != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -157,13 +157,6 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 		}
 	}()
 	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return err
-	}
-	os.RemoveAll(runDir)
-	if err := os.Mkdir(runDir, 0o700); err != nil {
-		return err
-	}
-	if err := os.Chown(runDir, int(s.UIDBase), int(s.UIDBase)); err != nil {
 		return err
 	}
 	// The disk and the user namespace holder do not depend on each other: make both at
@@ -197,7 +190,7 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 		s.Env = append(slices.Clip(s.Env), j.Env...)
 		s.Mounts = append(slices.Clip(s.Mounts), j.Mounts...)
 	}
-	sp, err := d.bundleSpec(s, rfs.merged(), runDir)
+	sp, err := d.bundleSpec(s, rfs.merged())
 	if err != nil {
 		return err
 	}
@@ -212,17 +205,25 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return err
 	}
-	return d.run(ctx, s.ID, bundle)
+	if err := d.run(ctx, s.ID, bundle); err != nil {
+		return err
+	}
+	return d.recordPeer(s.ID, s.UIDBase)
 }
 
 // run starts the container detached and waits for its agent to say it is ready.
 func (d *Driver) run(ctx context.Context, id, bundle string) error {
+	sock, err := d.bindAgentSocket(id)
+	if err != nil {
+		return err
+	}
+	defer sock.Close()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer readyR.Close()
-	logf, err := os.OpenFile(filepath.Join(d.dir(id), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(d.dir(id), agentLogName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		readyW.Close()
 		return err
@@ -231,8 +232,9 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 	// The container inherits runc's stdio, so both go to the log file: a pipe would stay
 	// open for the container's whole life.
 	cmd := exec.CommandContext(ctx, d.opts.Runc, "--root", d.opts.RuncRoot, "run", "--detach",
-		"--bundle", bundle, "--preserve-fds", "1", d.containerID(id))
-	cmd.ExtraFiles = []*os.File{readyW}
+		"--bundle", bundle, "--preserve-fds", "2",
+		"--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
+	cmd.ExtraFiles = []*os.File{readyW, sock} // fds 3 and 4 (agentFD)
 	cmd.Stdin = nil
 	cmd.Stdout = logf
 	cmd.Stderr = logf
@@ -268,11 +270,7 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 
 // tail returns the end of the agent's log, for error messages.
 func (d *Driver) tail(id string) string {
-	b, _ := os.ReadFile(filepath.Join(d.dir(id), "agent.log"))
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
-	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(string(logTail(d.dir(id), 2048)))
 }
 
 func (d *Driver) runc(ctx context.Context, args ...string) ([]byte, error) {
@@ -301,7 +299,8 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 	} else if err := unmountAll(filepath.Join(dir, "fs")); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range []string{"bundle", "run", "rootfs"} {
+	d.peers.Delete(id)
+	for _, p := range []string{"bundle", "ctl", "run", "rootfs"} {
 		os.RemoveAll(filepath.Join(dir, p))
 	}
 	return errors.Join(errs...)

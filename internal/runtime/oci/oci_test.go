@@ -50,7 +50,8 @@ func TestConformance(t *testing.T) {
 	}
 	slots := map[string]uint32{}
 	drivertest.Run(t, drivertest.Harness{
-		Driver: d,
+		Driver:   d,
+		HostDirs: []string{dir},
 		Spec: func(id string) runtime.Spec {
 			slot, ok := slots[id]
 			if !ok {

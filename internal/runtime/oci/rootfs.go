@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -125,7 +126,7 @@ func (r rootfs) mount(us *userns, base uint32, layers []string) (retErr error) {
 		if err := idmapMount(us, l, dst, true); err != nil {
 			return err
 		}
-		lowers[len(layers)-1-i] = dst // overlay lists the top layer first
+		lowers[len(layers)-1-i] = filepath.Join("m", strconv.Itoa(i)) // overlay lists the top layer first
 	}
 	if len(lowers) == 0 {
 		// overlayfs needs a lower layer; an empty one stands in.
@@ -133,14 +134,36 @@ func (r rootfs) mount(us *userns, base uint32, layers []string) (retErr error) {
 		if err := os.MkdirAll(empty, 0o755); err != nil {
 			return err
 		}
-		lowers = []string{empty}
+		lowers = []string{filepath.Join("fs", "empty")}
 	}
+	// Paths relative to the sandbox's directory: the kernel shows the options in the
+	// sandbox's own mount table, and the host's layout is none of its business.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off",
-		strings.Join(lowers, ":"), r.upper(), filepath.Join(r.dir, "fs", "work"))
-	if err := unix.Mount("overlay", r.merged(), "overlay", 0, opts); err != nil {
+		strings.Join(lowers, ":"), filepath.Join("fs", "upper"), filepath.Join("fs", "work"))
+	if err := mountIn(r.dir, "overlay", r.merged(), "overlay", opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
 	return nil
+}
+
+// mountIn mounts with dir as the working directory, so that relative paths in data
+// resolve under it. The change of directory happens on a thread of its own that no
+// longer shares the process's working directory, and that thread is retired after.
+func mountIn(dir, source, target, fstype, data string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.Chdir(dir); err != nil {
+			errc <- err
+			return
+		}
+		errc <- unix.Mount(source, target, fstype, 0, data)
+	}()
+	return <-errc
 }
 
 // unmount removes the overlay and the idmapped mounts; it is safe to call on a partly

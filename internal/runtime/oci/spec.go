@@ -13,10 +13,8 @@ import (
 
 // Paths inside every sandbox.
 const (
-	agentPath   = "/.airlock/agent" // the agent binary, bound read-only
-	agentRunDir = "/.airlock/run"   // the agent's socket directory
-	agentSocket = agentRunDir + "/agent.sock"
-	labelKey    = "dev.airlock.sandbox" // annotation naming the sandbox
+	agentPath = "/.airlock/agent"     // the agent binary, bound read-only
+	labelKey  = "dev.airlock.sandbox" // annotation naming the sandbox
 )
 
 // capabilities is the container default set minus NET_RAW and MKNOD.
@@ -39,8 +37,8 @@ var (
 )
 
 // bundleSpec builds the OCI runtime spec of a sandbox container.
-func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.Spec, error) {
-	args := []string{agentPath, "agent", "--socket", agentSocket, "--ready-fd", "3"}
+func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string) (*specs.Spec, error) {
+	args := []string{agentPath, "agent", "--listen-fd", strconv.Itoa(agentFD), "--ready-fd", "3"}
 	if s.WorkingDir != "" {
 		args = append(args, "--workdir", s.WorkingDir)
 	}
@@ -57,6 +55,7 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.S
 	if hostname == "" {
 		hostname = "sandbox"
 	}
+	tmpfs := tmpfsSizes(d.opts.TmpfsBytes, s.Limits.Memory)
 	caps := &specs.LinuxCapabilities{
 		Bounding: capabilities, Effective: capabilities, Permitted: capabilities,
 	}
@@ -77,16 +76,15 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.S
 		Annotations: map[string]string{labelKey: s.ID},
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=" + strconv.FormatInt(tmpfs.dev, 10)}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpfs.shm, 10)}},
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(d.opts.TmpfsBytes, 10)}},
-			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536k"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpfs.tmp, 10)}},
+			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=" + strconv.FormatInt(tmpfs.run, 10)}},
 			{Destination: agentPath, Type: "bind", Source: d.opts.AgentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-			{Destination: agentRunDir, Type: "bind", Source: runDir, Options: []string{"bind", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings: idmap,
@@ -132,6 +130,30 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath, runDir string) (*specs.S
 	prof.Architectures = nativeArch(prof.Architectures)
 	sp.Linux.Seccomp = prof
 	return sp, nil
+}
+
+// tmpfsLimits are the sizes of a sandbox's memory-backed filesystems.
+type tmpfsLimits struct{ dev, shm, run, tmp int64 }
+
+// agentReserve is the memory kept free of tmpfs for the agent and for the command that
+// fills the filesystems, so that filling them ends in "no space left", not in the OOM
+// killer with nothing left to end.
+const agentReserve = 64 << 20
+
+// tmpfsSizes sizes /dev, /dev/shm, /run and /tmp. tmpfs is memory charged to the
+// sandbox: together they never exceed its memory limit less agentReserve. /tmp gets
+// what the others leave, up to tmpBytes.
+func tmpfsSizes(tmpBytes, memory int64) tmpfsLimits {
+	t := tmpfsLimits{dev: 64 << 20, shm: 64 << 20, run: 64 << 20, tmp: tmpBytes}
+	if memory <= 0 {
+		return t
+	}
+	budget := max(memory-agentReserve, 8<<20)
+	t.dev = min(t.dev, max(budget/16, 1<<20))
+	t.shm = min(t.shm, max(budget/8, 1<<20))
+	t.run = min(t.run, max(budget/8, 1<<20))
+	t.tmp = min(t.tmp, max(budget-t.dev-t.shm-t.run, 1<<20))
+	return t
 }
 
 // resources turns limits into cgroup settings.

@@ -1,0 +1,161 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The channel to a sandbox's agent. The daemon makes the agent's socket itself, in
+// <dir>/ctl: a root-only directory that is never mounted into the sandbox, so sandbox
+// code can neither see its path nor put anything in its place. The container inherits
+// the bound socket (fd 4) and the agent only calls listen(2) on it. Every connection is
+// then checked against the credentials the kernel recorded at that listen: the peer must
+// be the container's init process (the agent) running as the sandbox's root uid.
+
+// agentFD is the descriptor number of the agent's socket inside the container (runc
+// passes inherited descriptors from 3 on; 3 is the ready pipe).
+const agentFD = 4
+
+// agentPeer is who must be listening on a sandbox's agent socket.
+type agentPeer struct {
+	UID uint32 `json:"uid"` // host uid of the sandbox's root
+	PID int    `json:"pid"` // host pid of the container's init (the agent)
+}
+
+func (d *Driver) ctlDir(id string) string { return filepath.Join(d.dir(id), "ctl") }
+
+// bindAgentSocket makes the ctl directory and a unix socket bound in it, not yet
+// listening. The caller passes it to the container and closes its own copy.
+func (d *Driver) bindAgentSocket(id string) (*os.File, error) {
+	ctl := d.ctlDir(id)
+	if err := os.RemoveAll(ctl); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(ctl, 0o700); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(ctl, "agent.sock")}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind agent socket: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "agent.sock"), nil
+}
+
+// recordPeer notes the agent the daemon expects behind the socket, on disk (read back
+// after a daemon restart) and in memory.
+func (d *Driver) recordPeer(id string, uid uint32) error {
+	b, err := os.ReadFile(filepath.Join(d.ctlDir(id), "init.pid"))
+	if err != nil {
+		return fmt.Errorf("container init pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("container init pid: bad pid file %q", b)
+	}
+	// When sandbox code exhausts the sandbox's memory, the kernel must end that code,
+	// never the agent. The agent gives every process it starts the highest OOM score;
+	// where the daemon holds CAP_SYS_RESOURCE it also gives the agent the lowest (only
+	// the host can lower a score: runc sets its own from inside the user namespace).
+	// Without it the agent keeps the ordinary score, still far below its children's.
+	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
+	p := agentPeer{UID: uid, PID: pid}
+	data, _ := json.Marshal(p)
+	if err := os.WriteFile(filepath.Join(d.ctlDir(id), "peer.json"), data, 0o600); err != nil {
+		return err
+	}
+	d.peers.Store(id, p)
+	return nil
+}
+
+func (d *Driver) peer(id string) (agentPeer, error) {
+	if p, ok := d.peers.Load(id); ok {
+		return p.(agentPeer), nil
+	}
+	var p agentPeer
+	b, err := os.ReadFile(filepath.Join(d.ctlDir(id), "peer.json"))
+	if err != nil {
+		return p, fmt.Errorf("sandbox %s has no agent channel: %w", id, err)
+	}
+	if err := json.Unmarshal(b, &p); err != nil || p.PID <= 0 {
+		return p, fmt.Errorf("sandbox %s: damaged agent record", id)
+	}
+	d.peers.Store(id, p)
+	return p, nil
+}
+
+// DialAgent implements runtime.Driver. The socket is opened without following links
+// and the connection kept only when its peer is the sandbox's own agent.
+func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
+	want, err := d.peer(id)
+	if err != nil {
+		return nil, err
+	}
+	dirfd, err := unix.Open(d.ctlDir(id), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent channel of %s: %w", id, err)
+	}
+	defer unix.Close(dirfd)
+	sfd, err := unix.Openat(dirfd, "agent.sock", unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent channel of %s: %w", id, err)
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != 0 {
+		return nil, fmt.Errorf("agent channel of %s: not the daemon's socket", id)
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(sfd))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPeer(c, want); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("agent channel of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// errWrongPeer is returned when something other than the sandbox's agent answers.
+var errWrongPeer = errors.New("the peer is not the sandbox's agent")
+
+func checkPeer(c net.Conn, want agentPeer) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return errWrongPeer
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	if cred.Uid != want.UID || int(cred.Pid) != want.PID {
+		return fmt.Errorf("%w (pid %d uid %d, want pid %d uid %d)", errWrongPeer, cred.Pid, cred.Uid, want.PID, want.UID)
+	}
+	return nil
+}
