@@ -13,9 +13,9 @@ import (
 // redirectScript is what sandbox code that wants another sandbox's agent would do: find
 // every socket it can see, work out from its own mount table where that socket lives
 // on the host, and put in its place a link to the same place of the victim ($VICTIM,
-// whose id the attacker is assumed to know). It reports what it replaced.
+// whose id the attacker is assumed to know). $SELF is the attacker's own id. It reports
+// what it replaced.
 const redirectScript = `
-self=$(cat /etc/hostname 2>/dev/null)
 find / -path /proc -prune -o -path /sys -prune -o -type s -print 2>/dev/null | while read -r s; do
   d=$(dirname "$s"); b=$(basename "$s")
   awk -v mp="$d" '$5==mp {print $4}' /proc/self/mountinfo | while read -r hp; do

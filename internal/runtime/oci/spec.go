@@ -141,8 +141,9 @@ type tmpfsLimits struct{ dev, shm, run, tmp int64 }
 const agentReserve = 64 << 20
 
 // tmpfsSizes sizes /dev, /dev/shm, /run and /tmp. tmpfs is memory charged to the
-// sandbox: together they never exceed its memory limit less agentReserve. /tmp gets
-// what the others leave, up to tmpBytes.
+// sandbox: together they stay within its memory limit less agentReserve (for limits
+// under 72 MiB, within 8 MiB, each at least 1 MiB). /tmp gets what the others leave, up
+// to tmpBytes.
 func tmpfsSizes(tmpBytes, memory int64) tmpfsLimits {
 	t := tmpfsLimits{dev: 64 << 20, shm: 64 << 20, run: 64 << 20, tmp: tmpBytes}
 	if memory <= 0 {
