@@ -226,7 +226,13 @@ type ExecResult struct {
 	// valid UTF-8 (base64 in JSON), so binary output survives intact.
 	StdoutBytes []byte `json:"stdout_bytes,omitempty"`
 	StderrBytes []byte `json:"stderr_bytes,omitempty"`
-	Error       string `json:"error,omitempty"`
+	// Truncated says a non-streamed call returned only the head of its output: the
+	// daemon keeps output while its encoded size stays within its per-call limit and
+	// memory budget, and StdoutDropped and StderrDropped count the bytes dropped after it.
+	Truncated     bool   `json:"truncated,omitempty"`
+	StdoutDropped int64  `json:"stdout_dropped,omitempty"`
+	StderrDropped int64  `json:"stderr_dropped,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // ExecEvent is one line of a streamed exec or send: type "stdout" or "stderr" with Data,

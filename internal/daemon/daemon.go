@@ -109,7 +109,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
-	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir, PublicURL: publicURL}, log)
+	outLimit, _ := config.ParseSize(cfg.ExecOutputLimit)
+	outBudget, _ := config.ParseSize(cfg.ExecOutputBudget)
+	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir, PublicURL: publicURL,
+		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
