@@ -30,7 +30,8 @@ type ExecRequest struct {
 }
 
 // Agent returns a client for a running sandbox's agent and counts the call as inbound
-// traffic. Every exec, session and file call comes through here.
+// traffic. Every exec, session and file call comes through here, and every connection
+// the client holds open counts as work in progress (see beginWork).
 func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
 	sb, err := m.Resolve(ctx, owner, ref)
 	if err != nil {
@@ -42,8 +43,23 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	}
 	id := sb.ID
 	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
-		return m.driver.DialAgent(ctx, id)
+		conn, err := m.driver.DialAgent(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return &workConn{Conn: conn, end: m.beginWork(id)}, nil
 	}}, sb, nil
+}
+
+// workConn is an agent connection that counts as work in progress until it is closed.
+type workConn struct {
+	net.Conn
+	end func()
+}
+
+func (c *workConn) Close() error {
+	c.end()
+	return c.Conn.Close()
 }
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.
