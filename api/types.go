@@ -321,14 +321,14 @@ type ImportEvent struct {
 type Check struct {
 	Name     string `json:"name"`
 	OK       bool   `json:"ok"`
-	Detail   string `json:"detail"`
+	Detail   string `json:"detail"`             // empty but for the node's administrators
 	Degrades string `json:"degrades,omitempty"` // what a failure means for users
 }
 
 // Status is the body of GET /v1/status.
 type Status struct {
 	Version   string  `json:"version"`
-	StateDir  string  `json:"state_dir"`
+	StateDir  string  `json:"state_dir,omitempty"` // for the node's administrators only
 	Sandboxes int     `json:"sandboxes"`
 	Checks    []Check `json:"checks"`
 }

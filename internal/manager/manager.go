@@ -2,6 +2,12 @@
 // limits, durable operations and idempotency, uid ranges, activity, and the reconcile
 // that makes the store and the host agree after a restart. It talks to a store.Store, a
 // runtime.Driver and the image store; it must not know about HTTP or about runc.
+//
+// Hostile surfaces it guards: every name a caller gives resolves within the caller's own
+// scope (another owner's sandbox, snapshot, operation or port is "not found"); an
+// agent's errors and over-long or late replies become API errors that say so; activity
+// counts only what the owner does (calls, and agent work in progress), never anything
+// the sandbox can do on its own or a read of status.
 package manager
 
 import (

@@ -2,6 +2,11 @@
 // response and error encoding, and streaming. Handlers decode, authorize, call the
 // manager and encode; they hold no sandbox rules and never touch the store, the runtime
 // or the host directly.
+//
+// Hostile surfaces it guards: a request names only the caller's own resources (the
+// manager resolves them in the caller's scope); host facts in /v1/status are for the
+// unix socket's users (administrators) only; output a sandbox writes into a non-streamed
+// exec or send is buffered only up to a per-call encoded size and a daemon-wide budget.
 package server
 
 import (
