@@ -226,7 +226,13 @@ type ExecResult struct {
 	// valid UTF-8 (base64 in JSON), so binary output survives intact.
 	StdoutBytes []byte `json:"stdout_bytes,omitempty"`
 	StderrBytes []byte `json:"stderr_bytes,omitempty"`
-	Error       string `json:"error,omitempty"`
+	// Truncated says a non-streamed call returned only the head of its output: the
+	// daemon keeps output while its encoded size stays within its per-call limit and
+	// memory budget, and StdoutDropped and StderrDropped count the bytes dropped after it.
+	Truncated     bool   `json:"truncated,omitempty"`
+	StdoutDropped int64  `json:"stdout_dropped,omitempty"`
+	StderrDropped int64  `json:"stderr_dropped,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // ExecEvent is one line of a streamed exec or send: type "stdout" or "stderr" with Data,
@@ -315,14 +321,14 @@ type ImportEvent struct {
 type Check struct {
 	Name     string `json:"name"`
 	OK       bool   `json:"ok"`
-	Detail   string `json:"detail"`
+	Detail   string `json:"detail"`             // empty but for the node's administrators
 	Degrades string `json:"degrades,omitempty"` // what a failure means for users
 }
 
 // Status is the body of GET /v1/status.
 type Status struct {
 	Version   string  `json:"version"`
-	StateDir  string  `json:"state_dir"`
+	StateDir  string  `json:"state_dir,omitempty"` // for the node's administrators only
 	Sandboxes int     `json:"sandboxes"`
 	Checks    []Check `json:"checks"`
 }

@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -13,9 +15,37 @@ import (
 // Client calls an agent, one connection per call, each made by Dial. It is safe for
 // concurrent use. The connection is whatever channel the runtime driver vouches for; the
 // client never picks an address itself.
+//
+// Everything the agent sends is bounded before the daemon acts on it: a frame by
+// MaxPayload, a call that answers with one frame by callTimeout, an exec with a timeout
+// by that timeout plus replyGrace, and the output of a call by MaxRead.
 type Client struct {
 	Dial func(ctx context.Context) (net.Conn, error)
+	// MaxRead bounds the bytes (payload and framing) of output one exec or send reads
+	// (0: no bound, for calls streamed to a client that can hang up). Past it the client
+	// cancels the command, drops further output and fails the call if the agent does not
+	// answer within cancelSlack more bytes.
+	MaxRead int64
 }
+
+// ErrReplyTooLarge reports an agent that kept sending after its output limit.
+var ErrReplyTooLarge = errors.New("agent: reply too large")
+
+// ErrReplyTimeout reports an agent that did not answer in time.
+var ErrReplyTimeout = errors.New("agent: no reply in time")
+
+// callTimeout bounds a call answered by a single frame (a variable for tests).
+var callTimeout = 5 * time.Minute
+
+// replyGrace is how long past a command's own timeout the agent has to report its end.
+const replyGrace = 30 * time.Second
+
+// cancelSlack is how much output a cancelled call still reads while it waits for the
+// agent's result.
+const cancelSlack = 4 * MaxPayload
+
+// frameOverhead is what a frame costs beyond its payload: type, length and checksum.
+const frameOverhead = 9
 
 // SocketClient is a client of an agent listening on a unix socket path (tests, and the
 // agent's own tools; the daemon dials through its runtime driver).
@@ -42,8 +72,9 @@ var cancelWait = 5 * time.Second
 
 // call is one connection carrying one request.
 type call struct {
-	conn net.Conn
-	mu   sync.Mutex // serialises frame writes
+	conn    net.Conn
+	mu      sync.Mutex // serialises frame writes
+	maxRead int64      // see Client.MaxRead
 }
 
 func (c *Client) open(ctx context.Context, req *Request) (*call, error) {
@@ -59,7 +90,7 @@ func (c *Client) open(ctx context.Context, req *Request) (*call, error) {
 		conn.Close()
 		return nil, fmt.Errorf("agent: send request: %w", err)
 	}
-	return &call{conn: conn}, nil
+	return &call{conn: conn, maxRead: c.MaxRead}, nil
 }
 
 func (k *call) send(t FrameType, p []byte) error {
@@ -98,6 +129,7 @@ func (c *Client) simple(ctx context.Context, req *Request, v any) error {
 	defer k.conn.Close()
 	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
 	defer stop()
+	_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
 	t, p, err := ReadFrame(k.conn)
 	if err != nil {
 		return ctxErr(ctx, err)
@@ -105,10 +137,14 @@ func (c *Client) simple(ctx context.Context, req *Request, v any) error {
 	return finish(t, p, v)
 }
 
-// ctxErr prefers the context's error when the context ended the call.
+// ctxErr prefers the context's error when the context ended the call, and says so
+// when the agent let a deadline pass.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: the sandbox's agent let its deadline pass without answering", ErrReplyTimeout)
 	}
 	return fmt.Errorf("agent: %w", err)
 }
@@ -120,16 +156,35 @@ func (c *Client) Ping(ctx context.Context) error {
 
 // stream reads Stdout/Stderr frames into the writers until the Result (into v) or an
 // Error. When ctx ends it sends Cancel and still waits (a bounded time) for the result.
+// Past maxRead bytes of output it does the same, drops further output and reports in
+// the result's Error that the command was stopped.
 func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) error {
-	stop := context.AfterFunc(ctx, func() {
-		_ = k.send(FrameCancel, nil)
-		_ = k.conn.SetReadDeadline(time.Now().Add(cancelWait))
-	})
+	var cancelOnce sync.Once
+	cancel := func() {
+		cancelOnce.Do(func() {
+			_ = k.send(FrameCancel, nil)
+			_ = k.conn.SetReadDeadline(time.Now().Add(cancelWait))
+		})
+	}
+	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
+	var read int64
+	over := false
 	for {
 		t, p, err := ReadFrame(k.conn)
 		if err != nil {
 			return ctxErr(ctx, err)
+		}
+		if t == FrameStdout || t == FrameStderr {
+			read += int64(len(p)) + frameOverhead
+			if k.maxRead > 0 && read > k.maxRead {
+				if read > k.maxRead+cancelSlack {
+					return fmt.Errorf("%w: it kept sending output past %d bytes after the command was stopped", ErrReplyTooLarge, k.maxRead)
+				}
+				over = true
+				cancel()
+				continue
+			}
 		}
 		switch t {
 		case FrameStdout:
@@ -141,8 +196,23 @@ func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) erro
 				_, _ = stderr.Write(p)
 			}
 		default:
-			return finish(t, p, v)
+			err := finish(t, p, v)
+			if err == nil && over {
+				noteStopped(v, k.maxRead)
+			}
+			return err
 		}
+	}
+}
+
+// noteStopped says in a result that the daemon stopped the command for its output.
+func noteStopped(v any, limit int64) {
+	msg := fmt.Sprintf("the command was stopped: it wrote more than %d bytes of output, the limit of a call whose output is not streamed", limit)
+	switch r := v.(type) {
+	case *ExitResult:
+		r.Error = msg
+	case *SendResult:
+		r.Error = msg
 	}
 }
 
@@ -158,6 +228,11 @@ func (c *Client) Exec(ctx context.Context, spec ExecSpec, stdin io.Reader, stdou
 		return nil, err
 	}
 	defer k.conn.Close()
+	if spec.TimeoutMS > 0 {
+		// The agent ends the command at its timeout; one that does not answer soon after
+		// is not waited for.
+		_ = k.conn.SetReadDeadline(time.Now().Add(time.Duration(spec.TimeoutMS)*time.Millisecond + replyGrace))
+	}
 	if stdin != nil {
 		go k.copyStdin(stdin)
 	}

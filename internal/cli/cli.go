@@ -4,6 +4,11 @@
 // layer: it must not import the daemon's packages (server, manager, store, runtime, agent
 // internals) nor reach the daemon any way but the HTTP API, and it never calls os.Exit —
 // Run returns an ExitError that main turns into the process's exit code.
+//
+// Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in
+// events and egress records) reaches the user's terminal only through termSafe, which
+// shows control characters instead of sending them; a command's own output, which the
+// user asked for, passes as it is.
 package cli
 
 import (
@@ -229,7 +234,7 @@ func (c *cmd) printJSON(v any) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.stdout, "%s\n", b)
+	_, err = fmt.Fprintf(c.stdout, "%s\n", jsonSafe(b))
 	return err
 }
 
@@ -260,7 +265,7 @@ func (c *cmd) report(err error) error {
 		if c.json() {
 			c.printErrorJSON(api.Error{Code: apiErr.Code, Message: apiErr.Message, Details: apiErr.Details})
 		} else {
-			fmt.Fprintf(c.stderr, "airlock: %s (%s)\n", apiErr.Message, apiErr.Code)
+			fmt.Fprintf(c.stderr, "airlock: %s (%s)\n", termSafe(apiErr.Message), termSafe(apiErr.Code))
 		}
 		return ExitError{1}
 	}
@@ -269,7 +274,7 @@ func (c *cmd) report(err error) error {
 		c.printErrorJSON(api.Error{Code: code, Message: err.Error()})
 		return ExitError{1}
 	}
-	fmt.Fprintf(c.stderr, "airlock: %v\n", err)
+	fmt.Fprintf(c.stderr, "airlock: %s\n", termSafe(err.Error()))
 	if client.IsUnavailable(err) && c.addr == "" {
 		fmt.Fprintln(c.stderr, "airlock: is the daemon running? Start it with `airlock serve`, or pass --socket or --addr.")
 	}
@@ -278,7 +283,7 @@ func (c *cmd) report(err error) error {
 
 func (c *cmd) printErrorJSON(e api.Error) {
 	b, _ := json.MarshalIndent(api.ErrorBody{Error: e}, "", "  ")
-	fmt.Fprintf(c.stderr, "%s\n", b)
+	fmt.Fprintf(c.stderr, "%s\n", jsonSafe(b))
 }
 
 // callOpts turns --idempotency-key and --if-match (when given) into SDK call options.

@@ -107,7 +107,7 @@ func runCreate(c *cmd, args []string) error {
 		return err
 	}
 	if sb := resp.Sandbox; sb != nil && sb.State == api.StateFailed {
-		fmt.Fprintf(c.stderr, "airlock: sandbox %s failed: %s\n", sb.Name, sb.Failure)
+		fmt.Fprintf(c.stderr, "airlock: sandbox %s failed: %s\n", sb.Name, termSafe(sb.Failure))
 		return ExitError{1}
 	}
 	return nil

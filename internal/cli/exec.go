@@ -95,7 +95,7 @@ func execute(c *cmd, cl *client.Client, ref string, req api.ExecRequest) error {
 func (c *cmd) exitWith(res *api.ExecResult, timeout string) error {
 	code, reason := exitCode(res, timeout)
 	if reason != "" {
-		fmt.Fprintf(c.stderr, "airlock: %s\n", reason)
+		fmt.Fprintf(c.stderr, "airlock: %s\n", termSafe(reason))
 	}
 	return exitErr(code)
 }

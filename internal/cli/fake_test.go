@@ -229,6 +229,12 @@ func (f *fakeDaemon) exec(w http.ResponseWriter, r *http.Request, sb *api.Sandbo
 		out("stderr", "oops\n")
 		code, _ := strconv.Atoi(req.Argv[1])
 		res = &api.ExecResult{State: api.ExecFailed, ExitCode: code}
+	case "hostile": // output is the command's own; the error text is the agent's
+		out("stdout", "red \x1b[31mtext\n")
+		res = &api.ExecResult{State: api.ExecFailed, Error: "gone\x1b]0;pwned\x07 \u009b2J \u202eevil\tend\nline"}
+	case "agenterr":
+		writeErr(w, 503, "unavailable", "agent says \x1b[2J\x1b]52;c;cGF5bG9hZA==\x07 \u202egnp.exe")
+		return
 	case "timeout":
 		res = &api.ExecResult{State: api.ExecTimeout, ExitCode: -1}
 	case "oom":

@@ -73,7 +73,7 @@ func runEvents(c *cmd, args []string) error {
 		if len(ev.Data) > 0 {
 			data = fmt.Sprint(ev.Data)
 		}
-		_, err := fmt.Fprintf(c.stdout, "%s  %-6s %s  gen %-3s %-14s %-14s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05"),
+		_, err := fmt.Fprintf(safeWriter{c.stdout}, "%s  %-6s %s  gen %-3s %-14s %-14s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05"),
 			strconv.FormatInt(ev.Seq, 10), ev.SandboxID, strconv.FormatInt(ev.Generation, 10), ev.Type, ev.Cause, data)
 		return err
 	}

@@ -15,7 +15,10 @@ import (
 // now is the clock ages are measured against; tests replace it.
 var now = time.Now
 
-func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+// newTable writes aligned columns; what reaches w has passed termSafe.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(safeWriter{w}, 0, 4, 2, ' ', 0)
+}
 
 // formatSize prints bytes in powers of 1024: 512MiB, 1.5GiB.
 func formatSize(n int64) string {

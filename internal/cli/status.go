@@ -35,7 +35,11 @@ func runStatus(c *cmd, args []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(c.stdout, "airlock %s, state in %s, %d sandboxes\n\n", st.Version, st.StateDir, st.Sandboxes)
+		if st.StateDir != "" {
+			fmt.Fprintf(c.stdout, "airlock %s, state in %s, %d sandboxes\n\n", st.Version, st.StateDir, st.Sandboxes)
+		} else {
+			fmt.Fprintf(c.stdout, "airlock %s, %d sandboxes\n\n", st.Version, st.Sandboxes)
+		}
 		tw := newTable(c.stdout)
 		for _, ch := range st.Checks {
 			mark := "OK"

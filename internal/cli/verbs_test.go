@@ -369,6 +369,39 @@ func TestImage(t *testing.T) {
 	wantContains(t, "stderr", errOut, "image import", "image ls", "image rm")
 }
 
+// TestHostileTextIsEscaped checks that text a sandbox wrote reaches the terminal with its
+// control characters shown, not acted on, while a command's own output stays as it is.
+func TestHostileTextIsEscaped(t *testing.T) {
+	f := newFakeDaemon(t)
+	f.addSandbox("box")
+	raw := func(s string) bool { return strings.ContainsAny(s, "\x1b\x07\u009b\u202e") }
+	out, errOut, err := f.run(bg, "", "exec", "box", "--", "hostile")
+	wantExit(t, err, 1)
+	if out != "red \x1b[31mtext\n" {
+		t.Errorf("the command's own output = %q; want it unchanged", out)
+	}
+	if raw(errOut) {
+		t.Errorf("stderr of a failed command carries raw control characters: %q", errOut)
+	}
+	wantContains(t, "stderr", errOut, `gone\x1b]0;pwned\x07`, `\u009b2J`, `\u202eevil`, "\tend\nline")
+
+	_, errOut, err = f.run(bg, "", "exec", "box", "--", "agenterr")
+	wantExit(t, err, 1)
+	if raw(errOut) {
+		t.Errorf("an error from the agent reached stderr raw: %q", errOut)
+	}
+	wantContains(t, "stderr", errOut, `agent says \x1b[2J`)
+
+	out, _, _ = f.run(bg, "", "-o", "json", "exec", "box", "--", "hostile")
+	if raw(out) || !strings.Contains(out, `\u009b2J`) {
+		t.Errorf("JSON output carries raw control characters or lost them: %q", out)
+	}
+	var res api.ExecResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || !strings.Contains(res.Error, "\u009b2J") {
+		t.Errorf("JSON output does not decode to the same error: %v, %q", err, res.Error)
+	}
+}
+
 func TestStatus(t *testing.T) {
 	f := newFakeDaemon(t)
 	out, _, err := f.run(bg, "", "status")

@@ -76,6 +76,11 @@ type Config struct {
 	LiveCap   int     `yaml:"live_cap"`
 	Network   Network `yaml:"network"`
 	TmpfsSize string  `yaml:"tmpfs_size"`
+	// ExecOutputLimit bounds, per stream, the encoded size of the output a non-streamed
+	// exec or send returns; the rest is dropped and counted in the result.
+	ExecOutputLimit string `yaml:"exec_output_limit"`
+	// ExecOutputBudget bounds the output all non-streamed calls buffer at once.
+	ExecOutputBudget string `yaml:"exec_output_budget"`
 }
 
 // DefaultSocket is where clients look for the daemon unless told otherwise.
@@ -96,6 +101,9 @@ func Default() Config {
 		LiveCap:        100,
 		Network:        Network{Enabled: true, Subnet: "10.203.0.0/16", Table: "airlock", HostPrefix: "al"},
 		TmpfsSize:      "1GiB",
+
+		ExecOutputLimit:  "16MiB",
+		ExecOutputBudget: "128MiB",
 	}
 }
 
@@ -176,6 +184,14 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseSize(c.TmpfsSize); err != nil {
 		errs = append(errs, fmt.Errorf("tmpfs_size: %w", err))
+	}
+	limit, lerr := ParseSize(c.ExecOutputLimit)
+	budget, berr := ParseSize(c.ExecOutputBudget)
+	switch {
+	case lerr != nil || limit < 64<<10 || limit > 1<<30:
+		errs = append(errs, fmt.Errorf("exec_output_limit %q must be a size from 64KiB to 1GiB, such as 16MiB", c.ExecOutputLimit))
+	case berr != nil || budget < 2*limit:
+		errs = append(errs, fmt.Errorf("exec_output_budget %q must be a size of at least twice exec_output_limit, such as 128MiB", c.ExecOutputBudget))
 	}
 	if d, err := time.ParseDuration(c.MaxLifetime); err != nil || d < time.Minute {
 		errs = append(errs, fmt.Errorf("max_lifetime %q must be a duration of at least 1m, such as 8h", c.MaxLifetime))

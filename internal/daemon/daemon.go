@@ -2,6 +2,11 @@
 // store, installs the agent binary, builds the runtime driver, the manager and the HTTP
 // server, listens on the unix socket (and TCP when configured), and shuts down cleanly
 // without stopping sandboxes. It holds no rules of its own.
+//
+// Hostile surface it guards: the state directory and the files in it, against other
+// host users and sandboxes' uids. The daemon runs with umask 066 and sets the modes of
+// what it finds at start (see perms.go): nothing there is readable by others but the
+// files sandboxes read on purpose.
 package daemon
 
 import (
@@ -26,6 +31,7 @@ import (
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"golang.org/x/sys/unix"
 )
 
 // Version is the build's version, set by the linker.
@@ -39,11 +45,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if os.Geteuid() != 0 {
 		return errors.New("airlock serve must run as root (it manages containers, mounts and cgroups)")
 	}
+	unix.Umask(stateUmask)
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return err
 	}
 	if err := traversable(cfg.StateDir); err != nil {
 		return err
+	}
+	if err := secureStateDir(cfg.StateDir); err != nil {
+		return fmt.Errorf("set the modes of the state directory %s: %w", cfg.StateDir, err)
 	}
 	st, err := sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db"))
 	if err != nil {
@@ -109,7 +119,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
-	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir, PublicURL: publicURL}, log)
+	outLimit, _ := config.ParseSize(cfg.ExecOutputLimit)
+	outBudget, _ := config.ParseSize(cfg.ExecOutputBudget)
+	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir, PublicURL: publicURL,
+		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
@@ -180,7 +193,7 @@ func installAgent(dir string) (string, error) {
 	if have, err := fileHash(dst); err == nil && have == want {
 		return dst, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err
 	}
 	src, err := os.Open(self)
@@ -197,7 +210,7 @@ func installAgent(dir string) (string, error) {
 		tmp.Close()
 		return "", err
 	}
-	if err := tmp.Chmod(0o755); err != nil {
+	if err := tmp.Chmod(0o711); err != nil { // sandboxes execute it; nobody needs to read it
 		tmp.Close()
 		return "", err
 	}

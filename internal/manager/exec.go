@@ -24,10 +24,14 @@ type ExecRequest struct {
 	GID     *uint32
 	Timeout string
 	Stdin   io.Reader // nil: no stdin
+	// MaxRead bounds the output read from the sandbox (0: none); past it the command is
+	// stopped. A call whose output is not streamed to its client sets it.
+	MaxRead int64
 }
 
 // Agent returns a client for a running sandbox's agent and counts the call as inbound
-// traffic. Every exec, session and file call comes through here.
+// traffic. Every exec, session and file call comes through here, and every connection
+// the client holds open counts as work in progress (see beginWork).
 func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
 	sb, err := m.Resolve(ctx, owner, ref)
 	if err != nil {
@@ -39,8 +43,23 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	}
 	id := sb.ID
 	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
-		return m.driver.DialAgent(ctx, id)
+		conn, err := m.driver.DialAgent(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return &workConn{Conn: conn, end: m.beginWork(id)}, nil
 	}}, sb, nil
+}
+
+// workConn is an agent connection that counts as work in progress until it is closed.
+type workConn struct {
+	net.Conn
+	end func()
+}
+
+func (c *workConn) Close() error {
+	c.end()
+	return c.Conn.Close()
 }
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.
@@ -63,6 +82,7 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 		Argv: req.Argv, Shell: req.Shell, Env: sortedEnv(req.Env), Cwd: req.Cwd,
 		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,
 	}
+	cl.MaxRead = req.MaxRead
 	before, _ := m.driver.Stats(ctx, sb.ID)
 	res, err := cl.Exec(ctx, spec, req.Stdin, stdout, stderr)
 	if err != nil {
@@ -97,6 +117,10 @@ func AgentError(err error) (mapped error, ok bool) {
 		return errdefs.Precondition("%s", re.Message), true
 	case re != nil:
 		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}, true
+	case errors.Is(err, agent.ErrReplyTooLarge):
+		return errdefs.Unavailable("the sandbox kept sending output after its command was stopped for writing too much; stream the call to get all of a command's output").WithCause(err), true
+	case errors.Is(err, agent.ErrReplyTimeout):
+		return errdefs.Unavailable("the sandbox did not answer in time").WithCause(err), true
 	}
 	return nil, false
 }

@@ -149,7 +149,8 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 }
 
 // sweep applies the timers: idle suspension, maximum lifetime and TTL of suspended
-// sandboxes. Reading status never counts as activity; only inbound traffic does.
+// sandboxes. Reading status never counts as activity; inbound traffic does, and so does
+// work in progress (a running exec, an open PTY, a session's reply).
 func (m *Manager) sweep(ctx context.Context) {
 	m.retryDeletes(ctx)
 	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []string{Running, Suspended}})
@@ -167,8 +168,13 @@ func (m *Manager) sweep(ctx context.Context) {
 				sb.Failure = "the sandbox reached its maximum lifetime"
 				return m.terminate(ctx, sb, "max_lifetime")
 			}
-		case sb.State == Running && sb.IdleSuspend > 0 && now.Sub(sb.LastActivity) >= sb.IdleSuspend:
-			do = func(ctx context.Context, sb *store.Sandbox) error { return m.suspend(ctx, sb, "idle") }
+		case sb.State == Running && sb.IdleSuspend > 0 && now.Sub(sb.LastActivity) >= sb.IdleSuspend && !m.busy(sb.ID):
+			do = func(ctx context.Context, sb *store.Sandbox) error {
+				if m.busy(sb.ID) || m.now().Sub(sb.LastActivity) < sb.IdleSuspend {
+					return nil // work started meanwhile
+				}
+				return m.suspend(ctx, sb, "idle")
+			}
 		case sb.State == Suspended && sb.TTL > 0 && now.Sub(sb.SuspendedAt) >= sb.TTL:
 			do = func(ctx context.Context, sb *store.Sandbox) error {
 				sb.Failure = "the sandbox stayed suspended past its TTL"

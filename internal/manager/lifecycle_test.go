@@ -2,11 +2,15 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -95,6 +99,71 @@ func TestIdleSuspendTTLAndLifetime(t *testing.T) {
 	if got := state("idle"); got != Terminated {
 		t.Errorf("suspended sandbox past its TTL = %s; want terminated", got)
 	}
+}
+
+func TestRunningExecIsActivity(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m.SetClock(c.now)
+	release := make(chan struct{})
+	fd.agent = func(conn net.Conn) {
+		if _, _, err := agent.ReadFrame(conn); err != nil {
+			return
+		}
+		<-release // the command runs until the test lets it end
+		b, _ := json.Marshal(agent.ExitResult{State: agent.StateSucceeded})
+		agent.WriteFrame(conn, agent.FrameResult, b)
+	}
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "long", IdleSuspend: "2m"}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		sb, err := st.GetSandboxByName(ctx, "local", "long")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.State
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Exec(ctx, "local", "long", ExecRequest{Argv: []string{"sleep", "600"}}, nil, nil)
+		done <- err
+	}()
+	for !m.busy(mustResolve(t, m, "long")) {
+		runtime.Gosched()
+	}
+	for i := 0; i < 10; i++ { // ten minutes of a running command and no other traffic
+		c.add(time.Minute)
+		m.Sweep(ctx)
+	}
+	if got := state(); got != Running {
+		t.Fatalf("sandbox running a 10-minute exec = %s; want running", got)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	c.add(time.Minute)
+	m.Sweep(ctx)
+	if got := state(); got != Running {
+		t.Fatalf("sandbox a minute after its exec ended = %s; want running (the idle window starts when work ends)", got)
+	}
+	c.add(2 * time.Minute)
+	m.Resolve(ctx, "local", "long") // reading status is still not activity
+	m.Sweep(ctx)
+	if got := state(); got != Suspended {
+		t.Errorf("sandbox idle 3m after its exec = %s; want suspended", got)
+	}
+}
+
+func mustResolve(t *testing.T, m *Manager, name string) string {
+	t.Helper()
+	sb, err := m.Resolve(context.Background(), "local", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb.ID
 }
 
 func TestLiveCap(t *testing.T) {

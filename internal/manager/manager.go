@@ -2,6 +2,12 @@
 // limits, durable operations and idempotency, uid ranges, activity, and the reconcile
 // that makes the store and the host agree after a restart. It talks to a store.Store, a
 // runtime.Driver and the image store; it must not know about HTTP or about runc.
+//
+// Hostile surfaces it guards: every name a caller gives resolves within the caller's own
+// scope (another owner's sandbox, snapshot, operation or port is "not found"); an
+// agent's errors and over-long or late replies become API errors that say so; activity
+// counts only what the owner does (calls, and agent work in progress), never anything
+// the sandbox can do on its own or a read of status.
 package manager
 
 import (
@@ -81,6 +87,7 @@ type Manager struct {
 	mu       sync.Mutex
 	slots    map[uint32]string    // uid base -> sandbox id
 	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
+	working  map[string]int       // sandbox id -> agent calls in progress
 	pending  map[string]int       // owner -> creates between the cap check and their record
 	retries  map[string]retry     // sandbox id -> backoff of a failed delete
 
@@ -102,7 +109,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
-		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, pending: map[string]int{}, retries: map[string]retry{},
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), auditState: auditState{audit: make(chan auditItem, auditQueue)},
 	}
 }
@@ -227,6 +234,34 @@ func (m *Manager) touch(id string) {
 	m.mu.Lock()
 	m.activity[id] = m.now()
 	m.mu.Unlock()
+}
+
+// beginWork counts an agent call that is in progress (a running exec, a session's reply,
+// an open PTY, a file transfer): a sandbox with one is active, whatever its last inbound
+// traffic, and is not idle-suspended. endWork ends the count and starts the idle window
+// afresh.
+func (m *Manager) beginWork(id string) (endWork func()) {
+	m.mu.Lock()
+	m.working[id]++
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			if m.working[id]--; m.working[id] <= 0 {
+				delete(m.working, id)
+			}
+			m.activity[id] = m.now()
+			m.mu.Unlock()
+		})
+	}
+}
+
+// busy reports whether a sandbox has an agent call in progress.
+func (m *Manager) busy(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.working[id] > 0
 }
 
 func (m *Manager) overlayActivity(sb *store.Sandbox) {

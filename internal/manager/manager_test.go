@@ -24,6 +24,7 @@ type fakeDriver struct {
 	leftover map[string]bool // resources without a container
 	deleted  []string
 	failNext error
+	agent    func(net.Conn) // serves DialAgent when set
 }
 
 var _ runtime.Driver = (*fakeDriver)(nil)
@@ -73,7 +74,15 @@ func (f *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) {
 	return runtime.Stats{}, nil
 }
 func (f *fakeDriver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	return nil, errors.New("fake driver: no agent for " + id)
+	if f.agent == nil {
+		return nil, errors.New("fake driver: no agent for " + id)
+	}
+	client, server := net.Pipe()
+	go func() {
+		defer server.Close()
+		f.agent(server)
+	}()
+	return client, nil
 }
 
 func (f *fakeDriver) List(context.Context) ([]string, error) {

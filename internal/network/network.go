@@ -3,6 +3,10 @@
 // transparent-TLS and TCP-relay listeners, the policy-aware DNS server, the node CA and
 // the files and variables that point a sandbox's clients at them. It implements manager.Network. It
 // must not touch the store or containers; it only keeps each sandbox's current policy.
+//
+// Hostile surfaces are guarded in egress (what a sandbox sends) and netns (its link);
+// here, each sandbox's client files live in a directory only that sandbox's gid can
+// search, and only the CA bundle (public certificates) is readable by every sandbox.
 package network
 
 import (
@@ -308,7 +312,7 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	n.links[sb.ID] = link
 	n.mu.Unlock()
 	dir := filepath.Join(n.opts.Dir, "sandboxes", sb.ID)
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := ownDir(dir, sb.UIDBase); err != nil {
 		return nil, err
 	}
 	nameserver := "127.0.0.1"
@@ -366,6 +370,20 @@ func (n *Node) Link(id string) (*netns.Sandbox, bool) {
 	defer n.mu.RUnlock()
 	l, ok := n.links[id]
 	return l, ok
+}
+
+// ownDir makes dir searchable by the sandbox alone: root's, group the host gid of the
+// sandbox's root, mode 0710. The sandbox (and runc, entering it as that uid and gid)
+// reaches the files in it, cannot change what is there, and no other host user can
+// reach them at all.
+func ownDir(dir string, gid uint32) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Lchown(dir, 0, int(gid)); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o710)
 }
 
 // writeBundle writes the host's CA bundle plus the node CA, which sandboxes trust.

@@ -15,9 +15,6 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
-// maxCollected bounds the output a non-streamed exec returns per stream.
-const maxCollected = 16 << 20
-
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	var req api.ExecRequest
 	if err := decode(w, r, &req); err != nil {
@@ -37,47 +34,34 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		st.finish(s, r, toAPIResult(res), err)
 		return
 	}
-	var stdout, stderr capped
-	res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, &stdout, &stderr)
+	stdout, stderr := s.collectors()
+	defer stdout.release()
+	defer stderr.release()
+	mreq.MaxRead = s.maxRead()
+	res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, stdout, stderr)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	out := toAPIResult(res)
-	setOutput(out, &stdout, &stderr)
+	setOutput(out, stdout, stderr)
 	writeJSON(w, http.StatusOK, out)
 }
 
-// setOutput puts collected output in the text fields, or the byte fields when it is
-// not valid UTF-8.
-func setOutput(out *api.ExecResult, stdout, stderr *capped) {
-	if b := stdout.Bytes(); utf8.Valid(b) {
-		out.Stdout = string(b)
-	} else {
-		out.StdoutBytes = b
-	}
-	if b := stderr.Bytes(); utf8.Valid(b) {
-		out.Stderr = string(b)
-	} else {
-		out.StderrBytes = b
-	}
+// collectors are the buffers of one non-streamed call's stdout and stderr.
+func (s *Server) collectors() (stdout, stderr *collector) {
+	return newCollector(s.opts.OutputLimit, s.outBudget), newCollector(s.opts.OutputLimit, s.outBudget)
 }
+
+// maxRead is how much a non-streamed call reads from the sandbox before it stops the
+// command: enough to see the result of a command that writes a few times what is kept.
+func (s *Server) maxRead() int64 { return readFactor * s.opts.OutputLimit }
 
 func toAPIResult(res *agent.ExitResult) *api.ExecResult {
 	if res == nil {
 		return nil
 	}
 	return &api.ExecResult{State: res.State, ExitCode: res.ExitCode, Signal: res.Signal, DurationMS: res.DurationMS, Error: res.Error}
-}
-
-// capped collects up to maxCollected bytes.
-type capped struct{ bytes.Buffer }
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := maxCollected - c.Len(); room > 0 {
-		c.Buffer.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }
 
 // stream writes NDJSON ExecEvents, one per output line as it is produced.
@@ -242,14 +226,17 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		st.finish(s, r, sendResult(res), err)
 		return
 	}
-	var stdout, stderr capped
-	res, err := cl.Send(r.Context(), sid, req.Input, &stdout, &stderr)
+	stdout, stderr := s.collectors()
+	defer stdout.release()
+	defer stderr.release()
+	cl.MaxRead = s.maxRead()
+	res, err := cl.Send(r.Context(), sid, req.Input, stdout, stderr)
 	if err != nil {
 		s.writeError(w, r, agentError(err))
 		return
 	}
 	out := sendResult(res)
-	setOutput(out, &stdout, &stderr)
+	setOutput(out, stdout, stderr)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -2,6 +2,11 @@
 // response and error encoding, and streaming. Handlers decode, authorize, call the
 // manager and encode; they hold no sandbox rules and never touch the store, the runtime
 // or the host directly.
+//
+// Hostile surfaces it guards: a request names only the caller's own resources (the
+// manager resolves them in the caller's scope); host facts in /v1/status are for the
+// unix socket's users (administrators) only; output a sandbox writes into a non-streamed
+// exec or send is buffered only up to a per-call encoded size and a daemon-wide budget.
 package server
 
 import (
@@ -42,6 +47,12 @@ type Options struct {
 	// PublicURL is the base of exposed ports' URLs (the TCP listener), e.g.
 	// "http://203.0.113.5:7070".
 	PublicURL string
+	// OutputLimit bounds, per stream, the encoded size of the output a non-streamed exec
+	// or send returns (0: DefaultOutputLimit); the rest is dropped and counted.
+	OutputLimit int64
+	// OutputBudget bounds the output all non-streamed calls buffer at once (0:
+	// DefaultOutputBudget); a call that finds it spent keeps less.
+	OutputBudget int64
 }
 
 // Server is the HTTP API.
@@ -51,7 +62,8 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	ports portConns
+	ports     portConns
+	outBudget *outputBudget
 }
 
 type ctxKey int
@@ -66,7 +78,14 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux()}
+	if opts.OutputLimit <= 0 {
+		opts.OutputLimit = DefaultOutputLimit
+	}
+	if opts.OutputBudget <= 0 {
+		opts.OutputBudget = DefaultOutputBudget
+	}
+	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux(),
+		outBudget: newOutputBudget(opts.OutputBudget)}
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.pattern, r.handler)
 	}

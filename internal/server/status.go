@@ -9,14 +9,29 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
+// status reports the daemon's health. Host facts (the state directory, and the details
+// of checks, which name host paths and versions) are for the node's administrators, the
+// unix socket's users; a TCP owner sees which checks pass and what a failure degrades.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	out := api.Status{Version: s.opts.Version, StateDir: s.opts.StateDir, Checks: []api.Check{}}
+	admin := owner(r) == LocalOwner
+	out := api.Status{Version: s.opts.Version, Checks: []api.Check{}}
+	if admin {
+		out.StateDir = s.opts.StateDir
+	}
 	list, err := s.m.List(r.Context(), store.SandboxFilter{Owner: owner(r), States: []string{"running", "suspended", "creating"}})
 	out.Checks = append(out.Checks, api.Check{Name: "store", OK: err == nil, Detail: "SQLite", Degrades: errText(err)})
 	out.Sandboxes = len(list)
 	if hc, ok := s.m.Driver().(runtime.HealthChecker); ok {
 		for _, c := range hc.Health(r.Context()) {
 			out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades})
+		}
+	}
+	if !admin {
+		for i := range out.Checks {
+			out.Checks[i].Detail = ""
+		}
+		if err != nil {
+			out.Checks[0].Degrades = "the daemon cannot read or write its records"
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

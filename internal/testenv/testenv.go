@@ -101,6 +101,23 @@ type Node struct {
 	Manager      *manager.Manager
 	Server       *server.Server
 	Client       *client.Client
+
+	tcpAddr string
+	tokens  map[string]string // owner -> token
+}
+
+// As returns a client of the node's API as owner, one of Options.Owners, over TCP.
+func (n *Node) As(t testing.TB, owner string) *client.Client {
+	t.Helper()
+	tok, ok := n.tokens[owner]
+	if !ok {
+		t.Fatalf("owner %q is not one of the node's Options.Owners", owner)
+	}
+	c, err := client.New(client.Options{Addr: n.tcpAddr, Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Options adjust a node.
@@ -115,6 +132,9 @@ type Options struct {
 	ExtraCAs []string
 	// MaxConns caps each sandbox's open connections to the proxy (0: the default).
 	MaxConns int
+	// Owners are owners other than "local" (the socket's) who reach the node over TCP
+	// with a token of their own; Node.As returns a client for one.
+	Owners []string
 }
 
 // NewNode starts a node; its cleanup terminates every sandbox and fails the test if any
@@ -178,13 +198,29 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 		n.Manager.SetNetwork(n.Network)
 	}
-	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir}, log)
+	n.tokens = map[string]string{}
+	tokens := map[string]string{}
+	for _, o := range opts {
+		for _, owner := range o.Owners {
+			tok := fmt.Sprintf("token-of-%s-%d", owner, time.Now().UnixNano())
+			n.tokens[owner], tokens[tok] = tok, owner
+		}
+	}
+	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Tokens: tokens}, log)
 	ln, err := net.Listen("unix", n.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: n.Server, ConnContext: server.ConnContext}
 	go hs.Serve(ln)
+	if len(tokens) > 0 {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.tcpAddr = tl.Addr().String()
+		go hs.Serve(tl)
+	}
 	if n.Client, err = client.New(client.Options{Socket: n.Socket}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,9 @@
 // embedded and applied on Open. It owns the file's schema and the SQL that reads and
 // writes it; it must not hold any rule about sandboxes beyond what store.Store documents
 // (the state machine, caps and timers belong to the manager).
+//
+// Hostile surface it guards: the database file and its -wal and -shm are 0600 whatever
+// the umask, since they hold every owner's records and exposed ports' tokens.
 package sqlite
 
 import (
@@ -11,7 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -76,6 +81,14 @@ func Open(path string) (*Store, error) {
 	if err := migrate(ctx, w, ms); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// The file holds every owner's records and exposed ports' tokens: the daemon's alone,
+	// whatever the umask it was made under.
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			w.Close()
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
 	}
 
 	r, err := openPool(path, false)

@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestOwnersCannotReachEachOther checks snapshots, operations and ports across two
+// owners on TCP tokens: the other owner can neither see nor change them, by id or by
+// name, and nothing it tries changes the owner's resources.
+func TestOwnersCannotReachEachOther(t *testing.T) {
+	n := testenv.NewNode(t, testenv.Options{Owners: []string{"alice", "bob"}})
+	alice, bob := n.As(t, "alice"), n.As(t, "bob")
+	created, err := alice.Create(background, api.CreateSandboxRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := created.Sandbox
+	if _, err := bob.Create(background, api.CreateSandboxRequest{Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Operations.
+	if _, err := alice.Operation(background, created.Operation.ID); err != nil {
+		t.Fatalf("owner reads its own operation: %v", err)
+	}
+	_, err = bob.Operation(background, created.Operation.ID)
+	wantAPIError(t, "another owner reads the operation", err, 404, "not_found")
+
+	// Snapshots.
+	snap, err := alice.Snapshot(background, "a", map[string]string{"who": "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := snap.Snapshot.ID
+	_, err = bob.GetSnapshot(background, id)
+	wantAPIError(t, "another owner gets the snapshot", err, 404, "not_found")
+	if list, err := bob.Snapshots(background, ""); err != nil || slices.ContainsFunc(list, func(s api.Snapshot) bool { return s.ID == id }) {
+		t.Errorf("another owner's snapshot list: %v, %d entries; want no error and not the owner's snapshot", err, len(list))
+	}
+	_, err = bob.Snapshots(background, sb.ID)
+	wantAPIError(t, "another owner lists the sandbox's snapshots by its id", err, 404, "not_found")
+	wantAPIError(t, "another owner deletes the snapshot", bob.DeleteSnapshot(background, id), 404, "not_found")
+	_, err = bob.Fork(background, id, api.ForkRequest{Name: "stolen"})
+	wantAPIError(t, "another owner forks the snapshot", err, 404, "not_found")
+	_, err = bob.Fork(background, sb.ID, api.ForkRequest{Name: "stolen2"})
+	wantAPIError(t, "another owner forks the sandbox by its id", err, 404, "not_found")
+	if _, err := bob.Suspend(background, "b"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Restore(background, "b", api.RestoreRequest{Snapshot: id})
+	wantAPIError(t, "another owner restores the snapshot into its own sandbox", err, 404, "not_found")
+	_, err = bob.Snapshot(background, sb.ID, nil)
+	wantAPIError(t, "another owner snapshots the sandbox by its id", err, 404, "not_found")
+	if got, err := alice.GetSnapshot(background, id); err != nil || got.Labels["who"] != "alice" {
+		t.Errorf("the owner's snapshot after the other's attempts: %v, %+v; want it unchanged", err, got)
+	}
+
+	// Ports.
+	p, err := alice.ExposePort(background, "a", 8000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Ports(background, sb.ID)
+	wantAPIError(t, "another owner lists the ports", err, 404, "not_found")
+	_, err = bob.ExposePort(background, sb.ID, 8001, true)
+	wantAPIError(t, "another owner exposes a port", err, 404, "not_found")
+	wantAPIError(t, "another owner closes the port", bob.ClosePort(background, sb.ID, 8000), 404, "not_found")
+	if ports, err := alice.Ports(background, "a"); err != nil || len(ports) != 1 || ports[0].Token != p.Token || ports[0].Public {
+		t.Errorf("the owner's ports after the other's attempts: %v, %+v; want only port 8000, private, same token", err, ports)
+	}
+	if list, err := bob.List(background, client.ListOptions{}); err != nil || len(list) != 1 || list[0].Name != "b" {
+		t.Errorf("another owner's sandbox list: %v, %+v; want only its own sandbox b", err, list)
+	}
+}
+
+// TestStatusShowsHostPathsToAdminsOnly checks that /v1/status names the state directory
+// and host details to the unix socket's users only.
+func TestStatusShowsHostPathsToAdminsOnly(t *testing.T) {
+	n := testenv.NewNode(t, testenv.Options{Owners: []string{"alice"}})
+	st, err := n.Client.Status(background)
+	if err != nil || st.StateDir != n.Dir {
+		t.Fatalf("administrator's status: %v, state_dir %q; want %q", err, st.StateDir, n.Dir)
+	}
+	st, err = n.As(t, "alice").Status(background)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.StateDir != "" {
+		t.Errorf("a TCP owner's status names the state directory %q; want it left out", st.StateDir)
+	}
+	for _, c := range st.Checks {
+		if c.Detail != "" {
+			t.Errorf("a TCP owner's status check %q has detail %q; want none", c.Name, c.Detail)
+		}
+	}
+}
