@@ -89,12 +89,14 @@ func (s *Store) Import(ctx context.Context, sc Scope, req ImportRequest, p Progr
 		unlockGC()
 		return nil, err
 	}
+	dropped := false // commit deleted the record of the image the name pointed to
 	defer func() {
 		os.RemoveAll(work)
 		unlockGC()
-		if retErr != nil {
-			// Layers this import added are unreferenced now; collect them unless another
-			// import runs (which may be about to use them; a later collection gets them).
+		if retErr != nil || dropped {
+			// Layers this import added (or the dropped image had) are unreferenced now;
+			// collect them unless another import runs (which may be about to use them; a
+			// later collection gets them).
 			if unlock, err := s.lock("meta.lock", unix.LOCK_EX); err == nil {
 				s.collectLocked()
 				unlock()
@@ -143,7 +145,8 @@ func (s *Store) Import(ctx context.Context, sc Scope, req ImportRequest, p Progr
 	if img.Digest == "" {
 		img.Digest = img.Layers[0]
 	}
-	return s.commit(sc, img, name, req, lim)
+	img, dropped, err = s.commit(sc, img, name, req, lim)
+	return img, err
 }
 
 // importState returns the layers sc may reuse (those of the images it sees) and the
@@ -181,33 +184,34 @@ func (s *Store) importState(sc Scope, lim Limits) (map[string]bool, *budget, err
 
 // commit records img (unless its digest is already known) and points sc's name at it,
 // within sc's quota. The image the name pointed to before is deleted when nothing else
-// names it and req.Users says no sandbox runs on it; otherwise sc keeps it by digest.
-func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim Limits) (*Image, error) {
+// names it and req.Users says no sandbox runs on it (dropped reports it; the caller
+// collects its layers); otherwise sc keeps it by digest.
+func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim Limits) (_ *Image, dropped bool, _ error) {
 	unlock, err := s.lock("meta.lock", unix.LOCK_EX)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer unlock()
 	t, err := s.readRefs()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !sc.Admin {
 		used, err := s.usage(t, sc.Owner, img.Digest)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if used+img.Size > lim.Quota {
-			return nil, quotaError(sc.Owner, used, lim.Quota)
+			return nil, false, quotaError(sc.Owner, used, lim.Quota)
 		}
 	}
 	created := false
 	if old, err := s.readRecord(img.Digest); err == nil {
 		img = old
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
-		return nil, err
+		return nil, false, err
 	} else if err := s.writeRecord(img); err != nil {
-		return nil, err
+		return nil, false, err
 	} else {
 		created = true
 	}
@@ -240,15 +244,13 @@ func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim
 		if created {
 			os.Remove(s.recordPath(img.Digest))
 		}
-		return nil, err
+		return nil, false, err
 	}
 	if sweep {
-		if err := os.Remove(s.recordPath(prev)); err == nil {
-			s.collectLocked()
-		}
+		dropped = os.Remove(s.recordPath(prev)) == nil
 	}
 	img.setRef(r)
-	return img, nil
+	return img, dropped, nil
 }
 
 // inspect opens the archive, decompressing a gzip-compressed tar into work, and plans
