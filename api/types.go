@@ -293,7 +293,8 @@ type MkdirRequest struct {
 	Parents bool   `json:"parents,omitempty"`
 }
 
-// Image is an image on the node.
+// Image is an image on the node, as the caller sees it: its own private images and the
+// public ones. Name is empty for an image the caller keeps by digest only.
 type Image struct {
 	Name    string    `json:"name"`
 	Digest  string    `json:"digest"`
@@ -301,7 +302,19 @@ type Image struct {
 	Size    int64     `json:"size"`
 	Created time.Time `json:"created"`
 	Builtin bool      `json:"builtin"`
+	// Owner is the owner of a private image, or the administrator who published a
+	// public one; empty for the built-in image.
+	Owner string `json:"owner,omitempty"`
+	// Visibility is VisibilityPrivate (only Owner sees and uses it) or VisibilityPublic
+	// (every owner does; only administrators change it).
+	Visibility string `json:"visibility"`
 }
+
+// Image visibilities.
+const (
+	VisibilityPrivate = "private"
+	VisibilityPublic  = "public"
+)
 
 // ImageList is the body of GET /v1/images.
 type ImageList struct {

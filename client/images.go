@@ -13,7 +13,8 @@ import (
 	"github.com/airlockhq/airlock/api"
 )
 
-// Images lists the images on the node, the built-in host image included.
+// Images lists the images the caller sees: its own private images and the public ones,
+// the built-in host image included.
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	var out api.ImageList
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/images"}, &out); err != nil {
@@ -22,7 +23,9 @@ func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	return out.Images, nil
 }
 
-// RemoveImage deletes an image; it fails with failed_precondition while a sandbox uses it.
+// RemoveImage deletes one of the caller's images; it fails with failed_precondition while
+// one of the caller's sandboxes uses it, and with permission_denied for a public image
+// unless the caller is an administrator.
 func (c *Client) RemoveImage(ctx context.Context, ref string) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/images/" + url.PathEscape(ref)}, nil)
 }
@@ -31,7 +34,19 @@ func (c *Client) RemoveImage(ctx context.Context, ref string) error {
 // stores it as name. progress, if not nil, sees phase "upload" events as the body is sent
 // (Done bytes of Total; Total is 0 when size is unknown), then the daemon's own progress
 // events; it is called from one goroutine at a time and never after ImportImage returns.
+//
+// The image is the caller's private image: a name another owner uses is not touched.
 func (c *Client) ImportImage(ctx context.Context, name string, r io.Reader, size int64, progress func(api.ImportEvent)) (*api.Image, error) {
+	return c.importImage(ctx, url.Values{"name": {name}}, r, size, progress)
+}
+
+// ImportPublicImage is ImportImage for a public image, one every owner sees and uses.
+// Only the node's administrators (over the unix socket) may publish one.
+func (c *Client) ImportPublicImage(ctx context.Context, name string, r io.Reader, size int64, progress func(api.ImportEvent)) (*api.Image, error) {
+	return c.importImage(ctx, url.Values{"name": {name}, "visibility": {api.VisibilityPublic}}, r, size, progress)
+}
+
+func (c *Client) importImage(ctx context.Context, query url.Values, r io.Reader, size int64, progress func(api.ImportEvent)) (*api.Image, error) {
 	if size < 0 {
 		size = -1
 	}
@@ -42,7 +57,7 @@ func (c *Client) ImportImage(ctx context.Context, name string, r io.Reader, size
 		defer p.stop()
 		body = &countingReader{r: r, p: p}
 	}
-	req := request{method: http.MethodPost, path: "/v1/images", query: url.Values{"name": {name}}, body: body, size: size}
+	req := request{method: http.MethodPost, path: "/v1/images", query: query, body: body, size: size}
 	resp, err := c.send(ctx, req)
 	if err != nil {
 		return nil, err

@@ -12,11 +12,14 @@ import (
 
 var imageImportVerb = &verb{
 	name:  "image import",
-	args:  "FILE [--name N]",
+	args:  "FILE [--name N] [--public]",
 	short: "import an image archive (OCI layout or docker save, tar or tar.gz)",
 	long: `The name defaults to FILE's base name without its archive extensions, lowercased
 (Alpine-3.20.tar.gz becomes alpine-3.20). FILE "-" reads standard input and needs --name.
-On a terminal, progress bars show the upload and then the daemon's unpacking.`,
+On a terminal, progress bars show the upload and then the daemon's unpacking.
+The image is private to its owner (the token's owner, or "local" over the unix socket):
+another owner's image of the same name is a different image and is never replaced.
+--public publishes it for every owner; only administrators (the unix socket) may.`,
 	run: runImageImport,
 }
 
@@ -30,7 +33,7 @@ var imageLsVerb = &verb{
 var imageRmVerb = &verb{
 	name:  "image rm",
 	args:  "REF",
-	short: "remove an image (refused while a sandbox uses it)",
+	short: "remove one of your images (refused while your sandbox uses it)",
 	run:   runImageRm,
 }
 
@@ -53,6 +56,7 @@ func imageName(file string) string {
 
 func runImageImport(c *cmd, args []string) error {
 	name := c.fs.String("name", "", "image name `N` (default: from the file name)")
+	public := c.fs.Bool("public", false, "publish the image for every owner (administrators only)")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
 		return err
@@ -90,7 +94,11 @@ func runImageImport(c *cmd, args []string) error {
 		defer bar.finish()
 		progress = bar.update
 	}
-	img, err := cl.ImportImage(c.ctx, *name, r, size, progress)
+	importImage := cl.ImportImage
+	if *public {
+		importImage = cl.ImportPublicImage
+	}
+	img, err := importImage(c.ctx, *name, r, size, progress)
 	if err != nil {
 		return err
 	}
@@ -123,13 +131,23 @@ func runImageLs(c *cmd, args []string) error {
 
 func printImages(w io.Writer, imgs []api.Image) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tDIGEST\tLAYERS\tSIZE\tCREATED")
+	fmt.Fprintln(tw, "NAME\tDIGEST\tVISIBILITY\tOWNER\tLAYERS\tSIZE\tCREATED")
 	for _, img := range imgs {
 		layers, size, created := fmt.Sprint(img.Layers), formatSize(img.Size), formatAge(img.Created)
 		if img.Builtin {
 			layers, size, created = "-", "-", "built in"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.Name, shortDigest(img.Digest), layers, size, created)
+		name, owner, vis := img.Name, img.Owner, img.Visibility
+		if name == "" {
+			name = "<none>"
+		}
+		if owner == "" {
+			owner = "-"
+		}
+		if vis == "" {
+			vis = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, shortDigest(img.Digest), vis, owner, layers, size, created)
 	}
 	return tw.Flush()
 }

@@ -57,6 +57,27 @@ type Network struct {
 	MaxConnections int `yaml:"max_connections"`
 }
 
+// Images bounds what importing images may cost the host; sizes are strings such as
+// "2GiB". Every archive and every name in it is an owner's choice, so each limit is
+// checked while the import runs and a refused import leaves nothing behind.
+type Images struct {
+	// MaxUpload is the most bytes one uploaded archive may have (default 2GiB); a larger
+	// upload is refused with 413 before or as soon as it passes the limit.
+	MaxUpload string `yaml:"max_upload"`
+	// MaxUnpacked is the most bytes one import may unpack (default 8GiB): its layers'
+	// contents, every file at its full size (sparse holes included), plus, counted on
+	// its own, a compressed archive's decompressed copy.
+	MaxUnpacked string `yaml:"max_unpacked"`
+	// MaxRatio is the most decompressed bytes per compressed byte one compressed stream
+	// of an import may give (default 100, checked once it has given 4 MiB): it stops
+	// decompression bombs early.
+	MaxRatio int64 `yaml:"max_ratio"`
+	// OwnerQuota is the most bytes of images one owner may keep, each image counted at
+	// its unpacked size (default 20GiB). The node's administrators (the unix socket)
+	// are not held to it.
+	OwnerQuota string `yaml:"owner_quota"`
+}
+
 // Config is the daemon's configuration file.
 type Config struct {
 	StateDir      string  `yaml:"state_dir"`
@@ -81,6 +102,7 @@ type Config struct {
 	ExecOutputLimit string `yaml:"exec_output_limit"`
 	// ExecOutputBudget bounds the output all non-streamed calls buffer at once.
 	ExecOutputBudget string `yaml:"exec_output_budget"`
+	Images           Images `yaml:"images"`
 }
 
 // DefaultSocket is where clients look for the daemon unless told otherwise.
@@ -104,8 +126,13 @@ func Default() Config {
 
 		ExecOutputLimit:  "16MiB",
 		ExecOutputBudget: "128MiB",
+		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
 	}
 }
+
+// LocalOwner is the owner of the node's local users, who reach the daemon through the
+// unix socket and administer it. No token may name it.
+const LocalOwner = "local"
 
 // ClientSocket is the socket a client uses: AIRLOCK_SOCKET, else the default.
 func ClientSocket() string {
@@ -158,6 +185,9 @@ func (c Config) Validate() error {
 		}
 		if !ownerRE().MatchString(t.Owner) {
 			errs = append(errs, fmt.Errorf("tokens[%d]: owner %q must be 1 to 63 lowercase letters, digits, '.', '_' or '-'", i, t.Owner))
+		}
+		if t.Owner == LocalOwner {
+			errs = append(errs, fmt.Errorf("tokens[%d]: owner %q is reserved for the node's administrators on the unix socket; choose another name", i, t.Owner))
 		}
 	}
 	if !cgroupRE().MatchString(c.CgroupParent) {
@@ -214,6 +244,15 @@ func (c Config) Validate() error {
 		if _, err := netip.ParseAddrPort(c.Network.UpstreamDNS); err != nil {
 			errs = append(errs, fmt.Errorf("network.upstream_dns %q must be IP:PORT", c.Network.UpstreamDNS))
 		}
+	}
+	for _, f := range []struct{ name, v string }{{"images.max_upload", c.Images.MaxUpload},
+		{"images.max_unpacked", c.Images.MaxUnpacked}, {"images.owner_quota", c.Images.OwnerQuota}} {
+		if n, err := ParseSize(f.v); err != nil || n < 1<<20 {
+			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
+		}
+	}
+	if c.Images.MaxRatio < 2 || c.Images.MaxRatio > 100000 {
+		errs = append(errs, fmt.Errorf("images.max_ratio %d must be from 2 to 100000 (decompressed bytes per compressed byte)", c.Images.MaxRatio))
 	}
 	if c.LiveCap < 1 {
 		errs = append(errs, fmt.Errorf("live_cap %d must be at least 1", c.LiveCap))

@@ -64,6 +64,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return fmt.Errorf("open images: %w", err)
 	}
+	var lim image.Limits
+	lim.Upload, _ = config.ParseSize(cfg.Images.MaxUpload)
+	lim.Unpacked, _ = config.ParseSize(cfg.Images.MaxUnpacked)
+	lim.Quota, _ = config.ParseSize(cfg.Images.OwnerQuota)
+	lim.Ratio = cfg.Images.MaxRatio
+	images.SetLimits(lim)
 	agentBin, err := installAgent(filepath.Join(cfg.StateDir, "bin"))
 	if err != nil {
 		return fmt.Errorf("install agent binary: %w", err)

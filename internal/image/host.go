@@ -196,7 +196,7 @@ func hostDigest(layerID, usr string, mounts []Mount) string {
 }
 
 // ensureHost makes the host image for the host at root current: it writes the skeleton
-// and record if missing and points the name "host" at it. The caller holds meta.lock.
+// and record if missing and points the public name "host" at it. The caller holds meta.lock.
 func (s *Store) ensureHost(root string) error {
 	tb, mounts, err := hostSkeleton(root)
 	if err != nil {
@@ -216,7 +216,7 @@ func (s *Store) ensureHost(root string) error {
 		if err := os.Mkdir(staged, 0o700); err != nil {
 			return err
 		}
-		if err := unpackLayer(context.Background(), bytes.NewReader(tb), staged); err != nil {
+		if err := unpackLayer(context.Background(), bytes.NewReader(tb), staged, nil); err != nil {
 			return err
 		}
 		if err := syncDir(staged); err != nil {
@@ -233,13 +233,17 @@ func (s *Store) ensureHost(root string) error {
 	if err := s.writeRecord(img); err != nil {
 		return err
 	}
-	names, err := s.readNames()
+	t, err := s.readRefs()
 	if err != nil {
 		return err
 	}
-	if names[HostName] == digest {
-		return nil
+	if i := t.find("", HostName, true); i >= 0 {
+		if t.Refs[i].Digest == digest {
+			return nil
+		}
+		t.Refs[i].Digest = digest
+	} else {
+		t.Refs = append(t.Refs, ref{Name: HostName, Digest: digest, Public: true})
 	}
-	names[HostName] = digest
-	return s.writeNames(names)
+	return s.writeRefs(t)
 }

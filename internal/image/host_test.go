@@ -18,7 +18,7 @@ import (
 func TestHostImage(t *testing.T) {
 	requireRoot(t)
 	s := newStore(t)
-	img, err := s.Get(HostName)
+	img, err := s.Get(admin, HostName)
 	if err != nil {
 		t.Fatalf("Get(host): %v", err)
 	}
@@ -74,7 +74,7 @@ func TestHostImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img2, _ := again.Get(HostName)
+	img2, _ := again.Get(admin, HostName)
 	if img2.Digest != img.Digest || !img2.Created.Equal(img.Created) {
 		t.Errorf("reopened host image %s %v, want the same %s %v", img2.Digest, img2.Created, img.Digest, img.Created)
 	}
@@ -167,7 +167,7 @@ func TestHostImageFollowsHostChanges(t *testing.T) {
 		if err := s.ensureHost(host); err != nil {
 			t.Fatal(err)
 		}
-		img, err := s.Get(HostName)
+		img, err := s.Get(admin, HostName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,16 +185,16 @@ func TestHostImageFollowsHostChanges(t *testing.T) {
 	if d2 == d1 {
 		t.Fatal("host /usr changed but the digest did not")
 	}
-	if old, err := s.Get(d1); err != nil || old.Name != "" || !old.Builtin {
+	if old, err := s.Get(admin, d1); err != nil || old.Name != "" || !old.Builtin {
 		t.Errorf("old host image = %+v, %v; want it kept unnamed for the sandboxes on it", old, err)
 	}
-	if err := s.Remove(d1, nil); err != nil {
+	if err := s.Remove(admin, d1, nil); err != nil {
 		t.Errorf("Remove old host image: %v", err)
 	}
 	if _, err := os.Stat(s.path("host", hexOf(d1))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("old host skeleton still there: %v", err)
 	}
-	if err := s.Remove(d2, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if err := s.Remove(admin, d2, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Remove current host image: %v", err)
 	}
 }

@@ -62,7 +62,7 @@ func TestImportPlain(t *testing.T) {
 	dir := t.TempDir()
 	var phases []string
 	var last [2]int64
-	img, err := s.Import(context.Background(), writeFile(t, dir, "rootfs.tar", layer), "plain", func(phase string, done, total int64) {
+	img, err := importLocal(s, context.Background(), writeFile(t, dir, "rootfs.tar", layer), "plain", func(phase string, done, total int64) {
 		phases = append(phases, phase)
 		last = [2]int64{done, total}
 	})
@@ -93,7 +93,7 @@ func TestImportPlain(t *testing.T) {
 	}
 
 	// The same tar gzip-compressed is the same image.
-	zimg, err := s.Import(context.Background(), writeFile(t, dir, "rootfs.tar.gz", gz(t, layer)), "plain-gz", nil)
+	zimg, err := importLocal(s, context.Background(), writeFile(t, dir, "rootfs.tar.gz", gz(t, layer)), "plain-gz", nil)
 	if err != nil {
 		t.Fatalf("Import gzip: %v", err)
 	}
@@ -112,7 +112,7 @@ func TestImportDockerSave(t *testing.T) {
 	base, top := baseLayer(t), topLayer(t)
 	cfg := configJSON(t, base, top)
 	path := writeFile(t, t.TempDir(), "save.tar", dockerSave(t, "example.com/app:1", cfg, base, top))
-	img, err := s.Import(context.Background(), path, "", nil)
+	img, err := importLocal(s, context.Background(), path, "", nil)
 	if err != nil {
 		t.Fatalf("Import: %v", err)
 	}
@@ -137,7 +137,7 @@ func TestImportDockerSave(t *testing.T) {
 	if n, err := unix.Lgetxattr(filepath.Join(ld[1], "var/cache"), opaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
 		t.Errorf("top var/cache opaque = %q, %v", buf[:n], err)
 	}
-	if got, err := s.Get(img.Digest); err != nil || got.Name != img.Name {
+	if got, err := s.Get(admin, img.Digest); err != nil || got.Name != img.Name {
 		t.Errorf("Get(digest) = %+v, %v", got, err)
 	}
 	assertClean(t, s)
@@ -152,7 +152,7 @@ func TestImportOCI(t *testing.T) {
 	writeTree(t, layoutDir, files)
 	tarPath := writeFile(t, t.TempDir(), "oci.tar", tarTree(t, files))
 	for _, tc := range []struct{ name, path string }{{"oci-dir", layoutDir}, {"oci-tar", tarPath}} {
-		img, err := s.Import(context.Background(), tc.path, tc.name, nil)
+		img, err := importLocal(s, context.Background(), tc.path, tc.name, nil)
 		if err != nil {
 			t.Fatalf("Import %s: %v", tc.name, err)
 		}
@@ -181,17 +181,17 @@ func TestLayerSharingAndReimport(t *testing.T) {
 	a := writeFile(t, dir, "a.tar", dockerSave(t, "a:1", configJSON(t, base, top), base, top))
 	files, _ := ociLayout(t, base, other)
 	b := writeFile(t, dir, "b.tar", tarTree(t, files))
-	imgA, err := s.Import(context.Background(), a, "a", nil)
+	imgA, err := importLocal(s, context.Background(), a, "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Import(context.Background(), b, "b", nil); err != nil {
+	if _, err := importLocal(s, context.Background(), b, "b", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := entries(t, s.path("layers")); len(got) != 3 {
 		t.Errorf("layers = %v, want 3 (base shared)", got)
 	}
-	again, err := s.Import(context.Background(), a, "a", nil)
+	again, err := importLocal(s, context.Background(), a, "a", nil)
 	if err != nil {
 		t.Fatalf("re-import: %v", err)
 	}
@@ -221,7 +221,7 @@ func TestConcurrentImports(t *testing.T) {
 			if i%2 == 1 {
 				st = other
 			}
-			_, errs[i] = st.Import(context.Background(), path, fmt.Sprintf("c%d", i), nil)
+			_, errs[i] = importLocal(st, context.Background(), path, fmt.Sprintf("c%d", i), nil)
 		})
 	}
 	wg.Wait()
@@ -266,7 +266,7 @@ func TestFailedImportLeavesNothing(t *testing.T) {
 		{"docker layer escape", writeFile(t, dir, "esc5.tar", dockerSave(t, "x:1", configJSON(t, base, top), base, mkTar(t, symlinkEnt("a", sentinel), fileEnt("a/pwned", "", 0o644)))), errdefs.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Import(context.Background(), tc.path, "victim", nil)
+			_, err := importLocal(s, context.Background(), tc.path, "victim", nil)
 			if !errors.Is(err, tc.class) {
 				t.Fatalf("Import error = %v, want class %v", err, tc.class)
 			}
@@ -278,7 +278,7 @@ func TestFailedImportLeavesNothing(t *testing.T) {
 			if got := entries(t, s.path("layers")); len(got) != 0 {
 				t.Errorf("layers = %v, want none", got)
 			}
-			if imgs, _ := s.List(); len(imgs) != 1 || imgs[0].Name != HostName {
+			if imgs, _ := s.List(admin); len(imgs) != 1 || imgs[0].Name != HostName {
 				t.Errorf("images after failure = %v, want only host", imgs)
 			}
 		})
@@ -291,30 +291,30 @@ func TestImportNames(t *testing.T) {
 	dir := t.TempDir()
 	a := writeFile(t, dir, "a.tar", mkTar(t, fileEnt("a", "a", 0o644)))
 	for _, bad := range []string{"Upper", "has space", "-lead", "trail-", "host", "sha256:abc", "0123456789abcdef", strings.Repeat("a", 256)} {
-		_, err := s.Import(context.Background(), a, bad, nil)
+		_, err := importLocal(s, context.Background(), a, bad, nil)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("name %q: error %v, want invalid_argument", bad, err)
 		}
 	}
-	if _, err := s.Import(context.Background(), a, "Upper", nil); err == nil || !strings.Contains(err.Error(), "lowercase letters, digits") {
+	if _, err := importLocal(s, context.Background(), a, "Upper", nil); err == nil || !strings.Contains(err.Error(), "lowercase letters, digits") {
 		t.Errorf("error %v does not state the rule", err)
 	}
-	if _, err := s.Import(context.Background(), a, "", nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := importLocal(s, context.Background(), a, "", nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("unnamed plain import: %v, want invalid_argument", err)
 	}
-	imgA, err := s.Import(context.Background(), a, "docker.io/library/app_x:1.0-rc", nil)
+	imgA, err := importLocal(s, context.Background(), a, "docker.io/library/app_x:1.0-rc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := writeFile(t, dir, "b.tar", mkTar(t, fileEnt("b", "b", 0o644)))
-	imgB, err := s.Import(context.Background(), b, "docker.io/library/app_x:1.0-rc", nil)
+	imgB, err := importLocal(s, context.Background(), b, "docker.io/library/app_x:1.0-rc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get("docker.io/library/app_x:1.0-rc"); got == nil || got.Digest != imgB.Digest {
+	if got, _ := s.Get(admin, "docker.io/library/app_x:1.0-rc"); got == nil || got.Digest != imgB.Digest {
 		t.Errorf("name points at %v, want %s", got, imgB.Digest)
 	}
-	old, err := s.Get(imgA.Digest)
+	old, err := s.Get(admin, imgA.Digest)
 	if err != nil || old.Name != "" {
 		t.Errorf("replaced image = %+v, %v; want it kept, unnamed", old, err)
 	}
@@ -323,22 +323,22 @@ func TestImportNames(t *testing.T) {
 func TestGetAndList(t *testing.T) {
 	requireRoot(t)
 	s := newStore(t)
-	img, err := s.Import(context.Background(), writeFile(t, t.TempDir(), "a.tar", mkTar(t, fileEnt("a", "a", 0o644))), "a", nil)
+	img, err := importLocal(s, context.Background(), writeFile(t, t.TempDir(), "a.tar", mkTar(t, fileEnt("a", "a", 0o644))), "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := hexOf(img.Digest)
 	for _, ref := range []string{"a", img.Digest, h, h[:12], "sha256:" + h[:12]} {
-		if got, err := s.Get(ref); err != nil || got.Digest != img.Digest || got.Name != "a" {
+		if got, err := s.Get(admin, ref); err != nil || got.Digest != img.Digest || got.Name != "a" {
 			t.Errorf("Get(%q) = %v, %v; want image a", ref, got, err)
 		}
 	}
 	for _, ref := range []string{h[:11], "b", "", "sha256:" + strings.Repeat("0", 64)} {
-		if _, err := s.Get(ref); !errors.Is(err, errdefs.ErrNotFound) {
+		if _, err := s.Get(admin, ref); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Get(%q) error = %v, want not_found", ref, err)
 		}
 	}
-	imgs, err := s.List()
+	imgs, err := s.List(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,33 +357,38 @@ func TestRemove(t *testing.T) {
 	base, top := baseLayer(t), topLayer(t)
 	other := mkTar(t, fileEnt("other", "x", 0o644))
 	dir := t.TempDir()
-	a, err := s.Import(context.Background(), writeFile(t, dir, "a.tar", dockerSave(t, "a:1", configJSON(t, base, top), base, top)), "a", nil)
+	a, err := importLocal(s, context.Background(), writeFile(t, dir, "a.tar", dockerSave(t, "a:1", configJSON(t, base, top), base, top)), "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files, _ := ociLayout(t, base, other)
-	b, err := s.Import(context.Background(), writeFile(t, dir, "b.tar", tarTree(t, files)), "b", nil)
+	b, err := importLocal(s, context.Background(), writeFile(t, dir, "b.tar", tarTree(t, files)), "b", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inUse := func(d string) bool { return d == a.Digest }
-	if err := s.Remove("a", inUse); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "in use") {
+	inUse := func(d string) []string {
+		if d == a.Digest {
+			return []string{admin.Owner}
+		}
+		return nil
+	}
+	if err := s.Remove(admin, "a", inUse); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("Remove in-use image: %v, want failed_precondition saying in use", err)
 	}
-	if err := s.Remove(HostName, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if err := s.Remove(admin, HostName, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Remove host: %v, want failed_precondition", err)
 	}
-	host, _ := s.Get(HostName)
-	if err := s.Remove(host.Digest, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	host, _ := s.Get(admin, HostName)
+	if err := s.Remove(admin, host.Digest, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Remove host by digest: %v, want failed_precondition", err)
 	}
-	if err := s.Remove("nope", nil); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.Remove(admin, "nope", nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Remove unknown: %v, want not_found", err)
 	}
-	if err := s.Remove("a", func(string) bool { return false }); err != nil {
+	if err := s.Remove(admin, "a", func(string) []string { return nil }); err != nil {
 		t.Fatalf("Remove a: %v", err)
 	}
-	if _, err := s.Get(a.Digest); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.Get(admin, a.Digest); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Get removed image: %v", err)
 	}
 	layers := entries(t, s.path("layers"))
@@ -399,16 +404,16 @@ func TestRemove(t *testing.T) {
 		}
 	}
 	// A second name only untags.
-	if _, err := s.Import(context.Background(), writeFile(t, dir, "b2.tar", tarTree(t, files)), "b2", nil); err != nil {
+	if _, err := importLocal(s, context.Background(), writeFile(t, dir, "b2.tar", tarTree(t, files)), "b2", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove("b2", func(string) bool { return true }); err != nil {
+	if err := s.Remove(admin, "b2", func(string) []string { return []string{admin.Owner} }); err != nil {
 		t.Errorf("untag b2: %v", err)
 	}
-	if got, err := s.Get("b"); err != nil || got.Digest != b.Digest {
+	if got, err := s.Get(admin, "b"); err != nil || got.Digest != b.Digest {
 		t.Errorf("b after untagging b2: %v, %v", got, err)
 	}
-	if err := s.Remove(hexOf(b.Digest)[:12], nil); err != nil {
+	if err := s.Remove(admin, hexOf(b.Digest)[:12], nil); err != nil {
 		t.Fatalf("Remove b by prefix: %v", err)
 	}
 	if got := entries(t, s.path("layers")); len(got) != 0 {
@@ -422,7 +427,7 @@ func TestImportCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	path := writeFile(t, t.TempDir(), "a.tar", mkTar(t, fileEnt("a", "a", 0o644)))
-	if _, err := s.Import(ctx, path, "a", nil); !errors.Is(err, context.Canceled) {
+	if _, err := importLocal(s, ctx, path, "a", nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Import with a cancelled context: %v, want context.Canceled", err)
 	}
 	assertClean(t, s)
@@ -475,7 +480,7 @@ func TestImportNestedIndex(t *testing.T) {
 		"mediaType": mediaOCIIndex, "digest": digestOf(inner), "size": len(inner),
 		"annotations": map[string]string{"io.containerd.image.name": "docker.io/library/app:2"},
 	}}})
-	img, err := s.Import(context.Background(), writeFile(t, t.TempDir(), "n.tar", tarTree(t, files)), "", nil)
+	img, err := importLocal(s, context.Background(), writeFile(t, t.TempDir(), "n.tar", tarTree(t, files)), "", nil)
 	if err != nil {
 		t.Fatalf("Import: %v", err)
 	}
@@ -485,4 +490,11 @@ func TestImportNestedIndex(t *testing.T) {
 	if img.Name != "docker.io/library/app:2" {
 		t.Errorf("name %q, want the annotation's", img.Name)
 	}
+}
+
+// admin is the node's local administrator, the owner of everything these tests import.
+var admin = Scope{Owner: LegacyOwner, Admin: true}
+
+func importLocal(s *Store, ctx context.Context, path, name string, p Progress) (*Image, error) {
+	return s.Import(ctx, admin, ImportRequest{Archive: path, Name: name}, p)
 }

@@ -18,7 +18,7 @@ func TestOverlayMount(t *testing.T) {
 	requireRoot(t)
 	s := newStore(t)
 	base, top := baseLayer(t), topLayer(t)
-	img, err := s.Import(context.Background(), writeFile(t, t.TempDir(), "a.tar", dockerSave(t, "a:1", configJSON(t, base, top), base, top)), "a", nil)
+	img, err := importLocal(s, context.Background(), writeFile(t, t.TempDir(), "a.tar", dockerSave(t, "a:1", configJSON(t, base, top), base, top)), "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

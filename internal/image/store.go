@@ -4,20 +4,41 @@
 // once, with its archive ownership (container-native, never shifted), into a directory
 // that every image and sandbox using it shares as an overlayfs lower dir.
 //
+// Images have owners. A name belongs to one owner (a private image, seen and changed
+// by that owner only) or is public (seen by every owner, published, replaced and
+// removed by administrators only); the host image is public and built in. A name
+// resolves to the caller's own image first, then to the public one, and a digest only
+// among the images the caller sees: another owner's private image is not found, just
+// like one that does not exist.
+//
+// Hostile surfaces it guards: every archive is hostile (written by any owner, and by
+// whatever ran in the sandbox that produced it), and so is every name and digest another
+// owner chooses. An import never writes outside its layer directory (no absolute or
+// climbing names, no link followed, no hard link out of the layer, no device nodes, no
+// trusted.* or security.* xattrs); it is held to the node's limits on unpacked bytes and
+// on the compression ratio, checked while it unpacks, and to its owner's quota; it never
+// replaces or reveals another owner's image; and it reuses an unpacked layer only when
+// an image its owner sees already has it, so naming a layer's digest never grants its
+// data. The upload size limit (Limits.Upload) is enforced by the HTTP edge.
+//
 // The store lives in one directory and keeps its metadata in plain files written
 // temp+rename, so a crash never leaves a half record:
 //
-//	<dir>/images/<hex>.json  one record per image, by digest
-//	<dir>/names.json         name -> digest
+//	<dir>/images/<hex>.json  one record per image, by digest (shared by every owner's refs)
+//	<dir>/refs.json          (owner, name, visibility) -> digest
+//	<dir>/names.json         name -> digest, from versions without owners; read as
+//	                         private images of LegacyOwner and replaced by refs.json
 //	<dir>/layers/<hex>/      an unpacked layer, by diff id
 //	<dir>/host/<hex>/        the host image's generated skeleton, by image digest
 //	<dir>/tmp/               imports in progress; emptied when no import runs
-//	<dir>/meta.lock          held to change names or records
+//	<dir>/meta.lock          held to change refs or records
 //	<dir>/gc.lock            shared by imports, exclusive to delete layers
 //
+// A layer stays while any record uses it, and a record while any owner's ref points at
+// it or a sandbox runs on it.
+//
 // The package must not mount anything, touch sandboxes' upper layers, or know about the
-// state of sandboxes beyond the in-use callback it is given; it never follows a link an
-// archive created while writing a layer.
+// state of sandboxes beyond the callbacks it is given.
 package image
 
 import (
@@ -28,6 +49,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -62,6 +84,10 @@ type Image struct {
 	Size    int64     `json:"size"`             // unpacked bytes
 	Created time.Time `json:"created"`
 	Builtin bool      `json:"builtin"`
+	// Owner and Public say whose name Name is: an owner's private image, or one every
+	// owner sees. Records keep neither; they come from the ref the image was found by.
+	Owner  string `json:"-"`
+	Public bool   `json:"-"`
 }
 
 // Progress receives the progress of a long step: phase "unpack" counts archive bytes
@@ -71,7 +97,22 @@ type Progress func(phase string, done, total int64)
 // Store is the image store in one directory. It is safe for concurrent use, also by
 // several processes.
 type Store struct {
-	dir string
+	dir    string
+	limits atomic.Pointer[Limits]
+}
+
+// SetLimits sets the limits imports are held to; zero fields take DefaultLimits.
+func (s *Store) SetLimits(l Limits) {
+	l = l.withDefaults()
+	s.limits.Store(&l)
+}
+
+// Limits returns the limits imports are held to.
+func (s *Store) Limits() Limits {
+	if l := s.limits.Load(); l != nil {
+		return *l
+	}
+	return DefaultLimits()
 }
 
 // Open opens (creating its layout if needed) the store in dir and makes sure the host
@@ -95,6 +136,9 @@ func Open(dir string) (*Store, error) {
 	if err := s.ensureHost("/"); err != nil {
 		return nil, fmt.Errorf("host image: %w", err)
 	}
+	if err := s.migrateLocked(); err != nil {
+		return nil, fmt.Errorf("image names: %w", err)
+	}
 	s.collectLocked()
 	return s, nil
 }
@@ -117,14 +161,16 @@ func (s *Store) lock(name string, how int) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// Get returns the image with the name ref, the digest ref, or the digest starting with
-// ref (at least 12 hex digits, "sha256:" optional).
-func (s *Store) Get(ref string) (*Image, error) {
-	names, err := s.readNames()
+// Get returns the image ref names for sc: sc's own image of that name, else the public
+// one; or the image with the digest ref, or the digest starting with ref (at least 12
+// hex digits, "sha256:" optional), among those sc sees. Another owner's private image
+// is not found, exactly like one that does not exist.
+func (s *Store) Get(sc Scope, ref string) (*Image, error) {
+	t, err := s.readRefs()
 	if err != nil {
 		return nil, err
 	}
-	digest, byName, err := s.resolve(ref, names)
+	digest, idx, err := s.resolve(sc, t, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -132,17 +178,30 @@ func (s *Store) Get(ref string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if byName {
-		img.Name = ref
-	} else {
-		img.Name = firstName(names, digest)
+	if idx >= 0 {
+		img.setRef(t.Refs[idx])
+	} else if r, ok := t.nameFor(sc, digest); ok {
+		img.setRef(r)
 	}
 	return img, nil
 }
 
-// List returns one entry per name, plus one (with no name) per image no name points to.
-func (s *Store) List() ([]*Image, error) {
-	names, err := s.readNames()
+// ByDigest returns the image with exactly this digest, whoever keeps it. It is for
+// digests the daemon recorded itself (a sandbox's image), never for a caller's ref.
+func (s *Store) ByDigest(digest string) (*Image, error) {
+	if !validDigest(digest) {
+		return nil, errdefs.NotFound("image %q not found", digest)
+	}
+	return s.readRecord(digest)
+}
+
+func (img *Image) setRef(r ref) { img.Name, img.Owner, img.Public = r.Name, r.Owner, r.Public }
+
+// List returns the images sc sees: one entry per ref of its own (named, or kept by
+// digest after its name moved on) and per public ref. An administrator also sees the
+// images no ref points at any more, without a name.
+func (s *Store) List(sc Scope) ([]*Image, error) {
+	t, err := s.readRefs()
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +211,10 @@ func (s *Store) List() ([]*Image, error) {
 	}
 	var out []*Image
 	for _, d := range digests {
+		refd := t.pointsAt(d)
+		if refd && !t.visibleDigests(sc)[d] || !refd && !sc.Admin {
+			continue
+		}
 		img, err := s.readRecord(d)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
@@ -159,17 +222,16 @@ func (s *Store) List() ([]*Image, error) {
 			}
 			return nil, err
 		}
-		named := false
-		for n, nd := range names {
-			if nd == d {
-				c := *img
-				c.Name = n
-				out = append(out, &c)
-				named = true
-			}
-		}
-		if !named {
+		if !refd {
 			out = append(out, img)
+			continue
+		}
+		for _, r := range t.Refs {
+			if r.Digest == d && r.visible(sc) {
+				c := *img
+				c.setRef(r)
+				out = append(out, &c)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b *Image) int {
@@ -179,54 +241,84 @@ func (s *Store) List() ([]*Image, error) {
 			}
 			return strings.Compare(a.Name, b.Name)
 		}
+		if a.Public != b.Public {
+			if a.Public {
+				return 1 // an owner's own image before the public one it hides
+			}
+			return -1
+		}
 		return strings.Compare(a.Digest, b.Digest)
 	})
 	return out, nil
 }
 
-// Remove removes the image ref. A name that shares its image with other names is only
-// untagged; otherwise the image and every name of it go, refused while inUse(digest)
-// reports a sandbox on it, and layers no image references any more are deleted. The
-// host image cannot be removed.
-func (s *Store) Remove(ref string, inUse func(digest string) bool) error {
+// Users reports the owners whose live sandboxes run on an image, by digest.
+type Users func(digest string) []string
+
+// Remove removes sc's image ref. By name it drops sc's own name (or, for an
+// administrator, the public one the name resolves to); by digest, every ref sc may
+// change that points at it. The image itself goes, with the layers no image uses any
+// more, once no ref points at it and no sandbox runs on it: while one of sc's own
+// sandboxes does, the remove is refused; while only other owners' sandboxes do, the
+// image is kept for them without a name and goes once they are gone. A non-administrator
+// cannot remove a public image, and the host image cannot be removed.
+func (s *Store) Remove(sc Scope, refStr string, users Users) error {
 	unlock, err := s.lock("meta.lock", unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	names, err := s.readNames()
+	t, err := s.readRefs()
 	if err != nil {
 		return err
 	}
-	digest, byName, err := s.resolve(ref, names)
+	digest, idx, err := s.resolve(sc, t, refStr)
 	if err != nil {
 		return err
 	}
-	if digest == names[HostName] {
+	if h := t.find("", HostName, true); h >= 0 && t.Refs[h].Digest == digest {
 		return errdefs.Precondition("the built-in %s image cannot be removed", HostName)
 	}
-	var tags []string
-	for n, d := range names {
-		if d == digest {
-			tags = append(tags, n)
+	drop := map[int]bool{}
+	for i, r := range t.Refs {
+		if (i == idx || idx < 0 && r.Digest == digest) && r.changeable(sc) {
+			drop[i] = true
 		}
 	}
-	if byName && len(tags) > 1 {
-		delete(names, ref)
-		return s.writeNames(names)
+	if len(drop) == 0 && t.pointsAt(digest) {
+		return publicOnly("remove", refStr)
 	}
-	if inUse != nil && inUse(digest) {
-		return errdefs.Precondition("image %s (%s) is in use by one or more sandboxes; terminate them first", ref, digest).
+	rest := &refTable{}
+	for i, r := range t.Refs {
+		if !drop[i] {
+			rest.Refs = append(rest.Refs, r)
+		}
+	}
+	if !rest.pointsAt(digest) && users != nil && slices.Contains(users(digest), sc.Owner) {
+		return errdefs.Precondition("image %s (%s) is in use by one or more of your sandboxes; terminate them first", refStr, digest).
 			WithDetails(map[string]any{"digest": digest})
 	}
-	for _, n := range tags {
-		delete(names, n)
-	}
-	if err := s.writeNames(names); err != nil {
+	if err := s.writeRefs(rest); err != nil {
 		return err
 	}
-	if err := os.Remove(s.recordPath(digest)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	return s.sweepLocked(rest, users)
+}
+
+// sweepLocked deletes the records no ref points at and no sandbox runs on (users nil:
+// none does), except the host image's, then collects their layers. The caller holds
+// meta.lock.
+func (s *Store) sweepLocked(t *refTable, users Users) error {
+	digests, err := s.digests()
+	if err != nil {
 		return err
+	}
+	for _, d := range digests {
+		if t.pointsAt(d) || (users != nil && len(users(d)) > 0) {
+			continue
+		}
+		if err := os.Remove(s.recordPath(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	s.collectLocked()
 	return nil
@@ -242,47 +334,6 @@ func (s *Store) LayerDirs(img *Image) []string {
 		dirs[i] = s.path("layers", hexOf(l))
 	}
 	return dirs
-}
-
-// resolve maps ref to a digest; byName tells whether ref was a name.
-func (s *Store) resolve(ref string, names map[string]string) (digest string, byName bool, err error) {
-	if d, ok := names[ref]; ok {
-		return d, true, nil
-	}
-	h := strings.TrimPrefix(ref, "sha256:")
-	if len(h) >= 12 && len(h) <= 64 && isHex(h) {
-		digests, err := s.digests()
-		if err != nil {
-			return "", false, err
-		}
-		var found []string
-		for _, d := range digests {
-			if strings.HasPrefix(hexOf(d), h) {
-				found = append(found, d)
-			}
-		}
-		if len(found) == 1 {
-			return found[0], false, nil
-		}
-		if len(found) > 1 {
-			return "", false, errdefs.NotFound("image %q is ambiguous: %d images have that digest prefix", ref, len(found))
-		}
-	}
-	return "", false, errdefs.NotFound("image %q not found", ref)
-}
-
-func firstName(names map[string]string, digest string) string {
-	var ns []string
-	for n, d := range names {
-		if d == digest {
-			ns = append(ns, n)
-		}
-	}
-	slices.Sort(ns)
-	if len(ns) == 0 {
-		return ""
-	}
-	return ns[0]
 }
 
 func (s *Store) recordPath(digest string) string {
@@ -326,35 +377,12 @@ func (s *Store) writeRecord(img *Image) error {
 		return nil
 	}
 	c := *img
-	c.Name = ""
+	c.Name, c.Owner, c.Public = "", "", false
 	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return err
 	}
 	return fsutil.WriteFileAtomic(s.recordPath(img.Digest), b, 0o600)
-}
-
-func (s *Store) readNames() (map[string]string, error) {
-	names := map[string]string{}
-	b, err := os.ReadFile(s.path("names.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return names, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &names); err != nil {
-		return nil, fmt.Errorf("names.json: %w", err)
-	}
-	return names, nil
-}
-
-func (s *Store) writeNames(names map[string]string) error {
-	b, err := json.MarshalIndent(names, "", "  ")
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileAtomic(s.path("names.json"), b, 0o600)
 }
 
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }

@@ -55,22 +55,24 @@ type dirTime struct {
 // unpacker applies one layer tar to an empty directory it owns. Every file system call is
 // relative to a directory descriptor reached from the root without following symlinks.
 type unpacker struct {
-	root *os.File
-	dirs []dirTime
+	root   *os.File
+	dirs   []dirTime
+	budget *budget // nil: unbounded (the host image, made by the daemon itself)
 
 	cacheName string // the parent directory last opened, kept open for the next entry
 	cacheDir  *os.File
 }
 
 // unpackLayer reads the tar stream r into dir (which must exist and be empty), converting
-// OCI whiteouts to their overlayfs form. It stops at the end-of-archive marker; the caller
-// drains whatever follows.
-func unpackLayer(ctx context.Context, r io.Reader, dir string) error {
+// OCI whiteouts to their overlayfs form. Each entry is charged to bud (its header, and a
+// regular file's full claimed size, holes included) before anything of it is written. It
+// stops at the end-of-archive marker; the caller drains whatever follows.
+func unpackLayer(ctx context.Context, r io.Reader, dir string, bud *budget) error {
 	root, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	u := &unpacker{root: root}
+	u := &unpacker{root: root, budget: bud}
 	defer u.close()
 	if err := root.Chmod(0o755); err != nil {
 		return err
@@ -231,6 +233,16 @@ func removeAllAt(dirfd int, name string) error {
 func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	name, err := cleanName(hdr.Name)
 	if err != nil {
+		return err
+	}
+	cost := int64(tarEntryCost)
+	if hdr.Typeflag == tar.TypeReg {
+		if hdr.Size < 0 {
+			return errdefs.Invalid("layer entry %q has a negative size", hdr.Name)
+		}
+		cost += hdr.Size
+	}
+	if err := u.budget.charge(cost); err != nil {
 		return err
 	}
 	if hdr.Uid < 0 || hdr.Gid < 0 || int64(hdr.Uid) > 1<<32-2 || int64(hdr.Gid) > 1<<32-2 {

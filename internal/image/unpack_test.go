@@ -78,7 +78,7 @@ func unpackTar(t *testing.T, b []byte) (string, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return dir, unpackLayer(context.Background(), bytes.NewReader(b), dir)
+	return dir, unpackLayer(context.Background(), bytes.NewReader(b), dir, nil)
 }
 
 func TestUnpackKeepsMetadata(t *testing.T) {
@@ -239,7 +239,7 @@ func FuzzUnpackLayer(f *testing.F) {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		unpackLayer(context.Background(), bytes.NewReader(b), dir)
+		unpackLayer(context.Background(), bytes.NewReader(b), dir, nil)
 		if got := entries(t, parent); len(got) != 1 || got[0] != "layer" {
 			t.Fatalf("unpack wrote beside the layer: %v", got)
 		}

@@ -64,7 +64,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 			return nil, nil, err
 		}
 	}
-	img, err := m.images.Get(req.Image)
+	img, err := m.images.Get(image.Scope{Owner: call.Owner}, req.Image)
 	if err != nil {
 		return nil, nil, err
 	}

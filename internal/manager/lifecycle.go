@@ -98,7 +98,7 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 		m.terminate(ctx, sb, "max_lifetime")
 		return errdefs.Precondition("sandbox %q reached its maximum lifetime and was terminated", sb.Name)
 	}
-	img, err := m.images.Get(sb.ImageDigest)
+	img, err := m.images.ByDigest(sb.ImageDigest)
 	if err != nil {
 		return errdefs.Precondition("the image %s of sandbox %q is gone", sb.ImageDigest, sb.Name).WithCause(err)
 	}

@@ -261,7 +261,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	} else if parent, err = m.Resolve(ctx, call.Owner, src); err != nil {
 		return nil, nil, err
 	}
-	img, err := m.images.Get(parent.ImageDigest)
+	img, err := m.images.ByDigest(parent.ImageDigest)
 	if err != nil {
 		return nil, nil, errdefs.Precondition("the image of %q is gone", parent.Name).WithCause(err)
 	}

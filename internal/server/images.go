@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -15,11 +18,22 @@ import (
 )
 
 func toAPIImage(img *image.Image) api.Image {
-	return api.Image{Name: img.Name, Digest: img.Digest, Layers: len(img.Layers), Size: img.Size, Created: img.Created, Builtin: img.Builtin}
+	vis := api.VisibilityPrivate
+	if img.Public || img.Builtin {
+		vis = api.VisibilityPublic
+	}
+	return api.Image{Name: img.Name, Digest: img.Digest, Layers: len(img.Layers), Size: img.Size, Created: img.Created,
+		Builtin: img.Builtin, Owner: img.Owner, Visibility: vis}
+}
+
+// imageScope is whom an image request acts for: its owner, an administrator when it
+// came through the unix socket.
+func imageScope(r *http.Request) image.Scope {
+	return image.Scope{Owner: owner(r), Admin: owner(r) == LocalOwner}
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
-	list, err := s.m.Images().List()
+	list, err := s.m.Images().List(imageScope(r))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -32,9 +46,31 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 }
 
 // importImage stores the uploaded archive in a temporary file (the formats need random
-// access), then imports it, streaming progress as NDJSON.
+// access), at most the store's upload limit of it, then imports it, streaming progress
+// as NDJSON.
 func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("name")
+	q := r.URL.Query()
+	name := q.Get("name")
+	public := false
+	switch v := q.Get("visibility"); v {
+	case "", api.VisibilityPrivate:
+	case api.VisibilityPublic:
+		public = true
+	default:
+		s.writeError(w, r, errdefs.Invalid("invalid visibility %q: use private or public", v))
+		return
+	}
+	sc := imageScope(r)
+	if public && !sc.Admin {
+		s.writeError(w, r, &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+			Msg: "only an administrator (over the unix socket) can publish a public image"})
+		return
+	}
+	limit := s.m.Images().Limits().Upload
+	if r.ContentLength > limit {
+		s.writeError(w, r, uploadTooLarge(limit))
+		return
+	}
 	dir := filepath.Join(s.opts.StateDir, "uploads")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		s.writeError(w, r, err)
@@ -46,11 +82,16 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer os.Remove(f.Name())
-	_, err = io.Copy(f, r.Body)
+	_, err = io.Copy(f, http.MaxBytesReader(w, r.Body, limit))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		s.writeError(w, r, uploadTooLarge(limit))
+		return
+	case err != nil:
 		s.writeError(w, r, errdefs.Invalid("the upload did not complete: %v", err))
 		return
 	}
@@ -65,7 +106,8 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var last int64 = -1
-	img, err := s.m.Images().Import(r.Context(), f.Name(), name, func(phase string, done, total int64) {
+	req := image.ImportRequest{Archive: f.Name(), Name: name, Public: public, Users: s.imageUsers(r.Context(), sc.Owner)}
+	img, err := s.m.Images().Import(r.Context(), sc, req, func(phase string, done, total int64) {
 		// About a hundred updates for a whole import is plenty for a progress bar.
 		if total > 0 && done != total && last >= 0 && (done-last)*100 < total {
 			return
@@ -82,27 +124,44 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	emit(api.ImportEvent{Image: &ai})
 }
 
+func uploadTooLarge(limit int64) error {
+	return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errTooLarge,
+		Msg:     fmt.Sprintf("the image archive is larger than %d bytes, the most this node accepts in one upload", limit),
+		Details: map[string]any{"limit": limit}}
+}
+
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	err := s.m.Images().Remove(r.PathValue("ref"), func(digest string) bool {
-		return s.imageInUse(ctx, digest)
-	})
-	if err != nil {
+	sc := imageScope(r)
+	if err := s.m.Images().Remove(sc, r.PathValue("ref"), s.imageUsers(r.Context(), sc.Owner)); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) imageInUse(ctx context.Context, digest string) bool {
-	list, err := s.m.List(ctx, store.SandboxFilter{})
-	if err != nil {
-		return true // when in doubt, keep it
-	}
-	for _, sb := range list {
-		if sb.ImageDigest == digest && sb.State != "terminated" {
-			return true
+// imageUsers reports the owners of the sandboxes not terminated on each image, from one
+// read of the sandboxes made on first use. When that read fails every image counts as
+// used, by the caller too: when in doubt, keep it.
+func (s *Server) imageUsers(ctx context.Context, caller string) image.Users {
+	var byDigest map[string][]string
+	var failed bool
+	return func(digest string) []string {
+		if byDigest == nil && !failed {
+			list, err := s.m.List(ctx, store.SandboxFilter{})
+			if err != nil {
+				failed = true
+			} else {
+				byDigest = map[string][]string{}
+				for _, sb := range list {
+					if sb.State != "terminated" && !slices.Contains(byDigest[sb.ImageDigest], sb.Owner) {
+						byDigest[sb.ImageDigest] = append(byDigest[sb.ImageDigest], sb.Owner)
+					}
+				}
+			}
 		}
+		if failed {
+			return []string{caller}
+		}
+		return byDigest[digest]
 	}
-	return false
 }

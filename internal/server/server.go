@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -33,8 +34,9 @@ const maxBody = 1 << 20
 // errTooLarge marks an oversize body: invalid_argument, with status 413.
 var errTooLarge = errors.New("request body too large")
 
-// LocalOwner owns everything done through the unix socket.
-const LocalOwner = "local"
+// LocalOwner owns everything done through the unix socket; it is the node's
+// administrator, and no token may name it.
+const LocalOwner = config.LocalOwner
 
 // Options configure the server.
 type Options struct {

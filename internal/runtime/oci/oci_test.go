@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := images.Get(image.HostName)
+	host, err := images.Get(image.Scope{}, image.HostName)
 	if err != nil {
 		t.Fatal(err)
 	}
