@@ -2,6 +2,11 @@
 // (sandboxes, operations, idempotency keys, events) and the Store interface that an
 // embedded SQLite store (store/sqlite) and, later, a Postgres store implement. It knows
 // nothing about HTTP, runc or the sandbox state machine; it only keeps what it is given.
+//
+// Hostile surface: events are the records a sandbox can cause in bulk (each DNS query and
+// egress decision may become one), so the contract offers batched appends
+// (AppendEvents) and retention (PruneEvents); the rates, caps and ages that bound a
+// sandbox's rows are decided by the manager and its audit writer, never here.
 package store
 
 import (
@@ -119,6 +124,18 @@ type EventFilter struct {
 	Limit     int // 0 means a default of 1000
 }
 
+// EventRetention says which events PruneEvents removes. Zero fields remove nothing.
+type EventRetention struct {
+	// MaxPerSandbox keeps at most this many of each sandbox's newest events (by Seq).
+	MaxPerSandbox int
+	// Sandboxes limits the MaxPerSandbox pass to these sandboxes; nil means every one.
+	Sandboxes []string
+	// Before removes the events stored before this time. Events are appended in time
+	// order, so the oldest are removed first; an event whose Time is out of order with
+	// its Seq may outlive the cutoff until a later prune.
+	Before time.Time
+}
+
 // Store keeps Airlock's records. Every method is safe for concurrent use. Errors wrap
 // the errdefs classes: ErrNotFound, ErrAlreadyExists, ErrVersionConflict.
 type Store interface {
@@ -150,8 +167,14 @@ type Store interface {
 
 	// AppendEvent stores ev and sets ev.Seq.
 	AppendEvent(ctx context.Context, ev *Event) error
+	// AppendEvents stores evs in one transaction, all or none, in their order, and sets
+	// each Seq. It is how a flood of records costs one write instead of one per record.
+	AppendEvents(ctx context.Context, evs []*Event) error
 	// ListEvents returns matching events in Seq order.
 	ListEvents(ctx context.Context, f EventFilter) ([]*Event, error)
+	// PruneEvents removes what r says is past retention and returns how many events it
+	// removed.
+	PruneEvents(ctx context.Context, r EventRetention) (int64, error)
 
 	Close() error
 }

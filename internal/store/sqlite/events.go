@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/airlockhq/airlock/internal/store"
@@ -14,22 +15,125 @@ const defaultEventLimit = 1000
 // AppendEvent implements store.Store. Seq comes from an AUTOINCREMENT key, so it
 // grows strictly and is never reused, even after rows are deleted.
 func (s *Store) AppendEvent(ctx context.Context, ev *store.Event) error {
-	data, err := nullJSON("event data", ev.Data)
-	if err != nil {
-		return err
+	return s.AppendEvents(ctx, []*store.Event{ev})
+}
+
+// AppendEvents implements store.Store.
+func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
+	if len(evs) == 0 {
+		return nil
 	}
-	res, err := s.w.ExecContext(ctx,
-		`INSERT INTO events (sandbox_id, generation, type, cause, data, time) VALUES (?, ?, ?, ?, ?, ?)`,
-		ev.SandboxID, ev.Generation, ev.Type, ev.Cause, data, formatTime(ev.Time))
-	if err != nil {
-		return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+	data := make([]any, len(evs))
+	for i, ev := range evs {
+		var err error
+		if data[i], err = nullJSON("event data", ev.Data); err != nil {
+			return err
+		}
 	}
-	seq, err := res.LastInsertId()
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+		return fmt.Errorf("append events: %w", err)
 	}
-	ev.Seq = seq
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx,
+		`INSERT INTO events (sandbox_id, generation, type, cause, data, time) VALUES (?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	defer st.Close()
+	seqs := make([]int64, len(evs))
+	for i, ev := range evs {
+		res, err := st.ExecContext(ctx, ev.SandboxID, ev.Generation, ev.Type, ev.Cause, data[i], formatTime(ev.Time))
+		if err != nil {
+			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+		}
+		if seqs[i], err = res.LastInsertId(); err != nil {
+			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	for i, ev := range evs {
+		ev.Seq = seqs[i]
+	}
 	return nil
+}
+
+// PruneEvents implements store.Store. The age pass finds the first event (by Seq) that
+// is not older than the cutoff and removes everything before it, so it reads only the
+// rows it removes; the count pass reads each sandbox's rows through events_sandbox.
+func (s *Store) PruneEvents(ctx context.Context, r store.EventRetention) (int64, error) {
+	var removed int64
+	exec := func(q string, args ...any) error {
+		res, err := s.w.ExecContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("prune events: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		removed += n
+		return nil
+	}
+	if !r.Before.IsZero() {
+		var first sql.NullInt64
+		err := s.w.QueryRowContext(ctx, `SELECT seq FROM events WHERE time >= ? ORDER BY seq LIMIT 1`,
+			formatTime(r.Before)).Scan(&first)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			err = exec(`DELETE FROM events`)
+		case err == nil:
+			err = exec(`DELETE FROM events WHERE seq < ?`, first.Int64)
+		default:
+			err = fmt.Errorf("prune events: %w", err)
+		}
+		if err != nil {
+			return removed, err
+		}
+	}
+	if r.MaxPerSandbox <= 0 {
+		return removed, nil
+	}
+	ids := r.Sandboxes
+	if ids == nil {
+		var err error
+		if ids, err = s.crowdedSandboxes(ctx, r.MaxPerSandbox); err != nil {
+			return removed, err
+		}
+	}
+	for _, id := range ids {
+		// The newest event past the cap; everything up to it goes.
+		var last int64
+		err := s.w.QueryRowContext(ctx, `SELECT seq FROM events WHERE sandbox_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`,
+			id, r.MaxPerSandbox).Scan(&last)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return removed, fmt.Errorf("prune events of %s: %w", id, err)
+		}
+		if err := exec(`DELETE FROM events WHERE sandbox_id = ? AND seq <= ?`, id, last); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// crowdedSandboxes lists the sandboxes with more than max events.
+func (s *Store) crowdedSandboxes(ctx context.Context, max int) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT sandbox_id FROM events GROUP BY sandbox_id HAVING count(*) > ?`, max)
+	if err != nil {
+		return nil, fmt.Errorf("prune events: %w", err)
+	}
+	defer rows.Close()
+	ids := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("prune events: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // ListEvents implements store.Store.
