@@ -87,11 +87,18 @@ type EgressRecord struct {
 	Rule       string    `json:"rule,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	Time       time.Time `json:"time"`
+	// Repeats is how many more identical refusals this record stands for, counted in
+	// the window that began at the first one; Time is the last of them.
+	Repeats int64  `json:"repeats,omitempty"`
+	Summary string `json:"summary,omitempty"`
 }
 
 // EgressLog is the body of GET /v1/sandboxes/{ref}/egress.
 type EgressLog struct {
 	Records []EgressRecord `json:"records"`
+	// Dropped is how many egress records of the sandbox were not stored (over its audit
+	// rate or queue) in the range listed; records_dropped events say when and why.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // PortRequest is the body of POST /v1/sandboxes/{ref}/ports.

@@ -29,6 +29,15 @@ func (c *Client) SetNetwork(ctx context.Context, ref string, pol api.NetworkPoli
 
 // EgressLog returns a sandbox's egress decisions after seq.
 func (c *Client) EgressLog(ctx context.Context, ref string, after int64) ([]api.EgressRecord, error) {
+	out, err := c.EgressLogPage(ctx, ref, after)
+	if err != nil {
+		return nil, err
+	}
+	return out.Records, nil
+}
+
+// EgressLogPage is EgressLog with the count of records that were not stored.
+func (c *Client) EgressLogPage(ctx context.Context, ref string, after int64) (*api.EgressLog, error) {
 	var out api.EgressLog
 	q := url.Values{}
 	if after > 0 {
@@ -37,7 +46,7 @@ func (c *Client) EgressLog(ctx context.Context, ref string, after int64) ([]api.
 	if err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "egress"), query: q}, &out); err != nil {
 		return nil, err
 	}
-	return out.Records, nil
+	return &out, nil
 }
 
 // ExposePort makes a sandbox port reachable through the daemon (token-protected unless public).

@@ -93,10 +93,11 @@ var egressLogVerb = &verb{
 		if err != nil {
 			return err
 		}
-		recs, err := cl.EgressLog(c.ctx, pos[0], *after)
+		page, err := cl.EgressLogPage(c.ctx, pos[0], *after)
 		if err != nil {
 			return err
 		}
+		recs := page.Records
 		if c.json() {
 			if recs == nil {
 				recs = []api.EgressRecord{}
@@ -110,10 +111,19 @@ var egressLogVerb = &verb{
 			if r.Allowed {
 				decision, why = "allow", r.Rule
 			}
+			if r.Repeats > 0 {
+				why = fmt.Sprintf("%s (and %d more like it)", why, r.Repeats)
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", r.Time.Local().Format("15:04:05"), r.Generation,
 				decision, r.Method, r.Host, r.Port, orNone(r.Addr), r.BytesUp, r.BytesDown, why)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if page.Dropped > 0 {
+			fmt.Fprintf(c.stdout, "%d records were not stored: the sandbox went over its audit rate (see its records_dropped events)\n", page.Dropped)
+		}
+		return nil
 	},
 }
 

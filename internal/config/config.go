@@ -78,6 +78,25 @@ type Images struct {
 	OwnerQuota string `yaml:"owner_quota"`
 }
 
+// Audit bounds the audit records a sandbox's DNS queries and connections produce, and
+// how long events are kept. A sandbox picks the rate of its records, so each sandbox
+// has its own rate and queue; records over them are counted, never silently lost.
+type Audit struct {
+	// Rate and Burst: records one sandbox may add per second, and at once after a quiet
+	// spell (defaults 100 and 1000).
+	Rate  float64 `yaml:"rate"`
+	Burst int     `yaml:"burst"`
+	// Queue bounds one sandbox's records waiting to be stored (default 2048).
+	Queue int `yaml:"queue"`
+	// Coalesce is how long repeats of one refused connection or DNS query are counted
+	// into one summary record (default 10s).
+	Coalesce string `yaml:"coalesce"`
+	// EventsPerSandbox is how many of its newest events each sandbox keeps (default
+	// 100000); EventMaxAge is how long any event is kept (default 720h).
+	EventsPerSandbox int    `yaml:"events_per_sandbox"`
+	EventMaxAge      string `yaml:"event_max_age"`
+}
+
 // Config is the daemon's configuration file.
 type Config struct {
 	StateDir      string  `yaml:"state_dir"`
@@ -103,6 +122,7 @@ type Config struct {
 	// ExecOutputBudget bounds the output all non-streamed calls buffer at once.
 	ExecOutputBudget string `yaml:"exec_output_budget"`
 	Images           Images `yaml:"images"`
+	Audit            Audit  `yaml:"audit"`
 }
 
 // DefaultSocket is where clients look for the daemon unless told otherwise.
@@ -127,6 +147,7 @@ func Default() Config {
 		ExecOutputLimit:  "16MiB",
 		ExecOutputBudget: "128MiB",
 		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
+		Audit:            Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h"},
 	}
 }
 
@@ -253,6 +274,18 @@ func (c Config) Validate() error {
 	}
 	if c.Images.MaxRatio < 2 || c.Images.MaxRatio > 100000 {
 		errs = append(errs, fmt.Errorf("images.max_ratio %d must be from 2 to 100000 (decompressed bytes per compressed byte)", c.Images.MaxRatio))
+	}
+	if a := c.Audit; a.Rate < 1 || a.Rate > 1e6 || a.Burst < 1 || a.Burst > 1<<20 || a.Queue < 16 || a.Queue > 1<<20 {
+		errs = append(errs, fmt.Errorf("audit.rate (%g) must be from 1 to 1000000, audit.burst (%d) from 1 to 1048576 and audit.queue (%d) from 16 to 1048576", a.Rate, a.Burst, a.Queue))
+	}
+	if d, err := time.ParseDuration(c.Audit.Coalesce); err != nil || d < time.Second || d > time.Hour {
+		errs = append(errs, fmt.Errorf("audit.coalesce %q must be a duration from 1s to 1h, such as 10s", c.Audit.Coalesce))
+	}
+	if c.Audit.EventsPerSandbox < 1000 {
+		errs = append(errs, fmt.Errorf("audit.events_per_sandbox %d must be at least 1000", c.Audit.EventsPerSandbox))
+	}
+	if d, err := time.ParseDuration(c.Audit.EventMaxAge); err != nil || d < time.Hour {
+		errs = append(errs, fmt.Errorf("audit.event_max_age %q must be a duration of at least 1h, such as 720h", c.Audit.EventMaxAge))
 	}
 	if c.LiveCap < 1 {
 		errs = append(errs, fmt.Errorf("live_cap %d must be at least 1", c.LiveCap))

@@ -94,6 +94,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.MinIdleSuspend, _ = time.ParseDuration(cfg.MinIdleSuspend)
 	mcfg.MinMaxLifetime, _ = time.ParseDuration(cfg.MinMaxLifetime)
 	mcfg.LiveCap = cfg.LiveCap
+	mcfg.Audit.Rate, mcfg.Audit.Burst, mcfg.Audit.Queue = cfg.Audit.Rate, cfg.Audit.Burst, cfg.Audit.Queue
+	mcfg.Audit.Coalesce, _ = time.ParseDuration(cfg.Audit.Coalesce)
+	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
+	mcfg.EventMaxAge, _ = time.ParseDuration(cfg.Audit.EventMaxAge)
 	snaps, err := snapshot.Open(filepath.Join(cfg.StateDir, "snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)

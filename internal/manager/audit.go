@@ -2,61 +2,63 @@ package manager
 
 import (
 	"context"
-	"encoding/json"
-	"sync/atomic"
+	"fmt"
+	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// auditQueue holds egress decisions on their way to the store, so the proxy never
-// waits on a database write.
-const auditQueue = 4096
+// Audit records are written by an audit.Writer: each sandbox has its own rate, queue and
+// coalescing table, so a sandbox that floods DNS or the proxy loses its own records
+// (counted in records_dropped events) and never another sandbox's.
 
 // EgressAudit records one egress decision as an event of its sandbox ("egress"). It
-// never blocks: when the queue is full the record is counted as dropped.
+// never blocks. Refusals of the same host, port and reason coalesce into one summary
+// per window; allowed connections are never coalesced, since each carries its own
+// byte counts.
 func (m *Manager) EgressAudit(rec egress.Record) {
-	select {
-	case m.audit <- auditItem{typ: "egress", sandbox: rec.Sandbox, gen: rec.Generation, allowed: rec.Allowed, data: rec}:
-	default:
-		m.auditDropped.Add(1)
+	r := audit.Record{Sandbox: rec.Sandbox, Generation: rec.Generation, Type: "egress", Allowed: rec.Allowed, Data: rec, Time: rec.Time}
+	if !rec.Allowed {
+		r.Key = fmt.Sprintf("egress\x00%s\x00%d\x00%s\x00%s", rec.Host, rec.Port, rec.Method, rec.Reason)
+		r.Subject = fmt.Sprintf("refused connections to %s:%d", rec.Host, rec.Port)
 	}
+	m.auditW.Add(r)
 }
 
-// DNSAudit records one DNS query of a sandbox ("dns").
+// DNSAudit records one DNS query of a sandbox ("dns"). Identical queries (name, type,
+// answer) coalesce into one summary per window.
 func (m *Manager) DNSAudit(rec egress.DNSRecord) {
-	select {
-	case m.audit <- auditItem{typ: "dns", sandbox: rec.Sandbox, gen: rec.Generation, allowed: rec.Allowed, data: rec}:
-	default:
-		m.auditDropped.Add(1)
+	m.auditW.Add(audit.Record{Sandbox: rec.Sandbox, Generation: rec.Generation, Type: "dns", Allowed: rec.Allowed, Data: rec, Time: rec.Time,
+		Key:     fmt.Sprintf("dns\x00%s\x00%s\x00%s\x00%t", rec.Name, rec.Type, rec.Rcode, rec.Allowed),
+		Subject: fmt.Sprintf("%s queries for %s", rec.Type, rec.Name)})
+}
+
+// AuditDropped is how many audit records were not stored since the daemon started.
+func (m *Manager) AuditDropped() int64 { return m.auditW.Dropped() }
+
+// pruneEvents applies the retention: the sandboxes that got rows since the last call
+// keep their newest EventsPerSandbox, and, once every pruneAgeEvery, events older than
+// EventMaxAge go.
+func (m *Manager) pruneEvents(ctx context.Context) {
+	r := store.EventRetention{MaxPerSandbox: m.cfg.EventsPerSandbox, Sandboxes: m.auditW.Written()}
+	if len(r.Sandboxes) == 0 {
+		r.MaxPerSandbox = 0
 	}
-}
-
-type auditItem struct {
-	typ, sandbox string
-	gen          int64
-	allowed      bool
-	data         any
-}
-
-type auditState struct {
-	audit        chan auditItem
-	auditDropped atomic.Int64
-}
-
-func (m *Manager) writeAudit(it auditItem) {
-	cause := "deny"
-	if it.allowed {
-		cause = "allow"
+	now := m.now()
+	if m.cfg.EventMaxAge > 0 && now.Sub(m.lastAgePrune) >= pruneAgeEvery {
+		r.Before, m.lastAgePrune = now.Add(-m.cfg.EventMaxAge), now
 	}
-	data, _ := json.Marshal(it.data)
-	ev := &store.Event{SandboxID: it.sandbox, Generation: it.gen, Type: it.typ, Cause: cause, Data: data, Time: m.now()}
-	if err := m.store.AppendEvent(context.Background(), ev); err != nil {
-		m.log.Warn("record audit", "sandbox", it.sandbox, "err", err)
+	if r.MaxPerSandbox == 0 && r.Before.IsZero() {
 		return
 	}
-	m.notifyEvents()
+	if n, err := m.store.PruneEvents(ctx, r); err != nil {
+		m.log.Warn("prune events", "err", err)
+	} else if n > 0 {
+		m.log.Debug("pruned events", "removed", n)
+	}
 }
 
-// AuditDropped is how many egress records were dropped because the queue was full.
-func (m *Manager) AuditDropped() int64 { return m.auditDropped.Load() }
+// pruneAgeEvery is how often events past their age are looked for.
+const pruneAgeEvery = time.Minute

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -50,6 +51,12 @@ type Config struct {
 	UIDBase uint32
 	// UIDSlots is how many sandbox uid ranges exist.
 	UIDSlots int
+	// Audit bounds each sandbox's audit records (rate, queue, coalescing).
+	Audit audit.Config
+	// EventsPerSandbox is how many of its newest events each sandbox keeps (0: all);
+	// EventMaxAge is how long any event is kept (0: forever).
+	EventsPerSandbox int
+	EventMaxAge      time.Duration
 }
 
 // DefaultConfig is the embedded default.
@@ -66,6 +73,8 @@ func DefaultConfig() Config {
 		LiveCap:            100,
 		UIDBase:            1 << 20,
 		UIDSlots:           4096,
+		EventsPerSandbox:   100000,
+		EventMaxAge:        30 * 24 * time.Hour,
 	}
 }
 
@@ -91,7 +100,8 @@ type Manager struct {
 	pending  map[string]int       // owner -> creates between the cap check and their record
 	retries  map[string]retry     // sandbox id -> backoff of a failed delete
 
-	auditState
+	auditW       *audit.Writer
+	lastAgePrune time.Time // touched only by the sweep loop
 
 	evMu sync.Mutex
 	evCh chan struct{} // closed and replaced whenever an event is stored
@@ -107,11 +117,13 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
-		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), auditState: auditState{audit: make(chan auditItem, auditQueue)},
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
+	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})
+	return m
 }
 
 // SetClock replaces the manager's clock (tests).
@@ -119,25 +131,7 @@ func (m *Manager) SetClock(now func() time.Time) { m.now = now }
 
 // Start launches the background loops: activity flush and the timers.
 func (m *Manager) Start() {
-	m.wg.Add(2)
-	go func() {
-		defer m.wg.Done()
-		for {
-			select {
-			case it := <-m.audit:
-				m.writeAudit(it)
-			case <-m.ctx.Done():
-				for {
-					select {
-					case it := <-m.audit:
-						m.writeAudit(it)
-					default:
-						return
-					}
-				}
-			}
-		}
-	}()
+	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		t := time.NewTicker(sweepEvery)
@@ -150,16 +144,18 @@ func (m *Manager) Start() {
 			case <-t.C:
 				m.flushActivity(m.ctx)
 				m.sweep(m.ctx)
+				m.pruneEvents(m.ctx)
 			}
 		}
 	}()
 }
 
-// Close stops the background loops. Sandboxes keep running.
+// Close stops the background loops and stores the audit records still queued.
+// Sandboxes keep running.
 func (m *Manager) Close() error {
 	m.cancel()
 	m.wg.Wait()
-	return nil
+	return m.auditW.Close()
 }
 
 // Store returns the manager's store.

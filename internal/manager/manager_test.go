@@ -100,6 +100,14 @@ func (f *fakeDriver) List(context.Context) ([]string, error) {
 
 func newTestManager(t *testing.T) (*Manager, *fakeDriver, store.Store) {
 	t.Helper()
+	fd := newFake()
+	m, st := newManagerWith(t, DefaultConfig(), fd)
+	return m, fd, st
+}
+
+// newManagerWith builds a manager with cfg and driver drv over a fresh store.
+func newManagerWith(t *testing.T, cfg Config, drv runtime.Driver) (*Manager, store.Store) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "db"))
 	if err != nil {
@@ -110,8 +118,7 @@ func newTestManager(t *testing.T) (*Manager, *fakeDriver, store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd := newFake()
-	return New(DefaultConfig(), st, fd, imgs, nil), fd, st
+	return New(cfg, st, drv, imgs, nil), st
 }
 
 var local = Call{Owner: "local"}

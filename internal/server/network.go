@@ -72,7 +72,16 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, ev := range evs {
 			after = ev.Seq
-			if ev.Type != "egress" {
+			switch ev.Type {
+			case "records_dropped":
+				var note struct {
+					Types map[string]int64 `json:"types"`
+				}
+				json.Unmarshal(ev.Data, &note)
+				out.Dropped += note.Types["egress"]
+				continue
+			case "egress":
+			default:
 				continue
 			}
 			var rec struct {
@@ -80,11 +89,13 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
 				Port                             int
 				BytesUp, BytesDown               int64
 				Allowed                          bool
+				Repeats                          int64  `json:"repeats"`
+				Summary                          string `json:"summary"`
 			}
 			json.Unmarshal(ev.Data, &rec)
 			out.Records = append(out.Records, api.EgressRecord{Seq: ev.Seq, Generation: ev.Generation, Host: rec.Host,
 				Addr: rec.Addr, Port: rec.Port, Method: rec.Method, BytesUp: rec.BytesUp, BytesDown: rec.BytesDown,
-				Allowed: rec.Allowed, Rule: rec.Rule, Reason: rec.Reason, Time: ev.Time})
+				Allowed: rec.Allowed, Rule: rec.Rule, Reason: rec.Reason, Time: ev.Time, Repeats: rec.Repeats, Summary: rec.Summary})
 		}
 		if len(evs) < 1000 || len(out.Records) >= 5000 {
 			break
