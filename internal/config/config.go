@@ -55,6 +55,9 @@ type Network struct {
 	// MaxConnections caps the connections one sandbox holds open to the egress proxy and
 	// DNS at once (0: 4096); a connection over it is reset and audited.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerOwner caps them across one owner's sandboxes (0: half of what the
+	// node keeps descriptors for, which is derived from the daemon's open-files limit).
+	MaxConnectionsPerOwner int `yaml:"max_connections_per_owner"`
 }
 
 // Images bounds what importing images may cost the host; sizes are strings such as
@@ -260,6 +263,9 @@ func (c Config) Validate() error {
 	}
 	if c.Network.MaxConnections < 0 || c.Network.MaxConnections > 1<<20 {
 		errs = append(errs, fmt.Errorf("network.max_connections %d must be from 1 to 1048576 (0: 4096)", c.Network.MaxConnections))
+	}
+	if c.Network.MaxConnectionsPerOwner < 0 || c.Network.MaxConnectionsPerOwner > 1<<20 {
+		errs = append(errs, fmt.Errorf("network.max_connections_per_owner %d must be from 1 to 1048576 (0: from the open-files limit)", c.Network.MaxConnectionsPerOwner))
 	}
 	if c.Network.UpstreamDNS != "" {
 		if _, err := netip.ParseAddrPort(c.Network.UpstreamDNS); err != nil {

@@ -163,10 +163,13 @@ func (p *Proxy) transportFor(sb SandboxInfo) *http.Transport {
 			conn, _, err := p.dialer.DialChecked(ctx, host, port, allow)
 			return conn, err
 		},
-		TLSClientConfig:       &tls.Config{RootCAs: p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
-		DisableCompression:    true, // pass Accept-Encoding and bodies through untouched
-		MaxIdleConnsPerHost:   16,
+		TLSClientConfig:    &tls.Config{RootCAs: p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:  true,
+		DisableCompression: true, // pass Accept-Encoding and bodies through untouched
+		// Idle upstream connections outlive the sandbox's own connection, so they are
+		// outside the listeners' connection caps: bound them per sandbox.
+		MaxIdleConns:          maxIdleUpstream,
+		MaxIdleConnsPerHost:   maxIdleUpstream,
 		ReadBufferSize:        64 << 10,
 		WriteBufferSize:       64 << 10,
 		IdleConnTimeout:       90 * time.Second,

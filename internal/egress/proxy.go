@@ -87,7 +87,10 @@ type Proxy struct {
 
 const (
 	handshakeTimeout = 10 * time.Second
-	maxTransports    = 1024
+	maxTransports    = 256
+	// maxIdleUpstream bounds the idle upstream connections kept for one sandbox;
+	// with maxTransports it bounds what idle connections cost the node (1024 descriptors).
+	maxIdleUpstream = 4
 )
 
 // NewProxy returns a proxy that serves nothing until Serve or ServeTransparent is called.

@@ -17,9 +17,9 @@ import (
 func TestConnLimit(t *testing.T) {
 	var mu sync.Mutex
 	var recs []egress.Record
-	lim := &connLimit{max: 3, open: map[string]int{},
-		lookup: func(a netip.Addr) (string, bool) { return "sb1", a == netip.MustParseAddr("127.0.0.1") },
-		audit:  func(r egress.Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() }}
+	lim := newConnLimit(3, 0, 0,
+		func(a netip.Addr) (string, string, bool) { return "sb1", "o1", a == netip.MustParseAddr("127.0.0.1") },
+		func(r egress.Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() })
 	inner, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -99,5 +99,91 @@ func TestConnLimit(t *testing.T) {
 	}
 	if n := lim.openConns("sb1"); n != 0 {
 		t.Errorf("after closing everything open = %d, want 0", n)
+	}
+}
+
+// TestConnLimitPerOwnerAndNode: an owner's sandboxes together, and all sandboxes of the
+// node together, stop at their caps; each refusal names the cap that was reached, and a
+// closed connection gives its slot back to every cap.
+func TestConnLimitPerOwnerAndNode(t *testing.T) {
+	sandboxes := map[string][2]string{
+		"127.0.0.1": {"a1", "owner-a"}, "127.0.0.2": {"a2", "owner-a"},
+		"127.0.0.3": {"b", "owner-b"}, "127.0.0.4": {"c", "owner-c"},
+	}
+	var mu sync.Mutex
+	var reasons []string
+	lim := newConnLimit(2, 3, 4, func(a netip.Addr) (string, string, bool) {
+		s, ok := sandboxes[a.String()]
+		return s[0], s[1], ok
+	}, func(r egress.Record) { mu.Lock(); reasons = append(reasons, r.Sandbox+": "+r.Reason); mu.Unlock() })
+	inner, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &limitedListener{Listener: inner, lim: lim, port: 443}
+	defer l.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	// open connects from src and says whether the connection was admitted.
+	open := func(src string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp4", inner.Addr().String())
+		if err != nil {
+			return nil
+		}
+		t.Cleanup(func() { c.Close() })
+		select {
+		case s := <-accepted:
+			t.Cleanup(func() { s.Close() })
+			return s
+		case <-time.After(300 * time.Millisecond):
+			return nil
+		}
+	}
+	steps := []struct {
+		src   string
+		admit bool
+		cap   string
+	}{
+		{"127.0.0.1", true, ""}, {"127.0.0.1", true, ""},
+		{"127.0.0.1", false, "a1: the sandbox has 2"},
+		{"127.0.0.2", true, ""},
+		{"127.0.0.2", false, "a2: the sandbox's owner has 3"},
+		{"127.0.0.3", true, ""},
+		{"127.0.0.4", false, "c: the node has 4"},
+	}
+	var first net.Conn
+	for i, st := range steps {
+		c := open(st.src)
+		if (c != nil) != st.admit {
+			t.Fatalf("step %d from %s: admitted %v, want %v", i, st.src, c != nil, st.admit)
+		}
+		if i == 0 {
+			first = c
+		}
+		if st.cap != "" {
+			mu.Lock()
+			last := reasons[len(reasons)-1]
+			mu.Unlock()
+			if !strings.HasPrefix(last, st.cap) {
+				t.Fatalf("step %d: refusal %q, want it to begin %q", i, last, st.cap)
+			}
+		}
+	}
+	first.Close()
+	if open("127.0.0.4") == nil {
+		t.Fatal("after a connection closed, another owner's sandbox is still refused")
+	}
+	if open("127.0.0.2") != nil {
+		t.Fatal("the node is full again, yet a connection was admitted")
 	}
 }

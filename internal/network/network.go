@@ -52,6 +52,9 @@ type Options struct {
 	// MaxConns caps the connections one sandbox holds open to the proxy, its relay and
 	// DNS at once (default DefaultMaxConns).
 	MaxConns int
+	// MaxConnsPerOwner caps them across one owner's sandboxes, and MaxConnsNode across
+	// the node (defaults: from the daemon's open-files limit, see connBudget).
+	MaxConnsPerOwner, MaxConnsNode int
 	// Audit receives every egress decision; DNSLog every DNS query.
 	Audit  func(egress.Record)
 	DNSLog func(egress.DNSRecord)
@@ -80,9 +83,10 @@ type Node struct {
 	names egress.ResolvedNames // what each sandbox resolved, for plain TCP rules by name
 	limit *connLimit
 
-	mu    sync.RWMutex
-	info  map[string]egress.SandboxInfo
-	links map[string]*netns.Sandbox
+	mu     sync.RWMutex
+	info   map[string]egress.SandboxInfo
+	owners map[string]string // sandbox id -> owner, for the connection caps
+	links  map[string]*netns.Sandbox
 
 	wg sync.WaitGroup
 }
@@ -110,10 +114,17 @@ func New(opts Options) (_ *Node, retErr error) {
 	if opts.Audit == nil {
 		opts.Audit = func(egress.Record) {}
 	}
+	node, perOwner := connBudget()
+	if opts.MaxConnsNode <= 0 {
+		opts.MaxConnsNode = node
+	}
+	if opts.MaxConnsPerOwner <= 0 {
+		opts.MaxConnsPerOwner = min(perOwner, opts.MaxConnsNode)
+	}
 	n := &Node{opts: opts, log: opts.Logger.With("component", "network"),
-		info: map[string]egress.SandboxInfo{}, links: map[string]*netns.Sandbox{}}
-	n.limit = &connLimit{max: opts.MaxConns, audit: opts.Audit, open: map[string]int{},
-		lookup: func(a netip.Addr) (string, bool) { return n.nm.Lookup(a) }}
+		info: map[string]egress.SandboxInfo{}, owners: map[string]string{}, links: map[string]*netns.Sandbox{}}
+	n.log.Info("sandbox connection caps", "per_sandbox", opts.MaxConns, "per_owner", opts.MaxConnsPerOwner, "node", opts.MaxConnsNode)
+	n.limit = newConnLimit(opts.MaxConns, opts.MaxConnsPerOwner, opts.MaxConnsNode, n.ownerOf, opts.Audit)
 	defer func() {
 		if retErr != nil {
 			n.Close()
@@ -294,6 +305,20 @@ func (n *Node) lookup(remote netip.AddrPort) (egress.SandboxInfo, bool) {
 	return info, ok
 }
 
+// ownerOf gives the sandbox a source address belongs to and its owner. A sandbox whose
+// link exists but is not attached (yet) counts under its own id as the owner.
+func (n *Node) ownerOf(a netip.Addr) (id, owner string, ok bool) {
+	if id, ok = n.nm.Lookup(a); !ok {
+		return "", "", false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if owner, ok = n.owners[id]; !ok {
+		owner = "\x00" + id
+	}
+	return id, owner, true
+}
+
 // Attach implements manager.Network.
 func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*manager.Attachment, error) {
 	mode := "egress"
@@ -309,6 +334,7 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	}
 	n.mu.Lock()
 	n.info[sb.ID] = egress.SandboxInfo{ID: sb.ID, Generation: sb.Generation, Policy: pol}
+	n.owners[sb.ID] = sb.Owner
 	n.links[sb.ID] = link
 	n.mu.Unlock()
 	dir := filepath.Join(n.opts.Dir, "sandboxes", sb.ID)
@@ -344,6 +370,7 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 func (n *Node) Detach(ctx context.Context, id string) error {
 	n.mu.Lock()
 	delete(n.info, id)
+	delete(n.owners, id)
 	delete(n.links, id)
 	n.mu.Unlock()
 	n.names.Forget(id)
