@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/rand"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,36 +12,8 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
-
-// tokenClients serves n's API on a loopback TCP listener with one bearer token per
-// owner, as a daemon with `tokens:` in its config does, and returns a client per owner.
-func tokenClients(t *testing.T, n *testenv.Node, owners ...string) map[string]*client.Client {
-	t.Helper()
-	tokens := map[string]string{}
-	for _, o := range owners {
-		tokens["itest-token-"+o+"-"+randHex(8)] = o
-	}
-	srv := server.New(n.Manager, server.Options{Tokens: tokens, Version: "test", StateDir: n.Dir}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	out := map[string]*client.Client{}
-	for tok, o := range tokens {
-		c, err := client.New(client.Options{Addr: ln.Addr().String(), Token: tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[o] = c
-	}
-	return out
-}
 
 // rootfs is a plain rootfs tarball whose /who says whose image it is.
 func rootfs(who string) []byte {
@@ -81,9 +51,8 @@ func listedImages(t *testing.T, c *client.Client) []string {
 // publish and remove, and every owner's to use. Uploads past the node's limit are
 // refused with 413 and leave nothing behind.
 func TestImageOwners(t *testing.T) {
-	n := testenv.NewNode(t)
-	cs := tokenClients(t, n, "alice", "bob")
-	alice, bob, admin := cs["alice"], cs["bob"], n.Client
+	n := testenv.NewNode(t, testenv.Options{Owners: []string{"alice", "bob"}})
+	alice, bob, admin := n.As(t, "alice"), n.As(t, "bob"), n.Client
 
 	a, err := importImage(t, alice, "app", rootfs("alice"))
 	if err != nil {
