@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -75,6 +78,62 @@ func TestOwnersCannotReachEachOther(t *testing.T) {
 	}
 	if list, err := bob.List(background, client.ListOptions{}); err != nil || len(list) != 1 || list[0].Name != "b" {
 		t.Errorf("another owner's sandbox list: %v, %+v; want only its own sandbox b", err, list)
+	}
+
+	ownersKeepTheirEvents(t, n, alice, bob, sb.ID)
+}
+
+// ownersKeepTheirEvents checks events and egress records across two owners: bob cannot
+// list alice's by her sandbox's id, his own event list holds none of hers, and a flood
+// of events of his sandbox does not push hers out of her event list.
+func ownersKeepTheirEvents(t *testing.T, n *testenv.Node, alice, bob *client.Client, aliceID string) {
+	t.Helper()
+	bobSB, err := bob.Get(background, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flood := make([]*store.Event, 2500)
+	for i := range flood {
+		flood[i] = &store.Event{SandboxID: bobSB.ID, Generation: 1, Type: "dns", Cause: "deny", Time: time.Now()}
+	}
+	if err := n.Store.AppendEvents(background, flood); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(map[string]any{"Host": "private.example", "Port": 443, "Method": "CONNECT", "Reason": "not allowed"})
+	if err := n.Store.AppendEvent(background, &store.Event{SandboxID: aliceID, Generation: 1, Type: "egress", Cause: "deny", Data: rec, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = bob.Events(background, aliceID, 0)
+	wantAPIError(t, "another owner lists the sandbox's events by its id", err, 404, "not_found")
+	_, err = bob.EgressLog(background, aliceID, 0)
+	wantAPIError(t, "another owner reads the sandbox's egress records by its id", err, 404, "not_found")
+	err = bob.FollowEvents(background, aliceID, 0, func(api.Event) error { return nil })
+	wantAPIError(t, "another owner follows the sandbox's events by its id", err, 404, "not_found")
+	var after int64
+	for {
+		evs, err := bob.Events(background, "", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.SandboxID == aliceID {
+				t.Fatalf("another owner's event list holds the owner's event %d (%s)", ev.Seq, ev.Type)
+			}
+			after = ev.Seq
+		}
+	}
+
+	evs, err := alice.Events(background, "", 0)
+	if err != nil || !slices.ContainsFunc(evs, func(ev api.Event) bool { return ev.Type == "egress" }) {
+		t.Errorf("the owner's event list after another owner's flood of %d events: %v, %d events; want its egress event", len(flood), err, len(evs))
+	}
+	recs, err := alice.EgressLog(background, "a", 0)
+	if err != nil || len(recs) != 1 || recs[0].Host != "private.example" {
+		t.Errorf("the owner's egress records: %v, %+v; want its one record", err, recs)
 	}
 }
 

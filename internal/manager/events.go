@@ -23,7 +23,8 @@ func (m *Manager) eventsChanged() <-chan struct{} {
 // Events returns owner's events after seq, optionally of one sandbox. With follow it
 // waits until there is at least one (or ctx ends).
 func (m *Manager) Events(ctx context.Context, owner, ref string, after int64, follow bool) ([]*store.Event, error) {
-	f := store.EventFilter{AfterSeq: after, Limit: 1000}
+	// The store filters by owner, so another owner's flood of events never fills a page.
+	f := store.EventFilter{AfterSeq: after, Limit: 1000, Owner: owner}
 	if ref != "" {
 		sb, err := m.Resolve(ctx, owner, ref)
 		if err != nil {
@@ -31,31 +32,14 @@ func (m *Manager) Events(ctx context.Context, owner, ref string, after int64, fo
 		}
 		f.SandboxID = sb.ID
 	}
-	owners := map[string]bool{}
 	for {
 		changed := m.eventsChanged()
 		evs, err := m.store.ListEvents(ctx, f)
 		if err != nil {
 			return nil, err
 		}
-		var out []*store.Event
-		for _, ev := range evs {
-			f.AfterSeq = ev.Seq
-			mine, ok := owners[ev.SandboxID]
-			if !ok {
-				sb, err := m.store.GetSandbox(ctx, ev.SandboxID)
-				mine = err == nil && sb.Owner == owner
-				owners[ev.SandboxID] = mine
-			}
-			if mine {
-				out = append(out, ev)
-			}
-		}
-		if len(out) > 0 || !follow {
-			return out, nil
-		}
-		if len(evs) == f.Limit {
-			continue // more to scan before waiting
+		if len(evs) > 0 || !follow {
+			return evs, nil
 		}
 		select {
 		case <-ctx.Done():

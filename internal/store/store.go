@@ -120,8 +120,11 @@ type SandboxFilter struct {
 // EventFilter selects events for ListEvents.
 type EventFilter struct {
 	SandboxID string
-	AfterSeq  int64
-	Limit     int // 0 means a default of 1000
+	// Owner keeps only the events of sandboxes this owner holds a record of; a sandbox
+	// deleted for good takes its events out of every owner's view.
+	Owner    string
+	AfterSeq int64
+	Limit    int // 0 means a default of 1000
 }
 
 // EventRetention says which events PruneEvents removes. Zero fields remove nothing.

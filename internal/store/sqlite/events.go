@@ -148,6 +148,10 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]*store.E
 		q += ` AND sandbox_id = ?`
 		args = append(args, f.SandboxID)
 	}
+	if f.Owner != "" {
+		q += ` AND sandbox_id IN (SELECT id FROM sandboxes WHERE owner = ?)`
+		args = append(args, f.Owner)
+	}
 	q += ` ORDER BY seq LIMIT ?`
 	args = append(args, limit)
 

@@ -163,6 +163,8 @@ func eventSeqs(evs []*store.Event) []int64 {
 
 func testListEventsFilter(t *testing.T, open func(t *testing.T) store.Store) {
 	s, ctx := open(t), t.Context()
+	ok(t, s.CreateSandbox(ctx, newSandbox("sb_1", "alice", "one", 1)), "CreateSandbox")
+	ok(t, s.CreateSandbox(ctx, newSandbox("sb_2", "bob", "two", 2)), "CreateSandbox")
 	seqs := map[string][]int64{}
 	for i := range 10 {
 		id := []string{"sb_1", "sb_2"}[i%2]
@@ -186,6 +188,10 @@ func testListEventsFilter(t *testing.T, open func(t *testing.T) store.Store) {
 		{"after and limit", store.EventFilter{AfterSeq: all[2], Limit: 4}, all[3:7]},
 		{"sandbox, after and limit", store.EventFilter{SandboxID: "sb_1", AfterSeq: one[1], Limit: 2}, one[2:4]},
 		{"limit above count", store.EventFilter{SandboxID: "sb_1", Limit: 50}, one},
+		{"owner", store.EventFilter{Owner: "alice"}, one},
+		{"owner and limit", store.EventFilter{Owner: "alice", Limit: 2}, one[:2]},
+		{"owner and another's sandbox", store.EventFilter{Owner: "bob", SandboxID: "sb_1"}, nil},
+		{"owner without sandboxes", store.EventFilter{Owner: "carol"}, nil},
 	}
 	for _, tt := range tests {
 		got, err := s.ListEvents(ctx, tt.filter)
