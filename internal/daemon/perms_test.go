@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,10 +146,20 @@ network:
 		"network/netns/" + resp.Sandbox.ID: "a network namespace's nsfs file: its mode is the kernel's, and opening it grants nothing",
 		"bin/airlock":                      "", // searchable only: checked below
 	}
-	// Known gaps of the runtime driver, which makes each sandbox's directory 0711 and so
-	// lets a host user who knows a sandbox's id reach its root filesystem. Remove once it
-	// makes the directory the sandbox's own (0710, group the sandbox's gid).
-	knownGaps := map[string]bool{sandboxDir: true}
+	// The sandbox's directory is its own: root's, group the sandbox's gid, 0710.
+	idmap, err := cl.Exec(ctx, "p", api.ExecRequest{Shell: "awk '{print $2}' /proc/self/gid_map", Timeout: "60s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, err := strconv.ParseUint(strings.TrimSpace(idmap.Stdout), 10, 32)
+	if err != nil {
+		t.Fatalf("the sandbox's gid map: %q: %v", idmap.Stdout, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, sandboxDir)); err != nil {
+		t.Fatal(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || uint64(st.Gid) != gid || fi.Mode().Perm() != 0o710 {
+		t.Errorf("sandbox directory: uid %d gid %d mode %v, want 0, the sandbox's gid %d, 0710", st.Uid, st.Gid, fi.Mode().Perm(), gid)
+	}
 	var open []string
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -166,10 +177,6 @@ network:
 				open = append(open, fmt.Sprintf(". %v", perm))
 			}
 			return nil
-		}
-		if knownGaps[rel] {
-			t.Logf("known gap, not checked: %s (%v)", rel, perm)
-			return fs.SkipDir
 		}
 		if st.Uid != 0 || st.Gid != 0 {
 			// A sandbox's own: fine only if others cannot reach inside it.

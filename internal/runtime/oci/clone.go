@@ -40,7 +40,7 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 		}
 	}
 	dstDir := d.dir(dst)
-	if err := os.MkdirAll(dstDir, 0o711); err != nil {
+	if err := os.MkdirAll(dstDir, 0o700); err != nil {
 		return nil, err
 	}
 	dstImg := filepath.Join(dstDir, diskImage)

@@ -136,6 +136,20 @@ func New(opts Options) (*Driver, error) {
 }
 
 func (d *Driver) dir(id string) string         { return filepath.Join(d.opts.Root, id) }
+
+// sandboxDir makes dir the sandbox's own: root's, group the host gid of the sandbox's
+// root, mode 0710. The container's processes (root of their namespace, that gid on the
+// host) may pass through it to the root filesystem; no other host user may enter it.
+// Until a sandbox starts, its directory is root's alone (0700).
+func sandboxDir(dir string, gid uint32) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, 0, int(gid)); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o710)
+}
 func (d *Driver) containerID(id string) string { return "airlock-" + id }
 func (d *Driver) cgroupPath(id string) string  { return "/" + d.opts.CgroupParent + "/" + id }
 
@@ -156,7 +170,7 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 			d.Stop(cctx, s.ID)
 		}
 	}()
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := sandboxDir(dir, s.UIDBase); err != nil {
 		return err
 	}
 	// The disk and the user namespace holder do not depend on each other: make both at
@@ -475,7 +489,7 @@ func (d *Driver) WithStorage(ctx context.Context, id string, disk int64, readOnl
 	if st != runtime.StatusAbsent {
 		return fn(fsDir) // running or paused: its storage is mounted
 	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	mounted := len(mountsUnder(fsDir)) > 0
