@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -30,6 +31,10 @@ type Client struct {
 
 // ErrReplyTooLarge reports an agent that kept sending after its output limit.
 var ErrReplyTooLarge = errors.New("agent: reply too large")
+
+// ErrBadReply reports a reply no real agent sends: a frame out of place, or a result
+// that describes the impossible.
+var ErrBadReply = errors.New("agent: invalid reply")
 
 // ErrReplyTimeout reports an agent that did not answer in time.
 var ErrReplyTimeout = errors.New("agent: no reply in time")
@@ -117,7 +122,7 @@ func finish(t FrameType, p []byte, v any) error {
 		}
 		return re
 	}
-	return fmt.Errorf("agent: unexpected frame %q", byte(t))
+	return fmt.Errorf("%w: a frame of type %q ended the call", ErrBadReply, byte(t))
 }
 
 // simple runs a call whose answer is a single Result or Error frame.
@@ -471,13 +476,41 @@ func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
 	if err := c.simple(ctx, &Request{Op: OpFileList, Path: path}, &out); err != nil {
 		return nil, err
 	}
+	for i := range out {
+		if err := out[i].check(false); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// check refuses a file entry no real agent sends: the daemon builds paths from names
+// and shows sizes to the sandbox's owner, and the agent is the sandbox's to replace.
+// A stat may name the root ("/"); a listing's entries are plain names.
+func (fi *FileInfo) check(stat bool) error {
+	why := ""
+	switch {
+	case fi.Size < 0:
+		why = fmt.Sprintf("a negative size (%d)", fi.Size)
+	case fi.Mode > 0o7777:
+		why = fmt.Sprintf("mode bits beyond 07777 (%#o)", fi.Mode)
+	case fi.Name == "/" && stat:
+	case fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00"):
+		why = fmt.Sprintf("the name %q, which is no file name", fi.Name)
+	}
+	if why != "" {
+		return fmt.Errorf("%w: the sandbox's agent described a file with %s", ErrBadReply, why)
+	}
+	return nil
 }
 
 // Stat describes the file at path (following symlinks inside the root).
 func (c *Client) Stat(ctx context.Context, path string) (*FileInfo, error) {
 	var fi FileInfo
 	if err := c.simple(ctx, &Request{Op: OpFileStat, Path: path}, &fi); err != nil {
+		return nil, err
+	}
+	if err := fi.check(true); err != nil {
 		return nil, err
 	}
 	return &fi, nil

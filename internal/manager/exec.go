@@ -119,6 +119,10 @@ func AgentError(err error) (mapped error, ok bool) {
 		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}, true
 	case errors.Is(err, agent.ErrReplyTooLarge):
 		return errdefs.Unavailable("the sandbox kept sending output after its command was stopped for writing too much; stream the call to get all of a command's output").WithCause(err), true
+	case errors.Is(err, agent.ErrBadReply):
+		return errdefs.Unavailable("the sandbox's agent sent a reply that is not valid").WithCause(err), true
+	case errors.Is(err, agent.ErrFrameTooLarge):
+		return errdefs.Unavailable("the sandbox's agent sent a message larger than %d bytes; the call was abandoned", agent.MaxPayload).WithCause(err), true
 	case errors.Is(err, agent.ErrReplyTimeout):
 		return errdefs.Unavailable("the sandbox did not answer in time").WithCause(err), true
 	}

@@ -245,7 +245,11 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 	if errors.Is(err, errTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
-	if code == "internal" || code == "unavailable" {
+	switch {
+	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
+		// The caller went away; nothing failed that it could still hear of.
+		s.log.Debug("request abandoned by its caller", "method", r.Method, "path", r.URL.Path)
+	case code == "internal" || code == "unavailable":
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	}
 	return status, api.Error{Code: code, Message: errdefs.Message(err), Details: errdefs.Details(err)}

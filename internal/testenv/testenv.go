@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
+	airlockrt "github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -135,6 +136,9 @@ type Options struct {
 	// Owners are owners other than "local" (the socket's) who reach the node over TCP
 	// with a token of their own; Node.As returns a client for one.
 	Owners []string
+	// WrapDriver, when set, stands between the manager and the node's real driver (a
+	// test that replaces some sandboxes' agents).
+	WrapDriver func(airlockrt.Driver) airlockrt.Driver
 }
 
 // NewNode starts a node; its cleanup terminates every sandbox and fails the test if any
@@ -171,7 +175,13 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 			o.Config(&cfg)
 		}
 	}
-	n.Manager = manager.New(cfg, n.Store, n.Driver, n.Images, log)
+	var drv airlockrt.Driver = n.Driver
+	for _, o := range opts {
+		if o.WrapDriver != nil {
+			drv = o.WrapDriver(drv)
+		}
+	}
+	n.Manager = manager.New(cfg, n.Store, drv, n.Images, log)
 	if n.Snapshots, err = snapshot.Open(filepath.Join(dir, "snapshots")); err != nil {
 		t.Fatal(err)
 	}

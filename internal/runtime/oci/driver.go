@@ -135,7 +135,7 @@ func New(opts Options) (*Driver, error) {
 	return d, nil
 }
 
-func (d *Driver) dir(id string) string         { return filepath.Join(d.opts.Root, id) }
+func (d *Driver) dir(id string) string { return filepath.Join(d.opts.Root, id) }
 
 // sandboxDir makes dir the sandbox's own: root's, group the host gid of the sandbox's
 // root, mode 0710. The container's processes (root of their namespace, that gid on the
