@@ -10,4 +10,10 @@
 // those), must not store anything (audit records and DNS queries leave through
 // callbacks), and knows sandboxes only through the SandboxInfo its caller's Lookup
 // returns. Apart from the CA files it is given a directory for, it writes nothing.
+//
+// Hostile surfaces it guards: every byte a sandbox sends (requests, hostnames, IP
+// literals in any encoding, TLS ClientHellos, DNS queries) is parsed as an attacker's;
+// a decision is taken on the address actually dialled, never on a name the sandbox
+// resolved; each sandbox's idle upstream connections are bounded (maxIdleUpstream),
+// and audit records leave through callbacks that never block on the sandbox's rate.
 package egress

@@ -1,4 +1,7 @@
 // Package fsutil holds the one way Airlock replaces a small file durably.
+//
+// It guards no hostile surface itself: its callers write only files whose paths they
+// chose.
 package fsutil
 
 import (

@@ -7,7 +7,10 @@
 // scope (another owner's sandbox, snapshot, operation or port is "not found"); an
 // agent's errors and over-long or late replies become API errors that say so; activity
 // counts only what the owner does (calls, and agent work in progress), never anything
-// the sandbox can do on its own or a read of status.
+// the sandbox can do on its own or a read of status; a sandbox's DNS and egress records
+// go through a per-sandbox rate, queue and coalescing (internal/audit) and its events
+// are pruned per sandbox and by age, so no sandbox can fill the database or crowd out
+// another's records; events are listed by owner in the store, never filtered after.
 package manager
 
 import (

@@ -10,6 +10,11 @@
 // must not set up forwarding or NAT to the outside world, and knows nothing of
 // policies, containers or the store: the egress package decides what a sandbox may
 // reach through the proxy, and the runtime driver runs the container in NetnsPath.
+//
+// Hostile surfaces it guards: a sandbox owns only its side of its veth; the nftables
+// rules let it reach the node's proxy and DNS ports and nothing else (not another
+// sandbox, not the host's other services), and Lookup maps a source address to a
+// sandbox only for addresses this package assigned.
 package netns
 
 import (

@@ -6,7 +6,10 @@
 //
 // Hostile surfaces are guarded in egress (what a sandbox sends) and netns (its link);
 // here, each sandbox's client files live in a directory only that sandbox's gid can
-// search, and only the CA bundle (public certificates) is readable by every sandbox.
+// search, only the CA bundle (public certificates) is readable by every sandbox, and
+// the connections sandboxes hold to the listeners are capped per sandbox, per owner and
+// node-wide from the daemon's open-files limit, leaving descriptors for the API and the
+// agents (limit.go).
 package network
 
 import (

@@ -2,6 +2,11 @@
 // sandbox's container: the Driver interface, the Spec a driver is given, and what it
 // reports back. Implementations live beside it (runtime/oci runs runc). It must not know
 // about HTTP, the store or the sandbox state machine.
+//
+// Hostile surfaces of the contract: DialAgent must return a connection to the sandbox's
+// own agent and nothing the sandbox can redirect, checked on every connection; what
+// the agent then sends is the caller's to bound (internal/agent). A driver keeps every
+// host path it uses out of the sandbox's reach; drivertest's hostile suite checks both.
 package runtime
 
 import (

@@ -21,6 +21,10 @@
 // given, never creates a device node other than an overlayfs whiteout, and never decides
 // on its own what a snapshot is used by: Delete asks the caller. It must not mount
 // anything or touch containers, the image store or the sandbox records.
+//
+// Hostile surfaces it guards: an upper layer is the sandbox's to shape (symlinks, device
+// nodes, hard links, xattrs, sparse files): it is read without following links, ids are
+// shifted, never trusted, and nothing from it is written outside the destination.
 package snapshot
 
 import (

@@ -5,6 +5,14 @@
 // runc container (in Airlock's own runc root), the cgroup (under "airlock/"), the mounts
 // and the directory under the driver's root. It must not touch the store or know about
 // the sandbox state machine.
+//
+// Hostile surfaces it guards: the agent's socket is bound by the driver in a directory
+// the sandbox never sees (ctl/, 0700) and every connection's peer is checked against the
+// container's init pid and uid (agentconn.go); each sandbox's directory is 0710, group
+// the sandbox's gid, so no other host user reaches its files; the overlay is mounted
+// with relative paths so the sandbox's mount table names no host path; tmpfs mounts are
+// sized under the memory limit and the agent's log is rate-limited inside and capped
+// and rotated outside (logs.go), so nothing the sandbox writes outlives its disk cap.
 package oci
 
 import (
