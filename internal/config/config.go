@@ -126,6 +126,10 @@ type Config struct {
 	ExecOutputBudget string `yaml:"exec_output_budget"`
 	Images           Images `yaml:"images"`
 	Audit            Audit  `yaml:"audit"`
+	// MemoryTarget is the daemon's soft memory limit: past it the Go runtime collects
+	// garbage harder instead of growing (default 192MiB; "0" turns it off). GOMEMLIMIT
+	// in the environment wins.
+	MemoryTarget string `yaml:"memory_target"`
 }
 
 // DefaultSocket is where clients look for the daemon unless told otherwise.
@@ -148,7 +152,8 @@ func Default() Config {
 		TmpfsSize:      "1GiB",
 
 		ExecOutputLimit:  "16MiB",
-		ExecOutputBudget: "128MiB",
+		ExecOutputBudget: "64MiB",
+		MemoryTarget:     "192MiB",
 		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
 		Audit:            Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h"},
 	}
@@ -245,7 +250,7 @@ func (c Config) Validate() error {
 	case lerr != nil || limit < 64<<10 || limit > 1<<30:
 		errs = append(errs, fmt.Errorf("exec_output_limit %q must be a size from 64KiB to 1GiB, such as 16MiB", c.ExecOutputLimit))
 	case berr != nil || budget < 2*limit:
-		errs = append(errs, fmt.Errorf("exec_output_budget %q must be a size of at least twice exec_output_limit, such as 128MiB", c.ExecOutputBudget))
+		errs = append(errs, fmt.Errorf("exec_output_budget %q must be a size of at least twice exec_output_limit, such as 64MiB", c.ExecOutputBudget))
 	}
 	if d, err := time.ParseDuration(c.MaxLifetime); err != nil || d < time.Minute {
 		errs = append(errs, fmt.Errorf("max_lifetime %q must be a duration of at least 1m, such as 8h", c.MaxLifetime))
@@ -292,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.Audit.EventMaxAge); err != nil || d < time.Hour {
 		errs = append(errs, fmt.Errorf("audit.event_max_age %q must be a duration of at least 1h, such as 720h", c.Audit.EventMaxAge))
+	}
+	if n, err := ParseSize(c.MemoryTarget); err != nil || (n != 0 && n < 64<<20) {
+		errs = append(errs, fmt.Errorf("memory_target %q must be 0 (off) or a size of at least 64MiB, such as 192MiB", c.MemoryTarget))
 	}
 	if c.LiveCap < 1 {
 		errs = append(errs, fmt.Errorf("live_cap %d must be at least 1", c.LiveCap))

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
@@ -46,6 +47,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return errors.New("airlock serve must run as root (it manages containers, mounts and cgroups)")
 	}
 	unix.Umask(stateUmask)
+	if target, _ := config.ParseSize(cfg.MemoryTarget); target > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(target)
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return err
 	}

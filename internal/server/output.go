@@ -15,7 +15,7 @@ const (
 	DefaultOutputLimit = 16 << 20
 	// DefaultOutputBudget bounds the output all non-streamed calls of the daemon buffer at
 	// once.
-	DefaultOutputBudget = 128 << 20
+	DefaultOutputBudget = 64 << 20
 	// readFactor times the output limit is how much a non-streamed call reads from the
 	// sandbox in all before it stops the command.
 	readFactor = 8
