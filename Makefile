@@ -2,7 +2,7 @@
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: build demo test test-short bench lint deps
+.PHONY: build demo test test-short bench lint deps sdk-cross
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/airlock ./cmd/airlock
@@ -15,9 +15,14 @@ demo:
 	bash scripts/demo.sh
 
 # The whole suite: unit tests and the ones that drive real runc, overlayfs and cgroups (root).
-test: deps
+test: deps sdk-cross
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The public Go SDK builds on every OS the SDK's users run.
+sdk-cross:
+	GOOS=darwin $(GO) build ./client
+	GOOS=windows $(GO) build ./client
 
 test-short:
 	$(GO) test -count=1 -short ./...
@@ -28,7 +33,7 @@ bench: build
 # staticcheck comes through the Go module proxy at a pinned version.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-lint:
+lint: sdk-cross
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...

@@ -14,7 +14,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 // ptyProtocol is the Upgrade token of the PTY route.
@@ -134,7 +134,7 @@ func (p *PTY) ended() error {
 
 // next reads one frame from the daemon. The caller holds rmu.
 func (p *PTY) next() {
-	t, payload, err := agent.ReadFrame(p.r)
+	t, payload, err := agentproto.ReadFrame(p.r)
 	if err != nil {
 		if p.ctx.Err() != nil {
 			err = p.ctx.Err()
@@ -145,17 +145,17 @@ func (p *PTY) next() {
 		return
 	}
 	switch t {
-	case agent.FrameStdout, agent.FrameStderr:
+	case agentproto.FrameStdout, agentproto.FrameStderr:
 		p.pending = payload
-	case agent.FrameResult:
+	case agentproto.FrameResult:
 		var res api.ExecResult
 		if err := json.Unmarshal(payload, &res); err != nil {
 			p.finish(nil, fmt.Errorf("pty: decode result: %w", err))
 			return
 		}
 		p.finish(&res, nil)
-	case agent.FrameError:
-		var re agent.RemoteError
+	case agentproto.FrameError:
+		var re agentproto.RemoteError
 		if err := json.Unmarshal(payload, &re); err != nil {
 			p.finish(nil, fmt.Errorf("pty: decode error: %w", err))
 			return
@@ -176,8 +176,8 @@ func (p *PTY) Write(b []byte) (int, error) {
 	defer p.wmu.Unlock()
 	n := 0
 	for n < len(b) {
-		chunk := b[n:min(len(b), n+agent.MaxPayload)]
-		if err := agent.WriteFrame(p.conn, agent.FrameStdin, chunk); err != nil {
+		chunk := b[n:min(len(b), n+agentproto.MaxPayload)]
+		if err := agentproto.WriteFrame(p.conn, agentproto.FrameStdin, chunk); err != nil {
 			return n, p.writeError(err)
 		}
 		n += len(chunk)
@@ -187,15 +187,15 @@ func (p *PTY) Write(b []byte) (int, error) {
 
 // Resize changes the terminal's size.
 func (p *PTY) Resize(rows, cols uint16) error {
-	b, err := json.Marshal(agent.Resize{Rows: rows, Cols: cols})
+	b, err := json.Marshal(agentproto.Resize{Rows: rows, Cols: cols})
 	if err != nil {
 		return err
 	}
-	return p.frame(agent.FrameResize, b)
+	return p.frame(agentproto.FrameResize, b)
 }
 
 // CloseStdin ends the terminal's input.
-func (p *PTY) CloseStdin() error { return p.frame(agent.FrameStdinClose, nil) }
+func (p *PTY) CloseStdin() error { return p.frame(agentproto.FrameStdinClose, nil) }
 
 // Close drops the connection, which ends the process if it is still running.
 func (p *PTY) Close() error {
@@ -207,10 +207,10 @@ func (p *PTY) Close() error {
 	return err
 }
 
-func (p *PTY) frame(t agent.FrameType, b []byte) error {
+func (p *PTY) frame(t agentproto.FrameType, b []byte) error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	if err := agent.WriteFrame(p.conn, t, b); err != nil {
+	if err := agentproto.WriteFrame(p.conn, t, b); err != nil {
 		return p.writeError(err)
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 // ndjson answers with the given events, flushing after each.
@@ -179,18 +179,18 @@ func ptyEcho(t *testing.T) http.HandlerFunc {
 		defer conn.Close()
 		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: airlock-pty\r\n\r\n")
 		for {
-			typ, p, err := agent.ReadFrame(brw)
+			typ, p, err := agentproto.ReadFrame(brw)
 			if err != nil {
 				return
 			}
 			switch typ {
-			case agent.FrameStdin:
-				agent.WriteFrame(conn, agent.FrameStdout, p)
-			case agent.FrameResize:
-				agent.WriteFrame(conn, agent.FrameStdout, append([]byte("resize "), p...))
-			case agent.FrameStdinClose:
+			case agentproto.FrameStdin:
+				agentproto.WriteFrame(conn, agentproto.FrameStdout, p)
+			case agentproto.FrameResize:
+				agentproto.WriteFrame(conn, agentproto.FrameStdout, append([]byte("resize "), p...))
+			case agentproto.FrameStdinClose:
 				b, _ := json.Marshal(api.ExecResult{State: api.ExecFailed, ExitCode: 5})
-				agent.WriteFrame(conn, agent.FrameResult, b)
+				agentproto.WriteFrame(conn, agentproto.FrameResult, b)
 				return
 			}
 		}
@@ -244,7 +244,7 @@ func TestPTYWaitDiscards(t *testing.T) {
 	}
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := p.Write(bytes.Repeat([]byte("x"), 3*agent.MaxPayload/2))
+		_, err := p.Write(bytes.Repeat([]byte("x"), 3*agentproto.MaxPayload/2))
 		if err == nil {
 			err = p.CloseStdin()
 		}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -345,20 +346,20 @@ func (s *server) serveConn(c net.Conn) {
 	}()
 	fw := &frameWriter{w: c}
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
-	t, payload, err := ReadFrame(c)
+	t, payload, err := agentproto.ReadFrame(c)
 	if err != nil {
-		if errors.Is(err, ErrChecksum) {
+		if errors.Is(err, agentproto.ErrChecksum) {
 			s.log.Warn("damaged request frame", "err", err)
 			fw.error(err)
 		}
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	if t != FrameRequest {
+	if t != agentproto.FrameRequest {
 		fw.error(errdefs.Invalid("first frame must be a request, got %q", byte(t)))
 		return
 	}
-	req, err := DecodeRequest(payload)
+	req, err := agentproto.DecodeRequest(payload)
 	if err != nil {
 		fw.error(errdefs.Invalid("%v", err))
 		return
@@ -368,33 +369,33 @@ func (s *server) serveConn(c net.Conn) {
 	}
 }
 
-func (s *server) dispatch(c net.Conn, fw *frameWriter, req *Request) error {
+func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) error {
 	switch req.Op {
-	case OpPing:
-		return fw.json(FrameResult, struct{}{})
-	case OpExec:
+	case agentproto.OpPing:
+		return fw.json(agentproto.FrameResult, struct{}{})
+	case agentproto.OpExec:
 		return s.handleExec(c, fw, req.Exec)
-	case OpPTY:
+	case agentproto.OpPTY:
 		return s.handlePTY(c, fw, req.Exec)
-	case OpSessionStart:
+	case agentproto.OpSessionStart:
 		return s.handleSessionStart(fw, req.Session)
-	case OpSessionSend:
+	case agentproto.OpSessionSend:
 		return s.handleSessionSend(c, fw, req)
-	case OpSessionClose:
+	case agentproto.OpSessionClose:
 		return s.handleSessionClose(fw, req.SessionID)
-	case OpSessionList:
-		return fw.json(FrameResult, s.listSessions())
-	case OpFileUpload:
+	case agentproto.OpSessionList:
+		return fw.json(agentproto.FrameResult, s.listSessions())
+	case agentproto.OpFileUpload:
 		return s.handleUpload(c, fw, req)
-	case OpFileDownload:
+	case agentproto.OpFileDownload:
 		return s.handleDownload(fw, req)
-	case OpFileList:
+	case agentproto.OpFileList:
 		return s.handleList(fw, req)
-	case OpFileStat:
+	case agentproto.OpFileStat:
 		return s.handleStat(fw, req)
-	case OpFileMkdir:
+	case agentproto.OpFileMkdir:
 		return s.handleMkdir(fw, req)
-	case OpFileRemove:
+	case agentproto.OpFileRemove:
 		return s.handleRemove(fw, req)
 	}
 	return errdefs.Invalid("unknown op %q", req.Op)
@@ -406,13 +407,13 @@ type frameWriter struct {
 	w  io.Writer
 }
 
-func (fw *frameWriter) frame(t FrameType, p []byte) error {
+func (fw *frameWriter) frame(t agentproto.FrameType, p []byte) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	return WriteFrame(fw.w, t, p)
+	return agentproto.WriteFrame(fw.w, t, p)
 }
 
-func (fw *frameWriter) json(t FrameType, v any) error {
+func (fw *frameWriter) json(t agentproto.FrameType, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -422,19 +423,19 @@ func (fw *frameWriter) json(t FrameType, v any) error {
 
 // error sends err as an Error frame; the call ends with it.
 func (fw *frameWriter) error(err error) {
-	_ = fw.json(FrameError, toRemote(err))
+	_ = fw.json(agentproto.FrameError, toRemote(err))
 }
 
-func toRemote(err error) *RemoteError {
-	var re *RemoteError
+func toRemote(err error) *agentproto.RemoteError {
+	var re *agentproto.RemoteError
 	switch {
 	case errors.As(err, &re):
 		return re
-	case errors.Is(err, ErrChecksum):
-		return &RemoteError{Code: CodeChecksum, Message: err.Error()}
+	case errors.Is(err, agentproto.ErrChecksum):
+		return &agentproto.RemoteError{Code: agentproto.CodeChecksum, Message: err.Error()}
 	}
 	code, _ := errdefs.Code(err)
-	return &RemoteError{Code: code, Message: err.Error()}
+	return &agentproto.RemoteError{Code: code, Message: err.Error()}
 }
 
 func errUnavailable(msg string) error { return errdefs.Unavailable("%s", msg) }
@@ -451,14 +452,14 @@ type control struct {
 
 // watch reads frames from c until it fails, handing every frame other than Cancel to
 // onFrame; an onFrame error cancels the call.
-func watch(c net.Conn, onFrame func(FrameType, []byte) error) *control {
+func watch(c net.Conn, onFrame func(agentproto.FrameType, []byte) error) *control {
 	ctl := &control{cancel: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(ctl.done)
 		for {
-			t, p, err := ReadFrame(c)
+			t, p, err := agentproto.ReadFrame(c)
 			if err != nil {
-				if errors.Is(err, ErrChecksum) {
+				if errors.Is(err, agentproto.ErrChecksum) {
 					ctl.mu.Lock()
 					ctl.damaged = err
 					ctl.mu.Unlock()
@@ -466,7 +467,7 @@ func watch(c net.Conn, onFrame func(FrameType, []byte) error) *control {
 				ctl.stop()
 				return
 			}
-			if t == FrameCancel {
+			if t == agentproto.FrameCancel {
 				ctl.stop()
 				continue
 			}

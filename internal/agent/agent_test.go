@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,21 +64,21 @@ func TestMainDeadline(t *testing.T) {
 
 	c := SocketClient(sock)
 	var out syncBuffer
-	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "echo $AGENT_TEST $(pwd)"}, nil, &out, nil)
-	if err != nil || res.State != StateSucceeded || out.String() != "1 /tmp\n" {
+	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "echo $AGENT_TEST $(pwd)"}, nil, &out, nil)
+	if err != nil || res.State != agentproto.StateSucceeded || out.String() != "1 /tmp\n" {
 		t.Errorf("exec with --env and --workdir: got %+v, %q, %v; want succeeded %q", res, out.String(), err, "1 /tmp\n")
 	}
 	type outcome struct {
-		res *ExitResult
+		res *agentproto.ExitResult
 		err error
 	}
 	polite, stubborn := make(chan outcome, 1), make(chan outcome, 1)
 	go func() {
-		r, err := c.Exec(ctxT(t), ExecSpec{Argv: []string{"sleep", "60"}}, nil, nil, nil)
+		r, err := c.Exec(ctxT(t), agentproto.ExecSpec{Argv: []string{"sleep", "60"}}, nil, nil, nil)
 		polite <- outcome{r, err}
 	}()
 	go func() {
-		r, err := c.Exec(ctxT(t), ExecSpec{Shell: "trap '' TERM; sleep 60"}, nil, nil, nil)
+		r, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "trap '' TERM; sleep 60"}, nil, nil, nil)
 		stubborn <- outcome{r, err}
 	}()
 
@@ -95,7 +96,7 @@ func TestMainDeadline(t *testing.T) {
 		signal string
 	}{{"sleep", polite, "SIGTERM"}, {"sleep ignoring SIGTERM", stubborn, "SIGKILL"}} {
 		o := <-tt.ch
-		if o.err != nil || o.res.State != StateKilled || o.res.Signal != tt.signal {
+		if o.err != nil || o.res.State != agentproto.StateKilled || o.res.Signal != tt.signal {
 			t.Errorf("%s at deadline: got %+v, %v; want killed by %s", tt.name, o.res, o.err, tt.signal)
 		}
 	}
@@ -129,8 +130,8 @@ func TestAgentProcess(t *testing.T) {
 	}
 	c := SocketClient(sock)
 	var out syncBuffer
-	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "echo hi"}, nil, &out, nil)
-	if err != nil || res.State != StateSucceeded || out.String() != "hi\n" {
+	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "echo hi"}, nil, &out, nil)
+	if err != nil || res.State != agentproto.StateSucceeded || out.String() != "hi\n" {
 		t.Errorf("Exec: got %+v, %q, %v; want succeeded %q", res, out.String(), err, "hi\n")
 	}
 	if status, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"); err == nil {

@@ -8,9 +8,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 // Client calls an agent, one connection per call, each made by Dial. It is safe for
@@ -32,10 +33,6 @@ type Client struct {
 // ErrReplyTooLarge reports an agent that kept sending after its output limit.
 var ErrReplyTooLarge = errors.New("agent: reply too large")
 
-// ErrBadReply reports a reply no real agent sends: a frame out of place, or a result
-// that describes the impossible.
-var ErrBadReply = errors.New("agent: invalid reply")
-
 // ErrReplyTimeout reports an agent that did not answer in time.
 var ErrReplyTimeout = errors.New("agent: no reply in time")
 
@@ -47,7 +44,7 @@ const replyGrace = 30 * time.Second
 
 // cancelSlack is how much output a cancelled call still reads while it waits for the
 // agent's result.
-const cancelSlack = 4 * MaxPayload
+const cancelSlack = 4 * agentproto.MaxPayload
 
 // frameOverhead is what a frame costs beyond its payload: type, length and checksum.
 const frameOverhead = 9
@@ -63,7 +60,7 @@ func SocketClient(path string) *Client {
 
 // OpenRaw dials the agent and sends req, returning the connection for a caller that
 // speaks the frames itself (a terminal relayed to a client).
-func (c *Client) OpenRaw(ctx context.Context, req *Request) (net.Conn, error) {
+func (c *Client) OpenRaw(ctx context.Context, req *agentproto.Request) (net.Conn, error) {
 	k, err := c.open(ctx, req)
 	if err != nil {
 		return nil, err
@@ -82,14 +79,14 @@ type call struct {
 	maxRead int64      // see Client.MaxRead
 }
 
-func (c *Client) open(ctx context.Context, req *Request) (*call, error) {
+func (c *Client) open(ctx context.Context, req *agentproto.Request) (*call, error) {
 	conn, err := c.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("agent: dial: %w", err)
 	}
 	b, err := json.Marshal(req)
 	if err == nil {
-		err = WriteFrame(conn, FrameRequest, b)
+		err = agentproto.WriteFrame(conn, agentproto.FrameRequest, b)
 	}
 	if err != nil {
 		conn.Close()
@@ -98,16 +95,16 @@ func (c *Client) open(ctx context.Context, req *Request) (*call, error) {
 	return &call{conn: conn, maxRead: c.MaxRead}, nil
 }
 
-func (k *call) send(t FrameType, p []byte) error {
+func (k *call) send(t agentproto.FrameType, p []byte) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return WriteFrame(k.conn, t, p)
+	return agentproto.WriteFrame(k.conn, t, p)
 }
 
 // finish decodes the frame that ends a call: a Result into v, or an Error.
-func finish(t FrameType, p []byte, v any) error {
+func finish(t agentproto.FrameType, p []byte, v any) error {
 	switch t {
-	case FrameResult:
+	case agentproto.FrameResult:
 		if v == nil {
 			return nil
 		}
@@ -115,18 +112,18 @@ func finish(t FrameType, p []byte, v any) error {
 			return fmt.Errorf("agent: decode result: %w", err)
 		}
 		return nil
-	case FrameError:
-		re := &RemoteError{}
+	case agentproto.FrameError:
+		re := &agentproto.RemoteError{}
 		if err := json.Unmarshal(p, re); err != nil {
 			return fmt.Errorf("agent: decode error: %w", err)
 		}
 		return re
 	}
-	return fmt.Errorf("%w: a frame of type %q ended the call", ErrBadReply, byte(t))
+	return fmt.Errorf("%w: a frame of type %q ended the call", agentproto.ErrBadReply, byte(t))
 }
 
 // simple runs a call whose answer is a single Result or Error frame.
-func (c *Client) simple(ctx context.Context, req *Request, v any) error {
+func (c *Client) simple(ctx context.Context, req *agentproto.Request, v any) error {
 	k, err := c.open(ctx, req)
 	if err != nil {
 		return err
@@ -135,7 +132,7 @@ func (c *Client) simple(ctx context.Context, req *Request, v any) error {
 	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
 	defer stop()
 	_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
-	t, p, err := ReadFrame(k.conn)
+	t, p, err := agentproto.ReadFrame(k.conn)
 	if err != nil {
 		return ctxErr(ctx, err)
 	}
@@ -156,7 +153,7 @@ func ctxErr(ctx context.Context, err error) error {
 
 // Ping checks that the agent answers.
 func (c *Client) Ping(ctx context.Context) error {
-	return c.simple(ctx, &Request{Op: OpPing}, nil)
+	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpPing}, nil)
 }
 
 // stream reads Stdout/Stderr frames into the writers until the Result (into v) or an
@@ -167,7 +164,7 @@ func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) erro
 	var cancelOnce sync.Once
 	cancel := func() {
 		cancelOnce.Do(func() {
-			_ = k.send(FrameCancel, nil)
+			_ = k.send(agentproto.FrameCancel, nil)
 			_ = k.conn.SetReadDeadline(time.Now().Add(cancelWait))
 		})
 	}
@@ -176,11 +173,11 @@ func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) erro
 	var read int64
 	over := false
 	for {
-		t, p, err := ReadFrame(k.conn)
+		t, p, err := agentproto.ReadFrame(k.conn)
 		if err != nil {
 			return ctxErr(ctx, err)
 		}
-		if t == FrameStdout || t == FrameStderr {
+		if t == agentproto.FrameStdout || t == agentproto.FrameStderr {
 			read += int64(len(p)) + frameOverhead
 			if k.maxRead > 0 && read > k.maxRead {
 				if read > k.maxRead+cancelSlack {
@@ -192,11 +189,11 @@ func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) erro
 			}
 		}
 		switch t {
-		case FrameStdout:
+		case agentproto.FrameStdout:
 			if stdout != nil {
 				_, _ = stdout.Write(p)
 			}
-		case FrameStderr:
+		case agentproto.FrameStderr:
 			if stderr != nil {
 				_, _ = stderr.Write(p)
 			}
@@ -214,9 +211,9 @@ func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) erro
 func noteStopped(v any, limit int64) {
 	msg := fmt.Sprintf("the command was stopped: it wrote more than %d bytes of output, the limit of a call whose output is not streamed", limit)
 	switch r := v.(type) {
-	case *ExitResult:
+	case *agentproto.ExitResult:
 		r.Error = msg
-	case *SendResult:
+	case *agentproto.SendResult:
 		r.Error = msg
 	}
 }
@@ -226,9 +223,9 @@ func noteStopped(v any, limit int64) {
 // its own goroutine, which ends at the first Read that returns after the call is over.
 // If ctx ends mid-run, the agent kills the process and Exec returns its "cancelled"
 // result. The error reports a failed call, not a failed command.
-func (c *Client) Exec(ctx context.Context, spec ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (*ExitResult, error) {
+func (c *Client) Exec(ctx context.Context, spec agentproto.ExecSpec, stdin io.Reader, stdout, stderr io.Writer) (*agentproto.ExitResult, error) {
 	spec.Stdin = stdin != nil
-	k, err := c.open(ctx, &Request{Op: OpExec, Exec: &spec})
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpExec, Exec: &spec})
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +238,7 @@ func (c *Client) Exec(ctx context.Context, spec ExecSpec, stdin io.Reader, stdou
 	if stdin != nil {
 		go k.copyStdin(stdin)
 	}
-	var res ExitResult
+	var res agentproto.ExitResult
 	if err := k.stream(ctx, stdout, stderr, &res); err != nil {
 		return nil, err
 	}
@@ -253,12 +250,12 @@ func (k *call) copyStdin(r io.Reader) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if k.send(FrameStdin, buf[:n]) != nil {
+			if k.send(agentproto.FrameStdin, buf[:n]) != nil {
 				return
 			}
 		}
 		if err != nil {
-			_ = k.send(FrameStdinClose, nil)
+			_ = k.send(agentproto.FrameStdinClose, nil)
 			return
 		}
 	}
@@ -270,23 +267,23 @@ type PTY struct {
 	k    *call
 	out  *io.PipeReader
 	done chan struct{}
-	res  *ExitResult
+	res  *agentproto.ExitResult
 	err  error
 	stop func() bool
 }
 
 // PTY starts spec under a pseudo-terminal of spec.Rows × spec.Cols. Ending ctx kills it.
-func (c *Client) PTY(ctx context.Context, spec ExecSpec) (*PTY, error) {
-	k, err := c.open(ctx, &Request{Op: OpPTY, Exec: &spec})
+func (c *Client) PTY(ctx context.Context, spec agentproto.ExecSpec) (*PTY, error) {
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
 	p := &PTY{k: k, out: pr, done: make(chan struct{})}
-	p.stop = context.AfterFunc(ctx, func() { _ = k.send(FrameCancel, nil) })
+	p.stop = context.AfterFunc(ctx, func() { _ = k.send(agentproto.FrameCancel, nil) })
 	go func() {
 		defer close(p.done)
-		var res ExitResult
+		var res agentproto.ExitResult
 		// Output the reader has stopped wanting (Close) is dropped; the result still counts.
 		err := k.stream(context.Background(), discardOnClose{pw}, nil, &res)
 		if err == nil {
@@ -313,7 +310,7 @@ func (p *PTY) Read(b []byte) (int, error) { return p.out.Read(b) }
 func (p *PTY) Write(b []byte) (int, error) {
 	for off := 0; off < len(b); {
 		n := min(len(b)-off, copyBuf)
-		if err := p.k.send(FrameStdin, b[off:off+n]); err != nil {
+		if err := p.k.send(agentproto.FrameStdin, b[off:off+n]); err != nil {
 			return off, err
 		}
 		off += n
@@ -323,13 +320,13 @@ func (p *PTY) Write(b []byte) (int, error) {
 
 // Resize changes the terminal's size.
 func (p *PTY) Resize(rows, cols uint16) error {
-	b, _ := json.Marshal(Resize{Rows: rows, Cols: cols})
-	return p.k.send(FrameResize, b)
+	b, _ := json.Marshal(agentproto.Resize{Rows: rows, Cols: cols})
+	return p.k.send(agentproto.FrameResize, b)
 }
 
 // Wait waits for the process to end. Read the output concurrently (or Close), or the
 // agent stalls once the terminal's buffer is full.
-func (p *PTY) Wait() (*ExitResult, error) {
+func (p *PTY) Wait() (*agentproto.ExitResult, error) {
 	<-p.done
 	p.stop()
 	return p.res, p.err
@@ -337,16 +334,16 @@ func (p *PTY) Wait() (*ExitResult, error) {
 
 // Close kills the process if it still runs, drops unread output and waits for the end.
 func (p *PTY) Close() error {
-	_ = p.k.send(FrameCancel, nil)
+	_ = p.k.send(agentproto.FrameCancel, nil)
 	p.out.Close()
 	_, err := p.Wait()
 	return err
 }
 
 // StartSession starts a long-lived session process.
-func (c *Client) StartSession(ctx context.Context, spec SessionSpec) (*SessionInfo, error) {
-	var info SessionInfo
-	if err := c.simple(ctx, &Request{Op: OpSessionStart, Session: &spec}, &info); err != nil {
+func (c *Client) StartSession(ctx context.Context, spec agentproto.SessionSpec) (*agentproto.SessionInfo, error) {
+	var info agentproto.SessionInfo
+	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionStart, Session: &spec}, &info); err != nil {
 		return nil, err
 	}
 	return &info, nil
@@ -357,13 +354,13 @@ func (c *Client) StartSession(ctx context.Context, spec SessionSpec) (*SessionIn
 // If ctx ends mid-reply, the agent interrupts a python session (a shell or raw one runs
 // the input to its end) and Send returns the "cancelled" result once the session is
 // free again, or ctx's error if that takes longer than a few seconds.
-func (c *Client) Send(ctx context.Context, id, input string, stdout, stderr io.Writer) (*SendResult, error) {
-	k, err := c.open(ctx, &Request{Op: OpSessionSend, SessionID: id, Input: input})
+func (c *Client) Send(ctx context.Context, id, input string, stdout, stderr io.Writer) (*agentproto.SendResult, error) {
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpSessionSend, SessionID: id, Input: input})
 	if err != nil {
 		return nil, err
 	}
 	defer k.conn.Close()
-	var res SendResult
+	var res agentproto.SendResult
 	if err := k.stream(ctx, stdout, stderr, &res); err != nil {
 		return nil, err
 	}
@@ -372,13 +369,13 @@ func (c *Client) Send(ctx context.Context, id, input string, stdout, stderr io.W
 
 // CloseSession kills session id.
 func (c *Client) CloseSession(ctx context.Context, id string) error {
-	return c.simple(ctx, &Request{Op: OpSessionClose, SessionID: id}, nil)
+	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionClose, SessionID: id}, nil)
 }
 
 // ListSessions lists the running sessions.
-func (c *Client) ListSessions(ctx context.Context) ([]SessionInfo, error) {
-	var out []SessionInfo
-	if err := c.simple(ctx, &Request{Op: OpSessionList}, &out); err != nil {
+func (c *Client) ListSessions(ctx context.Context) ([]agentproto.SessionInfo, error) {
+	var out []agentproto.SessionInfo
+	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionList}, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -387,7 +384,7 @@ func (c *Client) ListSessions(ctx context.Context) ([]SessionInfo, error) {
 // Upload writes r to path atomically (a temporary file renamed into place), creating
 // missing parent directories. mode 0 means 0644; uid or gid -1 leaves the owner as is.
 func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
-	k, err := c.open(ctx, &Request{Op: OpFileUpload, Path: path, Mode: mode, UID: uid, GID: gid})
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpFileUpload, Path: path, Mode: mode, UID: uid, GID: gid})
 	if err != nil {
 		return 0, err
 	}
@@ -398,7 +395,7 @@ func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid 
 	for {
 		n, rerr := r.Read(buf)
 		if n > 0 {
-			if err := k.send(FrameData, buf[:n]); err != nil {
+			if err := k.send(agentproto.FrameData, buf[:n]); err != nil {
 				return 0, k.early(ctx, err)
 			}
 		}
@@ -406,18 +403,18 @@ func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid 
 			break
 		}
 		if rerr != nil {
-			_ = k.send(FrameCancel, nil)
+			_ = k.send(agentproto.FrameCancel, nil)
 			return 0, fmt.Errorf("agent: upload %s: read: %w", path, rerr)
 		}
 	}
-	if err := k.send(FrameEnd, nil); err != nil {
+	if err := k.send(agentproto.FrameEnd, nil); err != nil {
 		return 0, k.early(ctx, err)
 	}
-	t, p, err := ReadFrame(k.conn)
+	t, p, err := agentproto.ReadFrame(k.conn)
 	if err != nil {
 		return 0, ctxErr(ctx, err)
 	}
-	var res SizeResult
+	var res agentproto.SizeResult
 	if err := finish(t, p, &res); err != nil {
 		return 0, err
 	}
@@ -431,7 +428,7 @@ func (k *call) early(ctx context.Context, werr error) error {
 		return ctx.Err()
 	}
 	_ = k.conn.SetReadDeadline(time.Now().Add(time.Second))
-	if t, p, err := ReadFrame(k.conn); err == nil && t == FrameError {
+	if t, p, err := agentproto.ReadFrame(k.conn); err == nil && t == agentproto.FrameError {
 		return finish(t, p, nil)
 	}
 	return fmt.Errorf("agent: %w", werr)
@@ -439,7 +436,7 @@ func (k *call) early(ctx context.Context, werr error) error {
 
 // Download copies the file at path into w and returns its size.
 func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64, error) {
-	k, err := c.open(ctx, &Request{Op: OpFileDownload, Path: path})
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpFileDownload, Path: path})
 	if err != nil {
 		return 0, err
 	}
@@ -448,12 +445,12 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64,
 	defer stop()
 	var n int64
 	for {
-		t, p, err := ReadFrame(k.conn)
+		t, p, err := agentproto.ReadFrame(k.conn)
 		if err != nil {
 			return n, ctxErr(ctx, err)
 		}
-		if t != FrameData {
-			var res SizeResult
+		if t != agentproto.FrameData {
+			var res agentproto.SizeResult
 			if err := finish(t, p, &res); err != nil {
 				return n, err
 			}
@@ -471,46 +468,26 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64,
 }
 
 // List lists the directory at path, sorted by name; symlinks are not followed.
-func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
-	var out []FileInfo
-	if err := c.simple(ctx, &Request{Op: OpFileList, Path: path}, &out); err != nil {
+func (c *Client) List(ctx context.Context, path string) ([]agentproto.FileInfo, error) {
+	var out []agentproto.FileInfo
+	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileList, Path: path}, &out); err != nil {
 		return nil, err
 	}
 	for i := range out {
-		if err := out[i].check(false); err != nil {
+		if err := out[i].Check(false); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// check refuses a file entry no real agent sends: the daemon builds paths from names
-// and shows sizes to the sandbox's owner, and the agent is the sandbox's to replace.
-// A stat may name the root ("/"); a listing's entries are plain names.
-func (fi *FileInfo) check(stat bool) error {
-	why := ""
-	switch {
-	case fi.Size < 0:
-		why = fmt.Sprintf("a negative size (%d)", fi.Size)
-	case fi.Mode > 0o7777:
-		why = fmt.Sprintf("mode bits beyond 07777 (%#o)", fi.Mode)
-	case fi.Name == "/" && stat:
-	case fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00"):
-		why = fmt.Sprintf("the name %q, which is no file name", fi.Name)
-	}
-	if why != "" {
-		return fmt.Errorf("%w: the sandbox's agent described a file with %s", ErrBadReply, why)
-	}
-	return nil
-}
-
 // Stat describes the file at path (following symlinks inside the root).
-func (c *Client) Stat(ctx context.Context, path string) (*FileInfo, error) {
-	var fi FileInfo
-	if err := c.simple(ctx, &Request{Op: OpFileStat, Path: path}, &fi); err != nil {
+func (c *Client) Stat(ctx context.Context, path string) (*agentproto.FileInfo, error) {
+	var fi agentproto.FileInfo
+	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileStat, Path: path}, &fi); err != nil {
 		return nil, err
 	}
-	if err := fi.check(true); err != nil {
+	if err := fi.Check(true); err != nil {
 		return nil, err
 	}
 	return &fi, nil
@@ -518,12 +495,12 @@ func (c *Client) Stat(ctx context.Context, path string) (*FileInfo, error) {
 
 // Mkdir creates the directory path (mode 0755); parents works like mkdir -p.
 func (c *Client) Mkdir(ctx context.Context, path string, parents bool) error {
-	return c.simple(ctx, &Request{Op: OpFileMkdir, Path: path, Parents: parents}, nil)
+	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileMkdir, Path: path, Parents: parents}, nil)
 }
 
 // Remove removes path; recursive works like rm -r. An empty directory needs no recursive.
 func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
-	return c.simple(ctx, &Request{Op: OpFileRemove, Path: path, Recursive: recursive}, nil)
+	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileRemove, Path: path, Recursive: recursive}, nil)
 }
 
 var _ io.ReadWriter = (*PTY)(nil)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 // endless writes stdout frames until the client hangs up, counting what it sent; after a
@@ -18,11 +20,11 @@ func endless(polite bool, sent *atomic.Int64) func(net.Conn) {
 		cancelled := make(chan struct{})
 		go func() {
 			for {
-				t, _, err := ReadFrame(conn)
+				t, _, err := agentproto.ReadFrame(conn)
 				if err != nil {
 					return
 				}
-				if t == FrameCancel {
+				if t == agentproto.FrameCancel {
 					close(cancelled)
 					return
 				}
@@ -33,14 +35,14 @@ func endless(polite bool, sent *atomic.Int64) func(net.Conn) {
 			select {
 			case <-cancelled:
 				if polite {
-					b, _ := json.Marshal(ExitResult{State: StateCancelled, ExitCode: -1})
-					WriteFrame(conn, FrameResult, b)
+					b, _ := json.Marshal(agentproto.ExitResult{State: agentproto.StateCancelled, ExitCode: -1})
+					agentproto.WriteFrame(conn, agentproto.FrameResult, b)
 					return
 				}
 				cancelled = nil
 			default:
 			}
-			if WriteFrame(conn, FrameStdout, chunk) != nil {
+			if agentproto.WriteFrame(conn, agentproto.FrameStdout, chunk) != nil {
 				return
 			}
 			sent.Add(int64(len(chunk)))
@@ -55,12 +57,12 @@ func TestClientStopsOutputPastMaxRead(t *testing.T) {
 		c := fakeAgent(t, endless(polite, &sent))
 		c.MaxRead = limit
 		var got countWriter
-		res, err := c.Exec(ctxT(t), ExecSpec{Argv: []string{"yes"}}, nil, &got, nil)
+		res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Argv: []string{"yes"}}, nil, &got, nil)
 		if got.n > limit {
 			t.Errorf("polite=%v: %d bytes of output delivered; want at most MaxRead %d", polite, got.n, limit)
 		}
 		if polite {
-			if err != nil || res.State != StateCancelled || !strings.Contains(res.Error, "stopped") {
+			if err != nil || res.State != agentproto.StateCancelled || !strings.Contains(res.Error, "stopped") {
 				t.Errorf("polite agent: result %+v, err %v; want a cancelled result that says the command was stopped", res, err)
 			}
 			continue
@@ -84,9 +86,9 @@ func TestClientDeadlines(t *testing.T) {
 
 func TestClientRefusesOversizeFrame(t *testing.T) {
 	c := fakeAgent(t, func(conn net.Conn) {
-		conn.Write([]byte{byte(FrameResult), 0xff, 0xff, 0xff, 0xff})
+		conn.Write([]byte{byte(agentproto.FrameResult), 0xff, 0xff, 0xff, 0xff})
 	})
-	if err := c.Ping(ctxT(t)); !errors.Is(err, ErrFrameTooLarge) {
+	if err := c.Ping(ctxT(t)); !errors.Is(err, agentproto.ErrFrameTooLarge) {
 		t.Errorf("Ping answered by a 4 GiB frame header: err = %v; want ErrFrameTooLarge", err)
 	}
 }

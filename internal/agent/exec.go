@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -30,11 +31,11 @@ type pumps struct {
 	limit  time.Time // written before exited is set
 }
 
-func startPumps(fw *frameWriter, files []*os.File, types []FrameType) *pumps {
+func startPumps(fw *frameWriter, files []*os.File, types []agentproto.FrameType) *pumps {
 	ps := &pumps{files: files}
 	for i, f := range files {
 		ps.wg.Add(1)
-		go func(f *os.File, t FrameType) {
+		go func(f *os.File, t agentproto.FrameType) {
 			defer ps.wg.Done()
 			buf := make([]byte, copyBuf)
 			for {
@@ -74,7 +75,7 @@ func (ps *pumps) finish() {
 }
 
 // await waits for p to exit, killing its process group on timeout or cancellation.
-func await(p *proc, ctl *control, timeoutMS int64, ps *pumps) *ExitResult {
+func await(p *proc, ctl *control, timeoutMS int64, ps *pumps) *agentproto.ExitResult {
 	var timeout <-chan time.Time
 	if timeoutMS > 0 {
 		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
@@ -101,7 +102,7 @@ func await(p *proc, ctl *control, timeoutMS int64, ps *pumps) *ExitResult {
 	}
 }
 
-func execArgv(spec *ExecSpec) ([]string, error) {
+func execArgv(spec *agentproto.ExecSpec) ([]string, error) {
 	if spec == nil {
 		return nil, errdefs.Invalid("exec spec is required")
 	}
@@ -121,7 +122,7 @@ func reply(fw *frameWriter, ctl *control, res any) error {
 		fw.error(err)
 		return nil
 	}
-	return fw.json(FrameResult, res)
+	return fw.json(agentproto.FrameResult, res)
 }
 
 // reportStart answers a command that could not start with a failed result; any other
@@ -131,10 +132,10 @@ func reportStart(fw *frameWriter, err error) error {
 	if !errors.As(err, &se) {
 		return err
 	}
-	return fw.json(FrameResult, &ExitResult{State: StateFailed, ExitCode: se.code, Error: se.msg})
+	return fw.json(agentproto.FrameResult, &agentproto.ExitResult{State: agentproto.StateFailed, ExitCode: se.code, Error: se.msg})
 }
 
-func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
+func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *agentproto.ExecSpec) error {
 	argv, err := execArgv(spec)
 	if err != nil {
 		return err
@@ -178,18 +179,18 @@ func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
 	}
 	defer s.untrack(p)
 
-	ctl := watch(c, func(t FrameType, b []byte) error {
+	ctl := watch(c, func(t agentproto.FrameType, b []byte) error {
 		switch {
 		case inW == nil:
-		case t == FrameStdin:
+		case t == agentproto.FrameStdin:
 			_, _ = inW.Write(b) // the process may have closed its stdin; not an error
-		case t == FrameStdinClose:
+		case t == agentproto.FrameStdinClose:
 			inW.Close()
 		}
 		return nil
 	})
 	defer func() { c.Close(); <-ctl.done }()
-	ps := startPumps(fw, []*os.File{outR, errR}, []FrameType{FrameStdout, FrameStderr})
+	ps := startPumps(fw, []*os.File{outR, errR}, []agentproto.FrameType{agentproto.FrameStdout, agentproto.FrameStderr})
 	res := await(p, ctl, spec.TimeoutMS, ps)
 	if inW != nil {
 		inW.Close()
@@ -235,7 +236,7 @@ func setWinsize(f *os.File, rows, cols uint16) error {
 	return errors.Join(err, ioErr)
 }
 
-func (s *server) handlePTY(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
+func (s *server) handlePTY(c net.Conn, fw *frameWriter, spec *agentproto.ExecSpec) error {
 	argv, err := execArgv(spec)
 	if err != nil {
 		return err
@@ -264,14 +265,14 @@ func (s *server) handlePTY(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
 	}
 	defer s.untrack(p)
 
-	ctl := watch(c, func(t FrameType, b []byte) error {
+	ctl := watch(c, func(t agentproto.FrameType, b []byte) error {
 		switch t {
-		case FrameStdin:
+		case agentproto.FrameStdin:
 			_, _ = master.Write(b)
-		case FrameStdinClose:
+		case agentproto.FrameStdinClose:
 			_, _ = master.Write([]byte{4}) // ^D: end of input at the start of a line
-		case FrameResize:
-			var rz Resize
+		case agentproto.FrameResize:
+			var rz agentproto.Resize
 			if err := json.Unmarshal(b, &rz); err != nil {
 				return errdefs.Invalid("resize: %v", err)
 			}
@@ -280,7 +281,7 @@ func (s *server) handlePTY(c net.Conn, fw *frameWriter, spec *ExecSpec) error {
 		return nil
 	})
 	defer func() { c.Close(); <-ctl.done }()
-	ps := startPumps(fw, []*os.File{master}, []FrameType{FrameStdout})
+	ps := startPumps(fw, []*os.File{master}, []agentproto.FrameType{agentproto.FrameStdout})
 	res := await(p, ctl, spec.TimeoutMS, ps)
 	return reply(fw, ctl, res)
 }

@@ -12,28 +12,30 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 func TestExecStates(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	tests := []struct {
 		name      string
-		spec      ExecSpec
+		spec      agentproto.ExecSpec
 		state     string
 		code      int
 		signal    string
 		errSubstr string
 	}{
-		{"succeeded", ExecSpec{Shell: "exit 0"}, StateSucceeded, 0, "", ""},
-		{"argv", ExecSpec{Argv: []string{"true"}}, StateSucceeded, 0, "", ""},
-		{"failed with code", ExecSpec{Shell: "exit 3"}, StateFailed, 3, "", ""},
-		{"missing binary in PATH", ExecSpec{Argv: []string{"no-such-binary-xyz"}}, StateFailed, 127, "", "not found"},
-		{"missing binary by path", ExecSpec{Argv: []string{"/no/such/binary"}}, StateFailed, 127, "", "not found"},
-		{"not executable", ExecSpec{Argv: []string{"/etc/passwd"}}, StateFailed, 126, "", "cannot execute"},
-		{"bad cwd", ExecSpec{Argv: []string{"true"}, Cwd: "/no/such/dir"}, StateFailed, 126, "", "working directory"},
-		{"timeout", ExecSpec{Shell: "sleep 10", TimeoutMS: 200}, StateTimeout, -1, "SIGKILL", ""},
-		{"killed by signal", ExecSpec{Shell: "kill -KILL $$"}, StateKilled, 137, "SIGKILL", ""},
-		{"killed by SIGTERM", ExecSpec{Shell: "kill -TERM $$"}, StateKilled, 143, "SIGTERM", ""},
+		{"succeeded", agentproto.ExecSpec{Shell: "exit 0"}, agentproto.StateSucceeded, 0, "", ""},
+		{"argv", agentproto.ExecSpec{Argv: []string{"true"}}, agentproto.StateSucceeded, 0, "", ""},
+		{"failed with code", agentproto.ExecSpec{Shell: "exit 3"}, agentproto.StateFailed, 3, "", ""},
+		{"missing binary in PATH", agentproto.ExecSpec{Argv: []string{"no-such-binary-xyz"}}, agentproto.StateFailed, 127, "", "not found"},
+		{"missing binary by path", agentproto.ExecSpec{Argv: []string{"/no/such/binary"}}, agentproto.StateFailed, 127, "", "not found"},
+		{"not executable", agentproto.ExecSpec{Argv: []string{"/etc/passwd"}}, agentproto.StateFailed, 126, "", "cannot execute"},
+		{"bad cwd", agentproto.ExecSpec{Argv: []string{"true"}, Cwd: "/no/such/dir"}, agentproto.StateFailed, 126, "", "working directory"},
+		{"timeout", agentproto.ExecSpec{Shell: "sleep 10", TimeoutMS: 200}, agentproto.StateTimeout, -1, "SIGKILL", ""},
+		{"killed by signal", agentproto.ExecSpec{Shell: "kill -KILL $$"}, agentproto.StateKilled, 137, "SIGKILL", ""},
+		{"killed by SIGTERM", agentproto.ExecSpec{Shell: "kill -TERM $$"}, agentproto.StateKilled, 143, "SIGTERM", ""},
 	}
 	for _, tt := range tests {
 		res, err := c.Exec(ctxT(t), tt.spec, nil, nil, nil)
@@ -56,12 +58,12 @@ func TestExecCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	// The background sleep is in the same process group, so cancel must reach it too.
-	res, err := c.Exec(ctx, ExecSpec{Shell: "sleep 30 & sleep 30"}, nil, nil, nil)
+	res, err := c.Exec(ctx, agentproto.ExecSpec{Shell: "sleep 30 & sleep 30"}, nil, nil, nil)
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
-	if res.State != StateCancelled {
-		t.Errorf("got state %q, want %q (result %+v)", res.State, StateCancelled, res)
+	if res.State != agentproto.StateCancelled {
+		t.Errorf("got state %q, want %q (result %+v)", res.State, agentproto.StateCancelled, res)
 	}
 	waitNoChildren(t)
 }
@@ -71,20 +73,20 @@ func TestExecOutput(t *testing.T) {
 	workdir := t.TempDir()
 	tests := []struct {
 		name       string
-		spec       ExecSpec
+		spec       agentproto.ExecSpec
 		stdin      io.Reader
 		stdout     string
 		stderr     string
 		stdoutSize int
 	}{
-		{"stdout and stderr", ExecSpec{Shell: "echo out; echo err >&2"}, nil, "out\n", "err\n", 0},
-		{"stdin", ExecSpec{Argv: []string{"cat"}}, strings.NewReader("hello\nworld\n"), "hello\nworld\n", "", 0},
-		{"no stdin is /dev/null", ExecSpec{Argv: []string{"cat"}}, nil, "", "", 0},
-		{"big stdin", ExecSpec{Argv: []string{"wc", "-c"}}, bytes.NewReader(make([]byte, 300000)), "300000\n", "", 0},
-		{"big stdout", ExecSpec{Shell: "head -c 1000000 /dev/zero"}, nil, "", "", 1000000},
-		{"env", ExecSpec{Shell: `echo "$FOO $BASE $OVER"`, Env: []string{"FOO=bar", "OVER=new"}}, nil, "bar base new\n", "", 0},
-		{"cwd", ExecSpec{Argv: []string{"pwd"}, Cwd: workdir}, nil, workdir + "\n", "", 0},
-		{"default cwd", ExecSpec{Argv: []string{"pwd"}}, nil, "/\n", "", 0},
+		{"stdout and stderr", agentproto.ExecSpec{Shell: "echo out; echo err >&2"}, nil, "out\n", "err\n", 0},
+		{"stdin", agentproto.ExecSpec{Argv: []string{"cat"}}, strings.NewReader("hello\nworld\n"), "hello\nworld\n", "", 0},
+		{"no stdin is /dev/null", agentproto.ExecSpec{Argv: []string{"cat"}}, nil, "", "", 0},
+		{"big stdin", agentproto.ExecSpec{Argv: []string{"wc", "-c"}}, bytes.NewReader(make([]byte, 300000)), "300000\n", "", 0},
+		{"big stdout", agentproto.ExecSpec{Shell: "head -c 1000000 /dev/zero"}, nil, "", "", 1000000},
+		{"env", agentproto.ExecSpec{Shell: `echo "$FOO $BASE $OVER"`, Env: []string{"FOO=bar", "OVER=new"}}, nil, "bar base new\n", "", 0},
+		{"cwd", agentproto.ExecSpec{Argv: []string{"pwd"}, Cwd: workdir}, nil, workdir + "\n", "", 0},
+		{"default cwd", agentproto.ExecSpec{Argv: []string{"pwd"}}, nil, "/\n", "", 0},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
@@ -93,7 +95,7 @@ func TestExecOutput(t *testing.T) {
 			t.Errorf("%s: Exec: %v", tt.name, err)
 			continue
 		}
-		if res.State != StateSucceeded {
+		if res.State != agentproto.StateSucceeded {
 			t.Errorf("%s: got state %q, want succeeded (result %+v, stderr %q)", tt.name, res.State, res, stderr.String())
 		}
 		if tt.stdoutSize > 0 {
@@ -127,7 +129,7 @@ func (w orderWriter) Write(p []byte) (int, error) {
 func TestExecOutputOrder(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	log := &syncBuffer{}
-	spec := ExecSpec{Shell: "echo 1; sleep 0.1; echo 2 >&2; sleep 0.1; echo 3; sleep 0.1; echo 4 >&2"}
+	spec := agentproto.ExecSpec{Shell: "echo 1; sleep 0.1; echo 2 >&2; sleep 0.1; echo 3; sleep 0.1; echo 4 >&2"}
 	if _, err := c.Exec(ctxT(t), spec, nil, orderWriter{log, "out"}, orderWriter{log, "err"}); err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
@@ -141,11 +143,11 @@ func TestExecUID(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	uid, gid := uint32(65534), uint32(65533)
 	var out bytes.Buffer
-	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "echo $(id -u) $(id -g)", UID: &uid, GID: &gid}, nil, &out, nil)
+	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "echo $(id -u) $(id -g)", UID: &uid, GID: &gid}, nil, &out, nil)
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
-	if res.State != StateSucceeded || out.String() != "65534 65533\n" {
+	if res.State != agentproto.StateSucceeded || out.String() != "65534 65533\n" {
 		t.Errorf("got state %q output %q, want succeeded %q", res.State, out.String(), "65534 65533\n")
 	}
 }
@@ -155,8 +157,8 @@ func TestExecUID(t *testing.T) {
 // no zombie behind.
 func TestExecReapsOrphans(t *testing.T) {
 	c, _ := startAgent(t, Options{})
-	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "sleep 0.5 >/dev/null 2>&1 & echo $!"}, nil, io.Discard, nil)
-	if err != nil || res.State != StateSucceeded {
+	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "sleep 0.5 >/dev/null 2>&1 & echo $!"}, nil, io.Discard, nil)
+	if err != nil || res.State != agentproto.StateSucceeded {
 		t.Fatalf("Exec: %+v, %v; want succeeded", res, err)
 	}
 	if kids := children(t); len(kids) == 0 {
@@ -169,15 +171,15 @@ func TestExecBackgroundDoesNotHoldCall(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	var out bytes.Buffer
 	// The background sleep inherits stdout; the call still ends when sh exits.
-	res, err := c.Exec(ctxT(t), ExecSpec{Shell: "sleep 0.5 & echo done"}, nil, &out, nil)
-	if err != nil || res.State != StateSucceeded || out.String() != "done\n" {
+	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "sleep 0.5 & echo done"}, nil, &out, nil)
+	if err != nil || res.State != agentproto.StateSucceeded || out.String() != "done\n" {
 		t.Fatalf("Exec: %+v, %q, %v; want succeeded with %q", res, out.String(), err, "done\n")
 	}
 	waitNoChildren(t)
 }
 
 // rawCall sends frames on a fresh connection and returns the frames that come back.
-func rawCall(t *testing.T, c *Client, frames ...[]byte) (types []FrameType, payloads [][]byte) {
+func rawCall(t *testing.T, c *Client, frames ...[]byte) (types []agentproto.FrameType, payloads [][]byte) {
 	t.Helper()
 	conn, err := c.Dial(context.Background())
 	if err != nil {
@@ -191,7 +193,7 @@ func rawCall(t *testing.T, c *Client, frames ...[]byte) (types []FrameType, payl
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
-		ft, p, err := ReadFrame(conn)
+		ft, p, err := agentproto.ReadFrame(conn)
 		if err != nil {
 			return types, payloads
 		}
@@ -200,12 +202,12 @@ func rawCall(t *testing.T, c *Client, frames ...[]byte) (types []FrameType, payl
 	}
 }
 
-func requestFrame(t *testing.T, req Request) []byte {
+func requestFrame(t *testing.T, req agentproto.Request) []byte {
 	b, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return encodeFrame(t, FrameRequest, b)
+	return encodeFrame(t, agentproto.FrameRequest, b)
 }
 
 func TestDamagedRequestIsNotRun(t *testing.T) {
@@ -215,14 +217,14 @@ func TestDamagedRequestIsNotRun(t *testing.T) {
 		func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, // checksum
 		func(b []byte) []byte { b[20] ^= 0x20; return b },    // payload byte
 	} {
-		f := damage(requestFrame(t, Request{Op: OpExec, Exec: &ExecSpec{Argv: []string{"touch", marker}}}))
+		f := damage(requestFrame(t, agentproto.Request{Op: agentproto.OpExec, Exec: &agentproto.ExecSpec{Argv: []string{"touch", marker}}}))
 		types, payloads := rawCall(t, c, f)
-		if len(types) != 1 || types[0] != FrameError {
+		if len(types) != 1 || types[0] != agentproto.FrameError {
 			t.Fatalf("damage %d: got frames %q, want one Error frame", i, types)
 		}
-		var re RemoteError
-		if err := json.Unmarshal(payloads[0], &re); err != nil || re.Code != CodeChecksum {
-			t.Errorf("damage %d: got error %s, want code %q", i, payloads[0], CodeChecksum)
+		var re agentproto.RemoteError
+		if err := json.Unmarshal(payloads[0], &re); err != nil || re.Code != agentproto.CodeChecksum {
+			t.Errorf("damage %d: got error %s, want code %q", i, payloads[0], agentproto.CodeChecksum)
 		}
 	}
 	if err := c.Ping(ctxT(t)); err != nil {
@@ -235,16 +237,16 @@ func TestDamagedRequestIsNotRun(t *testing.T) {
 
 func TestDamagedStdinFrame(t *testing.T) {
 	c, _ := startAgent(t, Options{})
-	bad := encodeFrame(t, FrameStdin, []byte("data"))
+	bad := encodeFrame(t, agentproto.FrameStdin, []byte("data"))
 	bad[len(bad)-1] ^= 1
-	req := requestFrame(t, Request{Op: OpExec, Exec: &ExecSpec{Argv: []string{"cat"}, Stdin: true}})
+	req := requestFrame(t, agentproto.Request{Op: agentproto.OpExec, Exec: &agentproto.ExecSpec{Argv: []string{"cat"}, Stdin: true}})
 	types, payloads := rawCall(t, c, req, bad)
-	if len(types) == 0 || types[len(types)-1] != FrameError {
+	if len(types) == 0 || types[len(types)-1] != agentproto.FrameError {
 		t.Fatalf("got frames %q, want the call to end with an Error frame", types)
 	}
-	var re RemoteError
-	if err := json.Unmarshal(payloads[len(payloads)-1], &re); err != nil || re.Code != CodeChecksum {
-		t.Errorf("got error %s, want code %q", payloads[len(payloads)-1], CodeChecksum)
+	var re agentproto.RemoteError
+	if err := json.Unmarshal(payloads[len(payloads)-1], &re); err != nil || re.Code != agentproto.CodeChecksum {
+		t.Errorf("got error %s, want code %q", payloads[len(payloads)-1], agentproto.CodeChecksum)
 	}
 	waitNoChildren(t)
 }
@@ -265,7 +267,7 @@ func fakeAgent(t *testing.T, answer func(net.Conn)) *Client {
 			if err != nil {
 				return
 			}
-			if _, _, err := ReadFrame(conn); err == nil {
+			if _, _, err := agentproto.ReadFrame(conn); err == nil {
 				answer(conn)
 			}
 			conn.Close()
@@ -277,17 +279,17 @@ func fakeAgent(t *testing.T, answer func(net.Conn)) *Client {
 
 func TestClientSeesDamagedFrame(t *testing.T) {
 	c := fakeAgent(t, func(conn net.Conn) {
-		out := encodeFrame(t, FrameStdout, []byte("hi"))
+		out := encodeFrame(t, agentproto.FrameStdout, []byte("hi"))
 		out[len(out)-2] ^= 4
 		conn.Write(out)
 	})
-	if err := c.Ping(ctxT(t)); !errors.Is(err, ErrChecksum) {
+	if err := c.Ping(ctxT(t)); !errors.Is(err, agentproto.ErrChecksum) {
 		t.Errorf("Ping: got %v, want ErrChecksum", err)
 	}
-	if _, err := c.Exec(ctxT(t), ExecSpec{Argv: []string{"true"}}, nil, nil, nil); !errors.Is(err, ErrChecksum) {
+	if _, err := c.Exec(ctxT(t), agentproto.ExecSpec{Argv: []string{"true"}}, nil, nil, nil); !errors.Is(err, agentproto.ErrChecksum) {
 		t.Errorf("Exec: got %v, want ErrChecksum", err)
 	}
-	if _, err := c.Download(ctxT(t), "/x", io.Discard); !errors.Is(err, ErrChecksum) {
+	if _, err := c.Download(ctxT(t), "/x", io.Discard); !errors.Is(err, agentproto.ErrChecksum) {
 		t.Errorf("Download: got %v, want ErrChecksum", err)
 	}
 }
@@ -296,16 +298,16 @@ func TestPTY(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	tests := []struct {
 		name   string
-		spec   ExecSpec
-		resize *Resize
+		spec   agentproto.ExecSpec
+		resize *agentproto.Resize
 		input  string
 		want   []string
 	}{
-		{"echo and size", ExecSpec{Shell: "stty size; read x; echo got:$x", Rows: 30, Cols: 100}, nil, "abc\n",
+		{"echo and size", agentproto.ExecSpec{Shell: "stty size; read x; echo got:$x", Rows: 30, Cols: 100}, nil, "abc\n",
 			[]string{"30 100", "abc", "got:abc"}},
-		{"resize", ExecSpec{Shell: "read x; stty size"}, &Resize{Rows: 40, Cols: 120}, "\n",
+		{"resize", agentproto.ExecSpec{Shell: "read x; stty size"}, &agentproto.Resize{Rows: 40, Cols: 120}, "\n",
 			[]string{"40 120"}},
-		{"is a tty", ExecSpec{Shell: "test -t 0 && test -t 1 && echo tty:$TERM"}, nil, "",
+		{"is a tty", agentproto.ExecSpec{Shell: "test -t 0 && test -t 1 && echo tty:$TERM"}, nil, "",
 			[]string{"tty:xterm"}},
 	}
 	for _, tt := range tests {
@@ -328,7 +330,7 @@ func TestPTY(t *testing.T) {
 			t.Errorf("%s: reading output: %v", tt.name, err)
 		}
 		res, err := p.Wait()
-		if err != nil || res.State != StateSucceeded {
+		if err != nil || res.State != agentproto.StateSucceeded {
 			t.Errorf("%s: Wait: %+v, %v; want succeeded", tt.name, res, err)
 		}
 		for _, w := range tt.want {
@@ -341,7 +343,7 @@ func TestPTY(t *testing.T) {
 
 func TestPTYClose(t *testing.T) {
 	c, _ := startAgent(t, Options{})
-	p, err := c.PTY(ctxT(t), ExecSpec{Argv: []string{"sleep", "30"}})
+	p, err := c.PTY(ctxT(t), agentproto.ExecSpec{Argv: []string{"sleep", "30"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,15 @@ func TestPTYClose(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	res, err := p.Wait()
-	if err != nil || res.State != StateCancelled {
+	if err != nil || res.State != agentproto.StateCancelled {
 		t.Errorf("Wait after Close: %+v, %v; want cancelled", res, err)
 	}
+}
+
+func encodeFrame(t testing.TB, ft agentproto.FrameType, p []byte) []byte {
+	var b bytes.Buffer
+	if err := agentproto.WriteFrame(&b, ft, p); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -72,9 +73,9 @@ func fsError(p string, err error) error {
 	return &errdefs.Error{Class: errdefs.ErrInternal, Msg: msg}
 }
 
-func fileInfo(name string, st *unix.Stat_t) FileInfo {
+func fileInfo(name string, st *unix.Stat_t) agentproto.FileInfo {
 	typ := st.Mode & unix.S_IFMT
-	return FileInfo{
+	return agentproto.FileInfo{
 		Name:      name,
 		Size:      st.Size,
 		Mode:      st.Mode & 0o7777,
@@ -84,7 +85,7 @@ func fileInfo(name string, st *unix.Stat_t) FileInfo {
 	}
 }
 
-func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *Request) error {
+func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -123,19 +124,19 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *Request) error {
 	}()
 	var size int64
 	for end := false; !end; {
-		t, b, err := ReadFrame(c)
+		t, b, err := agentproto.ReadFrame(c)
 		if err != nil {
 			return err
 		}
 		switch t {
-		case FrameData:
+		case agentproto.FrameData:
 			if _, err := f.Write(b); err != nil {
 				return fsError(req.Path, err)
 			}
 			size += int64(len(b))
-		case FrameEnd:
+		case agentproto.FrameEnd:
 			end = true
-		case FrameCancel:
+		case agentproto.FrameCancel:
 			return errdefs.Precondition("upload cancelled")
 		default:
 			return errdefs.Invalid("unexpected frame %q during upload", byte(t))
@@ -160,10 +161,10 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *Request) error {
 		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return fsError(req.Path, err)
 	}
-	return fw.json(FrameResult, SizeResult{Size: size})
+	return fw.json(agentproto.FrameResult, agentproto.SizeResult{Size: size})
 }
 
-func (s *server) handleDownload(fw *frameWriter, req *Request) error {
+func (s *server) handleDownload(fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -191,7 +192,7 @@ func (s *server) handleDownload(fw *frameWriter, req *Request) error {
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			if werr := fw.frame(FrameData, buf[:n]); werr != nil {
+			if werr := fw.frame(agentproto.FrameData, buf[:n]); werr != nil {
 				return werr
 			}
 			size += int64(n)
@@ -203,10 +204,10 @@ func (s *server) handleDownload(fw *frameWriter, req *Request) error {
 			return fsError(req.Path, err)
 		}
 	}
-	return fw.json(FrameResult, SizeResult{Size: size})
+	return fw.json(agentproto.FrameResult, agentproto.SizeResult{Size: size})
 }
 
-func (s *server) handleList(fw *frameWriter, req *Request) error {
+func (s *server) handleList(fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -222,7 +223,7 @@ func (s *server) handleList(fw *frameWriter, req *Request) error {
 		return fsError(req.Path, err)
 	}
 	slices.Sort(names)
-	out := make([]FileInfo, 0, len(names))
+	out := make([]agentproto.FileInfo, 0, len(names))
 	for _, name := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -233,10 +234,10 @@ func (s *server) handleList(fw *frameWriter, req *Request) error {
 		}
 		out = append(out, fileInfo(name, &st))
 	}
-	return fw.json(FrameResult, out)
+	return fw.json(agentproto.FrameResult, out)
 }
 
-func (s *server) handleStat(fw *frameWriter, req *Request) error {
+func (s *server) handleStat(fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -254,10 +255,10 @@ func (s *server) handleStat(fw *frameWriter, req *Request) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fsError(req.Path, err)
 	}
-	return fw.json(FrameResult, fileInfo(path.Base(req.Path), &st))
+	return fw.json(agentproto.FrameResult, fileInfo(path.Base(req.Path), &st))
 }
 
-func (s *server) handleMkdir(fw *frameWriter, req *Request) error {
+func (s *server) handleMkdir(fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -274,7 +275,7 @@ func (s *server) handleMkdir(fw *frameWriter, req *Request) error {
 	if err != nil {
 		return fsError(req.Path, err)
 	}
-	return fw.json(FrameResult, struct{}{})
+	return fw.json(agentproto.FrameResult, struct{}{})
 }
 
 func (s *server) mkdirOne(rel string, mode uint32) error {
@@ -313,7 +314,7 @@ func (s *server) mkdirAll(rel string, mode uint32) error {
 	return nil
 }
 
-func (s *server) handleRemove(fw *frameWriter, req *Request) error {
+func (s *server) handleRemove(fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -340,7 +341,7 @@ func (s *server) handleRemove(fw *frameWriter, req *Request) error {
 	if err != nil {
 		return fsError(req.Path, err)
 	}
-	return fw.json(FrameResult, struct{}{})
+	return fw.json(agentproto.FrameResult, struct{}{})
 }
 
 // removeAll removes the directory name in parent and everything below it, never
@@ -382,4 +383,12 @@ func removeAll(parent int, name string) error {
 			return err
 		}
 	}
+}
+
+// unexpected turns the end of a stream in the middle of a message into an error.
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }

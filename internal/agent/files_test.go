@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
@@ -121,7 +122,7 @@ func TestBadPathsRefused(t *testing.T) {
 	for _, p := range []string{"", "relative", "/a/../b", "/..", "/a/./b", "/a//b", "/a/"} {
 		_, err := c.Stat(ctx, p)
 		wantCode(t, "stat "+p, err, "invalid_argument")
-		var re *RemoteError
+		var re *agentproto.RemoteError
 		if errors.As(err, &re) && !strings.Contains(re.Message, "absolute and clean") {
 			t.Errorf("stat %q: message %q does not state the rule", p, re.Message)
 		}

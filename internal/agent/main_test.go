@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"go.uber.org/goleak"
 )
@@ -90,7 +91,7 @@ func ctxT(t *testing.T) context.Context {
 // wantCode checks that err is a RemoteError with the given code.
 func wantCode(t *testing.T, what string, err error, code string) {
 	t.Helper()
-	var re *RemoteError
+	var re *agentproto.RemoteError
 	if !errors.As(err, &re) {
 		t.Errorf("%s: got error %v, want a RemoteError with code %q", what, err, code)
 		return
@@ -176,11 +177,11 @@ func TestRemoteErrorIs(t *testing.T) {
 		{"not_found", errdefs.ErrNotFound},
 		{"invalid_argument", errdefs.ErrInvalidArgument},
 		{"permission_denied", errdefs.ErrPermissionDenied},
-		{CodeChecksum, ErrChecksum},
-		{CodeBusy, errdefs.ErrFailedPrecondition},
+		{agentproto.CodeChecksum, agentproto.ErrChecksum},
+		{agentproto.CodeBusy, errdefs.ErrFailedPrecondition},
 	}
 	for _, tt := range tests {
-		err := error(&RemoteError{Code: tt.code, Message: "m"})
+		err := error(&agentproto.RemoteError{Code: tt.code, Message: "m"})
 		if !errors.Is(err, tt.want) {
 			t.Errorf("errors.Is(RemoteError{%q}, %v) = false, want true", tt.code, tt.want)
 		}

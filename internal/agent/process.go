@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,20 +136,20 @@ func (s *server) untrack(p *proc) {
 
 // result turns a wait status into an ExitResult. timedOut and cancelled name why the
 // agent killed the process, if it did.
-func (p *proc) result(timedOut, cancelled bool) *ExitResult {
-	r := &ExitResult{DurationMS: p.end.Sub(p.start).Milliseconds()}
+func (p *proc) result(timedOut, cancelled bool) *agentproto.ExitResult {
+	r := &agentproto.ExitResult{DurationMS: p.end.Sub(p.start).Milliseconds()}
 	switch {
 	case timedOut:
-		r.State, r.ExitCode = StateTimeout, -1
+		r.State, r.ExitCode = agentproto.StateTimeout, -1
 	case cancelled:
-		r.State, r.ExitCode = StateCancelled, -1
+		r.State, r.ExitCode = agentproto.StateCancelled, -1
 	case p.ws.Signaled():
-		r.State, r.ExitCode = StateKilled, 128+int(p.ws.Signal())
+		r.State, r.ExitCode = agentproto.StateKilled, 128+int(p.ws.Signal())
 		r.Signal = unix.SignalName(p.ws.Signal())
 	case p.ws.ExitStatus() == 0:
-		r.State = StateSucceeded
+		r.State = agentproto.StateSucceeded
 	default:
-		r.State, r.ExitCode = StateFailed, p.ws.ExitStatus()
+		r.State, r.ExitCode = agentproto.StateFailed, p.ws.ExitStatus()
 	}
 	if p.ws.Signaled() && (timedOut || cancelled) {
 		r.Signal = unix.SignalName(p.ws.Signal())

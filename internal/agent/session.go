@@ -18,6 +18,7 @@ import (
 
 	_ "embed"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +31,7 @@ const rawQuiet = 200 * time.Millisecond
 
 // chunk is a piece of a session's output; eof marks the end of one stream.
 type chunk struct {
-	t   FrameType
+	t   agentproto.FrameType
 	b   []byte
 	eof bool
 }
@@ -39,7 +40,7 @@ type chunk struct {
 // its output into out; a send consumes it. Between sends output waits in out (and then
 // in the pipes), so nothing is lost and the next reply begins with it.
 type session struct {
-	info     SessionInfo
+	info     agentproto.SessionInfo
 	p        *proc
 	stdin    *os.File
 	out      chan chunk
@@ -51,20 +52,20 @@ type session struct {
 	readers  sync.WaitGroup
 }
 
-func sessionArgv(spec *SessionSpec) ([]string, error) {
+func sessionArgv(spec *agentproto.SessionSpec) ([]string, error) {
 	switch spec.Kind {
-	case SessionPython:
+	case agentproto.SessionPython:
 		interp := spec.Argv
 		if len(interp) == 0 {
 			interp = []string{"python3"}
 		}
 		return append(slices.Clone(interp), "-u", "-c", pyDriver), nil
-	case SessionShell:
+	case agentproto.SessionShell:
 		if len(spec.Argv) > 0 {
 			return spec.Argv, nil
 		}
 		return []string{"/bin/sh"}, nil
-	case SessionRaw:
+	case agentproto.SessionRaw:
 		if len(spec.Argv) == 0 {
 			return nil, errdefs.Invalid("a raw session needs argv")
 		}
@@ -79,7 +80,7 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func (s *server) handleSessionStart(fw *frameWriter, spec *SessionSpec) error {
+func (s *server) handleSessionStart(fw *frameWriter, spec *agentproto.SessionSpec) error {
 	if spec == nil {
 		return errdefs.Invalid("session spec is required")
 	}
@@ -117,7 +118,7 @@ func (s *server) handleSessionStart(fw *frameWriter, spec *SessionSpec) error {
 		return err
 	}
 	ss := &session{
-		info:  SessionInfo{ID: "ses_" + randomHex(8), Kind: spec.Kind, PID: p.pid},
+		info:  agentproto.SessionInfo{ID: "ses_" + randomHex(8), Kind: spec.Kind, PID: p.pid},
 		p:     p,
 		stdin: files[1],
 		out:   make(chan chunk, 16),
@@ -129,13 +130,13 @@ func (s *server) handleSessionStart(fw *frameWriter, spec *SessionSpec) error {
 	s.wg.Add(3)
 	s.mu.Unlock()
 	ss.readers.Add(2)
-	go func() { defer s.wg.Done(); ss.read(files[2], FrameStdout) }()
-	go func() { defer s.wg.Done(); ss.read(files[4], FrameStderr) }()
+	go func() { defer s.wg.Done(); ss.read(files[2], agentproto.FrameStdout) }()
+	go func() { defer s.wg.Done(); ss.read(files[4], agentproto.FrameStderr) }()
 	go func() { defer s.wg.Done(); s.watchSession(ss, files[2], files[4]) }()
-	return fw.json(FrameResult, ss.info)
+	return fw.json(agentproto.FrameResult, ss.info)
 }
 
-func (ss *session) read(f *os.File, t FrameType) {
+func (ss *session) read(f *os.File, t agentproto.FrameType) {
 	defer ss.readers.Done()
 	buf := make([]byte, copyBuf)
 	for {
@@ -208,16 +209,16 @@ func (ss *session) ended() bool {
 	}
 }
 
-func (s *server) listSessions() []SessionInfo {
+func (s *server) listSessions() []agentproto.SessionInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]SessionInfo, 0, len(s.sessions))
+	out := make([]agentproto.SessionInfo, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		if !ss.ended() {
 			out = append(out, ss.info)
 		}
 	}
-	slices.SortFunc(out, func(a, b SessionInfo) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b agentproto.SessionInfo) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -231,7 +232,7 @@ func (s *server) handleSessionClose(fw *frameWriter, id string) error {
 	s.mu.Unlock()
 	ss.p.kill(unix.SIGKILL)
 	<-ss.p.done
-	return fw.json(FrameResult, struct{}{})
+	return fw.json(agentproto.FrameResult, struct{}{})
 }
 
 // drainWait is how long a send waits for a cancelled send to finish consuming its reply.
@@ -245,7 +246,7 @@ func (ss *session) acquire() error {
 		return nil
 	default:
 	}
-	busy := &RemoteError{Code: CodeBusy, Message: fmt.Sprintf("session %s is serving another send", ss.info.ID)}
+	busy := &agentproto.RemoteError{Code: agentproto.CodeBusy, Message: fmt.Sprintf("session %s is serving another send", ss.info.ID)}
 	if !ss.draining.Load() {
 		return busy
 	}
@@ -264,7 +265,7 @@ func (ss *session) release() {
 	<-ss.sem
 }
 
-func (s *server) handleSessionSend(c net.Conn, fw *frameWriter, req *Request) error {
+func (s *server) handleSessionSend(c net.Conn, fw *frameWriter, req *agentproto.Request) error {
 	ss, err := s.session(req.SessionID)
 	if err != nil {
 		return err
@@ -282,13 +283,13 @@ func (s *server) handleSessionSend(c net.Conn, fw *frameWriter, req *Request) er
 	marker := "__airlock_end_" + randomHex(16) + "__"
 	var msg string
 	switch ss.info.Kind {
-	case SessionPython:
+	case agentproto.SessionPython:
 		b, err := json.Marshal(map[string]string{"code": req.Input, "marker": marker})
 		if err != nil {
 			return err
 		}
 		msg = string(b) + "\n"
-	case SessionShell:
+	case agentproto.SessionShell:
 		msg = req.Input
 		if !strings.HasSuffix(msg, "\n") {
 			msg += "\n"
@@ -297,7 +298,7 @@ func (s *server) handleSessionSend(c net.Conn, fw *frameWriter, req *Request) er
 	default:
 		msg = req.Input + "\n"
 	}
-	ctl := watch(c, func(FrameType, []byte) error { return nil })
+	ctl := watch(c, func(agentproto.FrameType, []byte) error { return nil })
 	defer func() { c.Close(); <-ctl.done }()
 	// Write while collecting, or a big input and a chatty process block each other.
 	// A write error means the process is gone; collect reports that.
@@ -324,22 +325,22 @@ func (s *server) handleSessionSend(c net.Conn, fw *frameWriter, req *Request) er
 // shell), quiet output (raw) or the process gone. After a cancel it keeps consuming
 // without forwarding, so the next send starts clean, and the result is "cancelled"; a
 // python session is interrupted (SIGINT), a shell or raw one runs its input to the end.
-func (ss *session) collect(fw *frameWriter, marker string, ctl *control) *SendResult {
-	if ss.info.Kind == SessionRaw {
+func (ss *session) collect(fw *frameWriter, marker string, ctl *control) *agentproto.SendResult {
+	if ss.info.Kind == agentproto.SessionRaw {
 		return ss.collectRaw(fw, ctl)
 	}
-	scan := map[FrameType]*markerScanner{
-		FrameStdout: {marker: []byte(marker)},
-		FrameStderr: {marker: []byte(marker)},
+	scan := map[agentproto.FrameType]*markerScanner{
+		agentproto.FrameStdout: {marker: []byte(marker)},
+		agentproto.FrameStderr: {marker: []byte(marker)},
 	}
 	cancel := ctl.cancel
 	forward := true
 	eofs := 0
 	status := ""
 	for {
-		if scan[FrameStdout].found && scan[FrameStderr].found {
+		if scan[agentproto.FrameStdout].found && scan[agentproto.FrameStderr].found {
 			if !forward {
-				return &SendResult{State: StateCancelled, ExitCode: -1}
+				return &agentproto.SendResult{State: agentproto.StateCancelled, ExitCode: -1}
 			}
 			return markerResult(ss.info.Kind, status)
 		}
@@ -353,7 +354,7 @@ func (ss *session) collect(fw *frameWriter, marker string, ctl *control) *SendRe
 				continue
 			}
 			emit, found, st := scan[c.t].feed(c.b)
-			if found && c.t == FrameStdout {
+			if found && c.t == agentproto.FrameStdout {
 				status = st
 			}
 			if forward && len(emit) > 0 {
@@ -364,14 +365,14 @@ func (ss *session) collect(fw *frameWriter, marker string, ctl *control) *SendRe
 		case <-cancel:
 			cancel, forward = nil, false
 			ss.draining.Store(true)
-			if ss.info.Kind == SessionPython {
+			if ss.info.Kind == agentproto.SessionPython {
 				_ = unix.Kill(ss.p.pid, unix.SIGINT)
 			}
 		}
 	}
 }
 
-func (ss *session) collectRaw(fw *frameWriter, ctl *control) *SendResult {
+func (ss *session) collectRaw(fw *frameWriter, ctl *control) *agentproto.SendResult {
 	quiet := time.NewTimer(rawQuiet)
 	defer quiet.Stop()
 	cancel := ctl.cancel
@@ -390,9 +391,9 @@ func (ss *session) collectRaw(fw *frameWriter, ctl *control) *SendResult {
 			quiet.Reset(rawQuiet)
 		case <-quiet.C:
 			if !forward {
-				return &SendResult{State: StateCancelled, ExitCode: -1}
+				return &agentproto.SendResult{State: agentproto.StateCancelled, ExitCode: -1}
 			}
-			return &SendResult{State: StateSucceeded}
+			return &agentproto.SendResult{State: agentproto.StateSucceeded}
 		case <-ss.stop:
 			return ss.exitResult()
 		case <-cancel:
@@ -403,27 +404,27 @@ func (ss *session) collectRaw(fw *frameWriter, ctl *control) *SendResult {
 	return ss.exitResult()
 }
 
-func markerResult(kind, status string) *SendResult {
-	if kind == SessionPython {
+func markerResult(kind, status string) *agentproto.SendResult {
+	if kind == agentproto.SessionPython {
 		if status == "ok" {
-			return &SendResult{State: StateSucceeded}
+			return &agentproto.SendResult{State: agentproto.StateSucceeded}
 		}
-		return &SendResult{State: StateFailed, ExitCode: 1}
+		return &agentproto.SendResult{State: agentproto.StateFailed, ExitCode: 1}
 	}
 	code, err := strconv.Atoi(status)
 	if err != nil {
-		return &SendResult{State: StateFailed, ExitCode: -1, Error: "unreadable exit status " + strconv.Quote(status)}
+		return &agentproto.SendResult{State: agentproto.StateFailed, ExitCode: -1, Error: "unreadable exit status " + strconv.Quote(status)}
 	}
 	if code == 0 {
-		return &SendResult{State: StateSucceeded}
+		return &agentproto.SendResult{State: agentproto.StateSucceeded}
 	}
-	return &SendResult{State: StateFailed, ExitCode: code}
+	return &agentproto.SendResult{State: agentproto.StateFailed, ExitCode: code}
 }
 
-func (ss *session) exitResult() *SendResult {
+func (ss *session) exitResult() *agentproto.SendResult {
 	<-ss.p.done
 	ws := ss.p.ws
-	r := &SendResult{State: StateExited, ExitCode: ws.ExitStatus(), Error: "the session process exited"}
+	r := &agentproto.SendResult{State: agentproto.StateExited, ExitCode: ws.ExitStatus(), Error: "the session process exited"}
 	if ws.Signaled() {
 		r.ExitCode = 128 + int(ws.Signal())
 		r.Error = "the session process was killed by " + unix.SignalName(ws.Signal())

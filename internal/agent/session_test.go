@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 type sendStep struct {
@@ -42,25 +44,25 @@ func TestPythonSession(t *testing.T) {
 	_, err := exec.LookPath("python3")
 	require(t, err == nil, "python3 is not installed")
 	c, _ := startAgent(t, Options{})
-	info, err := c.StartSession(ctxT(t), SessionSpec{Kind: SessionPython})
+	info, err := c.StartSession(ctxT(t), agentproto.SessionSpec{Kind: agentproto.SessionPython})
 	if err != nil {
 		t.Fatalf("StartSession: %v", err)
 	}
-	if info.Kind != SessionPython || info.PID <= 0 || !strings.HasPrefix(info.ID, "ses_") {
+	if info.Kind != agentproto.SessionPython || info.PID <= 0 || !strings.HasPrefix(info.ID, "ses_") {
 		t.Errorf("got session %+v, want kind python, a pid and an id ses_…", info)
 	}
 	runSteps(t, c, info.ID, []sendStep{
-		{input: "x = 1", state: StateSucceeded},
-		{input: "x + 1", state: StateSucceeded, stdout: "2\n"},
-		{input: "def f(n):\n    return n * 2\nprint(f(x))\nf(21)", state: StateSucceeded, stdout: "2\n42\n"},
-		{input: "print('no newline', end='')", state: StateSucceeded, stdout: "no newline"},
-		{input: "print('before'); 1/0", state: StateFailed, code: 1, stdout: "before\n", stderrSubstr: "ZeroDivisionError"},
-		{input: "def broken(:", state: StateFailed, code: 1, stderrSubstr: "SyntaxError"},
-		{input: "import sys; sys.stderr.write('warn\\n'); 'x' * 3", state: StateSucceeded, stdout: "'xxx'\n", stderrSubstr: "warn"},
-		{input: "x", state: StateSucceeded, stdout: "1\n"},
-		{input: "len('" + strings.Repeat("a", 300000) + "')", state: StateSucceeded, stdout: "300000\n"},
-		{input: "print('b' * 200000)", state: StateSucceeded, stdout: strings.Repeat("b", 200000) + "\n"},
-		{input: "import sys; sys.exit(3)", state: StateExited, code: 3},
+		{input: "x = 1", state: agentproto.StateSucceeded},
+		{input: "x + 1", state: agentproto.StateSucceeded, stdout: "2\n"},
+		{input: "def f(n):\n    return n * 2\nprint(f(x))\nf(21)", state: agentproto.StateSucceeded, stdout: "2\n42\n"},
+		{input: "print('no newline', end='')", state: agentproto.StateSucceeded, stdout: "no newline"},
+		{input: "print('before'); 1/0", state: agentproto.StateFailed, code: 1, stdout: "before\n", stderrSubstr: "ZeroDivisionError"},
+		{input: "def broken(:", state: agentproto.StateFailed, code: 1, stderrSubstr: "SyntaxError"},
+		{input: "import sys; sys.stderr.write('warn\\n'); 'x' * 3", state: agentproto.StateSucceeded, stdout: "'xxx'\n", stderrSubstr: "warn"},
+		{input: "x", state: agentproto.StateSucceeded, stdout: "1\n"},
+		{input: "len('" + strings.Repeat("a", 300000) + "')", state: agentproto.StateSucceeded, stdout: "300000\n"},
+		{input: "print('b' * 200000)", state: agentproto.StateSucceeded, stdout: strings.Repeat("b", 200000) + "\n"},
+		{input: "import sys; sys.exit(3)", state: agentproto.StateExited, code: 3},
 	})
 }
 
@@ -73,7 +75,7 @@ func TestPythonSessionBusyAndCancel(t *testing.T) {
 	defer func(d time.Duration) { cancelWait = d }(cancelWait)
 	cancelWait = 25 * time.Second
 	c, _ := startAgent(t, Options{})
-	info, err := c.StartSession(ctxT(t), SessionSpec{Kind: SessionPython})
+	info, err := c.StartSession(ctxT(t), agentproto.SessionSpec{Kind: agentproto.SessionPython})
 	if err != nil {
 		t.Fatalf("StartSession: %v", err)
 	}
@@ -81,7 +83,7 @@ func TestPythonSessionBusyAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type outcome struct {
-		res *SendResult
+		res *agentproto.SendResult
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -92,13 +94,13 @@ func TestPythonSessionBusyAndCancel(t *testing.T) {
 	}()
 	<-started
 	_, err = c.Send(ctxT(t), info.ID, "1", nil, nil)
-	wantCode(t, "concurrent send", err, CodeBusy)
+	wantCode(t, "concurrent send", err, agentproto.CodeBusy)
 
 	cancel() // interrupts the sleep; the session stays usable
-	if o := <-done; o.err != nil || o.res.State != StateCancelled {
-		t.Errorf("cancelled Send: got %+v, %v; want state %q", o.res, o.err, StateCancelled)
+	if o := <-done; o.err != nil || o.res.State != agentproto.StateCancelled {
+		t.Errorf("cancelled Send: got %+v, %v; want state %q", o.res, o.err, agentproto.StateCancelled)
 	}
-	runSteps(t, c, info.ID, []sendStep{{input: "'still here'", state: StateSucceeded, stdout: "'still here'\n"}})
+	runSteps(t, c, info.ID, []sendStep{{input: "'still here'", state: agentproto.StateSucceeded, stdout: "'still here'\n"}})
 	if err := c.CloseSession(ctxT(t), info.ID); err != nil {
 		t.Errorf("CloseSession: %v", err)
 	}
@@ -118,19 +120,19 @@ func (w signalWriter) Write(p []byte) (int, error) {
 
 func TestShellSession(t *testing.T) {
 	c, _ := startAgent(t, Options{})
-	info, err := c.StartSession(ctxT(t), SessionSpec{Kind: SessionShell, Env: []string{"GREETING=hi"}})
+	info, err := c.StartSession(ctxT(t), agentproto.SessionSpec{Kind: agentproto.SessionShell, Env: []string{"GREETING=hi"}})
 	if err != nil {
 		t.Fatalf("StartSession: %v", err)
 	}
 	runSteps(t, c, info.ID, []sendStep{
-		{input: "echo $GREETING", state: StateSucceeded, stdout: "hi\n"},
-		{input: "false", state: StateFailed, code: 1},
-		{input: "cd /tmp; X=5", state: StateSucceeded},
-		{input: "echo $X; pwd", state: StateSucceeded, stdout: "5\n/tmp\n"},
-		{input: "printf partial; (exit 7)", state: StateFailed, code: 7, stdout: "partial"},
-		{input: "echo oops >&2", state: StateSucceeded, stderrSubstr: "oops"},
-		{input: "head -c 100000 /dev/zero | tr '\\0' c", state: StateSucceeded, stdout: strings.Repeat("c", 100000)},
-		{input: "exit 4", state: StateExited, code: 4},
+		{input: "echo $GREETING", state: agentproto.StateSucceeded, stdout: "hi\n"},
+		{input: "false", state: agentproto.StateFailed, code: 1},
+		{input: "cd /tmp; X=5", state: agentproto.StateSucceeded},
+		{input: "echo $X; pwd", state: agentproto.StateSucceeded, stdout: "5\n/tmp\n"},
+		{input: "printf partial; (exit 7)", state: agentproto.StateFailed, code: 7, stdout: "partial"},
+		{input: "echo oops >&2", state: agentproto.StateSucceeded, stderrSubstr: "oops"},
+		{input: "head -c 100000 /dev/zero | tr '\\0' c", state: agentproto.StateSucceeded, stdout: strings.Repeat("c", 100000)},
+		{input: "exit 4", state: agentproto.StateExited, code: 4},
 	})
 	_, err = c.Send(ctxT(t), info.ID, "echo again", nil, nil)
 	wantCode(t, "send after exit", err, "not_found")
@@ -138,13 +140,13 @@ func TestShellSession(t *testing.T) {
 
 func TestRawSession(t *testing.T) {
 	c, _ := startAgent(t, Options{})
-	info, err := c.StartSession(ctxT(t), SessionSpec{Kind: SessionRaw, Argv: []string{"cat"}})
+	info, err := c.StartSession(ctxT(t), agentproto.SessionSpec{Kind: agentproto.SessionRaw, Argv: []string{"cat"}})
 	if err != nil {
 		t.Fatalf("StartSession: %v", err)
 	}
 	runSteps(t, c, info.ID, []sendStep{
-		{input: "hello", state: StateSucceeded, stdout: "hello\n"},
-		{input: "again", state: StateSucceeded, stdout: "again\n"},
+		{input: "hello", state: agentproto.StateSucceeded, stdout: "hello\n"},
+		{input: "again", state: agentproto.StateSucceeded, stdout: "again\n"},
 	})
 	list, err := c.ListSessions(ctxT(t))
 	if err != nil || len(list) != 1 || list[0] != *info {
@@ -164,16 +166,16 @@ func TestSessionStartErrors(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	tests := []struct {
 		name string
-		spec SessionSpec
+		spec agentproto.SessionSpec
 		code string
 	}{
-		{"unknown kind", SessionSpec{Kind: "ruby"}, "invalid_argument"},
-		{"raw without argv", SessionSpec{Kind: SessionRaw}, "invalid_argument"},
+		{"unknown kind", agentproto.SessionSpec{Kind: "ruby"}, "invalid_argument"},
+		{"raw without argv", agentproto.SessionSpec{Kind: agentproto.SessionRaw}, "invalid_argument"},
 	}
 	for _, tt := range tests {
 		_, err := c.StartSession(ctxT(t), tt.spec)
 		wantCode(t, tt.name, err, tt.code)
 	}
-	_, err := c.StartSession(ctxT(t), SessionSpec{Kind: SessionRaw, Argv: []string{"no-such-binary-xyz"}})
+	_, err := c.StartSession(ctxT(t), agentproto.SessionSpec{Kind: agentproto.SessionRaw, Argv: []string{"no-such-binary-xyz"}})
 	wantCode(t, "missing binary", err, "not_found")
 }

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 // fakeDaemon implements the API routes the CLI uses, minimally and in memory, on a unix
@@ -319,18 +319,18 @@ func (f *fakeDaemon) pty(w http.ResponseWriter, r *http.Request, sb *api.Sandbox
 	}
 	defer conn.Close()
 	io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: airlock-pty\r\n\r\n")
-	agent.WriteFrame(conn, agent.FrameStdout, []byte("$ "+strings.Join(r.URL.Query()["cmd"], " ")+"\n"))
+	agentproto.WriteFrame(conn, agentproto.FrameStdout, []byte("$ "+strings.Join(r.URL.Query()["cmd"], " ")+"\n"))
 	for {
-		typ, p, err := agent.ReadFrame(brw)
+		typ, p, err := agentproto.ReadFrame(brw)
 		if err != nil {
 			return
 		}
 		switch typ {
-		case agent.FrameStdin:
-			agent.WriteFrame(conn, agent.FrameStdout, p)
-		case agent.FrameStdinClose:
+		case agentproto.FrameStdin:
+			agentproto.WriteFrame(conn, agentproto.FrameStdout, p)
+		case agentproto.FrameStdinClose:
 			b, _ := json.Marshal(api.ExecResult{State: api.ExecFailed, ExitCode: 3})
-			agent.WriteFrame(conn, agent.FrameResult, b)
+			agentproto.WriteFrame(conn, agentproto.FrameResult, b)
 			return
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	airlockrt "github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -41,7 +41,7 @@ func (d *hostileDriver) DialAgent(ctx context.Context, id string) (net.Conn, err
 	go func() {
 		defer d.conns.Done()
 		defer agentSide.Close()
-		if _, _, err := agent.ReadFrame(agentSide); err != nil { // the request
+		if _, _, err := agentproto.ReadFrame(agentSide); err != nil { // the request
 			return
 		}
 		behave(agentSide)
@@ -58,7 +58,7 @@ func (d *hostileDriver) set(id string, behave func(net.Conn)) {
 // Hostile behaviours. Each writes until the daemon hangs up (a write fails).
 func damagedFrame(c net.Conn) {
 	var b bytes.Buffer
-	agent.WriteFrame(&b, agent.FrameResult, []byte(`{"state":"succeeded"}`))
+	agentproto.WriteFrame(&b, agentproto.FrameResult, []byte(`{"state":"succeeded"}`))
 	raw := b.Bytes()
 	raw[len(raw)-1] ^= 0xff // the checksum no longer matches
 	c.Write(raw)
@@ -67,28 +67,28 @@ func damagedFrame(c net.Conn) {
 
 func oversizedFrame(c net.Conn) {
 	var hdr [5]byte
-	hdr[0] = byte(agent.FrameStdout)
+	hdr[0] = byte(agentproto.FrameStdout)
 	binary.BigEndian.PutUint32(hdr[1:], 1<<31) // 2 GiB promised
 	c.Write(hdr[:])
 	io.Copy(io.Discard, c)
 }
 
 func unknownFrame(c net.Conn) {
-	agent.WriteFrame(c, agent.FrameType('?'), []byte("what is this"))
+	agentproto.WriteFrame(c, agentproto.FrameType('?'), []byte("what is this"))
 	io.Copy(io.Discard, c)
 }
 
 func endlessOutput(c net.Conn) {
 	go io.Copy(io.Discard, c) // Cancel frames are read, and ignored
-	chunk := bytes.Repeat([]byte{0}, agent.MaxPayload)
-	for agent.WriteFrame(c, agent.FrameStdout, chunk) == nil {
+	chunk := bytes.Repeat([]byte{0}, agentproto.MaxPayload)
+	for agentproto.WriteFrame(c, agentproto.FrameStdout, chunk) == nil {
 	}
 }
 
 func slowFrames(c net.Conn) {
 	go io.Copy(io.Discard, c)
 	var b bytes.Buffer
-	agent.WriteFrame(&b, agent.FrameStdout, bytes.Repeat([]byte("x"), 1<<16))
+	agentproto.WriteFrame(&b, agentproto.FrameStdout, bytes.Repeat([]byte("x"), 1<<16))
 	for _, x := range b.Bytes() {
 		if _, err := c.Write([]byte{x}); err != nil {
 			return
@@ -102,14 +102,14 @@ func silent(c net.Conn) { io.Copy(io.Discard, c) }
 // endlessFile answers a download with file bytes that never end.
 func endlessFile(c net.Conn) {
 	go io.Copy(io.Discard, c)
-	chunk := bytes.Repeat([]byte("A"), agent.MaxPayload)
-	for agent.WriteFrame(c, agent.FrameData, chunk) == nil {
+	chunk := bytes.Repeat([]byte("A"), agentproto.MaxPayload)
+	for agentproto.WriteFrame(c, agentproto.FrameData, chunk) == nil {
 	}
 }
 
 // lyingStat answers a stat with a name full of terminal escapes and absurd numbers.
 func lyingStat(c net.Conn) {
-	agent.WriteFrame(c, agent.FrameResult, []byte(`{"name":"\u001b]0;owned\u0007\u001b[2J","path":"/../../etc/shadow","size":-9223372036854775808,"mode":4294967295,"is_dir":true}`))
+	agentproto.WriteFrame(c, agentproto.FrameResult, []byte(`{"name":"\u001b]0;owned\u0007\u001b[2J","path":"/../../etc/shadow","size":-9223372036854775808,"mode":4294967295,"is_dir":true}`))
 	io.Copy(io.Discard, c)
 }
 

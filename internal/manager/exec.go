@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
@@ -63,7 +64,7 @@ func (c *workConn) Close() error {
 }
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.
-func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, stdout, stderr io.Writer) (*agent.ExitResult, error) {
+func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, stdout, stderr io.Writer) (*agentproto.ExitResult, error) {
 	if len(req.Argv) == 0 && req.Shell == "" {
 		return nil, errdefs.Invalid("nothing to run: give argv or shell")
 	}
@@ -78,7 +79,7 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	if err != nil {
 		return nil, err
 	}
-	spec := agent.ExecSpec{
+	spec := agentproto.ExecSpec{
 		Argv: req.Argv, Shell: req.Shell, Env: sortedEnv(req.Env), Cwd: req.Cwd,
 		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,
 	}
@@ -88,7 +89,7 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	if err != nil {
 		return nil, m.agentFailed(sb, err)
 	}
-	if res.State == agent.StateKilled && res.Signal == "SIGKILL" {
+	if res.State == agentproto.StateKilled && res.Signal == "SIGKILL" {
 		if after, err := m.driver.Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.OOMKills > before.OOMKills {
 			res.State = "oom_killed"
 			res.Error = "the sandbox's memory limit was reached"
@@ -100,7 +101,7 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	switch res.State {
 	case "oom_killed":
 		m.event(sb, "limit", "memory", map[string]any{"limit": sb.Limits.Memory})
-	case agent.StateTimeout:
+	case agentproto.StateTimeout:
 		m.event(sb, "limit", "exec_timeout", map[string]any{"timeout": req.Timeout})
 	}
 	return res, nil
@@ -109,20 +110,20 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 // AgentError maps an error the sandbox's agent answered with (or a damaged frame) to
 // an API error; ok is false when the agent did not answer at all.
 func AgentError(err error) (mapped error, ok bool) {
-	var re *agent.RemoteError
+	var re *agentproto.RemoteError
 	switch {
-	case errors.As(err, &re) && re.Code == agent.CodeChecksum, errors.Is(err, agent.ErrChecksum):
+	case errors.As(err, &re) && re.Code == agentproto.CodeChecksum, errors.Is(err, agentproto.ErrChecksum):
 		return errdefs.Unavailable("a message to or from the sandbox was damaged in transit").WithCause(err), true
-	case re != nil && re.Code == agent.CodeBusy:
+	case re != nil && re.Code == agentproto.CodeBusy:
 		return errdefs.Precondition("%s", re.Message), true
 	case re != nil:
 		return &errdefs.Error{Class: errdefs.FromCode(re.Code), Msg: re.Message, Cause: err}, true
 	case errors.Is(err, agent.ErrReplyTooLarge):
 		return errdefs.Unavailable("the sandbox kept sending output after its command was stopped for writing too much; stream the call to get all of a command's output").WithCause(err), true
-	case errors.Is(err, agent.ErrBadReply):
+	case errors.Is(err, agentproto.ErrBadReply):
 		return errdefs.Unavailable("the sandbox's agent sent a reply that is not valid").WithCause(err), true
-	case errors.Is(err, agent.ErrFrameTooLarge):
-		return errdefs.Unavailable("the sandbox's agent sent a message larger than %d bytes; the call was abandoned", agent.MaxPayload).WithCause(err), true
+	case errors.Is(err, agentproto.ErrFrameTooLarge):
+		return errdefs.Unavailable("the sandbox's agent sent a message larger than %d bytes; the call was abandoned", agentproto.MaxPayload).WithCause(err), true
 	case errors.Is(err, agent.ErrReplyTimeout):
 		return errdefs.Unavailable("the sandbox did not answer in time").WithCause(err), true
 	}

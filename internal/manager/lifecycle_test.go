@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -108,12 +108,12 @@ func TestRunningExecIsActivity(t *testing.T) {
 	m.SetClock(c.now)
 	release := make(chan struct{})
 	fd.agent = func(conn net.Conn) {
-		if _, _, err := agent.ReadFrame(conn); err != nil {
+		if _, _, err := agentproto.ReadFrame(conn); err != nil {
 			return
 		}
 		<-release // the command runs until the test lets it end
-		b, _ := json.Marshal(agent.ExitResult{State: agent.StateSucceeded})
-		agent.WriteFrame(conn, agent.FrameResult, b)
+		b, _ := json.Marshal(agentproto.ExitResult{State: agentproto.StateSucceeded})
+		agentproto.WriteFrame(conn, agentproto.FrameResult, b)
 	}
 	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "long", IdleSuspend: "2m"}); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -57,7 +57,7 @@ func (s *Server) collectors() (stdout, stderr *collector) {
 // command: enough to see the result of a command that writes a few times what is kept.
 func (s *Server) maxRead() int64 { return readFactor * s.opts.OutputLimit }
 
-func toAPIResult(res *agent.ExitResult) *api.ExecResult {
+func toAPIResult(res *agentproto.ExitResult) *api.ExecResult {
 	if res == nil {
 		return nil
 	}
@@ -159,8 +159,8 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch req.Kind {
-	case agent.SessionPython, agent.SessionShell:
-	case agent.SessionRaw:
+	case agentproto.SessionPython, agentproto.SessionShell:
+	case agentproto.SessionRaw:
 		if len(req.Argv) == 0 {
 			s.writeError(w, r, errdefs.Invalid("a raw session needs argv"))
 			return
@@ -179,7 +179,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	info, err := cl.StartSession(r.Context(), agent.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
+	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
 	if err != nil {
 		s.writeError(w, r, agentError(err))
 		return
@@ -240,7 +240,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func sendResult(res *agent.SendResult) *api.ExecResult {
+func sendResult(res *agentproto.SendResult) *api.ExecResult {
 	if res == nil {
 		return nil
 	}

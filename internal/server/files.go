@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-func toAPIFile(dir string, fi agent.FileInfo) api.FileInfo {
+func toAPIFile(dir string, fi agentproto.FileInfo) api.FileInfo {
 	return api.FileInfo{Name: fi.Name, Path: path.Join(dir, fi.Name), Size: fi.Size, Mode: fi.Mode, IsDir: fi.IsDir,
 		MTime: time.Unix(fi.MTime, 0).UTC()}
 }

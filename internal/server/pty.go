@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
@@ -28,7 +28,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	spec := agent.ExecSpec{Argv: q["cmd"], Rows: 24, Cols: 80, Env: []string{"TERM=xterm-256color"}}
+	spec := agentproto.ExecSpec{Argv: q["cmd"], Rows: 24, Cols: 80, Env: []string{"TERM=xterm-256color"}}
 	if len(spec.Argv) == 0 {
 		spec.Argv = defaultShell
 	}
@@ -53,7 +53,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ac, err := cl.OpenRaw(r.Context(), &agent.Request{Op: agent.OpPTY, Exec: &spec})
+	ac, err := cl.OpenRaw(r.Context(), &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
 		s.writeError(w, r, errdefs.Unavailable("the sandbox did not answer").WithCause(err))
 		return

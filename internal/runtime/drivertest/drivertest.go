@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -53,11 +54,11 @@ func Run(t *testing.T, h Harness) {
 		t.Helper()
 		var out bytes.Buffer
 		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
-		res, err := cl.Exec(ctx, agent.ExecSpec{Shell: shell}, nil, &out, &out)
+		res, err := cl.Exec(ctx, agentproto.ExecSpec{Shell: shell}, nil, &out, &out)
 		if err != nil {
 			t.Fatalf("exec %q: %v", shell, err)
 		}
-		if res.State != agent.StateSucceeded {
+		if res.State != agentproto.StateSucceeded {
 			t.Fatalf("exec %q: state %s exit %d: %s", shell, res.State, res.ExitCode, out.String())
 		}
 		return out.String()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
 
 // redirectScript is what sandbox code that wants another sandbox's agent would do: find
@@ -45,7 +46,7 @@ func hostile(t *testing.T, h Harness, run func(*testing.T, string), exec func(*t
 		// or fail; it must never reach the victim.
 		var got bytes.Buffer
 		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, attacker) }}
-		_, err := cl.Exec(ctx, agent.ExecSpec{Shell: "cat /root/secret"}, nil, &got, &got)
+		_, err := cl.Exec(ctx, agentproto.ExecSpec{Shell: "cat /root/secret"}, nil, &got, &got)
 		if strings.Contains(got.String(), "victim-secret-4711") {
 			t.Fatalf("an exec in the attacker's sandbox ran in the victim's: %q", got.String())
 		}

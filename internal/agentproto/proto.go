@@ -1,17 +1,13 @@
-// Package agent owns the in-sandbox agent — the process that runs as PID 1 inside every
-// sandbox — and its wire protocol: checksummed frames over a unix socket, one connection
-// per call. The agent reaps zombies, enforces the sandbox's deadline on its own clock and
-// serves exec, PTYs, sessions and file operations (confined to its root with openat2).
-// Client is the host side the daemon uses. The package must not touch the daemon's state,
-// the store, images or the runtime driver: it knows only its socket, its root and the
-// processes it started.
+// Package agentproto is the wire protocol between Airlock's daemon (and its SDK's
+// terminal streams) and the agent inside each sandbox: checksummed frames, the requests
+// and the results they carry. It is plain Go with no operating-system calls, so the
+// public SDK that speaks it builds on every OS. It must not import anything of Airlock
+// but errdefs.
 //
-// Hostile surface of the Client: everything an agent sends may come from sandbox code
-// that replaced it. A frame is at most MaxPayload and checksummed, a single-frame reply
-// has a deadline, an exec with a timeout must end soon after it, and a call that does not
-// stream to a client reads at most Client.MaxRead bytes of output before it stops the
-// command.
-package agent
+// Hostile surface: everything an agent sends may come from sandbox code that replaced
+// it. ReadFrame never allocates more than MaxPayload and checks every frame's checksum;
+// FileInfo.Check refuses file entries no real agent sends.
+package agentproto
 
 import (
 	"bytes"
@@ -22,6 +18,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -46,9 +43,6 @@ const (
 
 // MaxPayload is the largest payload a frame may carry.
 const MaxPayload = 1 << 20
-
-// copyBuf is the size of every copy buffer in the package.
-const copyBuf = 32 << 10
 
 // ErrChecksum reports a frame whose CRC-32C does not match its contents.
 var ErrChecksum = errors.New("agent: frame checksum mismatch")
@@ -265,6 +259,30 @@ func decodeStrict(b []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after JSON value")
+	}
+	return nil
+}
+
+// ErrBadReply reports a reply no real agent sends: a frame out of place, or a result
+// that describes the impossible.
+var ErrBadReply = errors.New("agent: invalid reply")
+
+// Check refuses a file entry no real agent sends: the daemon builds paths from names
+// and shows sizes to the sandbox's owner, and the agent is the sandbox's to replace.
+// A stat may name the root ("/"); a listing's entries are plain names.
+func (fi *FileInfo) Check(stat bool) error {
+	why := ""
+	switch {
+	case fi.Size < 0:
+		why = fmt.Sprintf("a negative size (%d)", fi.Size)
+	case fi.Mode > 0o7777:
+		why = fmt.Sprintf("mode bits beyond 07777 (%#o)", fi.Mode)
+	case fi.Name == "/" && stat:
+	case fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00"):
+		why = fmt.Sprintf("the name %q, which is no file name", fi.Name)
+	}
+	if why != "" {
+		return fmt.Errorf("%w: the sandbox's agent described a file with %s", ErrBadReply, why)
 	}
 	return nil
 }

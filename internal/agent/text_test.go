@@ -2,99 +2,13 @@ package agent
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
 )
-
-func encodeFrame(t testing.TB, ft FrameType, p []byte) []byte {
-	var b bytes.Buffer
-	if err := WriteFrame(&b, ft, p); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-func TestFrameRoundTrip(t *testing.T) {
-	tests := []struct {
-		name    string
-		t       FrameType
-		payload []byte
-	}{
-		{"empty", FrameEnd, nil},
-		{"small", FrameStdout, []byte("hello")},
-		{"max", FrameData, bytes.Repeat([]byte{7}, MaxPayload)},
-	}
-	for _, tt := range tests {
-		b := encodeFrame(t, tt.t, tt.payload)
-		if got, want := len(b), 9+len(tt.payload); got != want {
-			t.Errorf("%s: encoded %d bytes, want %d", tt.name, got, want)
-		}
-		gt, gp, err := ReadFrame(bytes.NewReader(b))
-		if err != nil {
-			t.Fatalf("%s: ReadFrame: %v", tt.name, err)
-		}
-		if gt != tt.t || !bytes.Equal(gp, tt.payload) {
-			t.Errorf("%s: got (%q, %d bytes), want (%q, %d bytes)", tt.name, gt, len(gp), tt.t, len(tt.payload))
-		}
-	}
-}
-
-func TestReadFrameDamage(t *testing.T) {
-	good := encodeFrame(t, FrameStdout, []byte("payload"))
-	tests := []struct {
-		name string
-		edit func([]byte) []byte
-		want error
-	}{
-		{"type flipped", func(b []byte) []byte { b[0] = 'E'; return b }, ErrChecksum},
-		{"payload flipped", func(b []byte) []byte { b[6] ^= 1; return b }, ErrChecksum},
-		{"checksum flipped", func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b }, ErrChecksum},
-		{"truncated payload", func(b []byte) []byte { return b[:8] }, io.ErrUnexpectedEOF},
-		{"truncated header", func(b []byte) []byte { return b[:3] }, io.ErrUnexpectedEOF},
-		{"empty", func(b []byte) []byte { return nil }, io.EOF},
-		{"oversize", func(b []byte) []byte {
-			binary.BigEndian.PutUint32(b[1:], MaxPayload+1)
-			return b
-		}, ErrFrameTooLarge},
-	}
-	for _, tt := range tests {
-		b := tt.edit(bytes.Clone(good))
-		_, _, err := ReadFrame(bytes.NewReader(b))
-		if !errors.Is(err, tt.want) {
-			t.Errorf("%s: got error %v, want %v", tt.name, err, tt.want)
-		}
-	}
-	if err := WriteFrame(io.Discard, FrameData, make([]byte, MaxPayload+1)); !errors.Is(err, ErrFrameTooLarge) {
-		t.Errorf("WriteFrame(oversize): got %v, want ErrFrameTooLarge", err)
-	}
-}
-
-func TestDecodeRequest(t *testing.T) {
-	tests := []struct {
-		in      string
-		wantErr bool
-	}{
-		{`{"op":"ping"}`, false},
-		{`{"op":"exec","exec":{"argv":["true"],"timeout_ms":5}}`, false},
-		{`{"op":"ping","bogus":1}`, true},
-		{`{"op":"exec","exec":{"argv":["true"],"bogus":1}}`, true},
-		{`{"op":"ping"} {"op":"ping"}`, true},
-		{`{"op":"ping"}}`, true},
-		{`not json`, true},
-		{``, true},
-	}
-	for _, tt := range tests {
-		_, err := DecodeRequest([]byte(tt.in))
-		if (err != nil) != tt.wantErr {
-			t.Errorf("DecodeRequest(%s): got error %v, want error %v", tt.in, err, tt.wantErr)
-		}
-	}
-}
 
 func TestCheckPath(t *testing.T) {
 	tests := []struct {
@@ -168,17 +82,17 @@ func TestMergeEnv(t *testing.T) {
 }
 
 func FuzzReadFrame(f *testing.F) {
-	f.Add(encodeFrame(f, FrameRequest, []byte(`{"op":"ping"}`)))
-	f.Add(encodeFrame(f, FrameEnd, nil))
+	f.Add(encodeFrame(f, agentproto.FrameRequest, []byte(`{"op":"ping"}`)))
+	f.Add(encodeFrame(f, agentproto.FrameEnd, nil))
 	f.Add([]byte{'Q', 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
-		ft, p, err := ReadFrame(r)
+		ft, p, err := agentproto.ReadFrame(r)
 		if err != nil {
 			return
 		}
-		if len(p) > MaxPayload {
+		if len(p) > agentproto.MaxPayload {
 			t.Fatalf("payload of %d bytes accepted", len(p))
 		}
 		consumed := b[:len(b)-r.Len()]
@@ -194,7 +108,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"op":"session.start","session":{"kind":"python"}}`))
 	f.Add([]byte(`{"op":"file.upload","path":"/a","mode":420,"uid":-1,"gid":-1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := DecodeRequest(b)
+		req, err := agentproto.DecodeRequest(b)
 		if err != nil {
 			return
 		}
@@ -202,7 +116,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		again, err := DecodeRequest(enc)
+		again, err := agentproto.DecodeRequest(enc)
 		if err != nil {
 			t.Fatalf("decode of re-encoded %s: %v", enc, err)
 		}
@@ -220,7 +134,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 // normalize treats nil and empty slices alike, as JSON's omitempty does.
-func normalize(r *Request) string {
+func normalize(r *agentproto.Request) string {
 	b, _ := json.Marshal(r)
 	return strings.TrimSpace(string(b))
 }
