@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,4 +303,23 @@ func FuzzValidateName(f *testing.F) {
 			t.Fatalf("ValidateName(%q) = %v; oracle says valid=%v", name, err, ok)
 		}
 	})
+}
+
+// An operation that fails for an internal reason records and answers a message that
+// names the operation, never the cause, and its replay answers the same.
+func TestInternalFailureKeepsItsCauseInTheLog(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	op := &store.Operation{ID: "op_test", Kind: "create"}
+	err := m.finishOp(op, "", errors.New("sqlite: open /var/lib/airlock/airlock.db: disk I/O error"))
+	msg := errdefs.Message(err)
+	if code, _ := errdefs.Code(err); code != "internal" || strings.Contains(msg, "/var/lib") || !strings.Contains(msg, "op_test") {
+		t.Fatalf("the failure answered %s %q; want internal, naming the operation and no host path", code, msg)
+	}
+	if op.ErrorMessage != msg || errdefs.Details(err)["operation_id"] != "op_test" {
+		t.Fatalf("recorded %q, answered %q with details %v; want the same message and the operation id", op.ErrorMessage, msg, errdefs.Details(err))
+	}
+	_, _, replay := m.replayed(context.Background(), op)
+	if errdefs.Message(replay) != msg {
+		t.Fatalf("the replay answered %q, the first answer %q", errdefs.Message(replay), msg)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -62,6 +63,12 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 		op.State = store.OpFailed
 		op.ErrorCode, _ = errdefs.Code(err)
 		op.ErrorMessage = errdefs.Message(err)
+		if op.ErrorCode == "internal" {
+			// What failed inside (a database, a host path) is the log's, not the caller's;
+			// the first answer and every replay say the same.
+			m.log.Error("operation failed", "op", op.ID, "kind", op.Kind, "err", err)
+			op.ErrorMessage = InternalMessage("operation", op.ID)
+		}
 	} else {
 		op.State = store.OpSucceeded
 	}
@@ -70,13 +77,17 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 	if uerr := m.store.UpdateOperation(ctx, op); uerr != nil {
 		m.log.Error("record operation", "op", op.ID, "err", uerr)
 	}
-	if err != nil {
-		var e *errdefs.Error
-		if !errors.As(err, &e) {
-			err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: err.Error(), Cause: err}
-		}
+	if err != nil && op.ErrorCode == "internal" {
+		err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: op.ErrorMessage, Cause: err,
+			Details: map[string]any{"operation_id": op.ID}}
 	}
 	return err
+}
+
+// InternalMessage is what a caller hears of an internal failure: which of its requests
+// or operations failed, so an operator can find the cause in the daemon's log.
+func InternalMessage(kind, id string) string {
+	return fmt.Sprintf("internal error in %s %s; the daemon's log says what failed", kind, id)
 }
 
 // replayed answers a repeated request with the outcome of the first one.

@@ -11,7 +11,9 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,14 +247,31 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 	if errors.Is(err, errTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
+	msg, details := errdefs.Message(err), errdefs.Details(err)
 	switch {
 	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
 		// The caller went away; nothing failed that it could still hear of.
 		s.log.Debug("request abandoned by its caller", "method", r.Method, "path", r.URL.Path)
-	case code == "internal" || code == "unavailable":
+	case code == "internal":
+		// The cause (a database error, a host path) goes to the log under an id the
+		// caller is given; an operation's failure already carries its operation's id.
+		if _, isOp := details["operation_id"]; !isOp {
+			id := newRequestID()
+			msg = manager.InternalMessage("request", id)
+			details = map[string]any{"request_id": id}
+			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
+		}
+	case code == "unavailable":
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	}
-	return status, api.Error{Code: code, Message: errdefs.Message(err), Details: errdefs.Details(err)}
+	return status, api.Error{Code: code, Message: msg, Details: details}
+}
+
+// newRequestID names one failed request in the log and in its answer.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
