@@ -3,55 +3,18 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/units"
 )
 
-// sizeForms says which sizes parseSize accepts; every refusal repeats it.
-const sizeForms = "use bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB " +
-	"(K, M, G, T and KiB, MiB, GiB, TiB count in 1024s; KB, MB, GB, TB in 1000s)"
-
-var sizeUnits = map[string]float64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "ki": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mi": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gi": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-	"t": 1 << 40, "ti": 1 << 40, "tib": 1 << 40, "tb": 1e12,
-}
-
-// maxSize bounds parsed sizes well inside int64.
-const maxSize = 1 << 60
-
-// parseSize reads a byte size such as 512M, 1G, 1.5GiB or 1048576.
+// parseSize reads a byte size of at least one byte (see units.ParseSize).
 func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	n, err := units.ParseSize(s)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("invalid size %q: must be at least 1 byte", s)
 	}
-	mult, ok := sizeUnits[unit]
-	if num == "" || !ok {
-		return 0, fmt.Errorf("invalid size %q: %s", s, sizeForms)
-	}
-	var v float64
-	if mult == 1 {
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("invalid size %q: bytes must be a whole number; %s", s, sizeForms)
-		}
-		v = float64(n)
-	} else {
-		f, err := strconv.ParseFloat(num, 64)
-		if err != nil {
-			return 0, fmt.Errorf("invalid size %q: %s", s, sizeForms)
-		}
-		v = f * mult
-	}
-	if v < 1 || v > maxSize {
-		return 0, fmt.Errorf("invalid size %q: must be between 1 byte and 1EiB", s)
-	}
-	return int64(v), nil
+	return n, err
 }
 
 // sizeFlag is a flag.Value holding a size in bytes (0 when not given).

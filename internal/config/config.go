@@ -13,11 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/units"
 	"gopkg.in/yaml.v3"
 )
 
@@ -307,29 +306,5 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ParseSize reads sizes such as 1048576, 512M, 512MiB, 1.5G or 2GB (binary multiples).
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	if t == "" {
-		return 0, fmt.Errorf("empty size; use bytes or a number with K, M, G or T (e.g. 512MiB)")
-	}
-	mult := int64(1)
-	upper := strings.ToUpper(t)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10},
-		{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10},
-		{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(upper, u.suffix) {
-			mult = u.mult
-			t = strings.TrimSpace(t[:len(t)-len(u.suffix)])
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("invalid size %q; use bytes or a number with K, M, G or T (e.g. 512MiB)", s)
-	}
-	return int64(f * float64(mult)), nil
-}
+// ParseSize reads a size the configuration gives (see units.ParseSize).
+func ParseSize(s string) (int64, error) { return units.ParseSize(s) }
