@@ -5,7 +5,7 @@ GO ?= go
 .PHONY: build demo test test-short bench lint deps sdk-cross
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/airlock ./cmd/airlock
 
 deps:
 	bash scripts/deps.sh

@@ -27,9 +27,6 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// Version is this binary's version, set by the build (-ldflags -X).
-var Version = "dev"
-
 // ExitError asks main to exit with Code. Run has already printed whatever explains it.
 type ExitError struct{ Code int }
 

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+
+	"github.com/airlockhq/airlock/internal/version"
 )
 
 var versionVerb = &verb{
@@ -25,13 +27,13 @@ func runVersion(c *cmd, args []string) error {
 		}
 	}
 	if c.json() {
-		out := map[string]string{"client": Version}
+		out := map[string]string{"client": version.String()}
 		if server != "" {
 			out["server"] = server
 		}
 		return c.printJSON(out)
 	}
-	fmt.Fprintf(c.stdout, "client: %s\n", Version)
+	fmt.Fprintf(c.stdout, "client: %s\n", version.String())
 	if server != "" {
 		fmt.Fprintf(c.stdout, "server: %s\n", server)
 	} else {

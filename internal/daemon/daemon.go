@@ -32,11 +32,9 @@ import (
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/version"
 	"golang.org/x/sys/unix"
 )
-
-// Version is the build's version, set by the linker.
-var Version = "dev"
 
 // Run serves until ctx ends. Sandboxes keep running after it returns.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error) {
@@ -135,7 +133,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	}
 	outLimit, _ := config.ParseSize(cfg.ExecOutputLimit)
 	outBudget, _ := config.ParseSize(cfg.ExecOutputBudget)
-	srv := server.New(m, server.Options{Tokens: tokens, Version: Version, StateDir: cfg.StateDir, PublicURL: publicURL,
+	srv := server.New(m, server.Options{Tokens: tokens, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -155,7 +153,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		go func() { errc <- hs.Serve(tl) }()
 		log.Info("listening", "tcp", tl.Addr().String())
 	}
-	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "version", Version)
+	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "version", version.String())
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

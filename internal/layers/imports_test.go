@@ -23,6 +23,7 @@ var forbidden = map[string][]string{
 	"internal/config":     {"airlock:internal/units"},
 	"internal/units":      {"airlock:"},
 	"internal/fsutil":     {"airlock:"},
+	"internal/version":    {"airlock:"},
 	"internal/server": {mod + "internal/store", mod + "internal/runtime", mod + "internal/netns", mod + "internal/network",
 		mod + "internal/snapshot", mod + "internal/image", mod + "internal/agent", mod + "internal/daemon", "golang.org/x/sys/unix"},
 	"internal/manager": {mod + "internal/server", "net/http", mod + "internal/runtime/oci", mod + "internal/store/sqlite",

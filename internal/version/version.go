@@ -1,0 +1,39 @@
+// Package version holds the one version of an Airlock build, which the CLI and the
+// daemon both report. It imports nothing of Airlock and guards no hostile surface.
+package version
+
+import "runtime/debug"
+
+// Version is set by the build (make build: -ldflags -X with `git describe`). Empty, the
+// version comes from the commit Go recorded in the binary, or is "dev".
+var Version = ""
+
+// String is the build's version.
+func String() string {
+	if Version != "" {
+		return Version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "dev+" + rev
+}
