@@ -43,7 +43,6 @@ var pending = map[string]bool{
 	"internal/server -> " + mod + "internal/runtime":  true,
 	"internal/server -> " + mod + "internal/snapshot": true,
 	"internal/server -> " + mod + "internal/image":    true,
-	"internal/server -> golang.org/x/sys/unix":        true,
 }
 
 func TestPackagesKeepToTheirRooms(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"net"
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -71,41 +72,36 @@ func (m *Manager) ClosePort(ctx context.Context, call Call, ref string, port int
 	return err
 }
 
-// PortTarget checks a request to an exposed port (by sandbox id, port and token),
-// counts it as inbound traffic, resumes the sandbox if it is suspended, and returns
-// the network namespace to dial the port in.
-func (m *Manager) PortTarget(ctx context.Context, sandboxID string, port int, token string) (netnsPath string, err error) {
+// PortDialer connects to an exposed port inside its sandbox.
+type PortDialer func(ctx context.Context) (net.Conn, error)
+
+// OpenPort checks that sandboxID exposes port and that token opens it (unless public),
+// resumes the sandbox if it is suspended, and returns what connects to the port.
+func (m *Manager) OpenPort(ctx context.Context, sandboxID string, port int, token string) (PortDialer, error) {
 	sb, err := m.store.GetSandbox(ctx, sandboxID)
 	if err != nil {
-		return "", errdefs.NotFound("no such exposed port")
+		return nil, errdefs.NotFound("no such exposed port")
 	}
 	i := slices.IndexFunc(sb.Ports, func(p store.Port) bool { return p.Port == port })
 	if i < 0 || sb.State == Terminated {
-		return "", errdefs.NotFound("no such exposed port")
+		return nil, errdefs.NotFound("no such exposed port")
 	}
 	if p := sb.Ports[i]; !p.Public && subtle.ConstantTimeCompare([]byte(p.Token), []byte(token)) != 1 {
-		return "", &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "this port needs its token (X-Airlock-Port-Token header or airlock_token query parameter)"}
+		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "this port needs its token (X-Airlock-Port-Token header or airlock_token query parameter)"}
 	}
 	m.touch(sb.ID)
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
-		return "", err
+		return nil, err
 	}
-	path, ok := m.netnsPath(sb.ID)
+	pd, ok := m.net.(interface {
+		DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+	})
 	if !ok {
-		return "", errdefs.Unavailable("sandbox %q has no network to reach its port in", sb.Name)
+		return nil, errdefs.Unavailable("sandbox %q has no network to reach its port in", sb.Name)
 	}
-	return path, nil
+	id := sb.ID
+	return func(ctx context.Context) (net.Conn, error) { return pd.DialPort(ctx, id, port) }, nil
 }
 
 // Touch counts inbound traffic on an open connection to an exposed port.
 func (m *Manager) Touch(sandboxID string) { m.touch(sandboxID) }
-
-// netnsPath is the network namespace of a running sandbox, if the node has networking.
-func (m *Manager) netnsPath(id string) (string, bool) {
-	if np, ok := m.net.(interface {
-		NetnsPath(id string) (string, bool)
-	}); ok {
-		return np.NetnsPath(id)
-	}
-	return "", false
-}

@@ -8,13 +8,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -243,7 +239,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 	if token == "" {
 		token = r.URL.Query().Get("airlock_token")
 	}
-	nsPath, err := s.m.PortTarget(r.Context(), id, port, token)
+	dial, err := s.m.OpenPort(r.Context(), id, port, token)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -262,8 +258,8 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				c, err := dialInNetns(ctx, nsPath, addr)
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				c, err := dial(ctx)
 				if err != nil {
 					return nil, err
 				}
@@ -278,45 +274,4 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r)
-}
-
-// dialInNetns dials addr from inside the network namespace at nsPath. The dial runs on
-// a locked OS thread switched into the namespace; a socket stays in the namespace it
-// was made in, so the connection works from any thread afterwards.
-func dialInNetns(ctx context.Context, nsPath, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer self.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread() // back home: the thread may serve others again
-		} // else the goroutine ends with the thread locked, and the runtime discards it
-		ch <- result{c, err}
-	}()
-	res := <-ch
-	return res.c, res.err
 }
