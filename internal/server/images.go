@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,12 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 func toAPIImage(img *image.Image) api.Image {
@@ -106,7 +103,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var last int64 = -1
-	req := image.ImportRequest{Archive: f.Name(), Name: name, Public: public, Users: s.imageUsers(r.Context(), sc.Owner)}
+	req := image.ImportRequest{Archive: f.Name(), Name: name, Public: public, Users: s.m.ImageUsers(r.Context(), sc.Owner)}
 	img, err := s.m.Images().Import(r.Context(), sc, req, func(phase string, done, total int64) {
 		// About a hundred updates for a whole import is plenty for a progress bar.
 		if total > 0 && done != total && last >= 0 && (done-last)*100 < total {
@@ -132,36 +129,9 @@ func uploadTooLarge(limit int64) error {
 
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
 	sc := imageScope(r)
-	if err := s.m.Images().Remove(sc, r.PathValue("ref"), s.imageUsers(r.Context(), sc.Owner)); err != nil {
+	if err := s.m.Images().Remove(sc, r.PathValue("ref"), s.m.ImageUsers(r.Context(), sc.Owner)); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// imageUsers reports the owners of the sandboxes not terminated on each image, from one
-// read of the sandboxes made on first use. When that read fails every image counts as
-// used, by the caller too: when in doubt, keep it.
-func (s *Server) imageUsers(ctx context.Context, caller string) image.Users {
-	var byDigest map[string][]string
-	var failed bool
-	return func(digest string) []string {
-		if byDigest == nil && !failed {
-			list, err := s.m.List(ctx, store.SandboxFilter{})
-			if err != nil {
-				failed = true
-			} else {
-				byDigest = map[string][]string{}
-				for _, sb := range list {
-					if sb.State != "terminated" && !slices.Contains(byDigest[sb.ImageDigest], sb.Owner) {
-						byDigest[sb.ImageDigest] = append(byDigest[sb.ImageDigest], sb.Owner)
-					}
-				}
-			}
-		}
-		if failed {
-			return []string{caller}
-		}
-		return byDigest[digest]
-	}
 }

@@ -5,8 +5,6 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/runtime"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 // status reports the daemon's health. Host facts (the state directory, and the details
@@ -18,30 +16,20 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if admin {
 		out.StateDir = s.opts.StateDir
 	}
-	list, err := s.m.List(r.Context(), store.SandboxFilter{Owner: owner(r), States: []string{"running", "suspended", "creating"}})
-	out.Checks = append(out.Checks, api.Check{Name: "store", OK: err == nil, Detail: "SQLite", Degrades: errText(err)})
-	out.Sandboxes = len(list)
-	if hc, ok := s.m.Driver().(runtime.HealthChecker); ok {
-		for _, c := range hc.Health(r.Context()) {
-			out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades})
-		}
+	h := s.m.Health(r.Context(), owner(r))
+	out.Sandboxes = h.Sandboxes
+	for _, c := range h.Checks {
+		out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades})
 	}
 	if !admin {
 		for i := range out.Checks {
 			out.Checks[i].Detail = ""
 		}
-		if err != nil {
+		if !out.Checks[0].OK {
 			out.Checks[0].Degrades = "the daemon cannot read or write its records"
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return "the daemon cannot read or write its records: " + err.Error()
 }
 
 // gc removes (or with dry_run=true lists) leftover host resources. Only the node's

@@ -1,0 +1,59 @@
+package manager
+
+import (
+	"context"
+	"slices"
+
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Health is what the node can do and how many live sandboxes owner holds.
+type Health struct {
+	Sandboxes int
+	// Checks come first from the store, then from the runtime driver; Detail may name
+	// host paths and versions, for the node's administrators only.
+	Checks []runtime.Check
+}
+
+// Health checks the store and the driver.
+func (m *Manager) Health(ctx context.Context, owner string) Health {
+	list, err := m.List(ctx, store.SandboxFilter{Owner: owner, States: []string{Running, Suspended, Creating}})
+	c := runtime.Check{Name: "store", OK: err == nil, Detail: "SQLite"}
+	if err != nil {
+		c.Degrades = "the daemon cannot read or write its records: " + err.Error()
+	}
+	h := Health{Sandboxes: len(list), Checks: []runtime.Check{c}}
+	if hc, ok := m.driver.(runtime.HealthChecker); ok {
+		h.Checks = append(h.Checks, hc.Health(ctx)...)
+	}
+	return h
+}
+
+// ImageUsers reports the owners of the sandboxes not terminated on each image, from one
+// read of the sandboxes made on first use. When that read fails every image counts as
+// used, by caller too: when in doubt, keep it.
+func (m *Manager) ImageUsers(ctx context.Context, caller string) image.Users {
+	var byDigest map[string][]string
+	var failed bool
+	return func(digest string) []string {
+		if byDigest == nil && !failed {
+			list, err := m.List(ctx, store.SandboxFilter{})
+			if err != nil {
+				failed = true
+			} else {
+				byDigest = map[string][]string{}
+				for _, sb := range list {
+					if sb.State != Terminated && !slices.Contains(byDigest[sb.ImageDigest], sb.Owner) {
+						byDigest[sb.ImageDigest] = append(byDigest[sb.ImageDigest], sb.Owner)
+					}
+				}
+			}
+		}
+		if failed {
+			return []string{caller}
+		}
+		return byDigest[digest]
+	}
+}
