@@ -130,6 +130,10 @@ func AgentError(err error) (mapped error, ok bool) {
 	return nil, false
 }
 
+// AgentFailed turns a failed call on the client Agent returned into an API error, and
+// records a sandbox whose container has ended (as a failed exec does).
+func (m *Manager) AgentFailed(sb *store.Sandbox, err error) error { return m.agentFailed(sb, err) }
+
 // agentFailed turns a failed agent call into an API error, and notices a sandbox whose
 // container has ended.
 func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -321,5 +322,33 @@ func TestInternalFailureKeepsItsCauseInTheLog(t *testing.T) {
 	_, _, replay := m.replayed(context.Background(), op)
 	if errdefs.Message(replay) != msg {
 		t.Fatalf("the replay answered %q, the first answer %q", errdefs.Message(replay), msg)
+	}
+}
+
+// A sandbox found dead during a call on the client Agent gave (a session, a file, a
+// PTY) is recorded as a dead exec would be: suspended, with its event.
+func TestAgentCallNoticesADeadContainer(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, sb, err := m.Agent(ctx, "local", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd.Stop(ctx, sb.ID)
+	_, callErr := cl.ListSessions(ctx)
+	err = m.AgentFailed(sb, callErr)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "no longer running") {
+		t.Fatalf("AgentFailed = %v; want unavailable, no longer running", err)
+	}
+	got, _ := st.GetSandbox(ctx, sb.ID)
+	if got.State != Suspended {
+		t.Fatalf("state = %s; want suspended", got.State)
+	}
+	evs, _ := st.ListEvents(ctx, store.EventFilter{SandboxID: sb.ID})
+	if !slices.ContainsFunc(evs, func(ev *store.Event) bool { return ev.Type == "container_gone" }) {
+		t.Errorf("no container_gone event among %d events", len(evs))
 	}
 }

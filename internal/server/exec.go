@@ -169,7 +169,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind))
 		return
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -181,21 +181,21 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	sort.Strings(env)
 	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	writeJSON(w, http.StatusCreated, api.Session{ID: info.ID, Kind: info.Kind, PID: info.PID})
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	list, err := cl.ListSessions(r.Context())
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	out := api.SessionList{Sessions: []api.Session{}}
@@ -211,7 +211,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -221,7 +221,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		st := newStream(w)
 		res, err := cl.Send(r.Context(), sid, req.Input, st.writer("stdout"), st.writer("stderr"))
 		if err != nil {
-			err = agentError(err)
+			err = s.m.AgentFailed(sb, err)
 		}
 		st.finish(s, r, sendResult(res), err)
 		return
@@ -232,7 +232,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	cl.MaxRead = s.maxRead()
 	res, err := cl.Send(r.Context(), sid, req.Input, stdout, stderr)
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	out := sendResult(res)
@@ -248,24 +248,16 @@ func sendResult(res *agentproto.SendResult) *api.ExecResult {
 }
 
 func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if err := cl.CloseSession(r.Context(), r.PathValue("sid")); err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// agentError maps an agent's error to an API error.
-func agentError(err error) error {
-	if mapped, ok := manager.AgentError(err); ok {
-		return mapped
-	}
-	return errdefs.Unavailable("the sandbox did not answer").WithCause(err)
 }
 
 func chunkEvent(typ string, b []byte) api.ExecEvent {

@@ -37,18 +37,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if _, err := cl.Upload(r.Context(), p, uint32(mode), 0, 0, r.Body); err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	writeJSON(w, http.StatusCreated, toAPIFile(path.Dir(p), *fi))
@@ -60,7 +60,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -68,7 +68,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	// Stat first so that a missing file or a directory is a clean error, not a cut body.
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	if fi.IsDir {
@@ -85,7 +85,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		if !tw.wrote {
 			w.Header().Del("Content-Length")
 			w.Header().Del("Content-Type")
-			s.writeError(w, r, agentError(err))
+			s.writeError(w, r, s.m.AgentFailed(sb, err))
 			return
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
@@ -110,13 +110,13 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recursive := r.URL.Query().Get("recursive") == "true"
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if err := cl.Remove(r.Context(), p, recursive); err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -128,14 +128,14 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	list, err := cl.List(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	out := api.FileList{Files: []api.FileInfo{}}
@@ -151,14 +151,14 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, toAPIFile(path.Dir(p), *fi))
@@ -170,13 +170,13 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if err := cl.Mkdir(r.Context(), req.Path, req.Parents); err != nil {
-		s.writeError(w, r, agentError(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

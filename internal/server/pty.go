@@ -48,14 +48,14 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	if t := q.Get("term"); t != "" {
 		spec.Env = []string{"TERM=" + t}
 	}
-	cl, _, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	ac, err := cl.OpenRaw(r.Context(), &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
-		s.writeError(w, r, errdefs.Unavailable("the sandbox did not answer").WithCause(err))
+		s.writeError(w, r, s.m.AgentFailed(sb, err))
 		return
 	}
 	defer ac.Close()
