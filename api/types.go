@@ -392,3 +392,7 @@ type GCResult struct {
 	DryRun    bool       `json:"dry_run"`
 	Leftovers []Leftover `json:"leftovers"`
 }
+
+// DefaultSocket is the daemon's unix socket unless its configuration or a client says
+// otherwise.
+const DefaultSocket = "/run/airlock/airlock.sock"

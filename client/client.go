@@ -27,7 +27,7 @@ import (
 
 // DefaultSocket is where the daemon listens when neither Options.Socket nor
 // $AIRLOCK_SOCKET says otherwise.
-const DefaultSocket = "/run/airlock/airlock.sock"
+const DefaultSocket = api.DefaultSocket
 
 // socketHost is the URL host of every request sent over the unix socket.
 const socketHost = "airlock"

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/units"
 	"gopkg.in/yaml.v3"
 )
@@ -131,14 +132,11 @@ type Config struct {
 	MemoryTarget string `yaml:"memory_target"`
 }
 
-// DefaultSocket is where clients look for the daemon unless told otherwise.
-const DefaultSocket = "/run/airlock/airlock.sock"
-
 // Default is the embedded default configuration.
 func Default() Config {
 	return Config{
 		StateDir:       "/var/lib/airlock",
-		Socket:         DefaultSocket,
+		Socket:         api.DefaultSocket,
 		CgroupParent:   "airlock",
 		LogLevel:       "info",
 		LogFormat:      "text",
@@ -161,14 +159,6 @@ func Default() Config {
 // LocalOwner is the owner of the node's local users, who reach the daemon through the
 // unix socket and administer it. No token may name it.
 const LocalOwner = "local"
-
-// ClientSocket is the socket a client uses: AIRLOCK_SOCKET, else the default.
-func ClientSocket() string {
-	if s := os.Getenv("AIRLOCK_SOCKET"); s != "" {
-		return s
-	}
-	return DefaultSocket
-}
 
 // Load reads path over the defaults. Unknown keys are errors.
 func Load(path string) (Config, error) {

@@ -20,7 +20,7 @@ var forbidden = map[string][]string{
 	"internal/errdefs":    {"airlock:"},
 	"internal/store":      {"airlock:"},
 	"internal/runtime":    {"airlock:"},
-	"internal/config":     {"airlock:internal/units"},
+	"internal/config":     {"airlock:api,internal/units"},
 	"internal/units":      {"airlock:"},
 	"internal/fsutil":     {"airlock:"},
 	"internal/version":    {"airlock:"},

@@ -21,9 +21,6 @@ func detectCgroups() cgroups {
 	return cgroups{v2: err == nil}
 }
 
-// V2 reports whether the host runs the unified hierarchy.
-func (c cgroups) V2() bool { return c.v2 }
-
 func (c cgroups) swapAccounting() bool {
 	if c.v2 {
 		return true
