@@ -180,8 +180,29 @@ var (
 	ownerRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) })
 )
 
+// Settings are the configuration's sizes and durations in their types, each parsed
+// and checked once, by Config.Settings.
+type Settings struct {
+	DefaultMemory, DefaultDisk, TmpfsSize int64
+	ExecOutputLimit, ExecOutputBudget     int64
+	MaxLifetime, MinIdleSuspend           time.Duration
+	MinMaxLifetime                        time.Duration
+	ImageUpload, ImageUnpacked            int64
+	ImageQuota                            int64
+	AuditCoalesce, EventMaxAge            time.Duration
+	MemoryTarget                          int64 // 0: off
+}
+
 // Validate checks every field and says what is allowed.
 func (c Config) Validate() error {
+	_, err := c.Settings()
+	return err
+}
+
+// Settings checks every field, says what is allowed of each one that is wrong, and
+// returns the typed values.
+func (c Config) Settings() (Settings, error) {
+	var s Settings
 	var errs []error
 	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("state_dir %q must be an absolute path", c.StateDir))
@@ -224,28 +245,33 @@ func (c Config) Validate() error {
 	if c.DefaultLimits.CPU < 0 || c.DefaultLimits.PIDs < 0 || c.DefaultLimits.OpenFiles < 0 {
 		errs = append(errs, errors.New("default_limits cannot be negative"))
 	}
-	if _, err := ParseSize(c.DefaultLimits.Memory); err != nil {
+	var err error
+	if s.DefaultMemory, err = ParseSize(c.DefaultLimits.Memory); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.memory: %w", err))
 	}
-	if _, err := ParseSize(c.DefaultLimits.Disk); err != nil {
+	if s.DefaultDisk, err = ParseSize(c.DefaultLimits.Disk); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.disk: %w", err))
 	}
-	if _, err := ParseSize(c.TmpfsSize); err != nil {
+	if s.TmpfsSize, err = ParseSize(c.TmpfsSize); err != nil {
 		errs = append(errs, fmt.Errorf("tmpfs_size: %w", err))
 	}
 	limit, lerr := ParseSize(c.ExecOutputLimit)
 	budget, berr := ParseSize(c.ExecOutputBudget)
+	s.ExecOutputLimit, s.ExecOutputBudget = limit, budget
 	switch {
 	case lerr != nil || limit < 64<<10 || limit > 1<<30:
 		errs = append(errs, fmt.Errorf("exec_output_limit %q must be a size from 64KiB to 1GiB, such as 16MiB", c.ExecOutputLimit))
 	case berr != nil || budget < 2*limit:
 		errs = append(errs, fmt.Errorf("exec_output_budget %q must be a size of at least twice exec_output_limit, such as 64MiB", c.ExecOutputBudget))
 	}
-	if d, err := time.ParseDuration(c.MaxLifetime); err != nil || d < time.Minute {
+	if s.MaxLifetime, err = time.ParseDuration(c.MaxLifetime); err != nil || s.MaxLifetime < time.Minute {
 		errs = append(errs, fmt.Errorf("max_lifetime %q must be a duration of at least 1m, such as 8h", c.MaxLifetime))
 	}
-	for _, f := range []struct{ name, v string }{{"min_idle_suspend", c.MinIdleSuspend}, {"min_max_lifetime", c.MinMaxLifetime}} {
-		if d, err := time.ParseDuration(f.v); err != nil || d <= 0 {
+	for _, f := range []struct {
+		name, v string
+		d       *time.Duration
+	}{{"min_idle_suspend", c.MinIdleSuspend, &s.MinIdleSuspend}, {"min_max_lifetime", c.MinMaxLifetime, &s.MinMaxLifetime}} {
+		if *f.d, err = time.ParseDuration(f.v); err != nil || *f.d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %q must be a positive duration such as 1m", f.name, f.v))
 		}
 	}
@@ -266,9 +292,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("network.upstream_dns %q must be IP:PORT", c.Network.UpstreamDNS))
 		}
 	}
-	for _, f := range []struct{ name, v string }{{"images.max_upload", c.Images.MaxUpload},
-		{"images.max_unpacked", c.Images.MaxUnpacked}, {"images.owner_quota", c.Images.OwnerQuota}} {
-		if n, err := ParseSize(f.v); err != nil || n < 1<<20 {
+	for _, f := range []struct {
+		name, v string
+		n       *int64
+	}{{"images.max_upload", c.Images.MaxUpload, &s.ImageUpload},
+		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota}} {
+		if *f.n, err = ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
 		}
 	}
@@ -278,22 +307,25 @@ func (c Config) Validate() error {
 	if a := c.Audit; a.Rate < 1 || a.Rate > 1e6 || a.Burst < 1 || a.Burst > 1<<20 || a.Queue < 16 || a.Queue > 1<<20 {
 		errs = append(errs, fmt.Errorf("audit.rate (%g) must be from 1 to 1000000, audit.burst (%d) from 1 to 1048576 and audit.queue (%d) from 16 to 1048576", a.Rate, a.Burst, a.Queue))
 	}
-	if d, err := time.ParseDuration(c.Audit.Coalesce); err != nil || d < time.Second || d > time.Hour {
+	if s.AuditCoalesce, err = time.ParseDuration(c.Audit.Coalesce); err != nil || s.AuditCoalesce < time.Second || s.AuditCoalesce > time.Hour {
 		errs = append(errs, fmt.Errorf("audit.coalesce %q must be a duration from 1s to 1h, such as 10s", c.Audit.Coalesce))
 	}
 	if c.Audit.EventsPerSandbox < 1000 {
 		errs = append(errs, fmt.Errorf("audit.events_per_sandbox %d must be at least 1000", c.Audit.EventsPerSandbox))
 	}
-	if d, err := time.ParseDuration(c.Audit.EventMaxAge); err != nil || d < time.Hour {
+	if s.EventMaxAge, err = time.ParseDuration(c.Audit.EventMaxAge); err != nil || s.EventMaxAge < time.Hour {
 		errs = append(errs, fmt.Errorf("audit.event_max_age %q must be a duration of at least 1h, such as 720h", c.Audit.EventMaxAge))
 	}
-	if n, err := ParseSize(c.MemoryTarget); err != nil || (n != 0 && n < 64<<20) {
+	if s.MemoryTarget, err = ParseSize(c.MemoryTarget); err != nil || (s.MemoryTarget != 0 && s.MemoryTarget < 64<<20) {
 		errs = append(errs, fmt.Errorf("memory_target %q must be 0 (off) or a size of at least 64MiB, such as 192MiB", c.MemoryTarget))
 	}
 	if c.LiveCap < 1 {
 		errs = append(errs, fmt.Errorf("live_cap %d must be at least 1", c.LiveCap))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return Settings{}, errors.Join(errs...)
+	}
+	return s, nil
 }
 
 // ParseSize reads a size the configuration gives (see units.ParseSize).

@@ -38,15 +38,16 @@ import (
 
 // Run serves until ctx ends. Sandboxes keep running after it returns.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error) {
-	if err := cfg.Validate(); err != nil {
+	set, err := cfg.Settings()
+	if err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("airlock serve must run as root (it manages containers, mounts and cgroups)")
 	}
 	unix.Umask(stateUmask)
-	if target, _ := config.ParseSize(cfg.MemoryTarget); target > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(target)
+	if set.MemoryTarget > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(set.MemoryTarget)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return err
@@ -67,17 +68,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return fmt.Errorf("open images: %w", err)
 	}
 	var lim image.Limits
-	lim.Upload, _ = config.ParseSize(cfg.Images.MaxUpload)
-	lim.Unpacked, _ = config.ParseSize(cfg.Images.MaxUnpacked)
-	lim.Quota, _ = config.ParseSize(cfg.Images.OwnerQuota)
+	lim.Upload, lim.Unpacked, lim.Quota = set.ImageUpload, set.ImageUnpacked, set.ImageQuota
 	lim.Ratio = cfg.Images.MaxRatio
 	images.SetLimits(lim)
 	agentBin, err := installAgent(filepath.Join(cfg.StateDir, "bin"))
 	if err != nil {
 		return fmt.Errorf("install agent binary: %w", err)
 	}
-	tmpfs, _ := config.ParseSize(cfg.TmpfsSize)
-	disk, _ := config.ParseSize(cfg.DefaultLimits.Disk)
+	tmpfs, disk := set.TmpfsSize, set.DefaultDisk
 	drv, err := oci.New(oci.Options{
 		Root: filepath.Join(cfg.StateDir, "sandboxes"), RuncRoot: filepath.Join(cfg.StateDir, "runc"),
 		Runc: cfg.Runc, AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent, DiskPoolBytes: disk,
@@ -87,19 +85,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	}
 	defer drv.Close()
 	mcfg := manager.DefaultConfig()
-	mem, _ := config.ParseSize(cfg.DefaultLimits.Memory)
+	mem := set.DefaultMemory
 	mcfg.DefaultLimits.CPU, mcfg.DefaultLimits.Memory = cfg.DefaultLimits.CPU, mem
 	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
 	mcfg.DefaultLimits.Disk = disk
 	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
-	mcfg.DefaultMaxLifetime, _ = time.ParseDuration(cfg.MaxLifetime)
-	mcfg.MinIdleSuspend, _ = time.ParseDuration(cfg.MinIdleSuspend)
-	mcfg.MinMaxLifetime, _ = time.ParseDuration(cfg.MinMaxLifetime)
+	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.Audit.Rate, mcfg.Audit.Burst, mcfg.Audit.Queue = cfg.Audit.Rate, cfg.Audit.Burst, cfg.Audit.Queue
-	mcfg.Audit.Coalesce, _ = time.ParseDuration(cfg.Audit.Coalesce)
+	mcfg.Audit.Coalesce = set.AuditCoalesce
 	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
-	mcfg.EventMaxAge, _ = time.ParseDuration(cfg.Audit.EventMaxAge)
+	mcfg.EventMaxAge = set.EventMaxAge
 	snaps, err := snapshot.Open(filepath.Join(cfg.StateDir, "snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
@@ -131,8 +127,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
-	outLimit, _ := config.ParseSize(cfg.ExecOutputLimit)
-	outBudget, _ := config.ParseSize(cfg.ExecOutputBudget)
+	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
 	srv := server.New(m, server.Options{Tokens: tokens, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
