@@ -61,6 +61,8 @@ type CreateSandboxRequest struct {
 	TTL string `json:"ttl,omitempty"`
 	// Network is the egress policy (default mode baseline).
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Runtime names the runtime to run the sandbox (default: the node's default).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // NetworkPolicy is a sandbox's egress policy: a mode (none, deny_all, baseline,
@@ -128,6 +130,7 @@ type Sandbox struct {
 	State        string            `json:"state"`
 	Image        string            `json:"image"`
 	ImageDigest  string            `json:"image_digest"`
+	Runtime      string            `json:"runtime,omitempty"`
 	Limits       Limits            `json:"limits"`
 	Env          map[string]string `json:"env,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
@@ -351,6 +354,8 @@ type Status struct {
 	StateDir  string  `json:"state_dir,omitempty"` // for the node's administrators only
 	Sandboxes int     `json:"sandboxes"`
 	Checks    []Check `json:"checks"`
+	// Runtimes name the node's runtimes, its default first.
+	Runtimes []string `json:"runtimes,omitempty"`
 }
 
 // Error is the one error shape: {"error": {...}}.

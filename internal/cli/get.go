@@ -38,6 +38,7 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 		{"id", sb.ID},
 		{"state", sb.State},
 		{"image", image},
+		{"runtime", sb.Runtime},
 		{"generation", strconv.FormatInt(sb.Generation, 10)},
 		{"version", strconv.FormatInt(sb.Version, 10)},
 		{"cpu", orDash(sb.Limits.CPU, formatCPU)},

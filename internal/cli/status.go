@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 )
 
 var statusVerb = &verb{
@@ -36,9 +37,9 @@ func runStatus(c *cmd, args []string) error {
 		}
 	} else {
 		if st.StateDir != "" {
-			fmt.Fprintf(c.stdout, "airlock %s, state in %s, %d sandboxes\n\n", st.Version, st.StateDir, st.Sandboxes)
+			fmt.Fprintf(c.stdout, "airlock %s, state in %s, %d sandboxes, runtimes %s\n\n", st.Version, st.StateDir, st.Sandboxes, strings.Join(st.Runtimes, ", "))
 		} else {
-			fmt.Fprintf(c.stdout, "airlock %s, %d sandboxes\n\n", st.Version, st.Sandboxes)
+			fmt.Fprintf(c.stdout, "airlock %s, %d sandboxes, runtimes %s\n\n", st.Version, st.Sandboxes, strings.Join(st.Runtimes, ", "))
 		}
 		tw := newTable(c.stdout)
 		for _, ch := range st.Checks {

@@ -22,6 +22,8 @@ type CreateRequest struct {
 	IdleSuspend string            `json:"idle_suspend"`
 	TTL         string            `json:"ttl"`
 	Network     *store.Network    `json:"network"`
+	// Runtime names the runtime to run the sandbox; "" is the node's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // opTimeout bounds the host work of one operation, whoever waits for it.
@@ -41,6 +43,12 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	}
 	if err := validateLabels(req.Labels); err != nil {
 		return nil, nil, err
+	}
+	if err := m.checkRuntime(req.Runtime); err != nil {
+		return nil, nil, err
+	}
+	if req.Runtime == "" {
+		req.Runtime = m.defaultRuntime
 	}
 	limits, err := m.resolveLimits(req.Limits)
 	if err != nil {
@@ -84,7 +92,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
-		IdleSuspend: idle, TTL: ttl, Network: network,
+		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime,
 	}
 	op.SandboxID = sb.ID
 	release, err := m.reserveLive(ctx, call.Owner)
@@ -147,7 +155,7 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	if err != nil {
 		return err
 	}
-	if err := m.driver.Start(ctx, spec); err != nil {
+	if err := m.driver(sb).Start(ctx, spec); err != nil {
 		attached()
 		m.detach(context.WithoutCancel(ctx), sb.ID)
 		return err
@@ -160,7 +168,7 @@ func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	m.detach(ctx, sb.ID)
-	if err := m.driver.Delete(ctx, sb.ID); err != nil {
+	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
 		m.log.Error("roll back create", "sandbox", sb.ID, "err", err)
 		// Keep the record so recovery retries the delete.
 		sb.State = Failed
@@ -213,7 +221,7 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 			return err
 		}
 	}
-	if err := m.driver.Delete(ctx, sb.ID); err != nil {
+	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
 		return errdefs.Unavailable("sandbox %q could not be removed yet; it will be retried", sb.Name).WithCause(err)
 	}
 	m.detach(ctx, sb.ID)

@@ -42,9 +42,9 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, sb, err
 	}
-	id := sb.ID
+	id, drv := sb.ID, m.driver(sb)
 	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
-		conn, err := m.driver.DialAgent(ctx, id)
+		conn, err := drv.DialAgent(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -84,18 +84,18 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,
 	}
 	cl.MaxRead = req.MaxRead
-	before, _ := m.driver.Stats(ctx, sb.ID)
+	before, _ := m.driver(sb).Stats(ctx, sb.ID)
 	res, err := cl.Exec(ctx, spec, req.Stdin, stdout, stderr)
 	if err != nil {
 		return nil, m.agentFailed(sb, err)
 	}
 	if res.State == agentproto.StateKilled && res.Signal == "SIGKILL" {
-		if after, err := m.driver.Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.OOMKills > before.OOMKills {
+		if after, err := m.driver(sb).Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.OOMKills > before.OOMKills {
 			res.State = "oom_killed"
 			res.Error = "the sandbox's memory limit was reached"
 		}
 	}
-	if after, err := m.driver.Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.PIDsLimited > before.PIDsLimited {
+	if after, err := m.driver(sb).Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.PIDsLimited > before.PIDsLimited {
 		m.event(sb, "limit", "pids", map[string]any{"limit": sb.Limits.PIDs, "refused_forks": after.PIDsLimited - before.PIDsLimited})
 	}
 	switch res.State {
@@ -145,7 +145,7 @@ func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if st, serr := m.driver.Status(ctx, sb.ID); serr == nil && st != runtime.StatusRunning {
+	if st, serr := m.driver(sb).Status(ctx, sb.ID); serr == nil && st != runtime.StatusRunning {
 		m.ended(ctx, sb.ID, "the sandbox's container ended")
 		return errdefs.Unavailable("sandbox %q is no longer running", sb.Name).WithCause(err)
 	}

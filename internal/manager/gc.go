@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -17,11 +18,19 @@ type Leftover struct {
 // GC finds (and unless dryRun, removes) sandbox resources on the host that no live
 // record owns: what a crash or a failed delete left behind.
 func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
-	ids, err := m.driver.List(ctx)
+	var out []Leftover
+	err := m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
+		sort.Strings(ids)
+		out = append(out, m.collect(ctx, drv, ids, dryRun)...)
+	})
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(ids)
+	return out, nil
+}
+
+// collect handles the leftovers among ids, which drv has resources for.
+func (m *Manager) collect(ctx context.Context, drv runtime.Driver, ids []string, dryRun bool) []Leftover {
 	var out []Leftover
 	for _, id := range ids {
 		unlock := m.locks.lock(id)
@@ -36,14 +45,14 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
 		if reason != "" {
 			out = append(out, Leftover{SandboxID: id, Reason: reason})
 			if !dryRun {
-				if err := m.driver.Delete(ctx, id); err != nil {
+				if err := drv.Delete(ctx, id); err != nil {
 					m.log.Warn("gc", "sandbox", id, "err", err)
 				}
 			}
 		}
 		unlock()
 	}
-	return out, nil
+	return out
 }
 
 // retryDeletes retries terminates that failed, with exponential backoff per sandbox;

@@ -75,7 +75,7 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 			return err
 		}
 	}
-	if err := m.driver.Stop(ctx, sb.ID); err != nil {
+	if err := m.driver(sb).Stop(ctx, sb.ID); err != nil {
 		return errdefs.Unavailable("sandbox %q could not be suspended", sb.Name).WithCause(err)
 	}
 	m.detach(ctx, sb.ID)
@@ -110,7 +110,7 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	sb.Generation++ // the container being built is a new generation
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		sb.Generation--
-		m.driver.Stop(ctx, sb.ID)
+		m.driver(sb).Stop(ctx, sb.ID)
 		m.detach(ctx, sb.ID)
 		m.setState(ctx, sb, Suspended, "resume_failed")
 		return errdefs.Unavailable("sandbox %q could not be resumed", sb.Name).WithCause(err)

@@ -14,11 +14,14 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +57,9 @@ type Config struct {
 	UIDBase uint32
 	// UIDSlots is how many sandbox uid ranges exist.
 	UIDSlots int
+	// DefaultRuntime names the driver New is given (default "runc"); a create that names
+	// no runtime gets it.
+	DefaultRuntime string
 	// Audit bounds each sandbox's audit records (rate, queue, coalescing).
 	Audit audit.Config
 	// EventsPerSandbox is how many of its newest events each sandbox keeps (0: all);
@@ -83,12 +89,13 @@ func DefaultConfig() Config {
 
 // Manager runs the sandboxes of one node.
 type Manager struct {
-	cfg    Config
-	store  store.Store
-	driver runtime.Driver
-	images *image.Store
-	snaps  *snapshot.Store
-	net    Network
+	cfg            Config
+	store          store.Store
+	drivers        map[string]runtime.Driver // by runtime name
+	defaultRuntime string
+	images         *image.Store
+	snaps          *snapshot.Store
+	net            Network
 
 	closePort PortCloser
 	log       *slog.Logger
@@ -121,7 +128,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		cfg: cfg, store: st, driver: drv, images: images, log: log.With("component", "manager"),
+		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
@@ -164,8 +171,59 @@ func (m *Manager) Close() error {
 // Store returns the manager's store.
 func (m *Manager) Store() store.Store { return m.store }
 
-// Driver returns the manager's runtime driver.
-func (m *Manager) Driver() runtime.Driver { return m.driver }
+// Driver returns the driver of the node's default runtime.
+func (m *Manager) Driver() runtime.Driver { return m.drivers[m.defaultRuntime] }
+
+// AddRuntime makes another runtime driver available to creates that name it. Call it
+// before Recover.
+func (m *Manager) AddRuntime(name string, d runtime.Driver) { m.drivers[name] = d }
+
+// Runtimes names the node's runtimes, the default first.
+func (m *Manager) Runtimes() []string {
+	out := []string{m.defaultRuntime}
+	for _, name := range slices.Sorted(maps.Keys(m.drivers)) {
+		if name != m.defaultRuntime {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// driver is the driver that runs sb: the one its record names, else the default. A
+// record naming a runtime this node lacks gets a driver that refuses everything, so
+// its sandbox is never handed to another runtime.
+func (m *Manager) driver(sb *store.Sandbox) runtime.Driver {
+	name := sb.Runtime
+	if name == "" {
+		name = m.defaultRuntime
+	}
+	if d, ok := m.drivers[name]; ok {
+		return d
+	}
+	return missingRuntime(name)
+}
+
+// eachDriverIDs calls fn with every runtime's driver and the ids it has resources for;
+// the first List error is returned, after the other drivers had their turn.
+func (m *Manager) eachDriverIDs(ctx context.Context, fn func(drv runtime.Driver, ids []string)) error {
+	var listErr error
+	m.eachDriver(func(drv runtime.Driver) {
+		ids, err := drv.List(ctx)
+		if err != nil {
+			listErr = cmp.Or(listErr, err)
+			return
+		}
+		fn(drv, ids)
+	})
+	return listErr
+}
+
+// eachDriver calls fn with every runtime's driver, the default first.
+func (m *Manager) eachDriver(fn func(runtime.Driver)) {
+	for _, name := range m.Runtimes() {
+		fn(m.drivers[name])
+	}
+}
 
 // Images returns the image store.
 func (m *Manager) Images() *image.Store { return m.images }

@@ -352,3 +352,42 @@ func TestAgentCallNoticesADeadContainer(t *testing.T) {
 		t.Errorf("no container_gone event among %d events", len(evs))
 	}
 }
+
+// A create names its runtime: the record keeps it, the sandbox runs on that driver (and
+// its forks on their parent's), an unknown name is refused with the node's list, and a
+// record naming a runtime the node lacks is never handed to another.
+func TestRuntimesByName(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	other := newFake()
+	m.AddRuntime("other", other)
+	ctx := context.Background()
+	if got := m.Runtimes(); !slices.Equal(got, []string{"runc", "other"}) {
+		t.Fatalf("Runtimes() = %v; want the default first", got)
+	}
+	_, _, err := m.Create(ctx, local, CreateRequest{Name: "x", Runtime: "kata"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(errdefs.Message(err), `"kata"`) || !strings.Contains(errdefs.Message(err), "other") {
+		t.Fatalf("unknown runtime: %v; want invalid, naming it and the node's runtimes", err)
+	}
+	_, a, err := m.Create(ctx, local, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := m.Create(ctx, local, CreateRequest{Name: "b", Runtime: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Runtime != "runc" || b.Runtime != "other" {
+		t.Fatalf("records name runtimes %q and %q; want runc and other", a.Runtime, b.Runtime)
+	}
+	if ids, _ := fd.List(ctx); !slices.Equal(ids, []string{a.ID}) {
+		t.Errorf("default driver runs %v; want only %s", ids, a.ID)
+	}
+	if ids, _ := other.List(ctx); !slices.Equal(ids, []string{b.ID}) {
+		t.Errorf("other driver runs %v; want only %s", ids, b.ID)
+	}
+	got, _ := st.GetSandbox(ctx, b.ID)
+	got.Runtime = "gone"
+	if err := m.driver(got).Stop(ctx, got.ID); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("a record naming a missing runtime: %v; want unavailable", err)
+	}
+}

@@ -50,21 +50,18 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.log.Info("remove leftover sandbox network", "sandbox", id)
 		m.detach(ctx, id)
 	}
-	ids, err := m.driver.List(ctx)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		sb, err := m.store.GetSandbox(ctx, id)
-		if err == nil && sb.State != Terminated {
-			continue
+	return m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
+		for _, id := range ids {
+			sb, err := m.store.GetSandbox(ctx, id)
+			if err == nil && sb.State != Terminated {
+				continue
+			}
+			m.log.Info("remove leftover sandbox resources", "sandbox", id)
+			if err := drv.Delete(ctx, id); err != nil {
+				m.log.Warn("remove leftover", "sandbox", id, "err", err)
+			}
 		}
-		m.log.Info("remove leftover sandbox resources", "sandbox", id)
-		if err := m.driver.Delete(ctx, id); err != nil {
-			m.log.Warn("remove leftover", "sandbox", id, "err", err)
-		}
-	}
-	return nil
+	})
 }
 
 func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
@@ -85,13 +82,13 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 		}
 	case Resuming:
 		// The resume did not finish: put it back to suspended; the next call resumes it.
-		if err := m.driver.Stop(ctx, sb.ID); err != nil {
+		if err := m.driver(sb).Stop(ctx, sb.ID); err != nil {
 			log.Warn("undo interrupted resume", "err", err)
 			return
 		}
 		m.setState(ctx, sb, Suspended, "recover")
 	case Running:
-		st, err := m.driver.Status(ctx, sb.ID)
+		st, err := m.driver(sb).Status(ctx, sb.ID)
 		if err != nil {
 			log.Warn("read status", "err", err)
 			return
@@ -99,7 +96,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 		if st == runtime.StatusPaused {
 			// Only a snapshot freezes a sandbox, and it thaws it before it ends: a frozen
 			// sandbox here is one whose snapshot the crash interrupted.
-			if fz, ok := m.driver.(runtime.Freezer); ok {
+			if fz, ok := m.driver(sb).(runtime.Freezer); ok {
 				if err := fz.Thaw(ctx, sb.ID); err != nil {
 					log.Warn("thaw after interrupted snapshot", "err", err)
 				}

@@ -18,8 +18,8 @@ import (
 // fork are unavailable.
 func (m *Manager) SetSnapshots(s *snapshot.Store) { m.snaps = s }
 
-func (m *Manager) storage() (runtime.Storage, error) {
-	st, ok := m.driver.(runtime.Storage)
+func (m *Manager) storage(sb *store.Sandbox) (runtime.Storage, error) {
+	st, ok := m.driver(sb).(runtime.Storage)
 	if !ok || m.snaps == nil {
 		return nil, errdefs.Unavailable("snapshots are not available on this node")
 	}
@@ -50,7 +50,7 @@ func (m *Manager) Snapshot(ctx context.Context, call Call, ref string, labels ma
 
 // snapshot does the work; the caller holds the sandbox's lock.
 func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[string]string) (*snapshot.Manifest, error) {
-	stg, err := m.storage()
+	stg, err := m.storage(sb)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 		Consistency: snapshot.Stopped}
 	switch sb.State {
 	case Running:
-		fz, ok := m.driver.(runtime.Freezer)
+		fz, ok := m.driver(sb).(runtime.Freezer)
 		if !ok {
 			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
 		}
@@ -163,7 +163,7 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		return nil, nil, err
 	}
 	return m.lifecycleOpBody(ctx, call, ref, "restore", req, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-		stg, err := m.storage()
+		stg, err := m.storage(sb)
 		if err != nil {
 			return err
 		}
@@ -245,12 +245,12 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	if err := validateLabels(req.Labels); err != nil {
 		return nil, nil, err
 	}
-	stg, err := m.storage()
-	if err != nil {
-		return nil, nil, err
+	if m.snaps == nil {
+		return nil, nil, errdefs.Unavailable("snapshots are not available on this node")
 	}
 	var parent *store.Sandbox
 	var man *snapshot.Manifest
+	var err error
 	if strings.HasPrefix(src, "snap_") {
 		if man, err = m.SnapshotOwned(ctx, call.Owner, src); err != nil {
 			return nil, nil, err
@@ -265,6 +265,10 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	if err != nil {
 		return nil, nil, errdefs.Precondition("the image of %q is gone", parent.Name).WithCause(err)
 	}
+	stg, err := m.storage(parent) // a fork runs on its parent's runtime
+	if err != nil {
+		return nil, nil, err
+	}
 	op, replay, err := m.beginOp(ctx, call, "fork", "", map[string]any{"src": src, "req": req})
 	if err != nil {
 		return nil, nil, err
@@ -274,7 +278,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	cloner, canClone := m.driver.(runtime.StorageCloner)
+	cloner, canClone := m.driver(parent).(runtime.StorageCloner)
 	clone := man == nil && canClone && parent.Limits.Disk > 0
 	if man == nil && !clone {
 		unlock := m.locks.lock(parent.ID)
@@ -301,6 +305,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
 		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, ForkedFrom: parent.ID, Network: parent.Network,
+		Runtime: parent.Runtime,
 	}
 	if man != nil {
 		sb.Parent = man.ID
@@ -353,7 +358,7 @@ func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sand
 	}
 	switch parent.State {
 	case Running:
-		fz, ok := m.driver.(runtime.Freezer)
+		fz, ok := m.driver(parent).(runtime.Freezer)
 		if !ok {
 			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
 		}

@@ -25,9 +25,11 @@ func (m *Manager) Health(ctx context.Context, owner string) Health {
 		c.Degrades = "the daemon cannot read or write its records: " + err.Error()
 	}
 	h := Health{Sandboxes: len(list), Checks: []runtime.Check{c}}
-	if hc, ok := m.driver.(runtime.HealthChecker); ok {
-		h.Checks = append(h.Checks, hc.Health(ctx)...)
-	}
+	m.eachDriver(func(drv runtime.Driver) {
+		if hc, ok := drv.(runtime.HealthChecker); ok {
+			h.Checks = append(h.Checks, hc.Health(ctx)...)
+		}
+	})
 	return h
 }
 

@@ -13,7 +13,7 @@ import (
 
 func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
 	out := &api.Sandbox{
-		ID: sb.ID, Name: sb.Name, State: sb.State, Image: sb.Image, ImageDigest: sb.ImageDigest,
+		ID: sb.ID, Name: sb.Name, State: sb.State, Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
@@ -78,7 +78,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{Network: network,
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
-		IdleSuspend: req.IdleSuspend, TTL: req.TTL,
+		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime,
 		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 	})
 	s.opResult(w, r, http.StatusCreated, op, sb, err)

@@ -26,16 +26,18 @@ type Limits struct {
 
 // Sandbox is the durable record of one sandbox handle.
 type Sandbox struct {
-	ID          string            `json:"id"`
-	Name        string            `json:"name"`
-	Owner       string            `json:"owner"`
-	State       string            `json:"state"`
-	Image       string            `json:"image"`
-	ImageDigest string            `json:"image_digest"`
-	Limits      Limits            `json:"limits"`
-	Env         map[string]string `json:"env,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Generation  int64             `json:"generation"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Owner       string `json:"owner"`
+	State       string `json:"state"`
+	Image       string `json:"image"`
+	ImageDigest string `json:"image_digest"`
+	// Runtime names the driver that runs the sandbox; "" is the node's default.
+	Runtime    string            `json:"runtime,omitempty"`
+	Limits     Limits            `json:"limits"`
+	Env        map[string]string `json:"env,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Generation int64             `json:"generation"`
 	// Version is the optimistic-concurrency version (the ETag); UpdateSandbox bumps it.
 	Version int64 `json:"version"`
 	// UIDBase is the first host uid of the sandbox's own user-namespace range.
