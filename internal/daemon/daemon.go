@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -102,6 +103,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	}
 	m := manager.New(mcfg, st, drv, images, log)
 	m.SetSnapshots(snaps)
+	m.AddProbe(gvisor.Probe)
 	if cfg.Network.Enabled {
 		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
 			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,

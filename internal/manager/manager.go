@@ -92,6 +92,7 @@ type Manager struct {
 	cfg            Config
 	store          store.Store
 	drivers        map[string]runtime.Driver // by runtime name
+	probes         []Probe
 	defaultRuntime string
 	images         *image.Store
 	snaps          *snapshot.Store

@@ -30,6 +30,11 @@ func (m *Manager) Health(ctx context.Context, owner string) Health {
 			h.Checks = append(h.Checks, hc.Health(ctx)...)
 		}
 	})
+	for _, probe := range m.probes {
+		if c, ok := probe(ctx); ok {
+			h.Checks = append(h.Checks, c)
+		}
+	}
 	return h
 }
 
@@ -59,3 +64,10 @@ func (m *Manager) ImageUsers(ctx context.Context, caller string) image.Users {
 		return byDigest[digest]
 	}
 }
+
+// A Probe checks something of the host no runtime of the node uses yet (a runtime that
+// could be added); ok is false when it has nothing to say.
+type Probe func(ctx context.Context) (c runtime.Check, ok bool)
+
+// AddProbe adds p to what Health reports.
+func (m *Manager) AddProbe(p Probe) { m.probes = append(m.probes, p) }
