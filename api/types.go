@@ -346,6 +346,9 @@ type Check struct {
 	OK       bool   `json:"ok"`
 	Detail   string `json:"detail"`             // empty but for the node's administrators
 	Degrades string `json:"degrades,omitempty"` // what a failure means for users
+	// Optional marks a check of something the node does not need (a runtime it could
+	// add); its failure does not make the node unhealthy.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // Status is the body of GET /v1/status.

@@ -27,7 +27,7 @@ func runStatus(c *cmd, args []string) error {
 	}
 	failed := 0
 	for _, ch := range st.Checks {
-		if !ch.OK {
+		if !ch.OK && !ch.Optional {
 			failed++
 		}
 	}
@@ -44,7 +44,10 @@ func runStatus(c *cmd, args []string) error {
 		tw := newTable(c.stdout)
 		for _, ch := range st.Checks {
 			mark := "OK"
-			if !ch.OK {
+			switch {
+			case !ch.OK && ch.Optional:
+				mark = "NOTE"
+			case !ch.OK:
 				mark = "MISSING"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", mark, ch.Name, ch.Detail)

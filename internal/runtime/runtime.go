@@ -116,6 +116,7 @@ type Check struct {
 	OK       bool
 	Detail   string
 	Degrades string // what a failure means for users
+	Optional bool   // the node does not need it; a failure is only news
 }
 
 // HealthChecker is implemented by drivers that can say what the host lacks.

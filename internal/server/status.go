@@ -19,7 +19,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	h := s.m.Health(r.Context(), owner(r))
 	out.Sandboxes, out.Runtimes = h.Sandboxes, s.m.Runtimes()
 	for _, c := range h.Checks {
-		out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades})
+		out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades, Optional: c.Optional})
 	}
 	if !admin {
 		for i := range out.Checks {

@@ -35,7 +35,7 @@ func Probe(ctx context.Context) (c runtime.Check, ok bool) {
 }
 
 func probePath(ctx context.Context, path string) runtime.Check {
-	c := runtime.Check{Name: "gvisor runsc"}
+	c := runtime.Check{Name: "gvisor runsc", Optional: true}
 	static, err := isStatic(path)
 	switch {
 	case err != nil:
