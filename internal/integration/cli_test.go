@@ -88,6 +88,10 @@ func (d *daemon) start() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Not up: end it here, since the caller's cleanup may not be registered yet.
+	d.cmd.Process.Kill()
+	d.cmd.Wait()
+	d.cmd = nil
 	d.t.Fatalf("daemon did not come up:\n%s", d.log.String())
 }
 
