@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,27 @@ func TestAuditEventsArePruned(t *testing.T) {
 	m.pruneEvents(context.Background())
 	if n := len(eventsOf(t, st, "sb_busy")["egress"]) + len(eventsOf(t, st, "sb_other")["egress"]); n != 0 {
 		t.Fatalf("%d events older than event_max_age are still kept", n)
+	}
+}
+
+// What a sandbox writes into a record (a CONNECT target up to the proxy's header limit)
+// is cut before it is queued or stored.
+func TestAuditRecordsAreBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	m, st := newManagerWith(t, cfg, newFake())
+	huge := strings.Repeat("a", 1<<20)
+	m.EgressAudit(egress.Record{Sandbox: "sb_big", Host: huge, Port: 443, Method: "CONNECT", Reason: "host name " + huge + " is too long"})
+	m.DNSAudit(egress.DNSRecord{Sandbox: "sb_big", Name: huge, Type: "A", Rcode: "REFUSED", Reason: huge})
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	evs := eventsOf(t, st, "sb_big")
+	if len(evs["egress"]) != 1 || len(evs["dns"]) != 1 {
+		t.Fatalf("stored %d egress and %d dns events, want one of each", len(evs["egress"]), len(evs["dns"]))
+	}
+	for _, ev := range append(evs["egress"], evs["dns"]...) {
+		if len(ev.Data) > 4<<10 || !strings.Contains(string(ev.Data), "(1048576 bytes)") {
+			t.Errorf("%s event of %d bytes; want the sandbox's text cut, saying how long it was", ev.Type, len(ev.Data))
+		}
 	}
 }
