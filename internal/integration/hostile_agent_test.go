@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -25,7 +26,7 @@ import (
 type hostileDriver struct {
 	airlockrt.Driver
 	mu    sync.Mutex
-	agent map[string]func(conn net.Conn) // sandbox id -> the behaviour its agent has
+	agent map[string]behaviour // sandbox id -> the behaviour its agent has
 	conns sync.WaitGroup
 }
 
@@ -41,22 +42,30 @@ func (d *hostileDriver) DialAgent(ctx context.Context, id string) (net.Conn, err
 	go func() {
 		defer d.conns.Done()
 		defer agentSide.Close()
-		if _, _, err := agentproto.ReadFrame(agentSide); err != nil { // the request
+		_, p, err := agentproto.ReadFrame(agentSide)
+		if err != nil {
 			return
 		}
-		behave(agentSide)
+		req, err := agentproto.DecodeRequest(p)
+		if err != nil {
+			return
+		}
+		behave(agentSide, req)
 	}()
 	return daemonSide, nil
 }
 
-func (d *hostileDriver) set(id string, behave func(net.Conn)) {
+// behaviour is what a hostile agent does with one call's connection and request.
+type behaviour func(c net.Conn, req *agentproto.Request)
+
+func (d *hostileDriver) set(id string, behave behaviour) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.agent[id] = behave
 }
 
 // Hostile behaviours. Each writes until the daemon hangs up (a write fails).
-func damagedFrame(c net.Conn) {
+func damagedFrame(c net.Conn, _ *agentproto.Request) {
 	var b bytes.Buffer
 	agentproto.WriteFrame(&b, agentproto.FrameResult, []byte(`{"state":"succeeded"}`))
 	raw := b.Bytes()
@@ -65,7 +74,7 @@ func damagedFrame(c net.Conn) {
 	io.Copy(io.Discard, c)
 }
 
-func oversizedFrame(c net.Conn) {
+func oversizedFrame(c net.Conn, _ *agentproto.Request) {
 	var hdr [5]byte
 	hdr[0] = byte(agentproto.FrameStdout)
 	binary.BigEndian.PutUint32(hdr[1:], 1<<31) // 2 GiB promised
@@ -73,19 +82,19 @@ func oversizedFrame(c net.Conn) {
 	io.Copy(io.Discard, c)
 }
 
-func unknownFrame(c net.Conn) {
+func unknownFrame(c net.Conn, _ *agentproto.Request) {
 	agentproto.WriteFrame(c, agentproto.FrameType('?'), []byte("what is this"))
 	io.Copy(io.Discard, c)
 }
 
-func endlessOutput(c net.Conn) {
+func endlessOutput(c net.Conn, _ *agentproto.Request) {
 	go io.Copy(io.Discard, c) // Cancel frames are read, and ignored
 	chunk := bytes.Repeat([]byte{0}, agentproto.MaxPayload)
 	for agentproto.WriteFrame(c, agentproto.FrameStdout, chunk) == nil {
 	}
 }
 
-func slowFrames(c net.Conn) {
+func slowFrames(c net.Conn, _ *agentproto.Request) {
 	go io.Copy(io.Discard, c)
 	var b bytes.Buffer
 	agentproto.WriteFrame(&b, agentproto.FrameStdout, bytes.Repeat([]byte("x"), 1<<16))
@@ -97,10 +106,18 @@ func slowFrames(c net.Conn) {
 	}
 }
 
-func silent(c net.Conn) { io.Copy(io.Discard, c) }
+// fileSize is what endlessFile's stat claims.
+const fileSize = 3 << 20
 
-// endlessFile answers a download with file bytes that never end.
-func endlessFile(c net.Conn) {
+func silent(c net.Conn, _ *agentproto.Request) { io.Copy(io.Discard, c) }
+
+// endlessFile says the file has fileSize bytes, then sends file bytes that never end.
+func endlessFile(c net.Conn, req *agentproto.Request) {
+	if req.Op == agentproto.OpFileStat {
+		b, _ := json.Marshal(agentproto.FileInfo{Name: "f", Size: fileSize, Mode: 0o644})
+		agentproto.WriteFrame(c, agentproto.FrameResult, b)
+		return
+	}
 	go io.Copy(io.Discard, c)
 	chunk := bytes.Repeat([]byte("A"), agentproto.MaxPayload)
 	for agentproto.WriteFrame(c, agentproto.FrameData, chunk) == nil {
@@ -108,7 +125,7 @@ func endlessFile(c net.Conn) {
 }
 
 // lyingStat answers a stat with a name full of terminal escapes and absurd numbers.
-func lyingStat(c net.Conn) {
+func lyingStat(c net.Conn, _ *agentproto.Request) {
 	agentproto.WriteFrame(c, agentproto.FrameResult, []byte(`{"name":"\u001b]0;owned\u0007\u001b[2J","path":"/../../etc/shadow","size":-9223372036854775808,"mode":4294967295,"is_dir":true}`))
 	io.Copy(io.Discard, c)
 }
@@ -119,7 +136,7 @@ func lyingStat(c net.Conn) {
 // its goroutines come back, the sandbox's record stays whole, and another owner's real
 // sandbox runs commands correctly all along.
 func TestHostileAgent(t *testing.T) {
-	hd := &hostileDriver{agent: map[string]func(net.Conn){}}
+	hd := &hostileDriver{agent: map[string]behaviour{}}
 	n := testenv.NewNode(t, testenv.Options{Owners: []string{"mallory", "bob"},
 		WrapDriver: func(d airlockrt.Driver) airlockrt.Driver { hd.Driver = d; return hd }})
 	mallory, bob := n.As(t, "mallory"), n.As(t, "bob")
@@ -180,7 +197,7 @@ func TestHostileAgent(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		behave func(net.Conn)
+		behave behaviour
 		call   func(context.Context) error
 	}{
 		{"damaged frame", damagedFrame, exec},
@@ -194,8 +211,13 @@ func TestHostileAgent(t *testing.T) {
 		{"slow frames", slowFrames, exec},
 		{"no reply", silent, exec},
 		{"endless file", endlessFile, func(ctx context.Context) error {
-			_, err := mallory.Download(ctx, "m", "/etc/hostname", io.Discard)
-			return err
+			// The daemon stops reading at the size the stat gave: the caller gets that
+			// many bytes, not an endless body, and not only when it gives up.
+			n, err := mallory.Download(ctx, "m", "/f", io.Discard)
+			if n != fileSize || ctx.Err() != nil {
+				t.Errorf("download of an endless file: %d bytes, %v (context %v); want %d bytes before the caller gives up", n, err, ctx.Err(), fileSize)
+			}
+			return errors.New("bounded")
 		}},
 		{"lying stat", lyingStat, func(ctx context.Context) error {
 			fi, err := mallory.Stat(ctx, "m", "/x")
