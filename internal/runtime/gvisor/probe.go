@@ -18,20 +18,47 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"os"
 	"os/exec"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
 // Probe looks for runsc in PATH and reports whether it could run sandboxes here. ok is
-// false when there is no runsc at all, so a node without one shows nothing.
+// false when there is no runsc at all, so a node without one shows nothing. The answer
+// for one binary (path, size, modification time) is kept: status is polled, and
+// reading the ELF file and running runsc every time would cost a process per poll.
 func Probe(ctx context.Context) (c runtime.Check, ok bool) {
 	path, err := exec.LookPath("runsc")
 	if err != nil {
 		return runtime.Check{}, false
 	}
-	return probePath(ctx, path), true
+	fi, err := os.Stat(path)
+	if err != nil {
+		return runtime.Check{}, false
+	}
+	key := probeKey{path, fi.Size(), fi.ModTime()}
+	cache.mu.Lock()
+	defer cache.mu.Unlock()
+	if cache.key != key {
+		cache.key, cache.check = key, probePath(ctx, path)
+	}
+	return cache.check, true
+}
+
+type probeKey struct {
+	path  string
+	size  int64
+	mtime time.Time
+}
+
+// cache is the last binary Probe looked at and what it found.
+var cache struct {
+	mu    sync.Mutex
+	key   probeKey
+	check runtime.Check
 }
 
 func probePath(ctx context.Context, path string) runtime.Check {
