@@ -246,17 +246,17 @@ func (c Config) Settings() (Settings, error) {
 		errs = append(errs, errors.New("default_limits cannot be negative"))
 	}
 	var err error
-	if s.DefaultMemory, err = ParseSize(c.DefaultLimits.Memory); err != nil {
+	if s.DefaultMemory, err = units.ParseSize(c.DefaultLimits.Memory); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.memory: %w", err))
 	}
-	if s.DefaultDisk, err = ParseSize(c.DefaultLimits.Disk); err != nil {
+	if s.DefaultDisk, err = units.ParseSize(c.DefaultLimits.Disk); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.disk: %w", err))
 	}
-	if s.TmpfsSize, err = ParseSize(c.TmpfsSize); err != nil {
+	if s.TmpfsSize, err = units.ParseSize(c.TmpfsSize); err != nil {
 		errs = append(errs, fmt.Errorf("tmpfs_size: %w", err))
 	}
-	limit, lerr := ParseSize(c.ExecOutputLimit)
-	budget, berr := ParseSize(c.ExecOutputBudget)
+	limit, lerr := units.ParseSize(c.ExecOutputLimit)
+	budget, berr := units.ParseSize(c.ExecOutputBudget)
 	s.ExecOutputLimit, s.ExecOutputBudget = limit, budget
 	switch {
 	case lerr != nil || limit < 64<<10 || limit > 1<<30:
@@ -297,7 +297,7 @@ func (c Config) Settings() (Settings, error) {
 		n       *int64
 	}{{"images.max_upload", c.Images.MaxUpload, &s.ImageUpload},
 		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota}} {
-		if *f.n, err = ParseSize(f.v); err != nil || *f.n < 1<<20 {
+		if *f.n, err = units.ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
 		}
 	}
@@ -316,7 +316,7 @@ func (c Config) Settings() (Settings, error) {
 	if s.EventMaxAge, err = time.ParseDuration(c.Audit.EventMaxAge); err != nil || s.EventMaxAge < time.Hour {
 		errs = append(errs, fmt.Errorf("audit.event_max_age %q must be a duration of at least 1h, such as 720h", c.Audit.EventMaxAge))
 	}
-	if s.MemoryTarget, err = ParseSize(c.MemoryTarget); err != nil || (s.MemoryTarget != 0 && s.MemoryTarget < 64<<20) {
+	if s.MemoryTarget, err = units.ParseSize(c.MemoryTarget); err != nil || (s.MemoryTarget != 0 && s.MemoryTarget < 64<<20) {
 		errs = append(errs, fmt.Errorf("memory_target %q must be 0 (off) or a size of at least 64MiB, such as 192MiB", c.MemoryTarget))
 	}
 	if c.LiveCap < 1 {
@@ -328,5 +328,3 @@ func (c Config) Settings() (Settings, error) {
 	return s, nil
 }
 
-// ParseSize reads a size the configuration gives (see units.ParseSize).
-func ParseSize(s string) (int64, error) { return units.ParseSize(s) }
