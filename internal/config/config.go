@@ -327,4 +327,3 @@ func (c Config) Settings() (Settings, error) {
 	}
 	return s, nil
 }
-
