@@ -20,23 +20,7 @@ func TestConnLimit(t *testing.T) {
 	lim := newConnLimit(3, 0, 0,
 		func(a netip.Addr) (string, string, bool) { return "sb1", "o1", a == netip.MustParseAddr("127.0.0.1") },
 		func(r egress.Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() })
-	inner, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &limitedListener{Listener: inner, lim: lim, port: 8080}
-	defer l.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
+	inner, accepted := serveLimited(t, lim, 8080)
 	dial := func(from string) net.Conn {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
@@ -116,22 +100,7 @@ func TestConnLimitPerOwnerAndNode(t *testing.T) {
 		s, ok := sandboxes[a.String()]
 		return s[0], s[1], ok
 	}, func(r egress.Record) { mu.Lock(); reasons = append(reasons, r.Sandbox+": "+r.Reason); mu.Unlock() })
-	inner, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &limitedListener{Listener: inner, lim: lim, port: 443}
-	defer l.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	inner, accepted := serveLimited(t, lim, 443)
 	// open connects from src and says whether the connection was admitted.
 	open := func(src string) net.Conn {
 		t.Helper()
@@ -186,4 +155,28 @@ func TestConnLimitPerOwnerAndNode(t *testing.T) {
 	if open("127.0.0.2") != nil {
 		t.Fatal("the node is full again, yet a connection was admitted")
 	}
+}
+
+// serveLimited listens on loopback through lim and hands each admitted connection to
+// the returned channel, which is closed when the listener is.
+func serveLimited(t *testing.T, lim *connLimit, port int) (net.Listener, <-chan net.Conn) {
+	t.Helper()
+	inner, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &limitedListener{Listener: inner, lim: lim, port: port}
+	t.Cleanup(func() { l.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return inner, accepted
 }
