@@ -2,7 +2,7 @@
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: build demo test test-short bench lint deps sdk-cross
+.PHONY: build demo test test-short bench lint deps runsc sdk-cross
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/airlock ./cmd/airlock
@@ -10,14 +10,22 @@ build:
 deps:
 	bash scripts/deps.sh
 
+# gVisor's runsc, the second runtime, built static from the Go module proxy (root).
+runsc:
+	bash scripts/runsc.sh
+
 # Builds, starts the daemon on its embedded default and runs a Python sandbox (root).
 demo:
 	bash scripts/demo.sh
 
 # The whole suite: unit tests and the ones that drive real runc, overlayfs and cgroups (root).
-test: deps sdk-cross
+test: deps runsc sdk-cross
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	AIRLOCK_TEST_RUNTIME=runsc $(GO) test -count=1 -timeout 10m -run '$(RUNSC_TESTS)' ./internal/integration/
+
+# The lifecycle, snapshot, persistence and network tests again, on runsc by default.
+RUNSC_TESTS = TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI
 
 # The public Go SDK builds on every OS the SDK's users run.
 sdk-cross:

@@ -20,6 +20,13 @@ func main() {
 		oci.HoldUserns()
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == oci.BrokerCommand {
+		if err := oci.Broker(); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		// The agent handles its own signals: it is PID 1 of the sandbox.
 		if err := agent.Main(context.Background(), os.Args[2:]); err != nil {

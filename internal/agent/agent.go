@@ -59,6 +59,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.SetOutput(io.Discard) // the returned error says what was wrong
 	socket := fs.String("socket", "", "listen on this unix socket path")
 	listenFd := fs.Int("listen-fd", -1, "listen on this inherited, bound unix socket instead of --socket")
+	acceptFd := fs.Int("accept-fd", -1, "take connections handed over this inherited unix socket instead of --socket")
 	root := fs.String("root", "/", "root directory of file operations")
 	deadline := fs.Int64("deadline", 0, "stop at this Unix time in seconds (0: never)")
 	readyFD := fs.Int("ready-fd", -1, "write \"ready\\n\" to this fd once listening, then close it")
@@ -68,8 +69,8 @@ func Main(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return errdefs.Invalid("agent: %v", err)
 	}
-	if (*socket == "") == (*listenFd < 0) {
-		return errdefs.Invalid("agent: exactly one of --socket and --listen-fd is required")
+	if n := btoi(*socket != "") + btoi(*listenFd >= 0) + btoi(*acceptFd >= 0); n != 1 {
+		return errdefs.Invalid("agent: exactly one of --socket, --listen-fd and --accept-fd is required")
 	}
 	if os.Getpid() == 1 {
 		if err := protectSelf(); err != nil {
@@ -86,7 +87,13 @@ func Main(ctx context.Context, args []string) error {
 		defer cancel()
 	}
 
-	ln, err := listen(*socket, *listenFd)
+	var ln net.Listener
+	var err error
+	if *acceptFd >= 0 {
+		ln, err = handoffListener(*acceptFd)
+	} else {
+		ln, err = listen(*socket, *listenFd)
+	}
 	if err != nil {
 		return err
 	}
@@ -137,6 +144,13 @@ func listen(path string, fd int) (net.Listener, error) {
 		return nil, fmt.Errorf("agent: chmod socket: %w", err)
 	}
 	return ln, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 type envFlag []string
@@ -397,6 +411,8 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		return s.handleMkdir(fw, req)
 	case agentproto.OpFileRemove:
 		return s.handleRemove(fw, req)
+	case agentproto.OpPortDial:
+		return s.handlePortDial(c, fw, req.Port)
 	}
 	return errdefs.Invalid("unknown op %q", req.Op)
 }

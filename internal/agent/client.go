@@ -504,3 +504,31 @@ func (c *Client) Remove(ctx context.Context, path string, recursive bool) error 
 }
 
 var _ io.ReadWriter = (*PTY)(nil)
+
+// DialPort connects through the agent to a TCP port on the sandbox's loopback. The
+// connection it returns carries that port's bytes: what the sandbox sends through it is
+// the caller's to bound, like any connection to sandbox code.
+func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpPortDial, Port: port})
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	_ = k.conn.SetReadDeadline(time.Now().Add(portDialTimeout + replyGrace))
+	t, p, err := agentproto.ReadFrame(k.conn)
+	if !stop() {
+		k.conn.Close()
+		return nil, ctx.Err()
+	}
+	if err == nil {
+		err = finish(t, p, nil)
+	} else {
+		err = ctxErr(ctx, err)
+	}
+	if err != nil {
+		k.conn.Close()
+		return nil, err
+	}
+	_ = k.conn.SetReadDeadline(time.Time{})
+	return k.conn, nil
+}

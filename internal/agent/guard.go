@@ -29,6 +29,63 @@ func listenFD(fd int) (net.Listener, error) {
 	return ln, nil
 }
 
+// handoff is a listener whose connections arrive as descriptors over a unix socket, one
+// per one-byte message: the agent's channel where the sandbox's kernel cannot listen
+// on a host socket (the runtime's broker accepts for it). Accept fails once the sender
+// is gone.
+type handoff struct{ c *net.UnixConn }
+
+func handoffListener(fd int) (net.Listener, error) {
+	f := os.NewFile(uintptr(fd), "handoff")
+	c, err := net.FileConn(f) // dups with close-on-exec
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent: hand-off socket fd %d: %w", fd, err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("agent: fd %d is not a unix socket", fd)
+	}
+	return handoff{uc}, nil
+}
+
+func (h handoff) Accept() (net.Conn, error) {
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := h.c.ReadMsgUnix(b[:], oob)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 && oobn == 0 {
+			return nil, io.EOF
+		}
+		var fds []int
+		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			got, _ := unix.ParseUnixRights(&m)
+			fds = append(fds, got...)
+		}
+		if len(fds) == 0 {
+			continue
+		}
+		for _, extra := range fds[1:] {
+			unix.Close(extra)
+		}
+		f := os.NewFile(uintptr(fds[0]), "conn")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			continue // not a socket: nothing to serve
+		}
+		return c, nil
+	}
+}
+
+func (h handoff) Close() error   { return h.c.Close() }
+func (h handoff) Addr() net.Addr { return h.c.LocalAddr() }
+
 // protectSelf makes the agent's process undumpable: sandbox code, root in its own
 // namespace but without CAP_SYS_PTRACE, can then neither ptrace the agent nor read its
 // descriptors, memory or environment through /proc/1.

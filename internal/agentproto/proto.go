@@ -113,6 +113,9 @@ const (
 	OpFileStat     = "file.stat"
 	OpFileMkdir    = "file.mkdir"
 	OpFileRemove   = "file.remove"
+	// OpPortDial connects the agent to a TCP port on the sandbox's loopback; after its
+	// Result frame the call's connection carries that connection's bytes both ways.
+	OpPortDial = "port.dial"
 )
 
 // Request is the payload of the frame that opens every call.
@@ -128,6 +131,7 @@ type Request struct {
 	GID       int          `json:"gid,omitempty"`
 	Recursive bool         `json:"recursive,omitempty"`
 	Parents   bool         `json:"parents,omitempty"`
+	Port      int          `json:"port,omitempty"`
 }
 
 // ExecSpec describes one process to run.

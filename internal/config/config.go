@@ -102,16 +102,21 @@ type Audit struct {
 
 // Config is the daemon's configuration file.
 type Config struct {
-	StateDir      string  `yaml:"state_dir"`
-	Socket        string  `yaml:"socket"`
-	Listen        string  `yaml:"listen"`
-	Tokens        []Token `yaml:"tokens"`
-	Runc          string  `yaml:"runc"`
-	CgroupParent  string  `yaml:"cgroup_parent"`
-	LogLevel      string  `yaml:"log_level"`
-	LogFormat     string  `yaml:"log_format"`
-	DefaultLimits Limits  `yaml:"default_limits"`
-	MaxLifetime   string  `yaml:"max_lifetime"`
+	StateDir string  `yaml:"state_dir"`
+	Socket   string  `yaml:"socket"`
+	Listen   string  `yaml:"listen"`
+	Tokens   []Token `yaml:"tokens"`
+	Runc     string  `yaml:"runc"`
+	// Runsc is gVisor's runsc: empty finds a static one on PATH or where
+	// scripts/runsc.sh installs it, "off" runs no runsc.
+	Runsc string `yaml:"runsc"`
+	// DefaultRuntime runs sandboxes whose create names no runtime: runc or runsc.
+	DefaultRuntime string `yaml:"default_runtime"`
+	CgroupParent   string `yaml:"cgroup_parent"`
+	LogLevel       string `yaml:"log_level"`
+	LogFormat      string `yaml:"log_format"`
+	DefaultLimits  Limits `yaml:"default_limits"`
+	MaxLifetime    string `yaml:"max_lifetime"`
 	// MinIdleSuspend and MinMaxLifetime lower the API's floors (1m) — for tests only.
 	MinIdleSuspend string `yaml:"min_idle_suspend"`
 	MinMaxLifetime string `yaml:"min_max_lifetime"`
@@ -231,6 +236,15 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if !cgroupRE().MatchString(c.CgroupParent) {
 		errs = append(errs, fmt.Errorf("cgroup_parent %q must be one path element of letters, digits, '.', '_' or '-'", c.CgroupParent))
+	}
+	switch c.DefaultRuntime {
+	case "", "runc":
+	case "runsc":
+		if c.Runsc == "off" {
+			errs = append(errs, errors.New(`default_runtime "runsc" needs runsc, which runsc: off turns off`))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("default_runtime %q must be runc or runsc", c.DefaultRuntime))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

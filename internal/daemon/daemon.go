@@ -101,9 +101,31 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
 	}
-	m := manager.New(mcfg, st, drv, images, log)
+	mcfg.DefaultRuntime = cfg.DefaultRuntime
+	runsc, err := openRunsc(ctx, cfg, oci.Options{
+		Root: filepath.Join(cfg.StateDir, "sandboxes-runsc"), RuncRoot: filepath.Join(cfg.StateDir, "runsc"),
+		AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent + "-runsc", DiskPoolBytes: disk,
+		DiskPoolDir: filepath.Join(cfg.StateDir, "disk-pool-runsc"),
+	})
+	if err != nil {
+		return err
+	}
+	var m *manager.Manager
+	if cfg.DefaultRuntime == "runsc" {
+		m = manager.New(mcfg, st, runsc, images, log)
+		m.AddRuntime("runc", drv)
+	} else {
+		m = manager.New(mcfg, st, drv, images, log)
+		if runsc != nil {
+			m.AddRuntime("runsc", runsc)
+		}
+	}
+	if runsc != nil {
+		defer runsc.Close()
+	} else if cfg.Runsc != "off" {
+		m.AddProbe(gvisor.Probe) // says why there is no runsc runtime
+	}
 	m.SetSnapshots(snaps)
-	m.AddProbe(gvisor.Probe)
 	if cfg.Network.Enabled {
 		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
 			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
@@ -219,7 +241,7 @@ func installAgent(dir string) (string, error) {
 		tmp.Close()
 		return "", err
 	}
-	if err := tmp.Chmod(0o711); err != nil { // sandboxes execute it; nobody needs to read it
+	if err := tmp.Chmod(0o755); err != nil { // sandboxes execute it; gVisor reads it to load it
 		tmp.Close()
 		return "", err
 	}
@@ -263,4 +285,29 @@ func traversable(dir string) error {
 			return nil
 		}
 	}
+}
+
+// openRunsc returns the node's gVisor driver: nil when the configuration turns runsc off
+// or none is found, an error when one is asked for (by path or as the default runtime)
+// and cannot run.
+func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options) (*gvisor.Driver, error) {
+	path := cfg.Runsc
+	switch path {
+	case "off":
+		return nil, nil
+	case "":
+		p, ok := gvisor.Find()
+		if !ok || !gvisor.Check(ctx, p).OK {
+			if cfg.DefaultRuntime == "runsc" {
+				return nil, errors.New("default_runtime is runsc, and no runsc that can run here was found (install one: make runsc)")
+			}
+			return nil, nil
+		}
+		path = p
+	}
+	d, err := gvisor.New(ctx, path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("runtime runsc: %w", err)
+	}
+	return d, nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/testenv"
@@ -47,6 +48,9 @@ func startDaemonB(t testing.TB) *daemon {
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
 	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.212.0.0/24, table: airlock_cli, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
 		filepath.Join(dir, "state"), d.socket, d.cgroup, d.cgroup[len(d.cgroup)-4:])
+	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
+		cfg += "default_runtime: " + rt + "\n"
+	}
 	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +149,17 @@ func (d *daemon) get(name string) api.Sandbox {
 }
 
 // runcContainers lists the runc containers of this daemon.
+// runcContainers lists the node's containers, runc's and (when it has them) runsc's.
 func (d *daemon) runcContainers() []string {
 	out, _ := exec.Command("runc", "--root", filepath.Join(d.dir, "state", "runc"), "list", "-q").Output()
-	return strings.Fields(string(out))
+	list := strings.Fields(string(out))
+	if _, err := os.Stat(filepath.Join(d.dir, "state", "runsc")); err == nil {
+		if path, ok := gvisor.Find(); ok {
+			out, _ := exec.Command(path, "--root", filepath.Join(d.dir, "state", "runsc"), "list", "-quiet").Output()
+			list = append(list, strings.Fields(string(out))...)
+		}
+	}
+	return list
 }
 
 func (d *daemon) assertClean() {
@@ -158,11 +170,13 @@ func (d *daemon) assertClean() {
 	if m := testenv.MountsUnder(d.dir); len(m) > 0 {
 		d.t.Errorf("mounts left: %v", m)
 	}
-	entries, _ := os.ReadDir(filepath.Join(d.dir, "state", "sandboxes"))
-	for _, e := range entries {
-		d.t.Errorf("sandbox directory left: %s", e.Name())
+	for _, sbDir := range []string{"sandboxes", "sandboxes-runsc"} {
+		entries, _ := os.ReadDir(filepath.Join(d.dir, "state", sbDir))
+		for _, e := range entries {
+			d.t.Errorf("sandbox directory left: %s/%s", sbDir, e.Name())
+		}
 	}
-	for _, cg := range testenv.CgroupDirs(d.cgroup) {
+	for _, cg := range append(testenv.CgroupDirs(d.cgroup), testenv.CgroupDirs(d.cgroup+"-runsc")...) {
 		sub, _ := os.ReadDir(cg)
 		for _, e := range sub {
 			if e.IsDir() {

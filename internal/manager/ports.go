@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -93,9 +94,10 @@ func (m *Manager) OpenPort(ctx context.Context, sandboxID string, port int, toke
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, err
 	}
-	pd, ok := m.net.(interface {
-		DialPort(ctx context.Context, id string, port int) (net.Conn, error)
-	})
+	pd, ok := m.driver(sb).(runtime.PortDialer)
+	if !ok {
+		pd, ok = m.net.(runtime.PortDialer)
+	}
 	if !ok {
 		return nil, errdefs.Unavailable("sandbox %q has no network to reach its port in", sb.Name)
 	}

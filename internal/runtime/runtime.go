@@ -110,6 +110,12 @@ type Freezer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// PortDialer is implemented by drivers that reach a sandbox's TCP ports themselves
+// (whose network stack the host cannot enter); without it the node's network dials in.
+type PortDialer interface {
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
 // Check is one line of a driver's host health report.
 type Check struct {
 	Name     string

@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	airlockrt "github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -99,9 +100,11 @@ type Node struct {
 	Snapshots    *snapshot.Store
 	Network      *network.Node
 	Driver       *oci.Driver
-	Manager      *manager.Manager
-	Server       *server.Server
-	Client       *client.Client
+	// Runsc is the node's gVisor driver when Options.Runtime is "runsc".
+	Runsc   *gvisor.Driver
+	Manager *manager.Manager
+	Server  *server.Server
+	Client  *client.Client
 
 	tcpAddr string
 	tokens  map[string]string // owner -> token
@@ -136,6 +139,9 @@ type Options struct {
 	// Owners are owners other than "local" (the socket's) who reach the node over TCP
 	// with a token of their own; Node.As returns a client for one.
 	Owners []string
+	// Runtime "runsc" adds a gVisor driver and makes it the default; sandboxes can still
+	// ask for runc.
+	Runtime string
 	// WrapDriver, when set, stands between the manager and the node's real driver (a
 	// test that replaces some sandboxes' agents).
 	WrapDriver func(airlockrt.Driver) airlockrt.Driver
@@ -176,12 +182,29 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 	}
 	var drv airlockrt.Driver = n.Driver
+	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
+		opts = append(opts, Options{Runtime: rt})
+	}
+	for _, o := range opts {
+		if o.Runtime == "runsc" {
+			n.Runsc, err = gvisor.New(context.Background(), Runsc(t), oci.Options{Root: filepath.Join(dir, "sb-runsc"),
+				RuncRoot: filepath.Join(dir, "runsc"), AgentBinary: bin, CgroupParent: n.CgroupParent + "-runsc",
+				TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30, DiskPoolDir: filepath.Join(dir, "disk-pool-runsc")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drv, cfg.DefaultRuntime = n.Runsc, "runsc"
+		}
+	}
 	for _, o := range opts {
 		if o.WrapDriver != nil {
 			drv = o.WrapDriver(drv)
 		}
 	}
 	n.Manager = manager.New(cfg, n.Store, drv, n.Images, log)
+	if n.Runsc != nil {
+		n.Manager.AddRuntime("runc", n.Driver)
+	}
 	if n.Snapshots, err = snapshot.Open(filepath.Join(dir, "snapshots")); err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +271,9 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 		n.Manager.Close()
 		n.Driver.Close()
+		if n.Runsc != nil {
+			n.Runsc.Close()
+		}
 		if n.Network != nil {
 			if ids, _ := n.Network.List(); len(ids) > 0 {
 				t.Errorf("sandbox networks left: %v", ids)
@@ -269,28 +295,57 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 func (n *Node) AssertNoLeaks(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	ids, err := n.Driver.List(ctx)
-	if err != nil {
-		t.Errorf("list driver resources: %v", err)
+	drivers := []airlockrt.Driver{n.Driver}
+	parents := []string{n.CgroupParent}
+	if n.Runsc != nil {
+		drivers, parents = append(drivers, n.Runsc), append(parents, n.CgroupParent+"-runsc")
 	}
-	if len(ids) > 0 {
-		t.Errorf("sandbox resources left on the host: %v", ids)
-		for _, id := range ids {
-			n.Driver.Delete(ctx, id)
+	for _, d := range drivers {
+		ids, err := d.List(ctx)
+		if err != nil {
+			t.Errorf("list driver resources: %v", err)
+		}
+		if len(ids) > 0 {
+			t.Errorf("sandbox resources left on the host: %v", ids)
+			for _, id := range ids {
+				d.Delete(ctx, id)
+			}
 		}
 	}
 	if m := MountsUnder(n.Dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
-	for _, d := range CgroupDirs(n.CgroupParent) {
-		entries, _ := os.ReadDir(d)
-		for _, e := range entries {
-			if e.IsDir() {
-				t.Errorf("cgroup left: %s", filepath.Join(d, e.Name()))
+	for _, parent := range parents {
+		for _, d := range CgroupDirs(parent) {
+			entries, _ := os.ReadDir(d)
+			for _, e := range entries {
+				if e.IsDir() {
+					t.Errorf("cgroup left: %s", filepath.Join(d, e.Name()))
+				}
 			}
+			os.Remove(d)
 		}
-		os.Remove(d)
 	}
+}
+
+// Runsc returns a runsc that can run sandboxes here, or skips the test (fails it in
+// CI, whose set-up installs one).
+func Runsc(t testing.TB) string {
+	t.Helper()
+	path, ok := gvisor.Find()
+	msg := "needs runsc on PATH (scripts/deps.sh builds it)"
+	if ok {
+		c := gvisor.Check(context.Background(), path)
+		if c.OK {
+			return path
+		}
+		msg = "runsc cannot run here: " + c.Detail + ": " + c.Degrades
+	}
+	if InCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
 }
 
 // Create makes a sandbox through the API and fails the test on error.

@@ -1,6 +1,6 @@
-// Package gvisor checks a host's gVisor runsc for Airlock. There is no runsc driver yet:
-// this package finds runsc, says whether it can run here, and says why not, for
-// `airlock status`. It must not start containers or touch the store.
+// Package gvisor runs sandboxes under gVisor's runsc (platform systrap, which needs no
+// KVM) through the OCI driver, and checks a host's runsc for `airlock status`. It must
+// not touch the store or know about the sandbox state machine.
 //
 // What it found on Debian 12 with kernel 6.18 and cgroup v1: a runsc built with
 // `go install` and cgo enabled is dynamically linked, and its gofer, after pivoting into
@@ -8,9 +8,12 @@
 // /proc. The kernel finds the binary through the magic link but not its ELF interpreter
 // (/lib64/ld-linux-x86-64.so.2) in the new root, so the exec fails with "fork/exec
 // /proc/self/exe: no such file or directory". The same runsc built with CGO_ENABLED=0
-// is static, and `runsc --platform=systrap --network=none do echo hi` works.
+// is static and runs sandboxes here, cgroup v1 limits and user namespaces included.
+// gVisor's kernel cannot listen on a host socket it is given, so its agent channel goes
+// through the OCI driver's broker (runtime/oci/broker.go).
 //
-// It guards no hostile surface: it reads only the runsc binary the node's PATH names.
+// Hostile surfaces are the OCI driver's; this package reads only the runsc binary the
+// node's configuration or PATH names.
 package gvisor
 
 import (
@@ -26,18 +29,50 @@ import (
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
-// Probe looks for runsc in PATH and reports whether it could run sandboxes here. ok is
-// false when there is no runsc at all, so a node without one shows nothing. The answer
-// for one binary (path, size, modification time) is kept: status is polled, and
-// reading the ELF file and running runsc every time would cost a process per poll.
+// InstallPath is where scripts/runsc.sh puts the static runsc it builds.
+const InstallPath = "/usr/local/libexec/airlock/runsc"
+
+// Find looks for runsc on PATH and at InstallPath, and returns the first that is
+// statically linked, else the first found (for Check to say why it cannot run); ok is
+// false when there is none.
+func Find() (path string, ok bool) {
+	var found []string
+	if p, err := exec.LookPath("runsc"); err == nil {
+		found = append(found, p)
+	}
+	if _, err := os.Stat(InstallPath); err == nil {
+		found = append(found, InstallPath)
+	}
+	for _, p := range found {
+		if static, err := isStatic(p); err == nil && static {
+			return p, true
+		}
+	}
+	if len(found) == 0 {
+		return "", false
+	}
+	return found[0], true
+}
+
+// Probe looks for runsc on PATH and reports whether it could run sandboxes here, for a
+// node that does not run it; ok is false when there is no runsc at all, so a node
+// without one shows nothing.
 func Probe(ctx context.Context) (c runtime.Check, ok bool) {
-	path, err := exec.LookPath("runsc")
-	if err != nil {
+	path, ok := Find()
+	if !ok {
 		return runtime.Check{}, false
 	}
+	return Check(ctx, path), true
+}
+
+// Check says whether the runsc at path can run sandboxes here, with its version and
+// platform. The answer for one binary (path, size, modification time) is kept: status
+// is polled, and reading the ELF file and running runsc every time would cost a
+// process per poll.
+func Check(ctx context.Context, path string) runtime.Check {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return runtime.Check{}, false
+		return runtime.Check{Name: "gvisor runsc", Optional: true, Detail: err.Error(), Degrades: "runsc cannot be used"}
 	}
 	key := probeKey{path, fi.Size(), fi.ModTime()}
 	cache.mu.Lock()
@@ -45,7 +80,7 @@ func Probe(ctx context.Context) (c runtime.Check, ok bool) {
 	if cache.key != key {
 		cache.key, cache.check = key, probePath(ctx, path)
 	}
-	return cache.check, true
+	return cache.check
 }
 
 type probeKey struct {
@@ -85,7 +120,7 @@ func probePath(ctx context.Context, path string) runtime.Check {
 	}
 	version, _, _ := bytes.Cut(out, []byte("\n"))
 	c.OK = true
-	c.Detail = fmt.Sprintf("%s (%s, static, platform systrap); no Airlock runtime uses it yet", path, version)
+	c.Detail = fmt.Sprintf("%s (%s, static, platform %s)", path, version, Platform)
 	return c
 }
 

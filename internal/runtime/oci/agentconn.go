@@ -55,29 +55,49 @@ func (d *Driver) bindAgentSocket(id string) (*os.File, error) {
 }
 
 // recordPeer notes the agent the daemon expects behind the socket, on disk (read back
-// after a daemon restart) and in memory.
+// after a daemon restart) and in memory: the container's init as the sandbox's root, or
+// with an engine that has its own kernel, the broker as host root.
 func (d *Driver) recordPeer(id string, uid uint32) error {
-	b, err := os.ReadFile(filepath.Join(d.ctlDir(id), "init.pid"))
+	pid, err := readPid(filepath.Join(d.ctlDir(id), "init.pid"))
 	if err != nil {
 		return fmt.Errorf("container init pid: %w", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return fmt.Errorf("container init pid: bad pid file %q", b)
-	}
-	// When sandbox code exhausts the sandbox's memory, the kernel must end that code,
-	// never the agent. The agent gives every process it starts the highest OOM score;
-	// where the daemon holds CAP_SYS_RESOURCE it also gives the agent the lowest (only
-	// the host can lower a score: runc sets its own from inside the user namespace).
-	// Without it the agent keeps the ordinary score, still far below its children's.
-	os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
 	p := agentPeer{UID: uid, PID: pid}
+	if d.opts.Engine.Sentry {
+		// init is the sandbox's kernel: its score stays, so the OOM killer ends the
+		// sandbox rather than the host's processes.
+		if p.PID, err = readPid(filepath.Join(d.ctlDir(id), "broker.pid")); err != nil {
+			return fmt.Errorf("agent broker pid: %w", err)
+		}
+		p.UID = 0
+	} else {
+		// When sandbox code exhausts the sandbox's memory, the kernel must end that
+		// code, never the agent. The agent gives every process it starts the highest
+		// OOM score; where the daemon holds CAP_SYS_RESOURCE it also gives the agent
+		// the lowest (only the host can lower a score: runc sets its own from inside
+		// the user namespace). Without it the agent keeps the ordinary score, still
+		// far below its children's.
+		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0)
+	}
 	data, _ := json.Marshal(p)
 	if err := os.WriteFile(filepath.Join(d.ctlDir(id), "peer.json"), data, 0o600); err != nil {
 		return err
 	}
 	d.peers.Store(id, p)
 	return nil
+}
+
+// readPid reads a pid file.
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("bad pid file %s: %q", path, b)
+	}
+	return pid, nil
 }
 
 func (d *Driver) peer(id string) (agentPeer, error) {

@@ -57,6 +57,20 @@ func (c cgroups) remove(path string) error {
 	return errors.Join(errs...)
 }
 
+// join moves pid into the cgroup path in every hierarchy where it exists.
+func (c cgroups) join(path string, pid int) error {
+	var errs []error
+	for _, d := range c.dirs(path) {
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // list returns the names of the cgroups below parent in any hierarchy.
 func (c cgroups) list(parent string) []string {
 	seen := map[string]bool{}

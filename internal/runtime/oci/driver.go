@@ -47,8 +47,10 @@ type Options struct {
 	Root string
 	// RuncRoot is runc's state directory; Airlock keeps its containers apart from others.
 	RuncRoot string
-	// Runc is the runc binary (default: found on PATH).
+	// Runc is the runc binary (default: found on PATH), used when Engine is unset.
 	Runc string
+	// Engine is the OCI runtime to run containers with (default: runc).
+	Engine *Engine
 	// AgentBinary is the static airlock binary bound into every sandbox as its PID 1.
 	AgentBinary string
 	// TmpfsBytes caps /tmp inside each sandbox (default 1 GiB).
@@ -92,12 +94,12 @@ func New(opts Options) (*Driver, error) {
 	if opts.Root == "" || opts.RuncRoot == "" || opts.AgentBinary == "" {
 		return nil, errors.New("oci: Root, RuncRoot and AgentBinary are required")
 	}
-	if opts.Runc == "" {
-		p, err := exec.LookPath("runc")
+	if opts.Engine == nil {
+		e, err := Runc(opts.Runc)
 		if err != nil {
 			return nil, fmt.Errorf("oci: runc not found on PATH (install it: apt-get install -y runc): %w", err)
 		}
-		opts.Runc = p
+		opts.Engine = &e
 	}
 	if opts.TmpfsBytes == 0 {
 		opts.TmpfsBytes = 1 << 30
@@ -230,6 +232,11 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if err := d.run(ctx, s.ID, bundle); err != nil {
 		return err
 	}
+	if d.opts.Engine.Sentry {
+		if err := d.adoptBroker(s.ID); err != nil {
+			return fmt.Errorf("agent broker: %w", err)
+		}
+	}
 	return d.recordPeer(s.ID, s.UIDBase)
 }
 
@@ -253,10 +260,19 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 	defer logf.Close()
 	// The container inherits runc's stdio, so both go to the log file: a pipe would stay
 	// open for the container's whole life.
-	cmd := exec.CommandContext(ctx, d.opts.Runc, "--root", d.opts.RuncRoot, "run", "--detach",
-		"--bundle", bundle, "--preserve-fds", "2",
-		"--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
-	cmd.ExtraFiles = []*os.File{readyW, sock} // fds 3 and 4 (agentFD)
+	channel := sock // the agent listens on the socket itself
+	if d.opts.Engine.Sentry {
+		if channel, err = d.startBroker(id, sock, logf); err != nil {
+			readyW.Close()
+			return err
+		}
+		defer channel.Close()
+	}
+	args := append(d.globalArgs(), "run", "--detach", "--bundle", bundle)
+	args = append(args, d.opts.Engine.passFDs(2)...)
+	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
+	cmd := exec.CommandContext(ctx, d.opts.Engine.Path, args...)
+	cmd.ExtraFiles = []*os.File{readyW, channel} // fds 3 and 4 (agentFD)
 	cmd.Stdin = nil
 	cmd.Stdout = logf
 	cmd.Stderr = logf
@@ -266,7 +282,7 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 		err = cmd.Wait()
 	}
 	if err != nil {
-		return fmt.Errorf("runc run: %w: %s", err, d.tail(id))
+		return fmt.Errorf("%s run: %w: %s", d.opts.Engine.Name, err, d.tail(id))
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.ReadyTimeout)
 	defer cancel()
@@ -295,13 +311,18 @@ func (d *Driver) tail(id string) string {
 	return strings.TrimSpace(string(logTail(d.dir(id), 2048)))
 }
 
+func (d *Driver) globalArgs() []string {
+	return append([]string{"--root", d.opts.RuncRoot}, d.opts.Engine.Args...)
+}
+
+// runc runs the engine (runc or its stand-in) with the driver's global flags.
 func (d *Driver) runc(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, d.opts.Runc, append([]string{"--root", d.opts.RuncRoot}, args...)...)
+	cmd := exec.CommandContext(ctx, d.opts.Engine.Path, append(d.globalArgs(), args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("runc %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+		return out, fmt.Errorf("%s %s: %w: %s", d.opts.Engine.Name, args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }
@@ -312,6 +333,7 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 	if err := d.kill(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
+	d.stopBroker(id)
 	if err := d.cg.remove(d.cgroupPath(id)); err != nil {
 		errs = append(errs, err)
 	}
@@ -536,7 +558,13 @@ func (d *Driver) kill(ctx context.Context, id string) error {
 			if perr == nil {
 				unix.Close(pidfd)
 			}
-			return err
+			// The engine's own record may outlive its processes (runsc's sandbox,
+			// ended while the daemon was killed mid-stop, cannot take a signal any
+			// more); its forced delete ends whatever is left and removes the record.
+			if _, ferr := d.runc(ctx, "delete", "--force", cid); ferr != nil && !isNotExist(ferr) {
+				return errors.Join(err, ferr)
+			}
+			return nil
 		}
 		if perr == nil {
 			fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}

@@ -82,7 +82,7 @@ func (d *Driver) runcVersion(ctx context.Context) (string, error) {
 		return err.Error(), err
 	}
 	first, _, _ := strings.Cut(string(out), "\n")
-	return d.opts.Runc + ": " + first, nil
+	return d.opts.Engine.Path + ": " + first, nil
 }
 
 func missingOf(want, have []string) []string {

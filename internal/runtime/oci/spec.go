@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,7 +39,11 @@ var (
 
 // bundleSpec builds the OCI runtime spec of a sandbox container.
 func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string) (*specs.Spec, error) {
-	args := []string{agentPath, "agent", "--listen-fd", strconv.Itoa(agentFD), "--ready-fd", "3"}
+	channel := "--listen-fd"
+	if d.opts.Engine.Sentry {
+		channel = "--accept-fd" // connections come from the broker (broker.go)
+	}
+	args := []string{agentPath, "agent", channel, strconv.Itoa(agentFD), "--ready-fd", "3"}
 	if s.WorkingDir != "" {
 		args = append(args, "--workdir", s.WorkingDir)
 	}
@@ -99,6 +104,12 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string) (*specs.Spec, err
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
 		},
+	}
+	if d.opts.Engine.Sentry {
+		// The engine's kernel mounts a cgroupfs of its own, named after the container,
+		// which would tell sandbox code its id; its readings are the engine's, not the
+		// host's.
+		sp.Mounts = slices.DeleteFunc(sp.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
 	}
 	for _, m := range s.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}

@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestRunscIsolation checks, from the host and from inside, what keeps a sandbox that
+// runs under gVisor apart: gVisor's kernel answers sandbox code, so the checks that
+// TestIsolation makes of the host kernel's view (uid maps, seccomp mode) are made here
+// of the host processes that run the sandbox. A runc sandbox on the same node stays
+// runc.
+func TestRunscIsolation(t *testing.T) {
+	n := testenv.NewNode(t, testenv.Options{Runtime: "runsc"})
+	a := n.Create(t, api.CreateSandboxRequest{Name: "gv-a", Limits: api.Limits{Memory: 256 << 20, PIDs: 64}})
+	b := n.Create(t, api.CreateSandboxRequest{Name: "gv-b"})
+	r := n.Create(t, api.CreateSandboxRequest{Name: "gv-runc", Runtime: "runc"})
+	if a.Runtime != "runsc" || r.Runtime != "runc" {
+		t.Fatalf("runtimes: %q and %q; want runsc (the node's default) and runc (asked for)", a.Runtime, r.Runtime)
+	}
+	parent := n.CgroupParent + "-runsc"
+	cgFile := func(id, controller, file string) string {
+		p := filepath.Join("/sys/fs/cgroup", controller, parent, id, file)
+		if cgroupV2() {
+			p = filepath.Join("/sys/fs/cgroup", parent, id, file)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("read the sandbox's cgroup: %v", err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+
+	t.Run("gVisor kernel", func(t *testing.T) {
+		if out := mustRun(t, n, a.Name, "dmesg 2>/dev/null | head -1; uname -r"); !strings.Contains(out, "gVisor") && !strings.HasPrefix(strings.TrimSpace(out), "4.4") {
+			t.Errorf("gv-a does not run on gVisor's kernel: %q", out)
+		}
+		if out := mustRun(t, n, r.Name, "dmesg 2>&1 | head -1"); strings.Contains(out, "gVisor") {
+			t.Errorf("gv-runc runs on gVisor: %q", out)
+		}
+	})
+
+	t.Run("host processes", func(t *testing.T) {
+		procs := strings.Fields(cgFile(a.ID, "pids", "cgroup.procs"))
+		if len(procs) < 2 {
+			t.Fatalf("sandbox cgroup holds %v; want gVisor's kernel, its gofer and the agent's broker", procs)
+		}
+		var bases []uint64
+		for _, p := range procs {
+			pid, _ := strconv.Atoi(p)
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				continue
+			}
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.Contains(string(cmd), "_agent-broker") {
+				continue // the host's own: it holds the agent's socket and runs nothing of the sandbox
+			}
+			uid, _ := strconv.ParseUint(strings.Fields(statusField(string(status), "Uid"))[0], 10, 32)
+			if uid == 0 {
+				t.Errorf("host pid %d (%s) runs as root", pid, strings.ReplaceAll(string(cmd), "\x00", " "))
+			}
+			bases = append(bases, uid)
+			if mode := statusField(string(status), "Seccomp"); mode != "2" {
+				t.Errorf("host pid %d runs with seccomp mode %q; want 2 (filter)", pid, mode)
+			}
+		}
+		if len(bases) == 0 {
+			t.Fatal("no host process of the sandbox found")
+		}
+		for _, u := range bases[1:] {
+			if u != bases[0] {
+				t.Errorf("the sandbox's host processes run as uids %v; want one", bases)
+			}
+		}
+		other := strings.Fields(cgFile(b.ID, "pids", "cgroup.procs"))
+		for _, p := range other {
+			pid, _ := strconv.Atoi(p)
+			status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if f := strings.Fields(statusField(string(status), "Uid")); len(f) > 0 && f[0] == strconv.FormatUint(bases[0], 10) {
+				t.Errorf("gv-a and gv-b both run as host uid %d", bases[0])
+			}
+		}
+	})
+
+	t.Run("limits on the host", func(t *testing.T) {
+		if got := cgFile(a.ID, "memory", "memory.limit_in_bytes"); !cgroupV2() && got != strconv.Itoa(256<<20) {
+			t.Errorf("memory limit: %s; want %d", got, 256<<20)
+		}
+		if got := strings.TrimSpace(mustRun(t, n, a.Name, "awk '/MemTotal/ {print $2}' /proc/meminfo")); got != strconv.Itoa(256<<10) {
+			t.Errorf("the sandbox sees %s KiB of memory; want its limit, %d", got, 256<<10)
+		}
+	})
+
+	t.Run("no view of the host or of other sandboxes", func(t *testing.T) {
+		mustRun(t, n, b.Name, "echo b-secret > /root/secret")
+		for _, p := range []string{n.Dir, filepath.Join(n.Dir, "airlock.db"), "/etc/shadow", "/sys/fs/cgroup/pids/" + parent} {
+			if res := run(t, n, a.Name, "test -e '"+p+"'"); res.ExitCode == 0 {
+				t.Errorf("host path %s is visible in the sandbox", p)
+			}
+		}
+		if out := mustRun(t, n, a.Name, "cat /proc/self/mountinfo; grep -rl b-secret /root /tmp /run /var /home /srv /mnt 2>/dev/null; true"); strings.Contains(out, b.ID) || strings.Contains(out, n.Dir) || strings.Contains(out, "/root/secret") {
+			t.Errorf("gv-a sees gv-b or the node's paths:\n%s", out)
+		}
+	})
+
+	t.Run("files persist across suspend and resume", func(t *testing.T) {
+		mustRun(t, n, a.Name, "echo kept > /root/kept")
+		if _, err := n.Client.Suspend(background, a.Name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Client.Resume(background, a.Name); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustRun(t, n, a.Name, "cat /root/kept"); got != "kept\n" {
+			t.Errorf("after resume: %q", got)
+		}
+	})
+}
