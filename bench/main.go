@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,6 +156,7 @@ type bench struct {
 	c      *client.Client
 	work   string // the bench's own directory: root filesystems, bundles, runc root
 	podman bool   // the podman image was imported
+	runsc  bool   // the daemon runs gVisor runsc too: time it beside runc
 
 	mu  sync.Mutex
 	ids map[string]bool // every sandbox this run made
@@ -164,6 +166,9 @@ type bench struct {
 // egress policy unless network names a mode.
 func (b *bench) request(name, network string) api.CreateSandboxRequest {
 	req := api.CreateSandboxRequest{Name: name, Labels: map[string]string{runLabel: b.runID}}
+	if strings.HasSuffix(name, "-runsc") || strings.Contains(name, "-runsc-") {
+		req.Runtime = "runsc"
+	}
 	if network != "" {
 		req.Network = &api.NetworkPolicy{Mode: network}
 	}
@@ -233,6 +238,7 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 			return nil, fmt.Errorf("find the daemon's pid: %w", err)
 		}
 	}
+	b.runsc = slices.Contains(st.Runtimes, "runsc")
 	cg := detectHostCgroups(o.cgroup)
 	rep := &report{Date: time.Now().UTC(), Environment: environment(st, stateDir, pid, o)}
 	if st.Sandboxes > 0 {
@@ -330,8 +336,8 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 		busy.Values = []float64{conc.DaemonPeakMiB}
 	}
 
-	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault,
-		ex.airlock, ex.runc, ex.get, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss} {
+	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc,
+		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss} {
 		if s != nil && (len(s.Values) > 0 || s.Errors > 0) {
 			rep.Series = append(rep.Series, s.summary())
 		}

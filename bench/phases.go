@@ -92,6 +92,7 @@ type createResults struct {
 	runcUsr, runcMin, runcNoSeccomp       *series
 	deleteForce, killDelete               *series
 	podmanNone, podmanDefault             *series
+	runsc                                 *series // the daemon's gVisor runtime, when it has one
 }
 
 // contender is one thing timed per round; it stops being run after maxErrors failures.
@@ -166,6 +167,20 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 		{r.deleteForce, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.deleteForce(ctx) }},
 		{r.killDelete, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.killWaitDelete(ctx) }},
 	}
+	if b.runsc {
+		r.runsc = &series{Name: "a. airlock create → exec true (runsc, default network)", Unit: "ms"}
+		cs = append(cs, contender{r.runsc, func(ctx context.Context, round int) (time.Duration, error) {
+			name := fmt.Sprintf("bench-%s-runsc-%d", b.runID, round+b.o.warmup)
+			id, t, err := createExec(ctx, b.c, b.request(name, ""), []string{"true"}, "")
+			b.track(id)
+			if id != "" {
+				if _, terr := terminate(ctx, b.c, id); err == nil {
+					err = terr
+				}
+			}
+			return t.total, err
+		}})
+	}
 	if p.podman {
 		r.podmanNone = &series{Name: "a. podman run --rm --network=none", Unit: "ms"}
 		r.podmanDefault = &series{Name: "a. podman run --rm (default network)", Unit: "ms"}
@@ -207,6 +222,7 @@ func (b *bench) rounds(ctx context.Context, cs []contender, n int) {
 // execResults are the series of the warm exec test.
 type execResults struct {
 	airlock, runc, get *series
+	runsc              *series // a warm sandbox of the daemon's gVisor runtime
 }
 
 // execPhase times exec round trips into the warm sandbox: Airlock's API and agent
@@ -244,6 +260,17 @@ func (b *bench) execPhase(ctx context.Context, id, stateDir string, p *peers) (r
 			_, err := b.c.Get(ctx, id)
 			return time.Since(start), err
 		}},
+	}
+	if b.runsc {
+		r.runsc = &series{Name: "b. airlock exec true (warm, runsc)", Unit: "ms"}
+		gid, _, err := createExec(ctx, b.c, b.request("bench-"+b.runID+"-warm-runsc", ""), []string{"true"}, "")
+		b.track(gid)
+		if err != nil {
+			r.runsc.fail(err)
+		} else {
+			defer terminate(context.WithoutCancel(ctx), b.c, gid)
+			cs = append(cs, contender{r.runsc, func(ctx context.Context, _ int) (time.Duration, error) { return execTrue(ctx, b.c, gid) }})
+		}
 	}
 	b.logf("warm exec: %d rounds (+%d warm-up)", b.o.execN, b.o.warmup)
 	b.rounds(ctx, cs, b.o.execN)

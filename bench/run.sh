@@ -53,6 +53,12 @@ stop() {
 			runc --root "$STATE/runc" delete --force "$id" || true
 		done
 	fi
+	RUNSC=$(command -v runsc || echo /usr/local/libexec/airlock/runsc)
+	if [ -d "$STATE/runsc" ] && [ -x "$RUNSC" ]; then
+		for id in $("$RUNSC" --root "$STATE/runsc" list -quiet 2>/dev/null); do
+			"$RUNSC" --root "$STATE/runsc" delete --force "$id" || true
+		done
+	fi
 	awk -v p="$STATE/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
 		while read -r m; do umount -l "$m" || true; done
 	if [ -d "$STATE/sandboxes" ]; then
@@ -60,7 +66,13 @@ stop() {
 			rmdir /sys/fs/cgroup/*/airlock-bench/"$id" /sys/fs/cgroup/airlock-bench/"$id" 2>/dev/null || true
 		done
 	fi
+	if [ -d "$STATE/sandboxes-runsc" ]; then
+		for id in $(ls "$STATE/sandboxes-runsc"); do
+			rmdir /sys/fs/cgroup/*/airlock-bench-runsc/"$id" /sys/fs/cgroup/airlock-bench-runsc/"$id" 2>/dev/null || true
+		done
+	fi
 	rmdir /sys/fs/cgroup/*/airlock-bench /sys/fs/cgroup/airlock-bench 2>/dev/null || true # the parent, once empty
+	rmdir /sys/fs/cgroup/*/airlock-bench-runsc /sys/fs/cgroup/airlock-bench-runsc 2>/dev/null || true
 	# The daemon keeps its nftables table across restarts; this one is bench/daemon.yaml's.
 	if command -v nft >/dev/null; then nft delete table inet airlock_bench 2>/dev/null || true; fi
 	if grep -q " $STATE/" /proc/self/mountinfo; then

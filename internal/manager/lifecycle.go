@@ -62,13 +62,8 @@ func (m *Manager) lifecycleOpBody(ctx context.Context, call Call, ref, kind stri
 
 // suspend does the work; the caller holds the sandbox's lock.
 func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) error {
-	switch sb.State {
-	case Suspended:
-		return nil
-	case Running, Suspending:
-	default:
-		return errdefs.Precondition("sandbox %q is %s; only a running sandbox can be suspended", sb.Name, sb.State).
-			WithDetails(map[string]any{"state": sb.State})
+	if err := may(VerbSuspend, sb); err != nil || sb.State == Suspended {
+		return err
 	}
 	if sb.State != Suspending {
 		if err := m.setState(ctx, sb, Suspending, cause); err != nil {
@@ -85,17 +80,14 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 
 // resume does the work; the caller holds the sandbox's lock.
 func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) error {
-	switch sb.State {
-	case Running:
-		return nil
-	case Suspended, Resuming:
-	default:
-		return errdefs.Precondition("sandbox %q is %s; only a suspended sandbox can be resumed", sb.Name, sb.State).
-			WithDetails(map[string]any{"state": sb.State})
+	if err := may(VerbResume, sb); err != nil || sb.State == Running {
+		return err
 	}
 	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
 		sb.Failure = "the sandbox reached its maximum lifetime"
-		m.terminate(ctx, sb, "max_lifetime")
+		if err := m.terminate(ctx, sb, "max_lifetime"); err != nil {
+			return errdefs.Unavailable("sandbox %q reached its maximum lifetime and could not be terminated yet; it will be retried", sb.Name).WithCause(err)
+		}
 		return errdefs.Precondition("sandbox %q reached its maximum lifetime and was terminated", sb.Name)
 	}
 	img, err := m.images.ByDigest(sb.ImageDigest)
@@ -110,9 +102,14 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	sb.Generation++ // the container being built is a new generation
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		sb.Generation--
-		m.driver(sb).Stop(ctx, sb.ID)
+		if serr := m.driver(sb).Stop(ctx, sb.ID); serr != nil {
+			m.log.Warn("undo a failed resume", "sandbox", sb.ID, "err", serr)
+		}
 		m.detach(ctx, sb.ID)
-		m.setState(ctx, sb, Suspended, "resume_failed")
+		if serr := m.setState(ctx, sb, Suspended, "resume_failed"); serr != nil {
+			// Left resuming: recovery and the next call put it back.
+			m.log.Warn("record a failed resume", "sandbox", sb.ID, "err", serr)
+		}
 		return errdefs.Unavailable("sandbox %q could not be resumed", sb.Name).WithCause(err)
 	}
 	sb.LastActivity = m.now()
@@ -121,12 +118,8 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 
 // ensureRunning resumes a suspended sandbox transparently for a call that touches it.
 func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
-	if sb.State == Running {
-		return sb, nil
-	}
-	if sb.State != Suspended && sb.State != Resuming && sb.State != Suspending {
-		return sb, errdefs.Precondition("sandbox %q is %s, not running", sb.Name, sb.State).
-			WithDetails(map[string]any{"state": sb.State})
+	if err := may(VerbUse, sb); err != nil || sb.State == Running {
+		return sb, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
@@ -153,7 +146,7 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 // work in progress (a running exec, an open PTY, a session's reply).
 func (m *Manager) sweep(ctx context.Context) {
 	m.retryDeletes(ctx)
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []string{Running, Suspended}})
+	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{Running, Suspended}})
 	if err != nil {
 		m.log.Warn("sweep", "err", err)
 		return
@@ -187,7 +180,7 @@ func (m *Manager) sweep(ctx context.Context) {
 	}
 }
 
-func (m *Manager) sweepOne(ctx context.Context, id, state string, do func(context.Context, *store.Sandbox) error) {
+func (m *Manager) sweepOne(ctx context.Context, id string, state State, do func(context.Context, *store.Sandbox) error) {
 	unlock := m.locks.lock(id)
 	defer unlock()
 	sb, err := m.store.GetSandbox(ctx, id)

@@ -69,7 +69,7 @@ func TestIdleSuspendTTLAndLifetime(t *testing.T) {
 	m.Create(ctx, local, CreateRequest{Name: "idle", IdleSuspend: "2m", TTL: "1h"})
 	m.Create(ctx, local, CreateRequest{Name: "busy", IdleSuspend: "2m"})
 	m.Create(ctx, local, CreateRequest{Name: "short", MaxLifetime: "5m"})
-	state := func(name string) string {
+	state := func(name string) State {
 		sb, err := st.GetSandboxByName(ctx, "local", name)
 		if err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ func TestRunningExecIsActivity(t *testing.T) {
 	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "long", IdleSuspend: "2m"}); err != nil {
 		t.Fatal(err)
 	}
-	state := func() string {
+	state := func() State {
 		sb, err := st.GetSandboxByName(ctx, "local", "long")
 		if err != nil {
 			t.Fatal(err)

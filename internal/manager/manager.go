@@ -264,7 +264,7 @@ func (m *Manager) Resolve(ctx context.Context, owner, ref string) (*store.Sandbo
 func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	for _, s := range f.States {
 		if !validState(s) {
-			return nil, errdefs.Invalid("unknown state %q; states are %s", s, strings.Join(states, ", "))
+			return nil, errdefs.Invalid("unknown state %q; states are %v", s, states)
 		}
 	}
 	list, err := m.store.ListSandboxes(ctx, f)

@@ -273,7 +273,7 @@ func TestRecover(t *testing.T) {
 
 func TestTransitions(t *testing.T) {
 	cases := []struct {
-		from, to string
+		from, to State
 		ok       bool
 	}{
 		{Creating, Running, true}, {Running, Terminating, true}, {Terminating, Terminated, true},

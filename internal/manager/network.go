@@ -137,8 +137,8 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, call Call, ref string, n
 		return nil, nil, err
 	}
 	return m.lifecycleOpBody(ctx, call, ref, "network", norm, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-		if sb.State == Terminated || sb.State == Terminating {
-			return errdefs.Precondition("sandbox %q is %s", sb.Name, sb.State)
+		if err := may(VerbNetwork, sb); err != nil {
+			return err
 		}
 		old := sb.Network
 		sb.Network = norm
@@ -168,7 +168,7 @@ func (m *Manager) networkLeftovers(ctx context.Context) []string {
 	var out []string
 	for _, id := range ids {
 		sb, err := m.store.GetSandbox(ctx, id)
-		if err != nil || !slices.Contains([]string{Running, Creating, Resuming}, sb.State) {
+		if err != nil || !slices.Contains([]State{Running, Creating, Resuming}, sb.State) {
 			out = append(out, id)
 		}
 	}

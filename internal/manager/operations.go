@@ -122,7 +122,7 @@ func (m *Manager) event(sb *store.Sandbox, typ, cause string, data any) {
 }
 
 // setState moves sb to a new state through the state machine and stores it.
-func (m *Manager) setState(ctx context.Context, sb *store.Sandbox, to, cause string) error {
+func (m *Manager) setState(ctx context.Context, sb *store.Sandbox, to State, cause string) error {
 	if err := transition(sb.State, to); err != nil {
 		return err
 	}
@@ -132,6 +132,6 @@ func (m *Manager) setState(ctx context.Context, sb *store.Sandbox, to, cause str
 		sb.State = from
 		return err
 	}
-	m.event(sb, "state", cause, map[string]string{"from": from, "to": to})
+	m.event(sb, "state", cause, map[string]string{"from": string(from), "to": string(to)})
 	return nil
 }

@@ -28,8 +28,8 @@ func (m *Manager) ExposePort(ctx context.Context, call Call, ref string, port in
 	var out store.Port
 	_, _, err := m.lifecycleOpBody(ctx, call, ref, "expose", map[string]any{"port": port, "public": public},
 		func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-			if sb.State == Terminated || sb.State == Terminating {
-				return errdefs.Precondition("sandbox %q is %s", sb.Name, sb.State)
+			if err := may(VerbNetwork, sb); err != nil {
+				return err
 			}
 			i := slices.IndexFunc(sb.Ports, func(p store.Port) bool { return p.Port == port })
 			if i < 0 {

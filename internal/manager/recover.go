@@ -86,7 +86,9 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			log.Warn("undo interrupted resume", "err", err)
 			return
 		}
-		m.setState(ctx, sb, Suspended, "recover")
+		if err := m.setState(ctx, sb, Suspended, "recover"); err != nil {
+			log.Warn("record an undone resume", "err", err)
+		}
 	case Running:
 		st, err := m.driver(sb).Status(ctx, sb.ID)
 		if err != nil {

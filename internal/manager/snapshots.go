@@ -56,6 +56,9 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 	}
 	meta := snapshot.Manifest{SandboxID: sb.ID, ImageDigest: sb.ImageDigest, Parent: sb.Parent, Labels: labels,
 		Consistency: snapshot.Stopped}
+	if err := may(VerbSnapshot, sb); err != nil {
+		return nil, err
+	}
 	switch sb.State {
 	case Running:
 		fz, ok := m.driver(sb).(runtime.Freezer)
@@ -67,9 +70,6 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 		}
 		defer fz.Thaw(context.WithoutCancel(ctx), sb.ID)
 		meta.Consistency = snapshot.CrashConsistent
-	case Suspended:
-	default:
-		return nil, errdefs.Precondition("sandbox %q is %s; snapshots are of running or suspended sandboxes", sb.Name, sb.State)
 	}
 	var man *snapshot.Manifest
 	err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, true, func(dir string) error {
@@ -167,9 +167,8 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		if err != nil {
 			return err
 		}
-		if sb.State != Suspended {
-			return errdefs.Precondition("sandbox %q is %s; restore needs a suspended sandbox (suspend it first)", sb.Name, sb.State).
-				WithDetails(map[string]any{"reason": "not_suspended", "state": sb.State})
+		if err := may(VerbRestore, sb); err != nil {
+			return err
 		}
 		man, err := m.snaps.Get(req.Snapshot)
 		if err != nil {
@@ -356,8 +355,10 @@ func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sand
 	if err != nil {
 		return nil, err
 	}
-	switch parent.State {
-	case Running:
+	if err := may(VerbFork, parent); err != nil {
+		return nil, err
+	}
+	if parent.State == Running {
 		fz, ok := m.driver(parent).(runtime.Freezer)
 		if !ok {
 			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
@@ -366,9 +367,6 @@ func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sand
 			return nil, errdefs.Unavailable("could not freeze sandbox %q", parent.Name).WithCause(err)
 		}
 		defer fz.Thaw(context.WithoutCancel(ctx), parent.ID)
-	case Suspended:
-	default:
-		return nil, errdefs.Precondition("sandbox %q is %s; forks are of running or suspended sandboxes", parent.Name, parent.State)
 	}
 	return cloner.CloneStorage(ctx, parent.ID, sb.ID, parent.UIDBase, sb.UIDBase)
 }

@@ -5,24 +5,28 @@ import (
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
 )
+
+// State is a sandbox's lifecycle state, as its record keeps it.
+type State = store.State
 
 // The sandbox states (DESIGN.md §3).
 const (
-	Creating    = "creating"
-	Running     = "running"
-	Suspending  = "suspending"
-	Suspended   = "suspended"
-	Resuming    = "resuming"
-	Terminating = "terminating"
-	Terminated  = "terminated"
-	Failed      = "failed"
+	Creating    State = "creating"
+	Running     State = "running"
+	Suspending  State = "suspending"
+	Suspended   State = "suspended"
+	Resuming    State = "resuming"
+	Terminating State = "terminating"
+	Terminated  State = "terminated"
+	Failed      State = "failed"
 )
 
-var states = []string{Creating, Running, Suspending, Suspended, Resuming, Terminating, Terminated, Failed}
+var states = []State{Creating, Running, Suspending, Suspended, Resuming, Terminating, Terminated, Failed}
 
 // transitions lists every allowed move.
-var transitions = map[string][]string{
+var transitions = map[State][]State{
 	Creating:    {Running, Failed, Terminating, Terminated},
 	Running:     {Suspending, Terminating, Failed, Terminated},
 	Suspending:  {Suspended, Running, Failed, Terminating},
@@ -33,10 +37,10 @@ var transitions = map[string][]string{
 	Terminated:  {},
 }
 
-func validState(s string) bool { return slices.Contains(states, s) }
+func validState(s State) bool { return slices.Contains(states, s) }
 
 // TransitionError is a move the state machine does not allow.
-type TransitionError struct{ From, To string }
+type TransitionError struct{ From, To State }
 
 func (e *TransitionError) Error() string {
 	return fmt.Sprintf("a %s sandbox cannot become %s", e.From, e.To)
@@ -46,9 +50,60 @@ func (e *TransitionError) Error() string {
 func (e *TransitionError) Is(target error) bool { return target == errdefs.ErrFailedPrecondition }
 
 // transition checks a move.
-func transition(from, to string) error {
+func transition(from, to State) error {
 	if slices.Contains(transitions[from], to) {
 		return nil
 	}
 	return &TransitionError{From: from, To: to}
+}
+
+// Verb is something a caller asks of an existing sandbox.
+type Verb string
+
+// The verbs whose start depends on the sandbox's state.
+const (
+	VerbSuspend  Verb = "suspend"
+	VerbResume   Verb = "resume"
+	VerbUse      Verb = "use" // exec, files, sessions, terminals, ports: resumes a suspended sandbox
+	VerbSnapshot Verb = "snapshot"
+	VerbRestore  Verb = "restore"
+	VerbFork     Verb = "fork"
+	VerbNetwork  Verb = "network" // change its egress policy or its exposed ports
+)
+
+// precondition is from which states a verb may start, and what its refusal says.
+type precondition struct {
+	from   []State
+	rule   string
+	reason string // a machine-readable reason in the refusal's details, if any
+}
+
+// preconditions is the one table of which verb may start from which state; every verb
+// consults it through may. Suspending a suspended sandbox and resuming a running one
+// are allowed: they succeed at once.
+var preconditions = map[Verb]precondition{
+	VerbSuspend:  {from: []State{Running, Suspending, Suspended}, rule: "only a running sandbox can be suspended"},
+	VerbResume:   {from: []State{Suspended, Resuming, Running}, rule: "only a suspended sandbox can be resumed"},
+	VerbUse:      {from: []State{Running, Suspended, Suspending, Resuming}, rule: "only a running or suspended sandbox can be used"},
+	VerbSnapshot: {from: []State{Running, Suspended}, rule: "snapshots are of running or suspended sandboxes"},
+	VerbRestore:  {from: []State{Suspended}, rule: "restore needs a suspended sandbox (suspend it first)", reason: "not_suspended"},
+	VerbFork:     {from: []State{Running, Suspended}, rule: "forks are of running or suspended sandboxes"},
+	VerbNetwork:  {from: []State{Creating, Running, Suspending, Suspended, Resuming, Failed}, rule: "a terminated sandbox has no network to change"},
+}
+
+// may says whether verb may start on sb in its current state; the refusal is a failed
+// precondition naming the state and the rule.
+func may(verb Verb, sb *store.Sandbox) error {
+	p, ok := preconditions[verb]
+	if !ok {
+		panic("manager: verb " + string(verb) + " has no precondition")
+	}
+	if slices.Contains(p.from, sb.State) {
+		return nil
+	}
+	details := map[string]any{"state": sb.State, "verb": verb}
+	if p.reason != "" {
+		details["reason"] = p.reason
+	}
+	return errdefs.Precondition("sandbox %q is %s; %s", sb.Name, sb.State, p.rule).WithDetails(details)
 }

@@ -19,7 +19,7 @@ type Health struct {
 
 // Health checks the store and the driver.
 func (m *Manager) Health(ctx context.Context, owner string) Health {
-	list, err := m.List(ctx, store.SandboxFilter{Owner: owner, States: []string{Running, Suspended, Creating}})
+	list, err := m.List(ctx, store.SandboxFilter{Owner: owner, States: []store.State{Running, Suspended, Creating}})
 	c := runtime.Check{Name: "store", OK: err == nil, Detail: "SQLite"}
 	if err != nil {
 		c.Degrades = "the daemon cannot read or write its records: " + err.Error()

@@ -13,14 +13,14 @@ import (
 
 func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
 	out := &api.Sandbox{
-		ID: sb.ID, Name: sb.Name, State: sb.State, Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
+		ID: sb.ID, Name: sb.Name, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
 		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(), Parent: sb.Parent, ForkedFrom: sb.ForkedFrom,
 		Network: toAPINetwork(sb.Network),
 	}
-	if !sb.SuspendedAt.IsZero() && sb.State == "suspended" {
+	if !sb.SuspendedAt.IsZero() && sb.State == manager.Suspended {
 		t := sb.SuspendedAt
 		out.SuspendedAt = &t
 	}
@@ -86,7 +86,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.SandboxFilter{Owner: owner(r), States: q["state"]}
+	f := store.SandboxFilter{Owner: owner(r)}
+	for _, st := range q["state"] {
+		f.States = append(f.States, store.State(st))
+	}
 	for k := range q {
 		if k != "state" && k != "label" {
 			s.writeError(w, r, errdefs.Invalid("unknown query parameter %q; use state and label", k))

@@ -24,12 +24,16 @@ type Limits struct {
 	Disk      int64   `json:"disk,omitempty"`       // upper-layer bytes
 }
 
+// State is a sandbox's lifecycle state. The manager owns its values and the moves
+// between them (DESIGN.md §3); the store only keeps it.
+type State string
+
 // Sandbox is the durable record of one sandbox handle.
 type Sandbox struct {
 	ID          string `json:"id"`
 	Name        string `json:"name"`
 	Owner       string `json:"owner"`
-	State       string `json:"state"`
+	State       State  `json:"state"`
 	Image       string `json:"image"`
 	ImageDigest string `json:"image_digest"`
 	// Runtime names the driver that runs the sandbox; "" is the node's default.
@@ -115,7 +119,7 @@ type Event struct {
 // SandboxFilter selects sandboxes for ListSandboxes. Empty fields match everything.
 type SandboxFilter struct {
 	Owner  string
-	States []string
+	States []State
 	Labels map[string]string // every pair must match
 }
 

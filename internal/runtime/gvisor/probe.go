@@ -19,6 +19,7 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -119,6 +120,12 @@ func probePath(ctx context.Context, path string) runtime.Check {
 		return c
 	}
 	version, _, _ := bytes.Cut(out, []byte("\n"))
+	if bytes.Contains(version, []byte("VERSION_MISSING")) {
+		// go install leaves the version unset; the module version is in the build info.
+		if bi, err := buildinfo.ReadFile(path); err == nil && bi.Main.Version != "" {
+			version = []byte("runsc " + bi.Main.Version)
+		}
+	}
 	c.OK = true
 	c.Detail = fmt.Sprintf("%s (%s, static, platform %s)", path, version, Platform)
 	return c

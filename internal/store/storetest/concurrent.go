@@ -70,7 +70,7 @@ func testConcurrentCreates(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Errorf("worker %d: got error %v, want none", i, err)
 		}
 	}
-	list, err := s.ListSandboxes(ctx, store.SandboxFilter{States: []string{"suspended"}})
+	list, err := s.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{"suspended"}})
 	ok(t, err, "ListSandboxes")
 	if len(list) != workers {
 		t.Errorf("ListSandboxes after %d concurrent creates: got %d sandboxes, want %d", workers, len(list), workers)

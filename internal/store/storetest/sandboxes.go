@@ -65,11 +65,11 @@ func testNameUniquePerOwner(t *testing.T, open func(t *testing.T) store.Store) {
 	s, ctx := open(t), t.Context()
 	ok(t, s.CreateSandbox(ctx, newSandbox("sb_1", "alice", "web", 0)), "CreateSandbox(alice/web)")
 
-	for _, state := range []string{"creating", "running", "suspended", "failed", "terminating"} {
+	for _, state := range []store.State{"creating", "running", "suspended", "failed", "terminating"} {
 		sb := newSandbox("sb_2", "alice", "web", 1)
 		sb.State = state
 		err := s.CreateSandbox(ctx, sb)
-		isErr(t, err, errdefs.ErrAlreadyExists, "CreateSandbox(alice/web, "+state+") beside a live one")
+		isErr(t, err, errdefs.ErrAlreadyExists, "CreateSandbox(alice/web, "+string(state)+") beside a live one")
 	}
 
 	ok(t, s.CreateSandbox(ctx, newSandbox("sb_3", "bob", "web", 2)), "CreateSandbox(bob/web)")
@@ -165,9 +165,10 @@ func testListSandboxes(t *testing.T, open func(t *testing.T) store.Store) {
 	// Inserted out of creation order, so the order of the results must come from
 	// CreatedAt and not from insertion.
 	for _, sb := range []struct {
-		id, owner, state string
-		created          int
-		labels           map[string]string
+		id, owner string
+		state     store.State
+		created   int
+		labels    map[string]string
 	}{
 		{"sb_a", "alice", "running", 3, map[string]string{"team": "red", "app.kubernetes.io/name": "web"}},
 		{"sb_b", "alice", "suspended", 1, map[string]string{"team": "blue"}},
@@ -188,16 +189,16 @@ func testListSandboxes(t *testing.T, open func(t *testing.T) store.Store) {
 		{"all", store.SandboxFilter{}, []string{"sb_d", "sb_b", "sb_c", "sb_a", "sb_e"}},
 		{"owner", store.SandboxFilter{Owner: "alice"}, []string{"sb_b", "sb_c", "sb_a"}},
 		{"unknown owner", store.SandboxFilter{Owner: "carol"}, nil},
-		{"one state", store.SandboxFilter{States: []string{"running"}}, []string{"sb_d", "sb_a"}},
-		{"two states", store.SandboxFilter{States: []string{"suspended", terminated}}, []string{"sb_b", "sb_c"}},
-		{"owner and state", store.SandboxFilter{Owner: "bob", States: []string{"running"}}, []string{"sb_d"}},
+		{"one state", store.SandboxFilter{States: []store.State{"running"}}, []string{"sb_d", "sb_a"}},
+		{"two states", store.SandboxFilter{States: []store.State{"suspended", terminated}}, []string{"sb_b", "sb_c"}},
+		{"owner and state", store.SandboxFilter{Owner: "bob", States: []store.State{"running"}}, []string{"sb_d"}},
 		{"one label", store.SandboxFilter{Labels: map[string]string{"team": "red"}}, []string{"sb_d", "sb_c", "sb_a"}},
 		{"two labels", store.SandboxFilter{Labels: map[string]string{"team": "red", "app.kubernetes.io/name": "web"}}, []string{"sb_a"}},
 		{"label key with quotes and dots", store.SandboxFilter{Labels: map[string]string{`we"ird $.key`: "v"}}, []string{"sb_d"}},
 		{"label value differs", store.SandboxFilter{Labels: map[string]string{"team": "Red"}}, nil},
 		{"empty label value needs the key", store.SandboxFilter{Labels: map[string]string{"team": ""}}, nil},
 		{"label and state and owner", store.SandboxFilter{
-			Owner: "alice", States: []string{"running", terminated}, Labels: map[string]string{"team": "red"},
+			Owner: "alice", States: []store.State{"running", terminated}, Labels: map[string]string{"team": "red"},
 		}, []string{"sb_c", "sb_a"}},
 	}
 	for _, tt := range tests {
