@@ -49,15 +49,6 @@ const cancelSlack = 4 * agentproto.MaxPayload
 // frameOverhead is what a frame costs beyond its payload: type, length and checksum.
 const frameOverhead = 9
 
-// SocketClient is a client of an agent listening on a unix socket path (tests, and the
-// agent's own tools; the daemon dials through its runtime driver).
-func SocketClient(path string) *Client {
-	return &Client{Dial: func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}
-}
-
 // OpenRaw dials the agent and sends req, returning the connection for a caller that
 // speaks the frames itself (a terminal relayed to a client).
 func (c *Client) OpenRaw(ctx context.Context, req *agentproto.Request) (net.Conn, error) {

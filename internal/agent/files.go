@@ -384,11 +384,3 @@ func removeAll(parent int, name string) error {
 		}
 	}
 }
-
-// unexpected turns the end of a stream in the middle of a message into an error.
-func unexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}

@@ -187,3 +187,11 @@ func TestRemoteErrorIs(t *testing.T) {
 		}
 	}
 }
+
+// SocketClient is a client of an agent listening on a unix socket path.
+func SocketClient(path string) *Client {
+	return &Client{Dial: func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+}

@@ -208,13 +208,13 @@ func TestDNSAnswersOnlyReachableNames(t *testing.T) {
 		qtype  uint16
 		want   string // "NXDOMAIN" or the answers joined
 	}{
-		{DefaultPolicy(), "pypi.org", dns.TypeA, "151.101.0.223"},
-		{DefaultPolicy(), "PyPI.org", dns.TypeAAAA, "2a04:4e42::223"},
-		{DefaultPolicy(), "files.pythonhosted.org", dns.TypeA, "151.101.64.223"},
-		{DefaultPolicy(), "us.archive.ubuntu.com", dns.TypeA, "91.189.91.81"},
-		{DefaultPolicy(), "api.example.org", dns.TypeA, "NXDOMAIN"},
-		{DefaultPolicy(), "c2VjcmV0.exfil.example.com", dns.TypeA, "NXDOMAIN"},
-		{DefaultPolicy(), "c2VjcmV0.pypi.org.evil.example", dns.TypeTXT, "NXDOMAIN"},
+		{Policy{Mode: ModeBaseline}, "pypi.org", dns.TypeA, "151.101.0.223"},
+		{Policy{Mode: ModeBaseline}, "PyPI.org", dns.TypeAAAA, "2a04:4e42::223"},
+		{Policy{Mode: ModeBaseline}, "files.pythonhosted.org", dns.TypeA, "151.101.64.223"},
+		{Policy{Mode: ModeBaseline}, "us.archive.ubuntu.com", dns.TypeA, "91.189.91.81"},
+		{Policy{Mode: ModeBaseline}, "api.example.org", dns.TypeA, "NXDOMAIN"},
+		{Policy{Mode: ModeBaseline}, "c2VjcmV0.exfil.example.com", dns.TypeA, "NXDOMAIN"},
+		{Policy{Mode: ModeBaseline}, "c2VjcmV0.pypi.org.evil.example", dns.TypeTXT, "NXDOMAIN"},
 		{allowlist, "api.example.org", dns.TypeA, "93.184.216.34"},
 		{allowlist, "x.corp.example.org", dns.TypeA, "93.184.216.37"},
 		{allowlist, "corp.example.org", dns.TypeA, "NXDOMAIN"},
@@ -293,7 +293,7 @@ func TestDNSRecordsResolvedNames(t *testing.T) {
 	if got := e.names.Names("sb_dns", netip.MustParseAddr("93.184.216.36")); !slices.Equal(got, []string{"cname.example.org"}) {
 		t.Errorf("names of the CNAME's address = %v, want the name asked for", got)
 	}
-	e.setPolicy(DefaultPolicy())
+	e.setPolicy(Policy{Mode: ModeBaseline})
 	e.query("127.0.0.1", "udp", "any.example.net", dns.TypeA)
 	if got := e.names.Names("sb_dns", netip.MustParseAddr("93.184.216.38")); len(got) != 0 {
 		t.Errorf("a refused name was recorded: %v", got)

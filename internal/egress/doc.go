@@ -6,7 +6,7 @@
 // with its audit records (proxy.go, forward.go, tunnel.go), and the DNS server that only
 // answers names a sandbox's policy could reach (dns.go).
 //
-// It must not touch network namespaces, veth pairs or nftables (internal/netns owns
+// It must not touch network namespaces, veth pairs or nftables (internal/sandboxlink owns
 // those), must not store anything (audit records and DNS queries leave through
 // callbacks), and knows sandboxes only through the SandboxInfo its caller's Lookup
 // returns. Apart from the CA files it is given a directory for, it writes nothing.

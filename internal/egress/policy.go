@@ -68,9 +68,6 @@ type Decision struct {
 	Reason  string // why it was denied; empty when allowed
 }
 
-// DefaultPolicy is the policy of a sandbox created without one.
-func DefaultPolicy() Policy { return Policy{Mode: ModeBaseline} }
-
 var (
 	defaultPorts = []int{80, 443}
 	knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -92,9 +89,6 @@ var baselineRules = func() []Rule {
 	}
 	return rules
 }()
-
-// BaselineRules returns the rules of the baseline mode.
-func BaselineRules() []Rule { return slices.Clone(baselineRules) }
 
 const ruleForm = "the form is HOST[:PORT][/METHODS], e.g. api.example.com:443/GET,POST, *.corp.dev or 10.1.0.0/16:5432"
 

@@ -103,7 +103,7 @@ func TestValidate(t *testing.T) {
 		p       Policy
 		wantMsg string // "" means valid
 	}{
-		{"default", DefaultPolicy(), ""},
+		{"default", Policy{Mode: ModeBaseline}, ""},
 		{"every mode", Policy{Mode: ModeUnrestricted}, ""},
 		{"allowlist with rules", Policy{Mode: ModeAllowlist, Rules: []Rule{rule}}, ""},
 		{"private ranges", Policy{Mode: ModeAllowlist, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, ""},
@@ -231,7 +231,7 @@ func TestDecideReasons(t *testing.T) {
 
 func TestBaselineRules(t *testing.T) {
 	var hosts []string
-	for _, r := range BaselineRules() {
+	for _, r := range baselineRules {
 		hosts = append(hosts, r.Host)
 		if !slices.Equal(r.Methods, []string{"GET", "HEAD"}) {
 			t.Errorf("baseline rule %s allows %v, want GET and HEAD only", r, r.Methods)

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // LegacyOwner owns the names of a store written before images had owners: they become
@@ -161,7 +161,7 @@ func (s *Store) writeRefs(t *refTable) error {
 	if err != nil {
 		return err
 	}
-	if err := fsutil.WriteFileAtomic(s.path("refs.json"), b, 0o600); err != nil {
+	if err := durable.WriteFile(s.path("refs.json"), b, 0o600); err != nil {
 		return err
 	}
 	if err := os.Remove(s.path("names.json")); err != nil && !errors.Is(err, os.ErrNotExist) {

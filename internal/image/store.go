@@ -54,8 +54,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // HostName is the name of the built-in image made from the host's own /usr.
@@ -382,7 +382,7 @@ func (s *Store) writeRecord(img *Image) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(s.recordPath(img.Digest), b, 0o600)
+	return durable.WriteFile(s.recordPath(img.Digest), b, 0o600)
 }
 
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }

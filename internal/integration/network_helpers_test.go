@@ -70,7 +70,7 @@ func netRequireHostNetns(t testing.TB) {
 	}()
 	if other := <-ch; main != other {
 		t.Fatalf("the main thread is in network namespace %s, other threads in %s: "+
-			"netns.onThread left the main thread in a sandbox's namespace and netns.New takes "+
+			"sandboxlink.onThread left the main thread in a sandbox's namespace and sandboxlink.New takes "+
 			"/proc/self/ns/net for the host's", main, other)
 	}
 }

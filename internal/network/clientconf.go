@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/airlockhq/airlock/internal/fsutil"
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -148,5 +148,5 @@ func writeConfFile(path string, body []byte) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	return fsutil.WriteFileAtomic(path, body, 0o644)
+	return durable.WriteFile(path, body, 0o644)
 }

@@ -1,10 +1,10 @@
 // Package network owns a node's egress assembly: one network namespace and veth per
-// sandbox (through netns), the egress proxy with its explicit, transparent-HTTP,
+// sandbox (through sandboxlink), the egress proxy with its explicit, transparent-HTTP,
 // transparent-TLS and TCP-relay listeners, the policy-aware DNS server, the node CA and
 // the files and variables that point a sandbox's clients at them. It implements manager.Network. It
 // must not touch the store or containers; it only keeps each sandbox's current policy.
 //
-// Hostile surfaces are guarded in egress (what a sandbox sends) and netns (its link);
+// Hostile surfaces are guarded in egress (what a sandbox sends) and sandboxlink (its link);
 // here, each sandbox's client files live in a directory only that sandbox's gid can
 // search, only the CA bundle (public certificates) is readable by every sandbox, and
 // the connections sandboxes hold to the listeners are capped per sandbox, per owner and
@@ -27,11 +27,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/egress"
-	"github.com/airlockhq/airlock/internal/fsutil"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/netns"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/sandboxlink"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -74,7 +74,7 @@ const (
 type Node struct {
 	opts   Options
 	log    *slog.Logger
-	nm     *netns.Manager
+	nm     *sandboxlink.Manager
 	ca     *egress.CA
 	bundle string
 	proxy  *egress.Proxy
@@ -89,7 +89,7 @@ type Node struct {
 	mu     sync.RWMutex
 	info   map[string]egress.SandboxInfo
 	owners map[string]string // sandbox id -> owner, for the connection caps
-	links  map[string]*netns.Sandbox
+	links  map[string]*sandboxlink.Sandbox
 
 	wg sync.WaitGroup
 }
@@ -125,7 +125,7 @@ func New(opts Options) (_ *Node, retErr error) {
 		opts.MaxConnsPerOwner = min(perOwner, opts.MaxConnsNode)
 	}
 	n := &Node{opts: opts, log: opts.Logger.With("component", "network"),
-		info: map[string]egress.SandboxInfo{}, owners: map[string]string{}, links: map[string]*netns.Sandbox{}}
+		info: map[string]egress.SandboxInfo{}, owners: map[string]string{}, links: map[string]*sandboxlink.Sandbox{}}
 	n.log.Info("sandbox connection caps", "per_sandbox", opts.MaxConns, "per_owner", opts.MaxConnsPerOwner, "node", opts.MaxConnsNode)
 	n.limit = newConnLimit(opts.MaxConns, opts.MaxConnsPerOwner, opts.MaxConnsNode, n.ownerOf, opts.Audit)
 	defer func() {
@@ -169,7 +169,7 @@ func New(opts Options) (_ *Node, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	n.nm, err = netns.New(netns.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
+	n.nm, err = sandboxlink.New(sandboxlink.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
 		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.Proxy,
 		TransparentHTTPPort: n.ports.HTTP, TransparentTLSPort: n.ports.TLS, TransparentTCPPort: n.ports.TCP,
 		DNSPort: n.ports.DNS, Table: opts.Table})
@@ -234,7 +234,7 @@ func (n *Node) listen() error {
 	}
 	if n.ports != saved {
 		b, _ := json.Marshal(n.ports)
-		return fsutil.WriteFileAtomic(path, b, 0o600)
+		return durable.WriteFile(path, b, 0o600)
 	}
 	return nil
 }
@@ -265,7 +265,7 @@ func (n *Node) acceptTransparent(l net.Listener, serve func(net.Conn, netip.Addr
 			c.Close()
 			continue
 		}
-		dst, err := netns.OriginalDst(tc)
+		dst, err := sandboxlink.OriginalDst(tc)
 		if err != nil {
 			c.Close()
 			continue
@@ -326,7 +326,7 @@ func (n *Node) ownerOf(a netip.Addr) (id, owner string, ok bool) {
 func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*manager.Attachment, error) {
 	mode := "egress"
 	if pol.Mode == egress.ModeNone {
-		mode = netns.ModeNone
+		mode = sandboxlink.ModeNone
 	}
 	link, ok := n.nm.Get(sb.ID)
 	if !ok {
@@ -395,7 +395,7 @@ func (n *Node) SetPolicy(id string, generation int64, pol egress.Policy) {
 func (n *Node) List() ([]string, error) { return n.nm.List() }
 
 // Link returns a sandbox's link (its addresses), if it has one.
-func (n *Node) Link(id string) (*netns.Sandbox, bool) {
+func (n *Node) Link(id string) (*sandboxlink.Sandbox, bool) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	l, ok := n.links[id]
@@ -421,7 +421,7 @@ func writeBundle(dir string, caPEM []byte) (string, error) {
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
 	path := filepath.Join(dir, "ca-bundle.pem")
-	return path, fsutil.WriteFileAtomic(path, data, 0o644)
+	return path, durable.WriteFile(path, data, 0o644)
 }
 
 // hostResolver is the first nameserver of the host's resolv.conf.
@@ -466,7 +466,7 @@ func (n *Node) DialPort(ctx context.Context, id string, port int) (net.Conn, err
 	if !ok {
 		return nil, fmt.Errorf("network: sandbox %s has no network", id)
 	}
-	return netns.DialIn(ctx, path, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)).String())
+	return sandboxlink.DialIn(ctx, path, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)).String())
 }
 
 func (n *Node) NetnsPath(id string) (string, bool) {

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // Create snapshots the upper layer upperDir, whose ids are host ids of the range that
@@ -365,7 +365,7 @@ func (w *walker) put(data []byte) (Chunk, error) {
 // syncTouched makes the names of the new chunks durable.
 func (w *walker) syncTouched() error {
 	for d := range w.touched {
-		if err := fsutil.SyncDir(path.Join(w.s.dir, "chunks", d)); err != nil {
+		if err := durable.SyncDir(path.Join(w.s.dir, "chunks", d)); err != nil {
 			return err
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // Chunks are reference-counted in memory: refs[hex] is the number of ready snapshots
@@ -54,7 +54,7 @@ func (s *Store) Delete(id string, dependents func(id string) []string) error {
 	if err := os.Remove(s.manifestPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := fsutil.SyncDir(s.manifestDir()); err != nil {
+	if err := durable.SyncDir(s.manifestDir()); err != nil {
 		return err
 	}
 	s.mu.Lock()

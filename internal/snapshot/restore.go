@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // zeroChunk is the hex digest of a full chunk (ChunkSize bytes) of zeros, restored as
@@ -70,7 +70,7 @@ func (s *Store) Restore(ctx context.Context, id string, dstUpper string, uidBase
 	if err := os.Rename(tmp, dstUpper); err != nil {
 		return err
 	}
-	return fsutil.SyncDir(filepath.Dir(dstUpper))
+	return durable.SyncDir(filepath.Dir(dstUpper))
 }
 
 // checkDest accepts a destination that does not exist or is an empty directory.

@@ -40,8 +40,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/fsutil"
 )
 
 // Snapshot states.
@@ -305,7 +305,7 @@ func (s *Store) writeManifest(m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(s.manifestPath(m.ID), b, 0o600)
+	return durable.WriteFile(s.manifestPath(m.ID), b, 0o600)
 }
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

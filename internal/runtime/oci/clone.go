@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockhq/airlock/internal/fsutil"
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -85,7 +85,7 @@ func syncFileAndDir(path string) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.SyncDir(filepath.Dir(path))
+	return durable.SyncDir(filepath.Dir(path))
 }
 
 // writeBackChunk is how much copySparse copies before it starts that piece's write-back.

@@ -1,4 +1,4 @@
-// Package netns owns each sandbox's network plumbing on the node: a named network
+// Package sandboxlink owns each sandbox's link to the node, its network plumbing: a named network
 // namespace (a file bind-mounted under Config.RunDir), a veth pair whose host side
 // stays in the host namespace, the link's addresses and default route, and the
 // "inet airlock" nftables table that lets a sandbox reach only the node's egress proxy
@@ -15,7 +15,7 @@
 // rules let it reach the node's proxy and DNS ports and nothing else (not another
 // sandbox, not the host's other services), and Lookup maps a source address to a
 // sandbox only for addresses this package assigned.
-package netns
+package sandboxlink
 
 import (
 	"context"

@@ -1,18 +1,19 @@
-// Package fsutil holds the one way Airlock replaces a small file durably.
+// Package durable holds how Airlock makes a change to the file system survive a crash:
+// a small file replaced whole (WriteFile) and a directory's entries synced (SyncDir).
 //
 // It guards no hostile surface itself: its callers write only files whose paths they
 // chose.
-package fsutil
+package durable
 
 import (
 	"os"
 	"path/filepath"
 )
 
-// WriteFileAtomic replaces path with data, mode perm: a temp file beside it, written and
+// WriteFile replaces path with data, mode perm: a temp file beside it, written and
 // synced, renamed over path, and the directory synced. A reader sees the old file or the
 // new one, never part of one, and after a crash one of the two is there.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {

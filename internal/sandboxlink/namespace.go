@@ -1,4 +1,4 @@
-package netns
+package sandboxlink
 
 import (
 	"context"
@@ -20,10 +20,10 @@ import (
 func newNamed(path string) (retErr error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if errors.Is(err, fs.ErrExist) {
-		return errdefs.Exists("netns: namespace file %s already exists", path)
+		return errdefs.Exists("network namespace: namespace file %s already exists", path)
 	}
 	if err != nil {
-		return fmt.Errorf("netns: %w", err)
+		return fmt.Errorf("network namespace: %w", err)
 	}
 	f.Close()
 	defer func() {
@@ -33,14 +33,14 @@ func newNamed(path string) (retErr error) {
 	}()
 	return onThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("netns: unshare: %w", err)
+			return fmt.Errorf("network namespace: unshare: %w", err)
 		}
 		if err := setupNew(); err != nil {
 			return err
 		}
 		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
 		if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("netns: bind-mount %s: %w", path, err)
+			return fmt.Errorf("network namespace: bind-mount %s: %w", path, err)
 		}
 		return nil
 	})
@@ -53,7 +53,7 @@ func setupNew() error {
 		p := "/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6"
 		err := os.WriteFile(p, []byte("1"), 0)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) { // no IPv6 in this kernel at all
-			return fmt.Errorf("netns: disable IPv6: %w", err)
+			return fmt.Errorf("network namespace: disable IPv6: %w", err)
 		}
 	}
 	// Package-level netlink calls open their socket on the calling thread, i.e. inside.
@@ -62,7 +62,7 @@ func setupNew() error {
 		err = netlink.LinkSetUp(lo)
 	}
 	if err != nil {
-		return fmt.Errorf("netns: lo up: %w", err)
+		return fmt.Errorf("network namespace: lo up: %w", err)
 	}
 	return nil
 }
@@ -72,10 +72,10 @@ func setupNew() error {
 func removeNamed(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH)
 	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("netns: unmount %s: %w", path, err)
+		return fmt.Errorf("network namespace: unmount %s: %w", path, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("netns: %w", err)
+		return fmt.Errorf("network namespace: %w", err)
 	}
 	return nil
 }
@@ -91,7 +91,7 @@ func onThread(fn func() error) error {
 		// main thread, so a thread left in another namespace could serve other work.
 		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
-			errc <- fmt.Errorf("netns: open own namespace: %w", err)
+			errc <- fmt.Errorf("network namespace: open own namespace: %w", err)
 			return // the thread stays locked and ends with the goroutine
 		}
 		defer home.Close()
@@ -112,11 +112,11 @@ func DialIn(ctx context.Context, nsPath, addr string) (net.Conn, error) {
 	err := onThread(func() error {
 		target, err := os.Open(nsPath)
 		if err != nil {
-			return fmt.Errorf("netns: %w", err)
+			return fmt.Errorf("network namespace: %w", err)
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("netns: enter %s: %w", nsPath, err)
+			return fmt.Errorf("network namespace: enter %s: %w", nsPath, err)
 		}
 		var d net.Dialer
 		c, err = d.DialContext(ctx, "tcp", addr)

@@ -1,4 +1,4 @@
-package fsutil
+package durable
 
 import (
 	"os"
@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-func TestWriteFileAtomic(t *testing.T) {
+func TestWriteFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "f.json")
 	for _, content := range []string{"first", "second, longer than the first"} {
-		if err := WriteFileAtomic(path, []byte(content), 0o640); err != nil {
+		if err := WriteFile(path, []byte(content), 0o640); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)
@@ -26,7 +26,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	if len(entries) != 1 {
 		t.Fatalf("the directory holds %d entries, want only the file (no temp left)", len(entries))
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
+	if err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
 		t.Fatal("a write into a missing directory succeeded")
 	}
 }
