@@ -226,9 +226,6 @@ func (m *Manager) eachDriver(fn func(runtime.Driver)) {
 	}
 }
 
-// Images returns the image store.
-func (m *Manager) Images() *image.Store { return m.images }
-
 func newID(prefix string) string {
 	var b [10]byte
 	rand.Read(b[:])

@@ -15,11 +15,10 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	var req api.ExecRequest
 	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	mreq := manager.ExecRequest{
 		Argv: req.Argv, Shell: req.Shell, Env: req.Env, Cwd: req.Cwd, UID: req.UID, GID: req.GID, Timeout: req.Timeout,
@@ -31,8 +30,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if req.Stream {
 		st := newStream(w)
 		res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, st.writer("stdout"), st.writer("stderr"))
-		st.finish(s, r, toAPIResult(res), err)
-		return
+		return st.finish(s, r, toAPIResult(res), err)
 	}
 	stdout, stderr := s.collectors()
 	defer stdout.release()
@@ -40,12 +38,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	mreq.MaxRead = s.maxRead()
 	res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, stdout, stderr)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := toAPIResult(res)
 	setOutput(out, stdout, stderr)
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // collectors are the buffers of one non-streamed call's stdout and stderr.
@@ -102,8 +100,8 @@ func (st *stream) writer(typ string) *lineWriter {
 }
 
 // finish flushes partial lines and writes the closing event. An error before anything
-// was streamed is an ordinary error response.
-func (st *stream) finish(s *Server, r *http.Request, res *api.ExecResult, err error) {
+// was streamed is returned, for an ordinary error response.
+func (st *stream) finish(s *Server, r *http.Request, res *api.ExecResult, err error) error {
 	for _, lw := range st.writers {
 		lw.flush()
 	}
@@ -112,14 +110,14 @@ func (st *stream) finish(s *Server, r *http.Request, res *api.ExecResult, err er
 		started := st.started
 		st.mu.Unlock()
 		if !started {
-			s.writeError(st.w, r, err)
-			return
+			return err
 		}
 		_, e := s.apiError(r, err)
 		st.emit(api.ExecEvent{Type: "error", Error: &e})
-		return
+		return nil
 	}
 	st.emit(api.ExecEvent{Type: "exit", Result: res})
+	return nil
 }
 
 type lineWriter struct {
@@ -152,27 +150,23 @@ func (lw *lineWriter) flush() {
 	}
 }
 
-func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	var req api.SessionRequest
 	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	switch req.Kind {
 	case agentproto.SessionPython, agentproto.SessionShell:
 	case agentproto.SessionRaw:
 		if len(req.Argv) == 0 {
-			s.writeError(w, r, errdefs.Invalid("a raw session needs argv"))
-			return
+			return errdefs.Invalid("a raw session needs argv")
 		}
 	default:
-		s.writeError(w, r, errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind))
-		return
+		return errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind)
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
@@ -181,40 +175,37 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	sort.Strings(env)
 	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	writeJSON(w, http.StatusCreated, api.Session{ID: info.ID, Kind: info.Kind, PID: info.PID})
+	return nil
 }
 
-func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	list, err := cl.ListSessions(r.Context())
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	out := api.SessionList{Sessions: []api.Session{}}
 	for _, i := range list {
 		out.Sessions = append(out.Sessions, api.Session{ID: i.ID, Kind: i.Kind, PID: i.PID})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 	var req api.SendRequest
 	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sid := r.PathValue("sid")
 	if req.Stream {
@@ -223,8 +214,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			err = s.m.AgentFailed(sb, err)
 		}
-		st.finish(s, r, sendResult(res), err)
-		return
+		return st.finish(s, r, sendResult(res), err)
 	}
 	stdout, stderr := s.collectors()
 	defer stdout.release()
@@ -232,12 +222,12 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	cl.MaxRead = s.maxRead()
 	res, err := cl.Send(r.Context(), sid, req.Input, stdout, stderr)
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	out := sendResult(res)
 	setOutput(out, stdout, stderr)
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 func sendResult(res *agentproto.SendResult) *api.ExecResult {
@@ -247,17 +237,16 @@ func sendResult(res *agentproto.SendResult) *api.ExecResult {
 	return &api.ExecResult{State: res.State, ExitCode: res.ExitCode, Error: res.Error}
 }
 
-func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
+func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := cl.CloseSession(r.Context(), r.PathValue("sid")); err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func chunkEvent(typ string, b []byte) api.ExecEvent {

@@ -24,56 +24,48 @@ func filePath(r *http.Request) (string, error) {
 	return p, nil
 }
 
-func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	mode := uint64(0o644)
 	if ms := r.URL.Query().Get("mode"); ms != "" {
 		if mode, err = strconv.ParseUint(ms, 8, 32); err != nil || mode > 0o7777 {
-			s.writeError(w, r, errdefs.Invalid("invalid mode %q: use octal permission bits such as 0644 or 0755", ms))
-			return
+			return errdefs.Invalid("invalid mode %q: use octal permission bits such as 0644 or 0755", ms)
 		}
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if _, err := cl.Upload(r.Context(), p, uint32(mode), 0, 0, r.Body); err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	writeJSON(w, http.StatusCreated, toAPIFile(path.Dir(p), *fi))
+	return nil
 }
 
-func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	// Stat first so that a missing file or a directory is a clean error, not a cut body.
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	if fi.IsDir {
-		s.writeError(w, r, errdefs.Invalid("%s is a directory; only files can be downloaded", p))
-		return
+		return errdefs.Invalid("%s is a directory; only files can be downloaded", p)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if !fi.IsSymlink {
@@ -85,11 +77,11 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		if !tw.wrote {
 			w.Header().Del("Content-Length")
 			w.Header().Del("Content-Type")
-			s.writeError(w, r, s.m.AgentFailed(sb, err))
-			return
+			return s.m.AgentFailed(sb, err)
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
 	}
+	return nil
 }
 
 // trackingWriter notes whether any byte reached the client.
@@ -103,81 +95,73 @@ func (t *trackingWriter) Write(p []byte) (int, error) {
 	return t.w.Write(p)
 }
 
-func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	recursive := r.URL.Query().Get("recursive") == "true"
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := cl.Remove(r.Context(), p, recursive); err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	list, err := cl.List(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	out := api.FileList{Files: []api.FileInfo{}}
 	for _, fi := range list {
 		out.Files = append(out.Files, toAPIFile(p, fi))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	writeJSON(w, http.StatusOK, toAPIFile(path.Dir(p), *fi))
+	return nil
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) error {
 	var req api.MkdirRequest
 	if err := decode(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := cl.Mkdir(r.Context(), req.Path, req.Parents); err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

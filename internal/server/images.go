@@ -11,10 +11,10 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
-func toAPIImage(img *image.Image) api.Image {
+func toAPIImage(img *manager.Image) api.Image {
 	vis := api.VisibilityPrivate
 	if img.Public || img.Builtin {
 		vis = api.VisibilityPublic
@@ -23,29 +23,23 @@ func toAPIImage(img *image.Image) api.Image {
 		Builtin: img.Builtin, Owner: img.Owner, Visibility: vis}
 }
 
-// imageScope is whom an image request acts for: its owner, an administrator when it
-// came through the unix socket.
-func imageScope(r *http.Request) image.Scope {
-	return image.Scope{Owner: owner(r), Admin: owner(r) == LocalOwner}
-}
-
-func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
-	list, err := s.m.Images().List(imageScope(r))
+func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.m.ListImages(manager.Call{Owner: owner(r)})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := api.ImageList{Images: []api.Image{}}
 	for _, img := range list {
 		out.Images = append(out.Images, toAPIImage(img))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // importImage stores the uploaded archive in a temporary file (the formats need random
 // access), at most the store's upload limit of it, then imports it, streaming progress
 // as NDJSON.
-func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
+func (s *Server) importImage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	name := q.Get("name")
 	public := false
@@ -54,29 +48,23 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	case api.VisibilityPublic:
 		public = true
 	default:
-		s.writeError(w, r, errdefs.Invalid("invalid visibility %q: use private or public", v))
-		return
+		return errdefs.Invalid("invalid visibility %q: use private or public", v)
 	}
-	sc := imageScope(r)
-	if public && !sc.Admin {
-		s.writeError(w, r, &errdefs.Error{Class: errdefs.ErrPermissionDenied,
-			Msg: "only an administrator (over the unix socket) can publish a public image"})
-		return
+	c := manager.Call{Owner: owner(r)}
+	if err := s.m.MayImport(c, public); err != nil {
+		return err
 	}
-	limit := s.m.Images().Limits().Upload
+	limit := s.m.ImageUploadLimit()
 	if r.ContentLength > limit {
-		s.writeError(w, r, uploadTooLarge(limit))
-		return
+		return uploadTooLarge(limit)
 	}
 	dir := filepath.Join(s.opts.StateDir, "uploads")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	f, err := os.CreateTemp(dir, "import-*")
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	defer os.Remove(f.Name())
 	_, err = io.Copy(f, http.MaxBytesReader(w, r.Body, limit))
@@ -86,11 +74,10 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		s.writeError(w, r, uploadTooLarge(limit))
-		return
+		return uploadTooLarge(limit)
+
 	case err != nil:
-		s.writeError(w, r, errdefs.Invalid("the upload did not complete: %v", err))
-		return
+		return errdefs.Invalid("the upload did not complete: %v", err)
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -103,8 +90,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var last int64 = -1
-	req := image.ImportRequest{Archive: f.Name(), Name: name, Public: public, Users: s.m.ImageUsers(r.Context(), sc.Owner)}
-	img, err := s.m.Images().Import(r.Context(), sc, req, func(phase string, done, total int64) {
+	img, err := s.m.ImportImage(r.Context(), c, f.Name(), name, public, func(phase string, done, total int64) {
 		// About a hundred updates for a whole import is plenty for a progress bar.
 		if total > 0 && done != total && last >= 0 && (done-last)*100 < total {
 			return
@@ -115,10 +101,11 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		_, e := s.apiError(r, err)
 		emit(api.ImportEvent{Error: &e})
-		return
+		return nil
 	}
 	ai := toAPIImage(img)
 	emit(api.ImportEvent{Image: &ai})
+	return nil
 }
 
 func uploadTooLarge(limit int64) error {
@@ -127,11 +114,10 @@ func uploadTooLarge(limit int64) error {
 		Details: map[string]any{"limit": limit}}
 }
 
-func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
-	sc := imageScope(r)
-	if err := s.m.Images().Remove(sc, r.PathValue("ref"), s.m.ImageUsers(r.Context(), sc.Owner)); err != nil {
-		s.writeError(w, r, err)
-		return
+func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) error {
+	if err := s.m.RemoveImage(r.Context(), manager.Call{Owner: owner(r)}, r.PathValue("ref")); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

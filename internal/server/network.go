@@ -15,56 +15,53 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
-func toAPINetwork(n store.Network) api.NetworkPolicy {
+func toAPINetwork(n manager.NetworkPolicy) api.NetworkPolicy {
 	if n.Mode == "" {
 		n = manager.DefaultNetwork
 	}
 	return api.NetworkPolicy{Mode: n.Mode, Allow: n.Allow, AllowPrivate: n.AllowPrivate}
 }
 
-func fromAPINetwork(n api.NetworkPolicy) store.Network {
-	return store.Network{Mode: n.Mode, Allow: n.Allow, AllowPrivate: n.AllowPrivate}
+func fromAPINetwork(n api.NetworkPolicy) manager.NetworkPolicy {
+	return manager.NetworkPolicy{Mode: n.Mode, Allow: n.Allow, AllowPrivate: n.AllowPrivate}
 }
 
-func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set("ETag", etag(sb.Version))
 	writeJSON(w, http.StatusOK, toAPINetwork(sb.Network))
+	return nil
 }
 
-func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) error {
 	var req api.NetworkPolicy
-	c, ok := s.decodeCall(w, r, &req)
-	if !ok {
-		return
+	c, err := s.decodeCall(w, r, &req)
+	if err != nil {
+		return err
 	}
 	op, sb, err := s.m.SetNetworkPolicy(r.Context(), c, r.PathValue("ref"), fromAPINetwork(req))
-	s.opResult(w, r, http.StatusOK, op, sb, err)
+	return s.opResult(w, r, http.StatusOK, op, sb, err)
 }
 
 // egressLog lists a sandbox's egress decisions (events of type "egress").
-func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
+func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) error {
 	var after int64
 	if a := r.URL.Query().Get("after"); a != "" {
 		var err error
 		if after, err = strconv.ParseInt(a, 10, 64); err != nil || after < 0 {
-			s.writeError(w, r, errdefs.Invalid("invalid after %q: an event sequence number", a))
-			return
+			return errdefs.Invalid("invalid after %q: an event sequence number", a)
 		}
 	}
 	out := api.EgressLog{Records: []api.EgressRecord{}}
 	for {
 		evs, err := s.m.Events(r.Context(), owner(r), r.PathValue("ref"), after, false)
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		for _, ev := range evs {
 			after = ev.Seq
@@ -98,6 +95,7 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 func (s *Server) portURL(sandboxID string, port int) string {
@@ -108,7 +106,7 @@ func (s *Server) portURL(sandboxID string, port int) string {
 	return fmt.Sprintf("%s/v1/ports/%s/%d/", strings.TrimRight(base, "/"), sandboxID, port)
 }
 
-func (s *Server) toAPIPort(sb *store.Sandbox, p store.Port) api.Port {
+func (s *Server) toAPIPort(sb *manager.Sandbox, p manager.Port) api.Port {
 	out := api.Port{Port: p.Port, Public: p.Public, URL: s.portURL(sb.ID, p.Port)}
 	if !p.Public {
 		out.Token = p.Token
@@ -116,54 +114,51 @@ func (s *Server) toAPIPort(sb *store.Sandbox, p store.Port) api.Port {
 	return out
 }
 
-func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) error {
 	var req api.PortRequest
-	c, ok := s.decodeCall(w, r, &req)
-	if !ok {
-		return
+	c, err := s.decodeCall(w, r, &req)
+	if err != nil {
+		return err
 	}
 	p, err := s.m.ExposePort(r.Context(), c, r.PathValue("ref"), req.Port, req.Public)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, s.toAPIPort(sb, *p))
+	return nil
 }
 
-func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := api.PortList{Ports: []api.Port{}}
 	for _, p := range sb.Ports {
 		out.Ports = append(out.Ports, s.toAPIPort(sb, p))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) closePort(w http.ResponseWriter, r *http.Request) {
+func (s *Server) closePort(w http.ResponseWriter, r *http.Request) error {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
-		s.writeError(w, r, errdefs.Invalid("invalid port %q", r.PathValue("port")))
-		return
+		return errdefs.Invalid("invalid port %q", r.PathValue("port"))
 	}
 	c, err := call(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := s.m.ClosePort(r.Context(), c, r.PathValue("ref"), port); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // portConns tracks the open upstream connections of exposed ports, to cut them on close.
@@ -228,12 +223,11 @@ func (c *trackedConn) Close() error {
 
 // portProxy forwards a request to an exposed port inside the sandbox's network
 // namespace (to its loopback, so a server bound to 127.0.0.1 works too).
-func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
+func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sandbox")
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
-		s.writeError(w, r, errdefs.NotFound("no such exposed port"))
-		return
+		return errdefs.NotFound("no such exposed port")
 	}
 	token := r.Header.Get("X-Airlock-Port-Token")
 	if token == "" {
@@ -241,8 +235,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	dial, err := s.m.OpenPort(r.Context(), id, port, token)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	key := id + "/" + strconv.Itoa(port)
 	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}
@@ -274,4 +267,5 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r)
+	return nil
 }

@@ -21,11 +21,10 @@ var defaultShell = []string{"/bin/sh", "-c", "if command -v bash >/dev/null 2>&1
 // pty upgrades the connection and splices it to a PTY call on the sandbox's agent. The
 // agent's checksummed frames pass through unchanged, so the client verifies them end to
 // end.
-func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
+func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), ptyProtocol) ||
 		!strings.Contains(strings.ToLower(r.Header.Get("Connection")), "upgrade") {
-		s.writeError(w, r, errdefs.Invalid("a terminal needs the headers Connection: Upgrade and Upgrade: %s", ptyProtocol))
-		return
+		return errdefs.Invalid("a terminal needs the headers Connection: Upgrade and Upgrade: %s", ptyProtocol)
 	}
 	q := r.URL.Query()
 	spec := agentproto.ExecSpec{Argv: q["cmd"], Rows: 24, Cols: 80, Env: []string{"TERM=xterm-256color"}}
@@ -39,8 +38,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		if v := q.Get(p.name); v != "" {
 			n, err := strconv.ParseUint(v, 10, 16)
 			if err != nil || n == 0 {
-				s.writeError(w, r, errdefs.Invalid("invalid %s %q: a number from 1 to 65535", p.name, v))
-				return
+				return errdefs.Invalid("invalid %s %q: a number from 1 to 65535", p.name, v)
 			}
 			*p.dst = uint16(n)
 		}
@@ -50,23 +48,20 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	}
 	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ac, err := cl.OpenRaw(r.Context(), &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
-		s.writeError(w, r, s.m.AgentFailed(sb, err))
-		return
+		return s.m.AgentFailed(sb, err)
 	}
 	defer ac.Close()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		s.writeError(w, r, errdefs.Unavailable("this connection cannot be upgraded"))
-		return
+		return errdefs.Unavailable("this connection cannot be upgraded")
 	}
 	conn, rw, err := hj.Hijack()
 	if err != nil {
-		return
+		return nil
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Time{})
@@ -85,4 +80,5 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		done <- struct{}{}
 	}()
 	<-done
+	return nil
 }

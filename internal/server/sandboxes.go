@@ -8,10 +8,9 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
-func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
+func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 	out := &api.Sandbox{
 		ID: sb.ID, Name: sb.Name, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
@@ -27,7 +26,7 @@ func toAPISandbox(sb *store.Sandbox) *api.Sandbox {
 	return out
 }
 
-func toAPIOperation(op *store.Operation) api.Operation {
+func toAPIOperation(op *manager.Operation) api.Operation {
 	o := api.Operation{ID: op.ID, Kind: op.Kind, State: op.State, SandboxID: op.SandboxID,
 		CreatedAt: op.CreatedAt, UpdatedAt: op.UpdatedAt}
 	if op.ErrorCode != "" {
@@ -38,7 +37,7 @@ func toAPIOperation(op *store.Operation) api.Operation {
 
 // opResult answers a mutating call: the operation and the sandbox, or the error (which
 // names the operation when there is one).
-func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op *store.Operation, sb *store.Sandbox, err error) {
+func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op *manager.Operation, sb *manager.Sandbox, err error) error {
 	if err != nil {
 		if op != nil {
 			var e *errdefs.Error
@@ -50,8 +49,7 @@ func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op
 				}
 			}
 		}
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	resp := api.OperationResponse{Operation: toAPIOperation(op)}
 	if sb != nil {
@@ -59,19 +57,19 @@ func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op
 		w.Header().Set("ETag", etag(sb.Version))
 	}
 	writeJSON(w, status, resp)
+	return nil
 }
 
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSandboxRequest
-	c, ok := s.decodeCall(w, r, &req)
-	if !ok {
-		return
+	c, err := s.decodeCall(w, r, &req)
+	if err != nil {
+		return err
 	}
 	if c.IfMatch != 0 {
-		s.writeError(w, r, errdefs.Invalid("If-Match does not apply to a create"))
-		return
+		return errdefs.Invalid("If-Match does not apply to a create")
 	}
-	var network *store.Network
+	var network *manager.NetworkPolicy
 	if req.Network != nil {
 		n := fromAPINetwork(*req.Network)
 		network = &n
@@ -79,28 +77,26 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{Network: network,
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
 		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime,
-		Limits: store.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
+		Limits: manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 	})
-	s.opResult(w, r, http.StatusCreated, op, sb, err)
+	return s.opResult(w, r, http.StatusCreated, op, sb, err)
 }
 
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := store.SandboxFilter{Owner: owner(r)}
+	f := manager.SandboxFilter{Owner: owner(r)}
 	for _, st := range q["state"] {
-		f.States = append(f.States, store.State(st))
+		f.States = append(f.States, manager.State(st))
 	}
 	for k := range q {
 		if k != "state" && k != "label" {
-			s.writeError(w, r, errdefs.Invalid("unknown query parameter %q; use state and label", k))
-			return
+			return errdefs.Invalid("unknown query parameter %q; use state and label", k)
 		}
 	}
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
-			s.writeError(w, r, errdefs.Invalid("invalid label filter %q: use KEY=VALUE", l))
-			return
+			return errdefs.Invalid("invalid label filter %q: use KEY=VALUE", l)
 		}
 		if f.Labels == nil {
 			f.Labels = map[string]string{}
@@ -109,61 +105,58 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := s.m.List(r.Context(), f)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list))}
 	for _, sb := range list {
 		out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.Header().Set("ETag", etag(sb.Version))
 	writeJSON(w, http.StatusOK, toAPISandbox(sb))
+	return nil
 }
 
-func (s *Server) terminateSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) terminateSandbox(w http.ResponseWriter, r *http.Request) error {
 	c, err := call(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	op, sb, err := s.m.Terminate(r.Context(), c, r.PathValue("ref"))
-	s.opResult(w, r, http.StatusOK, op, sb, err)
+	return s.opResult(w, r, http.StatusOK, op, sb, err)
 }
 
-func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) error {
 	op, err := s.m.Operation(r.Context(), owner(r), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, toAPIOperation(op))
+	return nil
 }
 
-func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) error {
 	c, err := call(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	op, sb, err := s.m.Suspend(r.Context(), c, r.PathValue("ref"))
-	s.opResult(w, r, http.StatusOK, op, sb, err)
+	return s.opResult(w, r, http.StatusOK, op, sb, err)
 }
 
-func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 	c, err := call(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	op, sb, err := s.m.Resume(r.Context(), c, r.PathValue("ref"))
-	s.opResult(w, r, http.StatusOK, op, sb, err)
+	return s.opResult(w, r, http.StatusOK, op, sb, err)
 }

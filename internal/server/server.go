@@ -91,18 +91,32 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux(),
 		outBudget: newOutputBudget(opts.OutputBudget)}
 	for _, r := range s.routes() {
-		s.mux.HandleFunc(r.pattern, r.handler)
+		s.mux.HandleFunc(r.pattern, s.adapt(r.handler))
 	}
 	m.SetPortCloser(s.ClosePortConns)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path))
-	})
+	s.mux.HandleFunc("/", s.adapt(func(w http.ResponseWriter, r *http.Request) error {
+		return errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path)
+	}))
 	return s
 }
 
 type route struct {
 	pattern string
-	handler http.HandlerFunc
+	handler handler
+}
+
+// handler is a route's handler: it writes its answer, or returns the error that
+// refuses the request, and adapt writes that. A handler that has begun its answer
+// (a stream) reports later failures in the stream and returns nil.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+// adapt is the one place a handler's error becomes the response.
+func (s *Server) adapt(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
 }
 
 func (s *Server) routes() []route {
@@ -294,22 +308,17 @@ func call(r *http.Request) (manager.Call, error) {
 
 func etag(version int64) string { return fmt.Sprintf("%q", strconv.FormatInt(version, 10)) }
 
-func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Write(api.OpenAPI)
+	return nil
 }
 
 // decodeCall decodes a mutating request's body and its Idempotency-Key and If-Match
-// headers; on bad input it writes the error and returns false.
-func (s *Server) decodeCall(w http.ResponseWriter, r *http.Request, v any) (manager.Call, bool) {
+// headers.
+func (s *Server) decodeCall(w http.ResponseWriter, r *http.Request, v any) (manager.Call, error) {
 	if err := decode(w, r, v); err != nil {
-		s.writeError(w, r, err)
-		return manager.Call{}, false
+		return manager.Call{}, err
 	}
-	c, err := call(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return c, false
-	}
-	return c, true
+	return call(r)
 }

@@ -5,10 +5,9 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/snapshot"
 )
 
-func toAPISnapshot(m *snapshot.Manifest, withChunks bool) *api.Snapshot {
+func toAPISnapshot(m *manager.Snapshot, withChunks bool) *api.Snapshot {
 	out := &api.Snapshot{ID: m.ID, SandboxID: m.SandboxID, ImageDigest: m.ImageDigest, Parent: m.Parent,
 		Consistency: m.Consistency, State: m.State, LogicalSize: m.LogicalSize, StoredSize: m.StoredSize,
 		Files: len(m.Entries), Created: m.Created, Labels: m.Labels}
@@ -27,74 +26,74 @@ func toAPISnapshot(m *snapshot.Manifest, withChunks bool) *api.Snapshot {
 	return out
 }
 
-func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	var req api.SnapshotRequest
-	c, ok := s.decodeCall(w, r, &req)
-	if !ok {
-		return
+	c, err := s.decodeCall(w, r, &req)
+	if err != nil {
+		return err
 	}
 	op, man, err := s.m.Snapshot(r.Context(), c, r.PathValue("ref"), req.Labels)
 	if err != nil {
-		s.opResult(w, r, 0, op, nil, err)
-		return
+		return s.opResult(w, r, 0, op, nil, err)
 	}
 	writeJSON(w, http.StatusCreated, api.OperationResponse{Operation: toAPIOperation(op), Snapshot: toAPISnapshot(man, false)})
+	return nil
 }
 
-func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	list, err := s.m.Snapshots(r.Context(), owner(r), r.URL.Query().Get("sandbox"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := api.SnapshotList{Snapshots: []api.Snapshot{}}
 	for _, m := range list {
 		out.Snapshots = append(out.Snapshots, *toAPISnapshot(m, false))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 	man, err := s.m.SnapshotOwned(r.Context(), owner(r), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, toAPISnapshot(man, true))
+	return nil
 }
 
-func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.DeleteSnapshot(r.Context(), owner(r), r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.RestoreRequest
-	c, ok := s.decodeCall(w, r, &req)
-	if !ok {
-		return
+	c, err := s.decodeCall(w, r, &req)
+	if err != nil {
+		return err
 	}
 	op, sb, err := s.m.Restore(r.Context(), c, r.PathValue("ref"), manager.RestoreRequest{Snapshot: req.Snapshot, NoSafety: req.NoSafetySnapshot})
-	s.opResult(w, r, http.StatusOK, op, sb, err)
+	return s.opResult(w, r, http.StatusOK, op, sb, err)
 }
 
-func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
-	s.fork(w, r, r.PathValue("ref"))
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
+	return s.fork(w, r, r.PathValue("ref"))
 }
 
-func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request) {
-	s.fork(w, r, r.PathValue("id"))
+func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request) error {
+	return s.fork(w, r, r.PathValue("id"))
 }
 
-func (s *Server) fork(w http.ResponseWriter, r *http.Request, src string) {
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, src string) error {
 	var req api.ForkRequest
-	c, ok := s.decodeCall(w, r, &req)
-	if !ok {
-		return
+	c, err := s.decodeCall(w, r, &req)
+	if err != nil {
+		return err
 	}
 	op, sb, err := s.m.Fork(r.Context(), c, src, manager.ForkRequest{Name: req.Name, Labels: req.Labels})
-	s.opResult(w, r, http.StatusCreated, op, sb, err)
+	return s.opResult(w, r, http.StatusCreated, op, sb, err)
 }

@@ -10,7 +10,7 @@ import (
 // status reports the daemon's health. Host facts (the state directory, and the details
 // of checks, which name host paths and versions) are for the node's administrators, the
 // unix socket's users; a TCP owner sees which checks pass and what a failure degrades.
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	admin := owner(r) == LocalOwner
 	out := api.Status{Version: s.opts.Version, Checks: []api.Check{}}
 	if admin {
@@ -30,24 +30,24 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // gc removes (or with dry_run=true lists) leftover host resources. Only the node's
 // local users (the unix socket) may run it.
-func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
 	if owner(r) != LocalOwner {
-		s.writeError(w, r, &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: "gc is for the node's administrators: use the unix socket"})
-		return
+		return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: "gc is for the node's administrators: use the unix socket"}
 	}
 	dry := r.URL.Query().Get("dry_run") == "true"
 	list, err := s.m.GC(r.Context(), dry)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := api.GCResult{DryRun: dry, Leftovers: []api.Leftover{}}
 	for _, l := range list {
 		out.Leftovers = append(out.Leftovers, api.Leftover{SandboxID: l.SandboxID, Reason: l.Reason})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -1,0 +1,48 @@
+package manager
+
+import (
+	"context"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+)
+
+// imageScope is whom an image call acts for: the caller, an administrator when it is
+// the node's local owner (the unix socket's).
+func imageScope(call Call) image.Scope {
+	return image.Scope{Owner: call.Owner, Admin: call.Owner == config.LocalOwner}
+}
+
+// ListImages lists the images the caller can use: its own and the public ones.
+func (m *Manager) ListImages(call Call) ([]*Image, error) {
+	return m.images.List(imageScope(call))
+}
+
+// ImageUploadLimit is the most one image archive may be.
+func (m *Manager) ImageUploadLimit() int64 { return m.images.Limits().Upload }
+
+// MayImport says whether the caller may import an image (public: one every owner sees,
+// which only an administrator may publish), before an upload is read.
+func (m *Manager) MayImport(call Call, public bool) error {
+	if public && !imageScope(call).Admin {
+		return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+			Msg: "only an administrator (over the unix socket) can publish a public image"}
+	}
+	return nil
+}
+
+// ImportImage imports the archive at path as the caller's image name (public: every
+// owner's), reporting progress.
+func (m *Manager) ImportImage(ctx context.Context, call Call, archive, name string, public bool, progress image.Progress) (*Image, error) {
+	if err := m.MayImport(call, public); err != nil {
+		return nil, err
+	}
+	req := image.ImportRequest{Archive: archive, Name: name, Public: public, Users: m.ImageUsers(ctx, call.Owner)}
+	return m.images.Import(ctx, imageScope(call), req, progress)
+}
+
+// RemoveImage removes the caller's image ref, unless a sandbox not terminated uses it.
+func (m *Manager) RemoveImage(ctx context.Context, call Call, ref string) error {
+	return m.images.Remove(imageScope(call), ref, m.ImageUsers(ctx, call.Owner))
+}
