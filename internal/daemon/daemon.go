@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	tmpfs, disk := set.TmpfsSize, set.DefaultDisk
 	drv, err := oci.New(oci.Options{
 		Root: filepath.Join(cfg.StateDir, "sandboxes"), RuncRoot: filepath.Join(cfg.StateDir, "runc"),
-		Runc: cfg.Runc, AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent, DiskPoolBytes: disk,
+		Runc: cfg.Runc, AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent, DiskPoolBytes: disk,
 	})
 	if err != nil {
 		return err
@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.DefaultRuntime = cfg.DefaultRuntime
 	runsc, err := openRunsc(ctx, cfg, oci.Options{
 		Root: filepath.Join(cfg.StateDir, "sandboxes-runsc"), RuncRoot: filepath.Join(cfg.StateDir, "runsc"),
-		AgentBinary: agentBin, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent + "-runsc", DiskPoolBytes: disk,
+		AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent + "-runsc", DiskPoolBytes: disk,
 		DiskPoolDir: filepath.Join(cfg.StateDir, "disk-pool-runsc"),
 	})
 	if err != nil {

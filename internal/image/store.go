@@ -52,6 +52,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/runtime"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/durable"
@@ -334,6 +336,20 @@ func (s *Store) LayerDirs(img *Image) []string {
 		dirs[i] = s.path("layers", hexOf(l))
 	}
 	return dirs
+}
+
+// ImageFiles implements runtime.ImageSource: the layer directories and binds of the
+// image with digest, in any scope (the caller resolved the name in the owner's).
+func (s *Store) ImageFiles(digest string) (runtime.ImageFiles, error) {
+	img, err := s.ByDigest(digest)
+	if err != nil {
+		return runtime.ImageFiles{}, err
+	}
+	f := runtime.ImageFiles{Layers: s.LayerDirs(img)}
+	for _, m := range img.Mounts {
+		f.Mounts = append(f.Mounts, runtime.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
+	}
+	return f, nil
 }
 
 func (s *Store) recordPath(digest string) string {

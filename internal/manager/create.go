@@ -140,16 +140,13 @@ func (m *Manager) insertSandbox(ctx context.Context, sb *store.Sandbox, release 
 func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *image.Image) error {
 	spec := runtime.Spec{
 		ID:         sb.ID,
-		Layers:     m.images.LayerDirs(img),
+		Image:      img.Digest,
 		UIDBase:    sb.UIDBase,
 		Limits:     runtime.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles, Disk: sb.Limits.Disk},
 		Env:        envList(img.Config.Env, sb.Env),
 		WorkingDir: img.Config.WorkingDir,
 		Hostname:   sb.Name,
 		Deadline:   sb.ExpiresAt,
-	}
-	for _, mt := range img.Mounts {
-		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: mt.Source, Destination: mt.Destination, ReadOnly: mt.ReadOnly})
 	}
 	attached, err := m.attach(ctx, sb, &spec)
 	if err != nil {

@@ -34,13 +34,13 @@ type Limits struct {
 type Spec struct {
 	// ID names the sandbox; the driver derives every host resource name from it.
 	ID string
-	// Layers are the read-only image layer directories, lowest first.
-	Layers []string
-	// Mounts are extra host binds the image needs (the host image's /usr).
-	Mounts []Mount
+	// Image is the digest of the image the sandbox runs; the driver resolves it to what
+	// it runs from (on this node, through its ImageSource).
+	Image string
 	// UIDBase is the first host uid (and gid) of the sandbox's 65536-id range.
 	UIDBase uint32
-	Limits  Limits
+	// Limits include the storage request: Disk caps the sandbox's writable layer.
+	Limits Limits
 	// Env is the full environment of the agent, and so the base environment of every exec.
 	Env        []string
 	WorkingDir string
@@ -54,6 +54,19 @@ type Spec struct {
 	Network func() (NetworkJoin, error)
 	// Deadline is the maximum-lifetime end the agent enforces on its own clock (zero: none).
 	Deadline time.Time
+}
+
+// ImageFiles are what a node keeps of an image for a driver that builds the root from
+// host directories: read-only layer directories, lowest first, and host binds the image
+// needs (the host image's /usr).
+type ImageFiles struct {
+	Layers []string
+	Mounts []Mount
+}
+
+// ImageSource resolves an image digest to its files on this node.
+type ImageSource interface {
+	ImageFiles(digest string) (ImageFiles, error)
 }
 
 // NetworkJoin is what a sandbox's network adds to its container: a namespace to join,

@@ -32,7 +32,7 @@ func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.D
 	}
 	parent := "airlock-test-" + filepath.Base(dir)
 	d, err := oci.New(oci.Options{Root: filepath.Join(dir, "sb"), RuncRoot: filepath.Join(dir, "runc"),
-		AgentBinary: bin, CgroupParent: parent, Engine: engine})
+		AgentBinary: bin, CgroupParent: parent, Engine: engine, Images: images})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +47,6 @@ func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.D
 		}
 		os.RemoveAll(dir)
 	})
-	var mounts []airlockrt.Mount
-	for _, m := range host.Mounts {
-		mounts = append(mounts, airlockrt.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
-	}
 	slots := map[string]uint32{}
 	h := drivertest.Harness{
 		Driver:   d,
@@ -61,7 +57,7 @@ func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.D
 				slot = uint32(len(slots) + 1)
 				slots[id] = slot
 			}
-			return airlockrt.Spec{ID: id, Layers: images.LayerDirs(host), Mounts: mounts,
+			return airlockrt.Spec{ID: id, Image: host.Digest,
 				UIDBase: 1<<30 + slot*65536, Env: host.Config.Env, WorkingDir: "/root",
 				Limits: airlockrt.Limits{Memory: 128 << 20, PIDs: 128}}
 		},

@@ -168,7 +168,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		t.Fatal(err)
 	}
 	n.Driver, err = oci.New(oci.Options{Root: filepath.Join(dir, "sb"), RuncRoot: filepath.Join(dir, "runc"),
-		AgentBinary: bin, CgroupParent: n.CgroupParent, TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30})
+		AgentBinary: bin, CgroupParent: n.CgroupParent, TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30, Images: n.Images})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	for _, o := range opts {
 		if o.Runtime == "runsc" {
 			n.Runsc, err = gvisor.New(context.Background(), Runsc(t), oci.Options{Root: filepath.Join(dir, "sb-runsc"),
-				RuncRoot: filepath.Join(dir, "runsc"), AgentBinary: bin, CgroupParent: n.CgroupParent + "-runsc",
+				RuncRoot: filepath.Join(dir, "runsc"), AgentBinary: bin, CgroupParent: n.CgroupParent + "-runsc", Images: n.Images,
 				TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30, DiskPoolDir: filepath.Join(dir, "disk-pool-runsc")})
 			if err != nil {
 				t.Fatal(err)

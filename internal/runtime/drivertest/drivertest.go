@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,10 +120,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("FailedStartLeavesNothing", func(t *testing.T) {
 		id := newID(t)
 		spec := h.Spec(id)
-		spec.Layers = append(spec.Layers, "/nonexistent/layer")
+		spec.Image = "sha256:" + strings.Repeat("0", 64) // no such image on the node
 		if err := d.Start(ctx, spec); err == nil {
 			d.Delete(ctx, id)
-			t.Fatal("Start with a missing layer succeeded")
+			t.Fatal("Start of an image the node lacks succeeded")
 		}
 		if st, _ := d.Status(ctx, id); st != runtime.StatusAbsent {
 			t.Fatalf("Status after a failed Start = %q; want absent", st)

@@ -53,6 +53,8 @@ type Options struct {
 	Engine *Engine
 	// AgentBinary is the static airlock binary bound into every sandbox as its PID 1.
 	AgentBinary string
+	// Images resolves a spec's image digest to its layer directories and binds.
+	Images runtime.ImageSource
 	// TmpfsBytes caps /tmp inside each sandbox (default 1 GiB).
 	TmpfsBytes int64
 	// CgroupParent is the cgroup every sandbox's cgroup sits under (default "airlock").
@@ -91,8 +93,8 @@ func (d *Driver) MaxOpenFiles() int64 { return int64(d.maxFiles) }
 
 // New checks the host and returns a driver.
 func New(opts Options) (*Driver, error) {
-	if opts.Root == "" || opts.RuncRoot == "" || opts.AgentBinary == "" {
-		return nil, errors.New("oci: Root, RuncRoot and AgentBinary are required")
+	if opts.Root == "" || opts.RuncRoot == "" || opts.AgentBinary == "" || opts.Images == nil {
+		return nil, errors.New("oci: Root, RuncRoot, AgentBinary and Images are required")
 	}
 	if opts.Engine == nil {
 		e, err := Runc(opts.Runc)
@@ -171,6 +173,10 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if s.ID == "" || strings.ContainsAny(s.ID, "/.") {
 		return fmt.Errorf("oci: bad sandbox id %q", s.ID)
 	}
+	files, err := d.opts.Images.ImageFiles(s.Image)
+	if err != nil {
+		return fmt.Errorf("oci: image %s: %w", s.Image, err)
+	}
 	dir := d.dir(s.ID)
 	rfs := rootfs{dir}
 	defer func() {
@@ -200,7 +206,7 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 		}
 		return err
 	}
-	err := rfs.mount(us, s.UIDBase, s.Layers)
+	err = rfs.mount(us, s.UIDBase, files.Layers)
 	us.close()
 	if err != nil {
 		return err
@@ -212,9 +218,9 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 		}
 		s.NetnsPath = j.NetnsPath
 		s.Env = append(slices.Clip(s.Env), j.Env...)
-		s.Mounts = append(slices.Clip(s.Mounts), j.Mounts...)
+		files.Mounts = append(slices.Clip(files.Mounts), j.Mounts...)
 	}
-	sp, err := d.bundleSpec(s, rfs.merged())
+	sp, err := d.bundleSpec(s, rfs.merged(), files.Mounts)
 	if err != nil {
 		return err
 	}

@@ -37,8 +37,9 @@ var (
 	}
 )
 
-// bundleSpec builds the OCI runtime spec of a sandbox container.
-func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string) (*specs.Spec, error) {
+// bundleSpec builds the OCI runtime spec of a sandbox container; binds are the image's
+// and the network's host binds.
+func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.Mount) (*specs.Spec, error) {
 	channel := "--listen-fd"
 	if d.opts.Engine.Sentry {
 		channel = "--accept-fd" // connections come from the broker (broker.go)
@@ -111,7 +112,7 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string) (*specs.Spec, err
 		// host's.
 		sp.Mounts = slices.DeleteFunc(sp.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
 	}
-	for _, m := range s.Mounts {
+	for _, m := range binds {
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {
 			opts = append(opts, "ro")
