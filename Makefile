@@ -23,6 +23,7 @@ test: deps runsc sdk-cross
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	AIRLOCK_TEST_RUNTIME=runsc $(GO) test -count=1 -timeout 10m -run '$(RUNSC_TESTS)' ./internal/integration/
+	bash scripts/test-rootless.sh
 
 # The lifecycle, snapshot, persistence and network tests again, on runsc by default.
 RUNSC_TESTS = TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI

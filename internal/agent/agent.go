@@ -30,6 +30,10 @@ type Options struct {
 	Env     []string      // base environment of every process (K=V)
 	Grace   time.Duration // how long shutdown waits between SIGTERM and SIGKILL; 0 means 2s
 	Logger  *slog.Logger  // nil discards
+	// KeepOwner leaves files the agent writes its own user's instead of giving them the
+	// owner a call names: an agent without the privilege to give files away (the fake
+	// runtime's, in tests that run without root).
+	KeepOwner bool
 }
 
 // requestTimeout bounds how long a new connection may take to send its request.

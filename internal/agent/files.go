@@ -143,7 +143,7 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 		}
 	}
 	// chown before chmod: chown clears setuid and setgid bits.
-	if (req.UID >= 0 && req.UID != os.Geteuid()) || (req.GID >= 0 && req.GID != os.Getegid()) {
+	if !s.opts.KeepOwner && ((req.UID >= 0 && req.UID != os.Geteuid()) || (req.GID >= 0 && req.GID != os.Getegid())) {
 		if err := unix.Fchown(fd, req.UID, req.GID); err != nil {
 			return fsError(req.Path, err)
 		}

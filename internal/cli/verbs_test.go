@@ -1,20 +1,31 @@
 package cli
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/testenv"
 )
+
+// The CLI's verbs run here against the real HTTP server, manager and SQLite store of a
+// node on the fake runtime (testenv.NewFakeNode): no root, and every answer is the one a
+// real daemon gives. Commands run on the host as the test's user.
 
 // wantExit checks that err is the exit code want (0 meaning nil).
 func wantExit(t *testing.T, err error, want int) {
@@ -42,140 +53,170 @@ func wantContains(t *testing.T, what, got string, wants ...string) {
 
 var bg = context.Background()
 
+type node struct{ *testenv.FakeNode }
+
+func newNode(t *testing.T) *node {
+	return &node{testenv.NewFakeNode(t, testenv.FakeOptions{Version: "1.2.3"})}
+}
+
+// run runs the CLI against the node with stdin and returns what it printed.
+func (n *node) run(ctx context.Context, stdin string, args ...string) (string, string, error) {
+	var out, errOut bytes.Buffer
+	err := Run(ctx, append([]string{"--socket", n.Socket}, args...), strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// must runs the CLI and fails the test unless it succeeds.
+func (n *node) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, err := n.run(bg, "", args...)
+	if err != nil {
+		t.Fatalf("airlock %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// sandbox reads a sandbox through the SDK.
+func (n *node) sandbox(t *testing.T, name string) *api.Sandbox {
+	t.Helper()
+	sb, err := n.Client.Get(bg, name)
+	if err != nil {
+		t.Fatalf("get %s: %v", name, err)
+	}
+	return sb
+}
+
 func TestCreate(t *testing.T) {
-	f := newFakeDaemon(t)
-	out, errOut, err := f.run(bg, "", "create", "box", "--image", "alpine", "--cpu", "1.5", "--memory", "512M", "--pids", "100",
-		"--open-files", "1024", "--env", "A=1", "--label", "team=x", "--max-lifetime", "2h", "--idempotency-key", "k1")
+	n := newNode(t)
+	args := []string{"create", "box", "--cpu", "1.5", "--memory", "512M", "--pids", "100",
+		"--open-files", "1024", "--env", "A=1", "--label", "team=x", "--max-lifetime", "2h", "--idempotency-key", "k1"}
+	out, errOut, err := n.run(bg, "", args...)
 	wantExit(t, err, 0)
 	if errOut != "" {
 		t.Errorf("stderr = %q, want nothing", errOut)
 	}
-	wantContains(t, "stdout", out, "NAME", "GEN", "box", "sb_1", "running", "alpine")
-	want := api.CreateSandboxRequest{Name: "box", Image: "alpine", Limits: api.Limits{CPU: 1.5, Memory: 512 << 20, PIDs: 100, OpenFiles: 1024},
-		Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "x"}, MaxLifetime: "2h0m0s"}
-	if got := f.lastCreate; got.Name != want.Name || got.Limits != want.Limits || got.MaxLifetime != want.MaxLifetime ||
-		got.Env["A"] != "1" || got.Labels["team"] != "x" || got.Image != "alpine" {
-		t.Errorf("create request = %+v, want %+v", got, want)
+	wantContains(t, "stdout", out, "NAME", "GEN", "box", "sb_", "running", "host")
+	sb := n.sandbox(t, "box")
+	if want := (api.Limits{CPU: 1.5, Memory: 512 << 20, PIDs: 100, OpenFiles: 1024}); sb.Limits.CPU != want.CPU ||
+		sb.Limits.Memory != want.Memory || sb.Limits.PIDs != want.PIDs || sb.Limits.OpenFiles != want.OpenFiles ||
+		sb.Env["A"] != "1" || sb.Labels["team"] != "x" || sb.ExpiresAt.Sub(sb.CreatedAt) != 2*time.Hour {
+		t.Errorf("created %+v; want the flags' limits, env, label and lifetime", sb)
 	}
-	if f.lastKey != "k1" {
-		t.Errorf("Idempotency-Key = %q, want k1", f.lastKey)
-	}
+	// The same key and body replay the create: the key reached the daemon.
+	out, _, err = n.run(bg, "", args...)
+	wantExit(t, err, 0)
+	wantContains(t, "replayed create", out, sb.ID)
 
-	_, errOut, err = f.run(bg, "", "create", "box")
+	_, errOut, err = n.run(bg, "", "create", "box")
 	wantExit(t, err, 1)
-	if want := "airlock: sandbox box already exists (already_exists)\n"; errOut != want {
-		t.Errorf("stderr = %q, want %q", errOut, want)
-	}
+	wantContains(t, "stderr", errOut, "box", "(already_exists)")
 
-	_, errOut, err = f.run(bg, "", "create", "box", "-o", "json")
+	_, errOut, err = n.run(bg, "", "create", "box", "-o", "json")
 	wantExit(t, err, 1)
 	var body api.ErrorBody
 	if jerr := json.Unmarshal([]byte(errOut), &body); jerr != nil || body.Error.Code != "already_exists" {
 		t.Errorf("json error = %q (%v), want an already_exists body", errOut, jerr)
 	}
 
-	_, errOut, err = f.run(bg, "", "create", "other", "--memory", "lots")
+	_, errOut, err = n.run(bg, "", "create", "other", "--memory", "lots")
 	wantExit(t, err, 2)
 	wantContains(t, "stderr", errOut, `invalid size "lots"`, "512M, 1G, 1.5GiB", "usage: airlock create NAME")
 }
 
 func TestLsAndGet(t *testing.T) {
-	f := newFakeDaemon(t)
-	sb := f.addSandbox("alpha")
-	sb.Limits = api.Limits{CPU: 2, Memory: 1 << 30}
-	sb.CreatedAt = time.Now().Add(-5 * time.Minute)
-	sb.Labels = map[string]string{"team": "x"}
-	f.addSandbox("beta").State = api.StateSuspended
+	n := newNode(t)
+	n.must(t, "create", "alpha", "--cpu", "2", "--memory", "1G", "--label", "team=x")
+	n.must(t, "create", "beta")
+	n.must(t, "suspend", "beta")
+	alpha := n.sandbox(t, "alpha")
 
-	out, _, err := f.run(bg, "", "ls")
-	wantExit(t, err, 0)
+	out := n.must(t, "ls")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "NAME ID STATE IMAGE CPU MEMORY CREATED" {
 		t.Fatalf("ls =\n%s", out)
 	}
-	if got, want := strings.Join(strings.Fields(lines[1]), " "), "alpha sb_1 running host 2 1GiB 5m ago"; got != want {
-		t.Errorf("ls row = %q, want %q", got, want)
+	row := regexp.MustCompile(`^alpha ` + alpha.ID + ` running host 2 1GiB \d+s ago$`)
+	if got := strings.Join(strings.Fields(lines[1]), " "); !row.MatchString(got) {
+		t.Errorf("ls row = %q, want %s", got, row)
 	}
 
-	out, _, err = f.run(bg, "", "ls", "--state", "suspended", "-o", "json")
-	wantExit(t, err, 0)
+	out = n.must(t, "ls", "--state", "suspended", "-o", "json")
 	var list []api.Sandbox
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "beta" {
 		t.Errorf("ls --state suspended -o json = %q (%v), want beta only", out, err)
 	}
-	out, _, _ = f.run(bg, "", "ls", "--label", "team=x")
+	out = n.must(t, "ls", "--label", "team=x")
 	if strings.Contains(out, "beta") || !strings.Contains(out, "alpha") {
 		t.Errorf("ls --label team=x =\n%s\nwant alpha only", out)
 	}
 
-	out, _, err = f.run(bg, "", "get", "alpha")
-	wantExit(t, err, 0)
-	wantContains(t, "get", out, "name:", "alpha", "memory:", "1GiB", "labels:", "team=x", "pids:", "-")
+	out = n.must(t, "get", "alpha")
+	wantContains(t, "get", out, "name:", "alpha", "memory:", "1GiB", "labels:", "team=x", "pids:")
 
-	_, errOut, err := f.run(bg, "", "get", "nope")
+	_, errOut, err := n.run(bg, "", "get", "nope")
 	wantExit(t, err, 1)
-	if errOut != "airlock: sandbox nope not found (not_found)\n" {
-		t.Errorf("stderr = %q", errOut)
-	}
+	wantContains(t, "stderr", errOut, "nope", "(not_found)")
 }
 
 func TestExec(t *testing.T) {
-	f := newFakeDaemon(t)
-	f.addSandbox("box")
+	n := newNode(t)
+	n.must(t, "create", "box")
 	tests := []struct {
-		name    string
-		args    []string
-		stdin   string
-		code    int
-		out     string
-		errOut  string
-		wantEnv map[string]string
+		name   string
+		args   []string
+		stdin  string
+		code   int
+		out    string
+		errOut string
 	}{
-		{name: "output", args: []string{"box", "--env", "K=V", "--cwd", "/w", "--", "echo", "hi", "there"}, out: "hi there\n", wantEnv: map[string]string{"K": "V"}},
-		{name: "no --", args: []string{"box", "echo", "-n"}, out: "-n\n"},
-		{name: "exit code", args: []string{"box", "--", "fail", "7"}, code: 7, errOut: "oops\n"},
-		{name: "timeout", args: []string{"box", "--timeout", "5s", "--", "timeout"}, code: 124, errOut: "airlock: command timed out after 5s\n"},
-		{name: "oom", args: []string{"box", "--", "oom"}, code: 137, errOut: "airlock: command killed: out of memory (the sandbox's memory limit)\n"},
-		{name: "signal", args: []string{"box", "--", "kill"}, code: 143, errOut: "airlock: command killed by SIGTERM\n"},
+		{name: "output", args: []string{"box", "--", "echo", "hi", "there"}, out: "hi there\n"},
+		{name: "env and cwd", args: []string{"box", "--env", "K=V", "--cwd", "/tmp", "--", "sh", "-c", "echo $K; pwd"}, out: "V\n/tmp\n"},
+		{name: "no --", args: []string{"box", "printf", "%s", "-n"}, out: "-n"},
+		{name: "exit code", args: []string{"box", "--", "sh", "-c", "echo oops >&2; exit 7"}, code: 7, errOut: "oops\n"},
+		{name: "timeout", args: []string{"box", "--timeout", "1s", "--", "sleep", "30"}, code: 124, errOut: "airlock: command timed out after 1s\n"},
+		{name: "oom", args: []string{"box", "--", "sh", "-c", "echo 1 > .oom-kills; kill -KILL $$"}, code: 137, errOut: "airlock: command killed: out of memory (the sandbox's memory limit)\n"},
+		{name: "signal", args: []string{"box", "--", "sh", "-c", "kill -TERM $$"}, code: 143, errOut: "airlock: command killed by SIGTERM\n"},
 		{name: "stdin", args: []string{"box", "--stdin", "--", "cat"}, stdin: "from stdin", out: "from stdin"},
 		{name: "missing command", args: []string{"box"}, code: 2},
-		{name: "missing sandbox", args: []string{"nope", "--", "echo"}, code: 1, errOut: "airlock: sandbox nope not found (not_found)\n"},
+		{name: "missing sandbox", args: []string{"nope", "--", "echo"}, code: 1, errOut: "(not_found)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, errOut, err := f.run(bg, tt.stdin, append([]string{"exec"}, tt.args...)...)
+			out, errOut, err := n.run(bg, tt.stdin, append([]string{"exec"}, tt.args...)...)
 			wantExit(t, err, tt.code)
-			if tt.code == 2 {
+			switch tt.code {
+			case 2:
 				wantContains(t, "stderr", errOut, "missing the command", "usage: airlock exec")
-				return
-			}
-			if out != tt.out || errOut != tt.errOut {
-				t.Errorf("stdout, stderr = %q, %q; want %q, %q", out, errOut, tt.out, tt.errOut)
-			}
-			if tt.wantEnv != nil && (f.lastExec.Env["K"] != "V" || f.lastExec.Cwd != "/w" || !f.lastExec.Stream) {
-				t.Errorf("exec request = %+v, want env, cwd and stream", f.lastExec)
+			case 1:
+				wantContains(t, "stderr", errOut, tt.errOut)
+			default:
+				if out != tt.out || errOut != tt.errOut {
+					t.Errorf("stdout, stderr = %q, %q; want %q, %q", out, errOut, tt.out, tt.errOut)
+				}
 			}
 		})
 	}
 
-	out, _, err := f.run(bg, "", "exec", "-o", "json", "box", "--", "fail", "3")
+	out, _, err := n.run(bg, "", "exec", "-o", "json", "box", "--", "sh", "-c", "echo oops >&2; exit 3")
 	wantExit(t, err, 3)
 	var res api.ExecResult
-	if jerr := json.Unmarshal([]byte(out), &res); jerr != nil || res.ExitCode != 3 || res.Stderr != "oops\n" || f.lastExec.Stream {
+	if jerr := json.Unmarshal([]byte(out), &res); jerr != nil || res.ExitCode != 3 || res.Stderr != "oops\n" {
 		t.Errorf("exec -o json = %q (%v), want the collected result", out, jerr)
 	}
 }
 
 func TestExecCancel(t *testing.T) {
-	f := newFakeDaemon(t)
-	f.addSandbox("box")
+	n := newNode(t)
+	n.must(t, "create", "box")
+	marker := filepath.Join(t.TempDir(), "alive")
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	pr, pw := newLineWaiter()
 	done := make(chan error, 1)
 	var errOut bytes.Buffer
+	script := "echo started; while :; do touch " + marker + "; sleep 0.05; done"
 	go func() {
-		done <- Run(ctx, []string{"exec", "--socket", f.sock, "box", "--", "hang"}, strings.NewReader(""), pw, &errOut)
+		done <- Run(ctx, []string{"exec", "--socket", n.Socket, "box", "--", "sh", "-c", script}, strings.NewReader(""), pw, &errOut)
 	}()
 	<-pr // the first line arrived: the exec is running
 	cancel()
@@ -183,10 +224,18 @@ func TestExecCancel(t *testing.T) {
 	if errOut.String() != "airlock: cancelled\n" {
 		t.Errorf("stderr = %q", errOut.String())
 	}
-	select {
-	case <-f.hangEnded:
-	case <-time.After(10 * time.Second):
-		t.Error("the daemon did not see the exec's connection close")
+	// The daemon saw the connection close and stopped the command: the marker, touched
+	// every 50 ms while it runs, ages (or was never made).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(200 * time.Millisecond)
+		fi, err := os.Stat(marker)
+		if (errors.Is(err, os.ErrNotExist) || err == nil && time.Since(fi.ModTime()) > time.Second) && time.Now().After(deadline.Add(-8*time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command still runs after the CLI was cancelled")
+		}
 	}
 }
 
@@ -207,86 +256,86 @@ func (w *lineWaiter) Write(p []byte) (int, error) {
 }
 
 func TestRunTerminatesAlways(t *testing.T) {
-	f := newFakeDaemon(t)
-	out, _, err := f.run(bg, "", "run", "--memory", "1G", "--", "fail", "4")
+	n := newNode(t)
+	out, _, err := n.run(bg, "", "run", "--memory", "1G", "--", "sh", "-c", "exit 4")
 	wantExit(t, err, 4)
 	if out != "" {
 		t.Errorf("stdout = %q", out)
 	}
-	if len(f.sandboxes) != 1 {
-		t.Fatalf("sandboxes = %v, want one", f.sandboxes)
+	list, err := n.Client.List(bg, client.ListOptions{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("sandboxes = %v, %v; want one", list, err)
 	}
-	for name, sb := range f.sandboxes {
-		if !strings.HasPrefix(name, "run-") || sb.State != api.StateTerminated || sb.Limits.Memory != 1<<30 {
-			t.Errorf("sandbox %s = %+v, want a terminated run-* with 1GiB", name, sb)
-		}
-		if f.lastKey != name {
-			t.Errorf("create idempotency key = %q, want the name %q", f.lastKey, name)
-		}
+	sb := list[0]
+	if !strings.HasPrefix(sb.Name, "run-") || sb.State != api.StateTerminated || sb.Limits.Memory != 1<<30 {
+		t.Errorf("sandbox %+v; want a terminated run-* with 1GiB", sb)
+	}
+	ops, _ := n.Store.ListOperations(bg)
+	keyed := false
+	for _, op := range ops {
+		keyed = keyed || (op.Kind == "create" && op.IdempotencyKey == sb.Name)
+	}
+	if !keyed {
+		t.Errorf("no create of %s with its name as idempotency key among %d operations", sb.Name, len(ops))
 	}
 
 	ctx, cancel := context.WithCancel(bg)
 	pr, pw := newLineWaiter()
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, []string{"--socket", f.sock, "run", "--", "hang"}, strings.NewReader(""), pw, &bytes.Buffer{})
+		done <- Run(ctx, []string{"--socket", n.Socket, "run", "--", "sh", "-c", "echo up; sleep 60"}, strings.NewReader(""), pw, &bytes.Buffer{})
 	}()
 	<-pr
 	cancel()
 	wantExit(t, <-done, 130)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for name, sb := range f.sandboxes {
+	list, _ = n.Client.List(bg, client.ListOptions{})
+	for _, sb := range list {
 		if sb.State != api.StateTerminated {
-			t.Errorf("after Ctrl-C, sandbox %s is %s, want terminated", name, sb.State)
+			t.Errorf("after Ctrl-C, sandbox %s is %s, want terminated", sb.Name, sb.State)
 		}
 	}
 }
 
 func TestShell(t *testing.T) {
-	f := newFakeDaemon(t)
-	f.addSandbox("box")
-	out, _, err := f.run(bg, "hello\n", "shell", "box", "--", "bash", "-l")
+	n := newNode(t)
+	n.must(t, "create", "box")
+	out, _, err := n.run(bg, "hello\n", "shell", "box", "--", "sh", "-c", "read x; echo got:$x; exit 3")
 	wantExit(t, err, 3)
-	if want := "$ bash -l\nhello\n"; out != want {
-		t.Errorf("stdout = %q, want %q", out, want)
-	}
+	wantContains(t, "stdout", out, "got:hello")
 }
 
 func TestCp(t *testing.T) {
-	f := newFakeDaemon(t)
-	f.addSandbox("box")
+	n := newNode(t)
+	n.must(t, "create", "box")
+	id := n.sandbox(t, "box").ID
+	n.must(t, "exec", "box", "--", "mkdir", "app", "dir")
 	dir := t.TempDir()
 	local := filepath.Join(dir, "run.sh")
 	if err := os.WriteFile(local, []byte("#!/bin/sh\n"), 0o750); err != nil {
 		t.Fatal(err)
 	}
 
-	_, _, err := f.run(bg, "", "cp", local, "box:/app/run.sh")
-	wantExit(t, err, 0)
-	if got := string(f.files["box:/app/run.sh"]); got != "#!/bin/sh\n" || f.modes["box:/app/run.sh"] != 0o750 {
-		t.Errorf("uploaded %q mode %o, want the script with mode 750", got, f.modes["box:/app/run.sh"])
+	n.must(t, "cp", local, "box:/app/run.sh")
+	b, err := os.ReadFile(n.Driver.Path(id, "/app/run.sh"))
+	fi, _ := os.Stat(n.Driver.Path(id, "/app/run.sh"))
+	if err != nil || string(b) != "#!/bin/sh\n" || fi.Mode().Perm() != 0o750 {
+		t.Errorf("uploaded %q (%v), want the script with mode 750", b, err)
 	}
-	_, _, err = f.run(bg, "", "cp", local, "box:/dir")
-	wantExit(t, err, 0)
-	if _, ok := f.files["box:/dir/run.sh"]; !ok {
-		t.Errorf("cp into a directory wrote %v, want /dir/run.sh", sortedKeys(f.files))
+	n.must(t, "cp", local, "box:/dir")
+	if _, err := os.Stat(n.Driver.Path(id, "/dir/run.sh")); err != nil {
+		t.Errorf("cp into a directory: %v, want /dir/run.sh", err)
 	}
-	_, _, err = f.run(bg, "piped", "cp", "-", "box:/p.txt")
+	_, _, err = n.run(bg, "piped", "cp", "-", "box:/p.txt")
 	wantExit(t, err, 0)
-	if string(f.files["box:/p.txt"]) != "piped" {
-		t.Errorf("cp - wrote %q", f.files["box:/p.txt"])
+	if b, _ := os.ReadFile(n.Driver.Path(id, "/p.txt")); string(b) != "piped" {
+		t.Errorf("cp - wrote %q", b)
 	}
-
-	out, _, err := f.run(bg, "", "cp", "box:/p.txt", "-")
-	wantExit(t, err, 0)
-	if out != "piped" {
+	if out := n.must(t, "cp", "box:/p.txt", "-"); out != "piped" {
 		t.Errorf("cp to - = %q", out)
 	}
-	_, _, err = f.run(bg, "", "cp", "box:/app/run.sh", dir)
-	wantExit(t, err, 0)
-	b, err := os.ReadFile(filepath.Join(dir, "run.sh"))
-	if err != nil || string(b) != "#!/bin/sh\n" {
+	os.Remove(local)
+	n.must(t, "cp", "box:/app/run.sh", dir)
+	if b, err := os.ReadFile(local); err != nil || string(b) != "#!/bin/sh\n" {
 		t.Errorf("downloaded %q, %v", b, err)
 	}
 
@@ -305,7 +354,7 @@ func TestCp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, errOut, err := f.run(bg, "", append([]string{"cp"}, tt.args...)...)
+			_, errOut, err := n.run(bg, "", append([]string{"cp"}, tt.args...)...)
 			wantExit(t, err, tt.code)
 			wantContains(t, "stderr", errOut, tt.errOut)
 		})
@@ -313,69 +362,105 @@ func TestCp(t *testing.T) {
 }
 
 func TestRmAndOps(t *testing.T) {
-	f := newFakeDaemon(t)
-	f.addSandbox("box")
-	_, errOut, err := f.run(bg, "", "rm", "box", "--if-match", "9")
+	n := newNode(t)
+	n.must(t, "create", "box")
+	v := n.sandbox(t, "box").Version
+	_, errOut, err := n.run(bg, "", "rm", "box", "--if-match", strconv.FormatInt(v+7, 10))
 	wantExit(t, err, 1)
 	wantContains(t, "stderr", errOut, "(version_conflict)")
-	out, _, err := f.run(bg, "", "rm", "box", "--if-match", "1")
-	wantExit(t, err, 0)
-	wantContains(t, "rm", out, "operation:", "op_2", "terminate", "terminated")
-	if f.sandbox("box").State != api.StateTerminated {
-		t.Error("rm did not terminate the sandbox")
+	out := n.must(t, "rm", "box", "--if-match", strconv.FormatInt(v, 10))
+	wantContains(t, "rm", out, "operation:", "op_", "terminate", "terminated")
+	if st := n.sandbox(t, "box").State; st != api.StateTerminated {
+		t.Errorf("rm left the sandbox %s", st)
 	}
 
-	out, _, err = f.run(bg, "", "ops", "get", "op_1")
-	wantExit(t, err, 0)
-	wantContains(t, "ops get", out, "op_1", "failed", "too many sandboxes (quota_exceeded)")
-	_, _, err = f.run(bg, "", "ops", "nope")
+	n.Driver.FailNextStart(errors.New("the runtime broke"))
+	_, errOut, err = n.run(bg, "", "create", "doomed", "-o", "json")
+	wantExit(t, err, 1)
+	var body api.ErrorBody
+	if jerr := json.Unmarshal([]byte(errOut), &body); jerr != nil || body.Error.Details["operation_id"] == nil {
+		t.Fatalf("failed create = %q (%v); want an error naming its operation", errOut, jerr)
+	}
+	opID := body.Error.Details["operation_id"].(string)
+	out = n.must(t, "ops", "get", opID)
+	wantContains(t, "ops get", out, opID, "failed", "(unavailable)")
+	_, _, err = n.run(bg, "", "ops", "nope")
 	wantExit(t, err, 2)
 }
 
+// rootfsArchive writes a gzipped tar of a one-file root filesystem.
+func rootfsArchive(t *testing.T, path string) {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
+	body := []byte("alpine\n")
+	tw.WriteHeader(&tar.Header{Name: "etc/hostname", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+	tw.Write(body)
+	tw.Close()
+	zw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestImage(t *testing.T) {
-	f := newFakeDaemon(t)
+	n := newNode(t)
 	archive := filepath.Join(t.TempDir(), "Alpine.tar.gz")
-	os.WriteFile(archive, []byte("TAR archive bytes"), 0o644)
-	out, errOut, err := f.run(bg, "", "image", "import", archive)
+	rootfsArchive(t, archive)
+	out, errOut, err := n.run(bg, "", "image", "import", archive)
 	wantExit(t, err, 0)
 	if errOut != "" {
 		t.Errorf("stderr = %q, want no progress off a terminal", errOut)
 	}
-	wantContains(t, "import", out, "alpine", "sha256:abcdef012345", "17B")
+	wantContains(t, "import", out, "alpine", "sha256:")
 
 	bad := filepath.Join(t.TempDir(), "bad.tar")
 	os.WriteFile(bad, []byte("junk"), 0o644)
-	_, errOut, err = f.run(bg, "", "image", "import", bad, "--name", "x")
+	_, errOut, err = n.run(bg, "", "image", "import", bad, "--name", "x")
 	wantExit(t, err, 1)
-	if errOut != "airlock: not an image archive (invalid_argument)\n" {
-		t.Errorf("stderr = %q", errOut)
-	}
+	wantContains(t, "stderr", errOut, "(invalid_argument)")
 
-	out, _, err = f.run(bg, "", "image", "ls")
-	wantExit(t, err, 0)
+	out = n.must(t, "image", "ls")
 	wantContains(t, "image ls", out, "host", "built in", "alpine")
-	out, _, err = f.run(bg, "", "image", "rm", "alpine")
-	wantExit(t, err, 0)
-	if out != "removed alpine\n" {
+	if out := n.must(t, "image", "rm", "alpine"); out != "removed alpine\n" {
 		t.Errorf("image rm = %q", out)
 	}
-	_, _, err = f.run(bg, "", "image", "rm", "ghost")
+	_, _, err = n.run(bg, "", "image", "rm", "ghost")
 	wantExit(t, err, 1)
-	out, _, err = f.run(bg, "", "image", "--help")
-	wantExit(t, err, 0)
+	out = n.must(t, "image", "--help")
 	wantContains(t, "image --help", out, "image import")
-	_, errOut, err = f.run(bg, "", "image")
+	_, errOut, err = n.run(bg, "", "image")
 	wantExit(t, err, 2)
 	wantContains(t, "stderr", errOut, "image import", "image ls", "image rm")
 }
 
 // TestHostileTextIsEscaped checks that text a sandbox wrote reaches the terminal with its
 // control characters shown, not acted on, while a command's own output stays as it is.
+// The sandbox's agent here is the test's: it answers with hostile text.
 func TestHostileTextIsEscaped(t *testing.T) {
-	f := newFakeDaemon(t)
-	f.addSandbox("box")
+	n := newNode(t)
+	n.must(t, "create", "box")
+	id := n.sandbox(t, "box").ID
+	n.Driver.SetAgent(id, func(c net.Conn) {
+		_, p, err := agentproto.ReadFrame(c)
+		if err != nil {
+			return
+		}
+		req, _ := agentproto.DecodeRequest(p)
+		if req.Exec != nil && strings.Join(req.Exec.Argv, " ") == "agenterr" {
+			b, _ := json.Marshal(agentproto.RemoteError{Code: "internal", Message: "agent says \x1b[2J"})
+			agentproto.WriteFrame(c, agentproto.FrameError, b)
+			return
+		}
+		agentproto.WriteFrame(c, agentproto.FrameStdout, []byte("red \x1b[31mtext\n"))
+		b, _ := json.Marshal(agentproto.ExitResult{State: agentproto.StateFailed, ExitCode: 1,
+			Error: "gone\x1b]0;pwned\x07 \u009b2J \u202eevil\tend\nline"})
+		agentproto.WriteFrame(c, agentproto.FrameResult, b)
+	})
 	raw := func(s string) bool { return strings.ContainsAny(s, "\x1b\x07\u009b\u202e") }
-	out, errOut, err := f.run(bg, "", "exec", "box", "--", "hostile")
+	out, errOut, err := n.run(bg, "", "exec", "box", "--", "hostile")
 	wantExit(t, err, 1)
 	if out != "red \x1b[31mtext\n" {
 		t.Errorf("the command's own output = %q; want it unchanged", out)
@@ -385,14 +470,13 @@ func TestHostileTextIsEscaped(t *testing.T) {
 	}
 	wantContains(t, "stderr", errOut, `gone\x1b]0;pwned\x07`, `\u009b2J`, `\u202eevil`, "\tend\nline")
 
-	_, errOut, err = f.run(bg, "", "exec", "box", "--", "agenterr")
+	_, errOut, err = n.run(bg, "", "exec", "box", "--", "agenterr")
 	wantExit(t, err, 1)
 	if raw(errOut) {
 		t.Errorf("an error from the agent reached stderr raw: %q", errOut)
 	}
-	wantContains(t, "stderr", errOut, `agent says \x1b[2J`)
 
-	out, _, _ = f.run(bg, "", "-o", "json", "exec", "box", "--", "hostile")
+	out, _, _ = n.run(bg, "", "-o", "json", "exec", "box", "--", "hostile")
 	if raw(out) || !strings.Contains(out, `\u009b2J`) {
 		t.Errorf("JSON output carries raw control characters or lost them: %q", out)
 	}
@@ -403,25 +487,22 @@ func TestHostileTextIsEscaped(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	f := newFakeDaemon(t)
-	out, _, err := f.run(bg, "", "status")
-	wantExit(t, err, 0)
-	wantContains(t, "status", out, "airlock 1.2.3", "OK", "runc")
+	n := newNode(t)
+	out := n.must(t, "status")
+	wantContains(t, "status", out, "airlock 1.2.3", "OK", "fake runtime", "store")
 
-	f.mu.Lock()
-	f.checks = append(f.checks, api.Check{Name: "cgroup memory", OK: false, Detail: "controller not mounted", Degrades: "memory limits are not enforced"})
-	f.mu.Unlock()
-	out, errOut, err := f.run(bg, "", "status")
+	n.Manager.AddProbe(func(context.Context) (runtime.Check, bool) {
+		return runtime.Check{Name: "cgroup memory", OK: false, Detail: "controller not mounted", Degrades: "memory limits are not enforced"}, true
+	})
+	out, errOut, err := n.run(bg, "", "status")
 	wantExit(t, err, 1)
 	wantContains(t, "status", out, "MISSING", "cgroup memory", "controller not mounted", "memory limits are not enforced")
-	wantContains(t, "stderr", errOut, "1 of 2 checks failed")
+	wantContains(t, "stderr", errOut, "1 of 3 checks failed")
 }
 
 func TestVersionAndHelp(t *testing.T) {
-	f := newFakeDaemon(t)
-	out, _, err := f.run(bg, "", "version")
-	wantExit(t, err, 0)
-	if out != "client: dev\nserver: 1.2.3\n" {
+	n := newNode(t)
+	if out := n.must(t, "version"); out != "client: dev\nserver: 1.2.3\n" {
 		t.Errorf("version = %q", out)
 	}
 
@@ -450,19 +531,17 @@ func TestUnreachableDaemon(t *testing.T) {
 }
 
 func TestTCPWithToken(t *testing.T) {
-	t.Setenv("AIRLOCK_TOKEN", "s3cret")
-	var gotAuth string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotAuth = r.Header.Get("Authorization")
-		writeJSON(w, 200, api.Status{Version: "9"})
-	}))
-	defer srv.Close()
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice"}})
+	t.Setenv("AIRLOCK_TOKEN", n.Token(t, "alice"))
 	var stdout, stderr bytes.Buffer
-	err := Run(bg, []string{"status", "--addr", strings.TrimPrefix(srv.URL, "http://")}, nil, &stdout, &stderr)
-	wantExit(t, err, 0)
-	if gotAuth != "Bearer s3cret" {
-		t.Errorf("Authorization = %q, want the token from $AIRLOCK_TOKEN", gotAuth)
+	wantExit(t, Run(bg, []string{"create", "mine", "--addr", n.Addr}, nil, &stdout, &stderr), 0)
+	if sb, err := n.Client.Get(bg, "mine"); err == nil {
+		t.Errorf("the local owner sees alice's sandbox %s; want it alice's only", sb.ID)
 	}
+	t.Setenv("AIRLOCK_TOKEN", "not-a-token-of-anyone")
+	stderr.Reset()
+	wantExit(t, Run(bg, []string{"ls", "--addr", n.Addr}, nil, &stdout, &stderr), 1)
+	wantContains(t, "stderr", stderr.String(), "(unauthenticated)")
 	stdout.Reset()
 	wantExit(t, Run(bg, []string{"--addr", "h:1", "help", "exec"}, nil, &stdout, &stderr), 0)
 	wantContains(t, "help after global flags", stdout.String(), "usage: airlock exec")

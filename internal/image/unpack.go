@@ -312,7 +312,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if err := unix.Symlinkat(hdr.Linkname, dfd, base); err != nil {
 			return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		if err := unix.Fchownat(dfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := lchownAt(dfd, base, hdr.Uid, hdr.Gid); err != nil {
 			return err
 		}
 	case tar.TypeLink:
@@ -331,7 +331,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if err := unix.Mknodat(dfd, base, mode, 0); err != nil {
 			return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		if err := unix.Fchownat(dfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := lchownAt(dfd, base, hdr.Uid, hdr.Gid); err != nil {
 			return err
 		}
 		if err := unix.Fchmodat(dfd, base, uint32(hdr.Mode&0o7777), 0); err != nil {
@@ -398,11 +398,26 @@ func (u *unpacker) hardlink(dir *os.File, base string, hdr *tar.Header) error {
 	return unix.Linkat(int(tf.Fd()), tbase, int(dir.Fd()), base, 0)
 }
 
+// keepOwners says whether unpacked files get their archive owners. Only root may give
+// files away: a store opened by another user (the tests of the layers above the runtime,
+// on the fake runtime) keeps every file as that user's.
+var keepOwners = os.Geteuid() == 0
+
+// lchownAt gives the entry base of dfd (never a link's target) its archive owner.
+func lchownAt(dfd int, base string, uid, gid int) error {
+	if !keepOwners {
+		return nil
+	}
+	return unix.Fchownat(dfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+}
+
 // setMeta applies owner, mode (after chown, which clears set-id bits) and user xattrs.
 func setMeta(f *os.File, hdr *tar.Header) error {
 	fd := int(f.Fd())
-	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
-		return err
+	if keepOwners {
+		if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+			return err
+		}
 	}
 	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
 		return err

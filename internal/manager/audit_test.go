@@ -37,7 +37,7 @@ func eventsOf(t *testing.T, st store.Store, id string) map[string][]*store.Event
 func TestAuditFloodCostsOnlyTheFlooder(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Audit = audit.Config{Rate: 10, Burst: 50, Queue: 100, Coalesce: time.Hour}
-	m, st := newManagerWith(t, cfg, newFake())
+	m, st := newManagerWith(t, cfg, newFake(t))
 
 	const flood = 5000
 	for i := range flood {
@@ -94,7 +94,7 @@ func TestAuditEventsArePruned(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Audit = audit.Config{Rate: 1e6, Burst: 1e6, Queue: 1 << 16}
 	cfg.EventsPerSandbox = 100
-	m, st := newManagerWith(t, cfg, newFake())
+	m, st := newManagerWith(t, cfg, newFake(t))
 	for i := range 500 {
 		m.EgressAudit(egress.Record{Sandbox: "sb_busy", Host: fmt.Sprintf("h%d", i), Port: 80, Allowed: true})
 	}
@@ -129,7 +129,7 @@ func TestAuditEventsArePruned(t *testing.T) {
 // is cut before it is queued or stored.
 func TestAuditRecordsAreBounded(t *testing.T) {
 	cfg := DefaultConfig()
-	m, st := newManagerWith(t, cfg, newFake())
+	m, st := newManagerWith(t, cfg, newFake(t))
 	huge := strings.Repeat("a", 1<<20)
 	m.EgressAudit(egress.Record{Sandbox: "sb_big", Host: huge, Port: 443, Method: "CONNECT", Reason: "host name " + huge + " is too long"})
 	m.DNSAudit(egress.DNSRecord{Sandbox: "sb_big", Name: huge, Type: "A", Rcode: "REFUSED", Reason: huge})

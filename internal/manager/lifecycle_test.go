@@ -40,7 +40,7 @@ func TestSuspendResumeGenerations(t *testing.T) {
 			t.Fatalf("suspend #%d: %v, %+v", i+1, err, got)
 		}
 	}
-	if fd.running[sb.ID] {
+	if fd.Running(sb.ID) {
 		t.Fatal("a suspended sandbox still has a container")
 	}
 	_, got, err := m.Resume(ctx, local, "a")
@@ -107,14 +107,14 @@ func TestRunningExecIsActivity(t *testing.T) {
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	m.SetClock(c.now)
 	release := make(chan struct{})
-	fd.agent = func(conn net.Conn) {
+	fd.SetAgent("", func(conn net.Conn) {
 		if _, _, err := agentproto.ReadFrame(conn); err != nil {
 			return
 		}
 		<-release // the command runs until the test lets it end
 		b, _ := json.Marshal(agentproto.ExitResult{State: agentproto.StateSucceeded})
 		agentproto.WriteFrame(conn, agentproto.FrameResult, b)
-	}
+	})
 	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "long", IdleSuspend: "2m"}); err != nil {
 		t.Fatal(err)
 	}

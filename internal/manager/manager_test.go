@@ -3,106 +3,34 @@ package manager
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/runtime/fake"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// fakeDriver is an in-memory runtime.Driver for testing the manager's rules.
-type fakeDriver struct {
-	mu       sync.Mutex
-	running  map[string]bool
-	leftover map[string]bool // resources without a container
-	deleted  []string
-	failNext error
-	agent    func(net.Conn) // serves DialAgent when set
-}
-
-var _ runtime.Driver = (*fakeDriver)(nil)
-
-func newFake() *fakeDriver {
-	return &fakeDriver{running: map[string]bool{}, leftover: map[string]bool{}}
-}
-
-func (f *fakeDriver) Start(_ context.Context, s runtime.Spec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.failNext; err != nil {
-		f.failNext = nil
-		f.leftover[s.ID] = true // a half-made start the manager must clean
-		return err
-	}
-	f.running[s.ID] = true
-	return nil
-}
-
-func (f *fakeDriver) Stop(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.running, id)
-	return nil
-}
-
-func (f *fakeDriver) Delete(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.running, id)
-	delete(f.leftover, id)
-	f.deleted = append(f.deleted, id)
-	return nil
-}
-
-func (f *fakeDriver) Status(_ context.Context, id string) (runtime.Status, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.running[id] {
-		return runtime.StatusRunning, nil
-	}
-	return runtime.StatusAbsent, nil
-}
-
-func (f *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) {
-	return runtime.Stats{}, nil
-}
-func (f *fakeDriver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
-	if f.agent == nil {
-		return nil, errors.New("fake driver: no agent for " + id)
-	}
-	client, server := net.Pipe()
-	go func() {
-		defer server.Close()
-		f.agent(server)
-	}()
-	return client, nil
-}
-
-func (f *fakeDriver) List(context.Context) ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var ids []string
-	for id := range f.running {
-		ids = append(ids, id)
-	}
-	for id := range f.leftover {
-		ids = append(ids, id)
-	}
-	return ids, nil
-}
-
-func newTestManager(t *testing.T) (*Manager, *fakeDriver, store.Store) {
+// newFake is a fake driver in a directory of the test's own.
+func newFake(t *testing.T) *fake.Driver {
 	t.Helper()
-	fd := newFake()
+	d, err := fake.New(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func newTestManager(t *testing.T) (*Manager, *fake.Driver, store.Store) {
+	t.Helper()
+	fd := newFake(t)
 	m, st := newManagerWith(t, DefaultConfig(), fd)
 	return m, fd, st
 }
@@ -165,7 +93,7 @@ func TestCreateRefusesBadInputAndChangesNothing(t *testing.T) {
 func TestCreateRollsBackAFailedStart(t *testing.T) {
 	m, fd, st := newTestManager(t)
 	ctx := context.Background()
-	fd.failNext = errors.New("runc exploded")
+	fd.FailNextStart(errors.New("runc exploded"))
 	op, _, err := m.Create(ctx, local, CreateRequest{Name: "a"})
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("err = %v; want unavailable", err)
@@ -233,8 +161,8 @@ func TestRecover(t *testing.T) {
 	if err := st.CreateSandbox(ctx, half); err != nil {
 		t.Fatal(err)
 	}
-	fd.leftover["sb_half"] = true
-	fd.leftover["sb_orphan"] = true
+	fd.PlantLeftover("sb_half")
+	fd.PlantLeftover("sb_orphan")
 	stuck := &store.Operation{ID: "op_stuck", Kind: "create", Owner: "local", State: store.OpRunning}
 	if _, err := st.CreateOperation(ctx, stuck); err != nil {
 		t.Fatal(err)
@@ -258,8 +186,8 @@ func TestRecover(t *testing.T) {
 		t.Errorf("interrupted create still has a record (err %v)", err)
 	}
 	ids, _ := fd.List(ctx)
-	if len(ids) != 1 || ids[0] != keep.ID {
-		t.Errorf("host resources after recover = %v; want only %s", ids, keep.ID)
+	if want := []string{keep.ID, dead.ID}; !slices.Equal(ids, slices.Sorted(slices.Values(want))) {
+		t.Errorf("host resources after recover = %v; want %v (the live one and the suspended one's upper layer)", ids, want)
 	}
 	if op, _ := st.GetOperation(ctx, "op_stuck"); op.State != store.OpFailed {
 		t.Errorf("interrupted operation state = %s; want failed", op.State)
@@ -358,7 +286,7 @@ func TestAgentCallNoticesADeadContainer(t *testing.T) {
 // record naming a runtime the node lacks is never handed to another.
 func TestRuntimesByName(t *testing.T) {
 	m, fd, st := newTestManager(t)
-	other := newFake()
+	other := newFake(t)
 	m.AddRuntime("other", other)
 	ctx := context.Background()
 	if got := m.Runtimes(); !slices.Equal(got, []string{"runc", "other"}) {

@@ -3,7 +3,8 @@
 // test process, starts a whole node (store, images, driver, manager, HTTP server on a
 // unix socket) in a private state directory and cgroup parent, and at the end removes
 // every sandbox and asserts that nothing was left behind. Tests that cannot run here
-// skip with a reason, except in CI (CI=true), where they fail.
+// skip with a reason, except in CI (CI=true), where they fail. NewFakeNode starts the
+// same node on the fake runtime (runtime/fake), which needs no root.
 package testenv
 
 import (
@@ -240,35 +241,13 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 	}
 	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Tokens: tokens}, log)
-	ln, err := net.Listen("unix", n.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: n.Server, ConnContext: server.ConnContext}
-	go hs.Serve(ln)
-	if len(tokens) > 0 {
-		tl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.tcpAddr = tl.Addr().String()
-		go hs.Serve(tl)
-	}
-	if n.Client, err = client.New(client.Options{Socket: n.Socket}); err != nil {
-		t.Fatal(err)
-	}
+	var hs *http.Server
+	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(tokens) > 0)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		hs.Close()
-		list, _ := n.Store.ListSandboxes(ctx, store.SandboxFilter{})
-		for _, sb := range list {
-			if sb.State != manager.Terminated {
-				if _, _, err := n.Manager.Terminate(ctx, manager.Call{Owner: sb.Owner}, sb.ID); err != nil {
-					t.Errorf("terminate %s: %v", sb.Name, err)
-				}
-			}
-		}
+		terminateAll(ctx, t, n.Store, n.Manager)
 		n.Manager.Close()
 		n.Driver.Close()
 		if n.Runsc != nil {
@@ -402,4 +381,42 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// serve serves srv on a unix socket at socket (and on loopback TCP when tcp is set,
+// returning its address) and returns a client of the socket.
+func serve(t testing.TB, srv *server.Server, socket string, tcp bool) (*http.Server, string, *client.Client) {
+	t.Helper()
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext}
+	go hs.Serve(ln)
+	addr := ""
+	if tcp {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = tl.Addr().String()
+		go hs.Serve(tl)
+	}
+	c, err := client.New(client.Options{Socket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs, addr, c
+}
+
+// terminateAll terminates every sandbox the store holds that is not terminated yet.
+func terminateAll(ctx context.Context, t testing.TB, st store.Store, m *manager.Manager) {
+	list, _ := st.ListSandboxes(ctx, store.SandboxFilter{})
+	for _, sb := range list {
+		if sb.State != manager.Terminated {
+			if _, _, err := m.Terminate(ctx, manager.Call{Owner: sb.Owner}, sb.ID); err != nil {
+				t.Errorf("terminate %s: %v", sb.Name, err)
+			}
+		}
+	}
 }

@@ -12,4 +12,5 @@ func TestConformance(t *testing.T) {
 	e := gvisor.Engine(testenv.Runsc(t))
 	h, _, _ := testenv.DriverHarness(t, &e)
 	drivertest.Run(t, h)
+	drivertest.RunHostile(t, h)
 }

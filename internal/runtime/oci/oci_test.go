@@ -14,6 +14,7 @@ import (
 func TestConformance(t *testing.T) {
 	h, d, dir := testenv.DriverHarness(t, nil)
 	drivertest.Run(t, h)
+	drivertest.RunHostile(t, h)
 	t.Run("ImpostorOnAgentSocketIsRefused", func(t *testing.T) {
 		ctx := context.Background()
 		id := "sbimpostor" + filepath.Base(dir)[len("al-oci-"):]

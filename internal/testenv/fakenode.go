@@ -1,0 +1,106 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/runtime/fake"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+)
+
+// FakeNode is a whole node on the fake runtime: SQLite, the image and snapshot stores,
+// the manager and the real HTTP server on a unix socket (and TCP, for token owners). It
+// needs no root: the tests of the HTTP edge, the SDK and the CLI run on it.
+type FakeNode struct {
+	Dir     string
+	Socket  string
+	Addr    string // the TCP listener, when the node has token owners
+	Driver  *fake.Driver
+	Store   store.Store
+	Manager *manager.Manager
+	Client  *client.Client
+
+	tokens map[string]string // owner -> token
+}
+
+// FakeOptions adjust a fake node.
+type FakeOptions struct {
+	Version string   // what /v1/status reports (default "test")
+	Owners  []string // owners who reach the node over TCP with a token of their own
+}
+
+// NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
+func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "alf-") // short: a unix socket path is at most 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &FakeNode{Dir: dir, Socket: filepath.Join(dir, "api.sock"), tokens: map[string]string{}}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
+		t.Fatal(err)
+	}
+	images, err := image.Open(filepath.Join(dir, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Driver, err = fake.New(filepath.Join(dir, "sb"), images); err != nil {
+		t.Fatal(err)
+	}
+	cfg := manager.DefaultConfig()
+	cfg.DefaultLimits.Disk = 0 // the fake has no disk to cap
+	n.Manager = manager.New(cfg, n.Store, n.Driver, images, log)
+	snaps, err := snapshot.Open(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Manager.SetSnapshots(snaps)
+	if err := n.Manager.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.Manager.Start()
+	tokens := map[string]string{}
+	for _, owner := range opts.Owners {
+		tok := fmt.Sprintf("token-of-%s-%d", owner, time.Now().UnixNano())
+		n.tokens[owner], tokens[tok] = tok, owner
+	}
+	version := opts.Version
+	if version == "" {
+		version = "test"
+	}
+	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Tokens: tokens}, log)
+	hs, addr, c := serve(t, srv, n.Socket, len(tokens) > 0)
+	n.Addr, n.Client = addr, c
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		hs.Close()
+		terminateAll(ctx, t, n.Store, n.Manager)
+		n.Manager.Close()
+		n.Store.Close()
+		os.RemoveAll(dir)
+	})
+	return n
+}
+
+// Token is owner's bearer token (one of FakeOptions.Owners).
+func (n *FakeNode) Token(t testing.TB, owner string) string {
+	t.Helper()
+	tok, ok := n.tokens[owner]
+	if !ok {
+		t.Fatalf("owner %q is not one of the node's FakeOptions.Owners", owner)
+	}
+	return tok
+}

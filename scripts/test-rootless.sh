@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the tests of the layers above the runtime (fake runtime, manager, HTTP server,
+# CLI) as an unprivileged user, proving they need no root: a change to a handler, the
+# SDK or a CLI verb can be checked anywhere. Run as root (it drops to nobody); as
+# another user it runs them as that user.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+pkgs=(internal/runtime/fake internal/manager internal/server internal/cli)
+bin=$(mktemp -d /tmp/airlock-rootless.XXXXXX)
+trap 'rm -rf "$bin"' EXIT
+chmod 755 "$bin"
+for p in "${pkgs[@]}"; do
+  go test -c -o "$bin/$(basename "$p").test" "./$p"
+done
+for p in "${pkgs[@]}"; do
+  t="$bin/$(basename "$p").test"
+  echo "rootless: $p"
+  if [ "$(id -u)" = 0 ]; then
+    (cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$t" -test.count=1)
+  else
+    (cd /tmp && "$t" -test.count=1)
+  fi
+done
