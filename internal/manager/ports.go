@@ -96,10 +96,7 @@ func (m *Manager) OpenPort(ctx context.Context, sandboxID string, port int, toke
 	}
 	pd, ok := m.driver(sb).(runtime.PortDialer)
 	if !ok {
-		pd, ok = m.net.(runtime.PortDialer)
-	}
-	if !ok {
-		return nil, errdefs.Unavailable("sandbox %q has no network to reach its port in", sb.Name)
+		return nil, errdefs.Unavailable("the runtime of sandbox %q cannot reach its ports", sb.Name)
 	}
 	id := sb.ID
 	return func(ctx context.Context) (net.Conn, error) { return pd.DialPort(ctx, id, port) }, nil

@@ -458,27 +458,6 @@ func nodeAddrs() []netip.Prefix {
 	return out
 }
 
-// NetnsPath is the network namespace a sandbox's processes run in.
-// DialPort connects to port on the loopback of sandbox id's network namespace (so a
-// server bound to 127.0.0.1 inside is reached too).
-func (n *Node) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	path, ok := n.NetnsPath(id)
-	if !ok {
-		return nil, fmt.Errorf("network: sandbox %s has no network", id)
-	}
-	return sandboxlink.DialIn(ctx, path, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)).String())
-}
-
-func (n *Node) NetnsPath(id string) (string, bool) {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	l, ok := n.links[id]
-	if !ok {
-		return "", false
-	}
-	return l.NetnsPath, true
-}
-
 // RemoveRules deletes the node's firewall table; for a node going away for good (tests).
 func (n *Node) RemoveRules() error { return n.nm.RemoveRules() }
 

@@ -1,11 +1,9 @@
 package sandboxlink
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"runtime"
 
@@ -102,25 +100,4 @@ func onThread(fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
-}
-
-// DialIn dials addr over TCP from inside the network namespace at nsPath. The dial runs
-// on a thread switched into the namespace; a socket stays in the namespace it was made
-// in, so the connection works from any thread afterwards.
-func DialIn(ctx context.Context, nsPath, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := onThread(func() error {
-		target, err := os.Open(nsPath)
-		if err != nil {
-			return fmt.Errorf("network namespace: %w", err)
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("network namespace: enter %s: %w", nsPath, err)
-		}
-		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", addr)
-		return err
-	})
-	return c, err
 }

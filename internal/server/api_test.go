@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -139,6 +141,42 @@ func TestAPIOnTheFakeRuntime(t *testing.T) {
 		evs, _ := c.Events(bg, "box", 0)
 		if !slices.ContainsFunc(evs, func(e api.Event) bool { return e.Type == "container_gone" }) {
 			t.Errorf("no container_gone event among %d", len(evs))
+		}
+	})
+
+	t.Run("exposed port", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a fake sandbox's loopback is the host's
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "served "+r.URL.Path)
+		}))
+		port := ln.Addr().(*net.TCPAddr).Port
+		p, err := c.ExposePort(bg, "box", port, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse(p.URL)
+		get := func(token string) (int, string) {
+			req, _ := http.NewRequest("GET", "http://airlock"+u.Path+"hello", nil)
+			if token != "" {
+				req.Header.Set("X-Airlock-Port-Token", token)
+			}
+			resp, err := c.HTTPClient().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := get(p.Token); code != 200 || body != "served /hello" {
+			t.Errorf("through the port: %d %q; want the server's answer", code, body)
+		}
+		if code, _ := get("wrong"); code != 401 {
+			t.Errorf("with a wrong token: %d; want 401", code)
 		}
 	})
 

@@ -40,6 +40,7 @@ var (
 	_ runtime.Freezer       = (*Driver)(nil)
 	_ runtime.Storage       = (*Driver)(nil)
 	_ runtime.HealthChecker = (*Driver)(nil)
+	_ runtime.PortDialer    = (*Driver)(nil)
 )
 
 // Driver runs fake sandboxes under one directory.
@@ -309,6 +310,13 @@ func (d *Driver) WithStorage(ctx context.Context, id string, disk int64, readOnl
 		return err
 	}
 	return fn(dir)
+}
+
+// DialPort implements runtime.PortDialer through the agent, as the OCI driver does; a
+// fake sandbox's loopback is the host's.
+func (d *Driver) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+	return cl.DialPort(ctx, port)
 }
 
 // Health implements runtime.HealthChecker.

@@ -3,9 +3,6 @@ package gvisor
 import (
 	"context"
 	"fmt"
-	"net"
-
-	"github.com/airlockhq/airlock/internal/agent"
 
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
@@ -50,14 +47,6 @@ func New(ctx context.Context, path string, opts oci.Options) (*Driver, error) {
 		return nil, err
 	}
 	return &Driver{Driver: d, path: path}, nil
-}
-
-// DialPort implements runtime.PortDialer: gVisor's network stack runs in its kernel,
-// where the host cannot connect, so the sandbox's agent dials the port on its loopback
-// and carries the bytes.
-func (d *Driver) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
-	return cl.DialPort(ctx, port)
 }
 
 // Health implements runtime.HealthChecker: the host's parts are the runc driver's to

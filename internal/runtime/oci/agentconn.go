@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/agent"
 )
 
 // The channel to a sandbox's agent. The daemon makes the agent's socket itself, in
@@ -178,4 +180,13 @@ func checkPeer(c net.Conn, want agentPeer) error {
 		return fmt.Errorf("%w (pid %d uid %d, want pid %d uid %d)", errWrongPeer, cred.Pid, cred.Uid, want.PID, want.UID)
 	}
 	return nil
+}
+
+// DialPort implements runtime.PortDialer: the sandbox's agent dials the port on the
+// sandbox's loopback and carries the bytes, so a server bound to 127.0.0.1 inside is
+// reached, the daemon never enters the sandbox's namespaces, and the same path serves
+// runsc, whose network stack the host cannot enter at all.
+func (d *Driver) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+	return cl.DialPort(ctx, port)
 }

@@ -36,9 +36,10 @@ import (
 )
 
 var (
-	_ runtime.Driver  = (*Driver)(nil)
-	_ runtime.Freezer = (*Driver)(nil)
-	_ runtime.Storage = (*Driver)(nil)
+	_ runtime.Driver     = (*Driver)(nil)
+	_ runtime.Freezer    = (*Driver)(nil)
+	_ runtime.Storage    = (*Driver)(nil)
+	_ runtime.PortDialer = (*Driver)(nil)
 )
 
 // Options configure the driver.
