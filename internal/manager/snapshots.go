@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -72,9 +70,9 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 		meta.Consistency = snapshot.CrashConsistent
 	}
 	var man *snapshot.Manifest
-	err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, true, func(dir string) error {
+	err = stg.ReadLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
 		var err error
-		man, err = m.snaps.Create(ctx, filepath.Join(dir, "upper"), sb.UIDBase, meta)
+		man, err = m.snaps.Create(ctx, upper, sb.UIDBase, meta)
 		return err
 	})
 	if err != nil {
@@ -188,8 +186,8 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 			}
 			m.event(sb, "safety_snapshot", "restore", map[string]any{"snapshot": safety.ID})
 		}
-		err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
-			return m.replaceUpper(ctx, dir, man.ID, sb.UIDBase)
+		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
+			return m.snaps.Restore(ctx, man.ID, upper, sb.UIDBase)
 		})
 		if err != nil {
 			return corruptErr(err)
@@ -209,23 +207,6 @@ func corruptErr(err error) error {
 			Details: map[string]any{"reason": "corrupt"}}
 	}
 	return err
-}
-
-// replaceUpper swaps dir/upper for the snapshot's contents; on failure the old upper
-// layer stays in place.
-func (m *Manager) replaceUpper(ctx context.Context, dir, snapID string, base uint32) error {
-	upper := filepath.Join(dir, "upper")
-	old := filepath.Join(dir, "upper.old")
-	os.RemoveAll(old)
-	if err := os.Rename(upper, old); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := m.snaps.Restore(ctx, snapID, upper, base); err != nil {
-		os.Rename(old, upper)
-		return err
-	}
-	os.RemoveAll(filepath.Join(dir, "work"))
-	return os.RemoveAll(old)
 }
 
 // ForkRequest names the new sandbox.
@@ -322,8 +303,8 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	if clone {
 		durable, err = m.cloneFrom(ctx, parent.ID, sb, cloner)
 	} else {
-		err = stg.WithStorage(ctx, sb.ID, sb.Limits.Disk, false, func(dir string) error {
-			return m.snaps.Restore(ctx, man.ID, filepath.Join(dir, "upper"), sb.UIDBase)
+		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
+			return m.snaps.Restore(ctx, man.ID, upper, sb.UIDBase)
 		})
 	}
 	sb.Generation = 1

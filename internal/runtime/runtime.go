@@ -143,14 +143,18 @@ type HealthChecker interface {
 	Health(ctx context.Context) []Check
 }
 
-// Storage is implemented by drivers that let the manager work on a stopped sandbox's
-// upper layer (snapshot, restore, fork).
+// Storage is implemented by drivers that let the node's snapshot store read and write a
+// sandbox's writable layer (snapshot, restore, fork). The layer reaches the snapshot
+// code as a directory on this host, the form the snapshot format is made from; where it
+// lives, how it is mounted and how one layer replaces another are the driver's.
 type Storage interface {
-	// WithStorage makes the sandbox's storage available (creating it with a cap of disk
-	// bytes if it does not exist yet) and calls fn with the directory that holds (or
-	// will hold) its upper layer as "upper". The container must not be running unless
-	// readOnly is true.
-	WithStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error
+	// ReadLayer calls read with the directory of the sandbox's writable layer. The
+	// container is stopped or frozen, so the layer does not change meanwhile.
+	ReadLayer(ctx context.Context, id string, disk int64, read func(upper string) error) error
+	// ReplaceLayer calls fill with an empty directory that becomes the sandbox's
+	// writable layer once fill succeeds; if fill fails, the old layer stays. The
+	// container must be stopped; storage made new is capped at disk bytes.
+	ReplaceLayer(ctx context.Context, id string, disk int64, fill func(upper string) error) error
 }
 
 // StorageCloner is implemented by drivers that can copy a sandbox's writable layer to a

@@ -8,8 +8,11 @@ package drivertest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -138,6 +141,58 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("/tmp/file after restart: %+v; want it gone", fi)
 		}
 	})
+
+	if stg, ok := d.(runtime.Storage); ok {
+		t.Run("StorageReadsAndReplacesTheLayer", func(t *testing.T) {
+			id := newID(t)
+			run(t, id)
+			cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+			if _, err := cl.Upload(ctx, "/root/old", 0o644, -1, -1, strings.NewReader("old")); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Stop(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			err := stg.ReadLayer(ctx, id, 0, func(upper string) error {
+				b, err := os.ReadFile(filepath.Join(upper, "root", "old"))
+				if err == nil && string(b) != "old" {
+					err = fmt.Errorf("read %q", b)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("ReadLayer: %v; want the file written in the sandbox", err)
+			}
+			failed := errors.New("fill failed")
+			if err := stg.ReplaceLayer(ctx, id, 0, func(upper string) error {
+				os.MkdirAll(filepath.Join(upper, "root"), 0o755)
+				os.WriteFile(filepath.Join(upper, "root", "half"), nil, 0o644)
+				return failed
+			}); !errors.Is(err, failed) {
+				t.Fatalf("ReplaceLayer with a failing fill: %v", err)
+			}
+			if err := stg.ReplaceLayer(ctx, id, 0, func(upper string) error {
+				if err := os.MkdirAll(filepath.Join(upper, "root"), 0o755); err != nil {
+					return err
+				}
+				return os.WriteFile(filepath.Join(upper, "root", "new"), []byte("new"), 0o644)
+			}); err != nil {
+				t.Fatalf("ReplaceLayer: %v", err)
+			}
+			if err := d.Start(ctx, h.Spec(id)); err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if _, err := cl.Download(ctx, "/root/new", &got); err != nil || got.String() != "new" {
+				t.Errorf("/root/new after the replace: %q, %v", got.String(), err)
+			}
+			for _, gone := range []string{"/root/old", "/root/half"} {
+				if _, err := cl.Stat(ctx, gone); err == nil {
+					t.Errorf("%s is still there after the replace", gone)
+				}
+			}
+		})
+	}
 
 	t.Run("FailedStartLeavesNothing", func(t *testing.T) {
 		id := newID(t)

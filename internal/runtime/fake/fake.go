@@ -300,16 +300,34 @@ func (d *Driver) setPaused(id string, paused bool) error {
 	return nil
 }
 
-// WithStorage implements runtime.Storage: the sandbox's directory holds "upper".
-func (d *Driver) WithStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error {
-	if d.Running(id) && !readOnly {
-		return fmt.Errorf("fake: sandbox %s is running; stop it before changing its storage", id)
-	}
-	dir := filepath.Join(d.sandboxDir(id), "fs")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// ReadLayer implements runtime.Storage.
+func (d *Driver) ReadLayer(ctx context.Context, id string, disk int64, read func(upper string) error) error {
+	if err := os.MkdirAll(d.upper(id), 0o755); err != nil {
 		return err
 	}
-	return fn(dir)
+	return read(d.upper(id))
+}
+
+// ReplaceLayer implements runtime.Storage.
+func (d *Driver) ReplaceLayer(ctx context.Context, id string, disk int64, fill func(upper string) error) error {
+	if d.Running(id) {
+		return fmt.Errorf("fake: sandbox %s is running; stop it before changing its storage", id)
+	}
+	upper := d.upper(id)
+	old := upper + ".old"
+	if err := os.MkdirAll(filepath.Dir(upper), 0o755); err != nil {
+		return err
+	}
+	os.RemoveAll(old)
+	if err := os.Rename(upper, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := fill(upper); err != nil {
+		os.RemoveAll(upper)
+		os.Rename(old, upper)
+		return err
+	}
+	return os.RemoveAll(old)
 }
 
 // DialPort implements runtime.PortDialer through the agent, as the OCI driver does; a

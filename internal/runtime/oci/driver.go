@@ -512,8 +512,35 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 	return mountDisk(img, fsDir, "")
 }
 
-// WithStorage implements runtime.Storage.
-func (d *Driver) WithStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error {
+// ReadLayer implements runtime.Storage.
+func (d *Driver) ReadLayer(ctx context.Context, id string, disk int64, read func(upper string) error) error {
+	return d.withStorage(ctx, id, disk, true, func(dir string) error { return read(filepath.Join(dir, "upper")) })
+}
+
+// ReplaceLayer implements runtime.Storage: the new layer is filled beside the old one,
+// which is set aside and removed only once the new one is in place, with overlayfs's
+// work directory (which belongs to the old one).
+func (d *Driver) ReplaceLayer(ctx context.Context, id string, disk int64, fill func(upper string) error) error {
+	return d.withStorage(ctx, id, disk, false, func(dir string) error {
+		upper, old := filepath.Join(dir, "upper"), filepath.Join(dir, "upper.old")
+		os.RemoveAll(old)
+		if err := os.Rename(upper, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := fill(upper); err != nil {
+			os.RemoveAll(upper)
+			os.Rename(old, upper)
+			return err
+		}
+		os.RemoveAll(filepath.Join(dir, "work"))
+		return os.RemoveAll(old)
+	})
+}
+
+// withStorage makes the sandbox's storage available (creating it with a cap of disk
+// bytes if it does not exist yet) and calls fn with the directory that holds (or will
+// hold) its upper layer as "upper". The container must not be running unless readOnly.
+func (d *Driver) withStorage(ctx context.Context, id string, disk int64, readOnly bool, fn func(dir string) error) error {
 	dir := d.dir(id)
 	fsDir := filepath.Join(dir, "fs")
 	st, err := d.Status(ctx, id)
