@@ -6,6 +6,7 @@
 package durable
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 )
@@ -47,4 +48,21 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// ReplaceDir puts a new directory in place of dir: the old one is set aside (dir.old),
+// fill makes the new one at dir, and the old one is removed once fill succeeds; if it
+// fails, whatever it made is removed and the old one is put back.
+func ReplaceDir(dir string, fill func(dir string) error) error {
+	old := dir + ".old"
+	os.RemoveAll(old)
+	if err := os.Rename(dir, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := fill(dir); err != nil {
+		os.RemoveAll(dir)
+		os.Rename(old, dir)
+		return err
+	}
+	return os.RemoveAll(old)
 }

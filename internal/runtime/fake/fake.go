@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -313,21 +314,10 @@ func (d *Driver) ReplaceLayer(ctx context.Context, id string, disk int64, fill f
 	if d.Running(id) {
 		return fmt.Errorf("fake: sandbox %s is running; stop it before changing its storage", id)
 	}
-	upper := d.upper(id)
-	old := upper + ".old"
-	if err := os.MkdirAll(filepath.Dir(upper), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(d.upper(id)), 0o755); err != nil {
 		return err
 	}
-	os.RemoveAll(old)
-	if err := os.Rename(upper, old); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := fill(upper); err != nil {
-		os.RemoveAll(upper)
-		os.Rename(old, upper)
-		return err
-	}
-	return os.RemoveAll(old)
+	return durable.ReplaceDir(d.upper(id), fill)
 }
 
 // DialPort implements runtime.PortDialer through the agent, as the OCI driver does; a

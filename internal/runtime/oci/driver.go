@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -517,23 +518,15 @@ func (d *Driver) ReadLayer(ctx context.Context, id string, disk int64, read func
 	return d.withStorage(ctx, id, disk, true, func(dir string) error { return read(filepath.Join(dir, "upper")) })
 }
 
-// ReplaceLayer implements runtime.Storage: the new layer is filled beside the old one,
-// which is set aside and removed only once the new one is in place, with overlayfs's
-// work directory (which belongs to the old one).
+// ReplaceLayer implements runtime.Storage: the old layer is set aside while the new one
+// is filled, and removed once the new one is in place, with overlayfs's work directory
+// (which belongs to the old one).
 func (d *Driver) ReplaceLayer(ctx context.Context, id string, disk int64, fill func(upper string) error) error {
 	return d.withStorage(ctx, id, disk, false, func(dir string) error {
-		upper, old := filepath.Join(dir, "upper"), filepath.Join(dir, "upper.old")
-		os.RemoveAll(old)
-		if err := os.Rename(upper, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := durable.ReplaceDir(filepath.Join(dir, "upper"), fill); err != nil {
 			return err
 		}
-		if err := fill(upper); err != nil {
-			os.RemoveAll(upper)
-			os.Rename(old, upper)
-			return err
-		}
-		os.RemoveAll(filepath.Join(dir, "work"))
-		return os.RemoveAll(old)
+		return os.RemoveAll(filepath.Join(dir, "work"))
 	})
 }
 
