@@ -86,11 +86,11 @@ func TestFloodKeepsOtherSandboxesRecords(t *testing.T) {
 	close(st.gate)
 	w.Close()
 
-	recs, notes, dropped := events(t, st, "sb_quiet")
+	recs, notes, _ := events(t, st, "sb_quiet")
 	if len(recs) != quiet || len(notes) != 0 {
 		t.Errorf("the quiet sandbox: %d records and %d records_dropped events stored, want all %d and none", len(recs), len(notes), quiet)
 	}
-	recs, notes, dropped = events(t, st, "sb_flood")
+	recs, notes, dropped := events(t, st, "sb_flood")
 	if len(notes) == 0 || dropped == 0 {
 		t.Fatalf("the flooder: no records_dropped event (%d records stored of %d)", len(recs), flood)
 	}

@@ -360,7 +360,6 @@ func socketPair() (net.Conn, net.Conn, error) {
 type listener struct {
 	conns chan net.Conn
 	ctx   context.Context
-	once  sync.Once
 }
 
 func (l *listener) Accept() (net.Conn, error) {
