@@ -47,6 +47,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(dir) }) // runs last, even when the start fails
 	n := &FakeNode{Dir: dir, Socket: filepath.Join(dir, "api.sock"), tokens: map[string]string{}}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
@@ -90,7 +91,6 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 		terminateAll(ctx, t, n.Store, n.Manager)
 		n.Manager.Close()
 		n.Store.Close()
-		os.RemoveAll(dir)
 	})
 	return n
 }
