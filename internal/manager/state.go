@@ -19,7 +19,7 @@ const (
 	Suspended   State = "suspended"
 	Resuming    State = "resuming"
 	Terminating State = "terminating"
-	Terminated  State = "terminated"
+	Terminated  State = store.Terminated
 	Failed      State = "failed"
 )
 

@@ -28,6 +28,10 @@ type Limits struct {
 // between them (DESIGN.md §3); the store only keeps it.
 type State string
 
+// Terminated is the one state the store knows: a terminated sandbox frees its name
+// (the schema's partial unique index says the same).
+const Terminated State = "terminated"
+
 // Sandbox is the durable record of one sandbox handle.
 type Sandbox struct {
 	ID          string `json:"id"`

@@ -15,10 +15,6 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// stateTerminated is the one state that frees a sandbox's name; the schema's partial
-// unique index says the same.
-const stateTerminated = "terminated"
-
 // encodeSandbox returns sb as the stored JSON document, its times in UTC.
 func encodeSandbox(sb *store.Sandbox) (string, error) {
 	c := *sb
@@ -92,7 +88,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*store.Sandbox, erro
 func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*store.Sandbox, error) {
 	const q = `SELECT doc FROM sandboxes WHERE owner = ? AND name = ?
 		ORDER BY state = ? ASC, created_at DESC, rowid DESC LIMIT 1`
-	sb, err := scanSandbox(s.r.QueryRowContext(ctx, q, owner, name, stateTerminated))
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, q, owner, name, store.Terminated))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("no sandbox named %q for owner %q", name, owner)
 	}
