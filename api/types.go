@@ -404,3 +404,79 @@ type GCResult struct {
 // DefaultSocket is the daemon's unix socket unless its configuration or a client says
 // otherwise.
 const DefaultSocket = "/run/airlock/airlock.sock"
+
+// User is an identity: a user or a service account, with its roles.
+type User struct {
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"` // user or service
+	Roles     []string  `json:"roles"`
+	UIDs      []int     `json:"uids,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// UserList is the body of GET /v1/users.
+type UserList struct {
+	Users []User `json:"users"`
+}
+
+// CreateUserRequest is the body of POST /v1/users.
+type CreateUserRequest struct {
+	Name  string   `json:"name"`
+	Kind  string   `json:"kind,omitempty"` // user (default) or service
+	Roles []string `json:"roles"`
+	UIDs  []int    `json:"uids,omitempty"` // local users who are this identity over the unix socket
+}
+
+// RolesRequest is the body of PUT /v1/users/{name}/roles.
+type RolesRequest struct {
+	Roles []string `json:"roles"`
+}
+
+// Role is a named set of permissions.
+type Role struct {
+	Name        string   `json:"name"`
+	Permissions []string `json:"permissions"`
+	Builtin     bool     `json:"builtin,omitempty"`
+}
+
+// RoleList is the body of GET /v1/roles.
+type RoleList struct {
+	Roles []Role `json:"roles"`
+}
+
+// RoleRequest is the body of PUT /v1/roles/{name}.
+type RoleRequest struct {
+	Permissions []string `json:"permissions"`
+}
+
+// Token is an API token's record; its secret is shown once, when it is made.
+type Token struct {
+	ID        string     `json:"id"`
+	User      string     `json:"user"`
+	Name      string     `json:"name,omitempty"`
+	Prefix    string     `json:"prefix"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// Secret is set only in the answer to the token's creation.
+	Secret string `json:"secret,omitempty"`
+}
+
+// TokenList is the body of GET /v1/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// CreateTokenRequest is the body of POST /v1/tokens.
+type CreateTokenRequest struct {
+	User    string `json:"user"`
+	Name    string `json:"name,omitempty"`
+	Expires string `json:"expires,omitempty"` // a lifetime such as 720h; empty: until revoked
+}
+
+// WhoAmI is the body of GET /v1/whoami: the caller and what it may do.
+type WhoAmI struct {
+	User        string   `json:"user"`
+	Roles       []string `json:"roles"`
+	Permissions []string `json:"permissions"`
+}

@@ -23,7 +23,9 @@ var verbList = []*verb{
 	suspendVerb, resumeVerb, eventsVerb,
 	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb,
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
-	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb, statusVerb, versionVerb,
+	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb,
+	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
+	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, statusVerb, versionVerb,
 }
 
 // verbs indexes verbList by name.
@@ -36,7 +38,8 @@ var verbs = func() map[string]*verb {
 }()
 
 // groups are the verbs that take a subcommand.
-var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true}
+var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true,
+	"user": true, "role": true, "token": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

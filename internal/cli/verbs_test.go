@@ -546,3 +546,52 @@ func TestTCPWithToken(t *testing.T) {
 	wantExit(t, Run(bg, []string{"--addr", "h:1", "help", "exec"}, nil, &stdout, &stderr), 0)
 	wantContains(t, "help after global flags", stdout.String(), "usage: airlock exec")
 }
+
+func TestUsersRolesTokens(t *testing.T) {
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"seed"}})}
+	if out := n.must(t, "whoami"); !strings.Contains(out, "local (roles: admin)") {
+		t.Errorf("whoami over the socket as root = %q", out)
+	}
+	n.must(t, "user", "create", "alice", "--role", "developer")
+	secret := strings.TrimSpace(n.must(t, "token", "create", "--user", "alice", "--name", "laptop"))
+	if !strings.HasPrefix(secret, "al_") {
+		t.Fatalf("token create printed %q; want the secret", secret)
+	}
+	as := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		err := Run(bg, append(args, "--addr", n.Addr, "--token", secret), nil, &out, &errOut)
+		return out.String(), errOut.String(), err
+	}
+	out, _, err := as("whoami")
+	wantExit(t, err, 0)
+	wantContains(t, "whoami as alice", out, "alice (roles: developer)", "sandbox.exec")
+	_, errOut, err := as("user", "ls")
+	wantExit(t, err, 1)
+	wantContains(t, "user ls as alice", errOut, "admin", "(permission_denied)")
+
+	n.must(t, "role", "create", "auditor", "--permission", "audit.read,snapshot.*")
+	n.must(t, "user", "roles", "alice", "--role", "auditor")
+	_, errOut, err = as("create", "box")
+	wantExit(t, err, 1)
+	wantContains(t, "create as an auditor", errOut, "sandbox.create", "(permission_denied)")
+	_, errOut, err = n.run(bg, "", "role", "rm", "auditor")
+	wantExit(t, err, 1)
+	wantContains(t, "role rm of a role in use", errOut, "alice")
+	wantContains(t, "user ls", n.must(t, "user", "ls"), "alice", "auditor", "local", "admin")
+	wantContains(t, "role ls", n.must(t, "role", "ls"), "developer", "built in", "auditor", "custom")
+
+	toks := n.must(t, "token", "ls", "--user", "alice")
+	id := regexp.MustCompile(`tok_[a-z0-9]+`).FindString(toks)
+	wantContains(t, "token ls", toks, "laptop", "active")
+	if strings.Contains(toks, secret[3:]) {
+		t.Errorf("token ls shows the secret: %q", toks)
+	}
+	n.must(t, "token", "revoke", id)
+	_, errOut, err = as("whoami")
+	wantExit(t, err, 1)
+	wantContains(t, "whoami with a revoked token", errOut, "(unauthenticated)")
+	n.must(t, "user", "rm", "alice")
+	_, errOut, err = n.run(bg, "", "user", "create", "Bad", "--role", "viewer")
+	wantExit(t, err, 1)
+	wantContains(t, "a bad name", errOut, "invalid identity name", "(invalid_argument)")
+}

@@ -102,11 +102,17 @@ type Audit struct {
 
 // Config is the daemon's configuration file.
 type Config struct {
-	StateDir string  `yaml:"state_dir"`
-	Socket   string  `yaml:"socket"`
-	Listen   string  `yaml:"listen"`
-	Tokens   []Token `yaml:"tokens"`
-	Runc     string  `yaml:"runc"`
+	StateDir string `yaml:"state_dir"`
+	Socket   string `yaml:"socket"`
+	Listen   string `yaml:"listen"`
+	// Tokens is the old way to let TCP clients in: each token becomes one of its
+	// owner's API tokens (a service account with the developer role). Use
+	// `airlock token create` instead.
+	Tokens []Token `yaml:"tokens"`
+	// UnixUsers maps local uids to identities over the unix socket, before the
+	// identities' own uids (default: root is the administrator, "local").
+	UnixUsers map[int]string `yaml:"unix_users"`
+	Runc      string         `yaml:"runc"`
 	// Runsc is gVisor's runsc: empty finds a static one on PATH or where
 	// scripts/runsc.sh installs it, "off" runs no runsc.
 	Runsc string `yaml:"runsc"`
@@ -218,9 +224,6 @@ func (c Config) Settings() (Settings, error) {
 	if c.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("listen %q must be HOST:PORT", c.Listen))
-		}
-		if len(c.Tokens) == 0 {
-			errs = append(errs, errors.New("listen needs at least one entry in tokens: TCP clients must authenticate"))
 		}
 	}
 	for i, t := range c.Tokens {

@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -32,6 +33,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/version"
 	"golang.org/x/sys/unix"
@@ -143,16 +145,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	m.Start()
 	defer m.Close()
 
-	tokens := map[string]string{}
-	for _, t := range cfg.Tokens {
-		tokens[t.Token] = t.Owner
+	authSvc, err := openAuth(ctx, cfg, st, log)
+	if err != nil {
+		return err
 	}
 	publicURL := ""
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
 	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
-	srv := server.New(m, server.Options{Tokens: tokens, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
+	srv := server.New(m, server.Options{Auth: authSvc, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -310,4 +312,32 @@ func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options) (*gviso
 		return nil, fmt.Errorf("runtime runsc: %w", err)
 	}
 	return d, nil
+}
+
+// openAuth starts the node's authentication: on the first start it creates the
+// administrator and says where its token is; the configuration's old tokens: list keeps
+// working, with a warning naming what replaces it.
+func openAuth(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger) (*auth.Service, error) {
+	unixUsers := map[int]string{0: config.LocalOwner}
+	for uid, name := range cfg.UnixUsers {
+		unixUsers[uid] = name
+	}
+	a := auth.New(st, auth.Options{UnixUsers: unixUsers, Admin: config.LocalOwner, Log: log})
+	path, err := a.Bootstrap(ctx, cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("create the administrator: %w", err)
+	}
+	if path != "" {
+		log.Warn("created the administrator identity " + config.LocalOwner + "; its API token is in " + path +
+			" (root on this host is it over the unix socket)")
+	}
+	for _, t := range cfg.Tokens {
+		if err := a.AddStaticToken(ctx, t.Token, t.Owner); err != nil {
+			return nil, fmt.Errorf("tokens: %w", err)
+		}
+	}
+	if len(cfg.Tokens) > 0 {
+		log.Warn("the tokens: list of the configuration file is deprecated: its owners are now service accounts with the developer role; make tokens with `airlock token create` and remove the list")
+	}
+	return a, nil
 }

@@ -3,15 +3,14 @@ package manager
 import (
 	"context"
 
-	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 )
 
-// imageScope is whom an image call acts for: the caller, an administrator when it is
-// the node's local owner (the unix socket's).
+// imageScope is whom an image call acts for: the caller, and whether it is an
+// administrator.
 func imageScope(call Call) image.Scope {
-	return image.Scope{Owner: call.Owner, Admin: call.Owner == config.LocalOwner}
+	return image.Scope{Owner: call.Owner, Admin: call.Admin}
 }
 
 // ListImages lists the images the caller can use: its own and the public ones.
@@ -27,7 +26,7 @@ func (m *Manager) ImageUploadLimit() int64 { return m.images.Limits().Upload }
 func (m *Manager) MayImport(call Call, public bool) error {
 	if public && !imageScope(call).Admin {
 		return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
-			Msg: "only an administrator (over the unix socket) can publish a public image"}
+			Msg: "only an administrator can publish a public image"}
 	}
 	return nil
 }

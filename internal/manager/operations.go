@@ -14,7 +14,9 @@ import (
 
 // Call carries what every mutating request brings besides its body.
 type Call struct {
-	Owner          string
+	Owner string
+	// Admin says the caller holds the admin permission (it publishes public images).
+	Admin          bool
 	IdempotencyKey string
 	// IfMatch is the sandbox version the caller expects (0: no expectation).
 	IfMatch int64

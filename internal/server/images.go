@@ -24,7 +24,7 @@ func toAPIImage(img *manager.Image) api.Image {
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.m.ListImages(manager.Call{Owner: owner(r)})
+	list, err := s.m.ListImages(manager.Call{Owner: owner(r), Admin: isAdmin(r)})
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Invalid("invalid visibility %q: use private or public", v)
 	}
-	c := manager.Call{Owner: owner(r)}
+	c := manager.Call{Owner: owner(r), Admin: isAdmin(r)}
 	if err := s.m.MayImport(c, public); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func uploadTooLarge(limit int64) error {
 }
 
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) error {
-	if err := s.m.RemoveImage(r.Context(), manager.Call{Owner: owner(r)}, r.PathValue("ref")); err != nil {
+	if err := s.m.RemoveImage(r.Context(), manager.Call{Owner: owner(r), Admin: isAdmin(r)}, r.PathValue("ref")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -12,7 +12,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,7 +24,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -36,14 +35,10 @@ const maxBody = 1 << 20
 // errTooLarge marks an oversize body: invalid_argument, with status 413.
 var errTooLarge = errors.New("request body too large")
 
-// LocalOwner owns everything done through the unix socket; it is the node's
-// administrator, and no token may name it.
-const LocalOwner = config.LocalOwner
-
 // Options configure the server.
 type Options struct {
-	// Tokens maps bearer tokens to owners, for TCP clients.
-	Tokens map[string]string
+	// Auth says who each caller is and what it may do.
+	Auth *auth.Service
 	// Version is reported by /v1/status.
 	Version string
 	// StateDir is reported by /v1/status and holds image uploads in progress.
@@ -73,8 +68,8 @@ type Server struct {
 type ctxKey int
 
 const (
-	ownerKey ctxKey = iota
-	localKey
+	principalKey ctxKey = iota
+	peerKey             // the unix socket peer's uid
 )
 
 // New builds the server and its routes.
@@ -91,10 +86,10 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux(),
 		outBudget: newOutputBudget(opts.OutputBudget)}
 	for _, r := range s.routes() {
-		s.mux.HandleFunc(r.pattern, s.adapt(r.handler))
+		s.mux.HandleFunc(r.pattern, s.adapt(r.perm, r.handler))
 	}
 	m.SetPortCloser(s.ClosePortConns)
-	s.mux.HandleFunc("/", s.adapt(func(w http.ResponseWriter, r *http.Request) error {
+	s.mux.HandleFunc("/", s.adapt(anyone, func(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path)
 	}))
 	return s
@@ -103,69 +98,116 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 type route struct {
 	pattern string
 	handler handler
+	// perm is what the caller must hold; anyone is any authenticated caller.
+	perm auth.Permission
 }
+
+// anyone marks a route every authenticated caller may call (its answer is scoped to
+// the caller).
+const anyone auth.Permission = ""
 
 // handler is a route's handler: it writes its answer, or returns the error that
 // refuses the request, and adapt writes that. A handler that has begun its answer
 // (a stream) reports later failures in the stream and returns nil.
 type handler func(w http.ResponseWriter, r *http.Request) error
 
-// adapt is the one place a handler's error becomes the response.
-func (s *Server) adapt(h handler) http.HandlerFunc {
+// adapt checks the route's permission and is the one place a handler's error becomes
+// the response.
+func (s *Server) adapt(perm auth.Permission, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
+		err := permitted(r, perm)
+		if err == nil {
+			err = h(w, r)
+		}
+		if err != nil {
 			s.writeError(w, r, err)
 		}
 	}
 }
 
+// permitted says whether the request's caller holds perm. Routes outside the API (the
+// exposed ports) have no principal and carry their own token.
+func permitted(r *http.Request, perm auth.Permission) error {
+	p := principal(r)
+	if perm == anyone || p == nil && strings.HasPrefix(r.URL.Path, "/v1/ports/") || p.Can(perm) {
+		return nil
+	}
+	return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+		Msg:     fmt.Sprintf("this call needs the %s permission, which the roles of %q (%s) do not grant", perm, p.Identity, strings.Join(p.Roles, ", ")),
+		Details: map[string]any{"permission": string(perm)}}
+}
+
 func (s *Server) routes() []route {
 	return []route{
-		{"GET /v1/status", s.status},
-		{"GET /v1/openapi.yaml", s.openapi},
-		{"POST /v1/sandboxes", s.createSandbox},
-		{"GET /v1/sandboxes", s.listSandboxes},
-		{"GET /v1/sandboxes/{ref}", s.getSandbox},
-		{"DELETE /v1/sandboxes/{ref}", s.terminateSandbox},
-		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox},
-		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox},
-		{"GET /v1/events", s.events},
-		{"GET /v1/sandboxes/{ref}/network", s.getNetwork},
-		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork},
-		{"GET /v1/sandboxes/{ref}/egress", s.egressLog},
-		{"POST /v1/sandboxes/{ref}/ports", s.exposePort},
-		{"GET /v1/sandboxes/{ref}/ports", s.listPorts},
-		{"DELETE /v1/sandboxes/{ref}/ports/{port}", s.closePort},
-		{"GET /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
-		{"POST /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
-		{"PUT /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
-		{"PATCH /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
-		{"DELETE /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy},
-		{"POST /v1/gc", s.gc},
-		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot},
-		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox},
-		{"POST /v1/sandboxes/{ref}/fork", s.forkSandbox},
-		{"GET /v1/snapshots", s.listSnapshots},
-		{"GET /v1/snapshots/{id}", s.getSnapshot},
-		{"DELETE /v1/snapshots/{id}", s.deleteSnapshot},
-		{"POST /v1/snapshots/{id}/fork", s.forkSnapshot},
-		{"POST /v1/sandboxes/{ref}/exec", s.exec},
-		{"POST /v1/sandboxes/{ref}/sessions", s.startSession},
-		{"GET /v1/sandboxes/{ref}/sessions", s.listSessions},
-		{"POST /v1/sandboxes/{ref}/sessions/{sid}/send", s.send},
-		{"DELETE /v1/sandboxes/{ref}/sessions/{sid}", s.closeSession},
-		{"PUT /v1/sandboxes/{ref}/files", s.upload},
-		{"GET /v1/sandboxes/{ref}/files", s.download},
-		{"DELETE /v1/sandboxes/{ref}/files", s.removeFile},
-		{"GET /v1/sandboxes/{ref}/files/list", s.listFiles},
-		{"GET /v1/sandboxes/{ref}/files/stat", s.statFile},
-		{"POST /v1/sandboxes/{ref}/files/mkdir", s.mkdir},
-		{"POST /v1/sandboxes/{ref}/pty", s.pty},
-		{"GET /v1/operations/{id}", s.getOperation},
-		{"GET /v1/images", s.listImages},
-		{"POST /v1/images", s.importImage},
-		{"DELETE /v1/images/{ref}", s.removeImage},
+		{"GET /v1/status", s.status, anyone},
+		{"GET /v1/openapi.yaml", s.openapi, anyone},
+		{"POST /v1/sandboxes", s.createSandbox, auth.SandboxCreate},
+		{"GET /v1/sandboxes", s.listSandboxes, auth.SandboxRead},
+		{"GET /v1/sandboxes/{ref}", s.getSandbox, auth.SandboxRead},
+		{"DELETE /v1/sandboxes/{ref}", s.terminateSandbox, auth.SandboxCreate},
+		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox, auth.SandboxCreate},
+		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox, auth.SandboxCreate},
+		{"GET /v1/events", s.events, auth.SandboxRead},
+		{"GET /v1/sandboxes/{ref}/network", s.getNetwork, auth.SandboxRead},
+		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork, auth.SandboxNetwork},
+		{"GET /v1/sandboxes/{ref}/egress", s.egressLog, auth.SandboxRead},
+		{"POST /v1/sandboxes/{ref}/ports", s.exposePort, auth.SandboxNetwork},
+		{"GET /v1/sandboxes/{ref}/ports", s.listPorts, auth.SandboxRead},
+		{"DELETE /v1/sandboxes/{ref}/ports/{port}", s.closePort, auth.SandboxNetwork},
+		{"GET /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
+		{"POST /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
+		{"PUT /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
+		{"PATCH /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
+		{"DELETE /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
+		{"POST /v1/gc", s.gc, auth.Admin},
+		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot, auth.SnapshotCreate},
+		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox, auth.SnapshotCreate},
+		{"POST /v1/sandboxes/{ref}/fork", s.forkSandbox, auth.SandboxCreate},
+		{"GET /v1/snapshots", s.listSnapshots, auth.SnapshotRead},
+		{"GET /v1/snapshots/{id}", s.getSnapshot, auth.SnapshotRead},
+		{"DELETE /v1/snapshots/{id}", s.deleteSnapshot, auth.SnapshotDelete},
+		{"POST /v1/snapshots/{id}/fork", s.forkSnapshot, auth.SandboxCreate},
+		{"POST /v1/sandboxes/{ref}/exec", s.exec, auth.SandboxExec},
+		{"POST /v1/sandboxes/{ref}/sessions", s.startSession, auth.SandboxExec},
+		{"GET /v1/sandboxes/{ref}/sessions", s.listSessions, auth.SandboxRead},
+		{"POST /v1/sandboxes/{ref}/sessions/{sid}/send", s.send, auth.SandboxExec},
+		{"DELETE /v1/sandboxes/{ref}/sessions/{sid}", s.closeSession, auth.SandboxExec},
+		{"PUT /v1/sandboxes/{ref}/files", s.upload, auth.SandboxFiles},
+		{"GET /v1/sandboxes/{ref}/files", s.download, auth.SandboxFiles},
+		{"DELETE /v1/sandboxes/{ref}/files", s.removeFile, auth.SandboxFiles},
+		{"GET /v1/sandboxes/{ref}/files/list", s.listFiles, auth.SandboxFiles},
+		{"GET /v1/sandboxes/{ref}/files/stat", s.statFile, auth.SandboxFiles},
+		{"POST /v1/sandboxes/{ref}/files/mkdir", s.mkdir, auth.SandboxFiles},
+		{"POST /v1/sandboxes/{ref}/pty", s.pty, auth.SandboxExec},
+		{"GET /v1/operations/{id}", s.getOperation, anyone},
+		{"GET /v1/images", s.listImages, auth.ImageRead},
+		{"POST /v1/images", s.importImage, auth.ImageCreate},
+		{"DELETE /v1/images/{ref}", s.removeImage, auth.ImageDelete},
+		{"GET /v1/users", s.listUsers, auth.Admin},
+		{"POST /v1/users", s.createUser, auth.Admin},
+		{"DELETE /v1/users/{name}", s.deleteUser, auth.Admin},
+		{"PUT /v1/users/{name}/roles", s.setUserRoles, auth.Admin},
+		{"GET /v1/roles", s.listRoles, anyone},
+		{"PUT /v1/roles/{name}", s.putRole, auth.Admin},
+		{"DELETE /v1/roles/{name}", s.deleteRole, auth.Admin},
+		{"GET /v1/tokens", s.listTokens, auth.Admin},
+		{"POST /v1/tokens", s.createToken, auth.Admin},
+		{"DELETE /v1/tokens/{id}", s.revokeToken, auth.Admin},
+		{"GET /v1/whoami", s.whoami, anyone},
 	}
+}
+
+// RoutePermissions maps "METHOD /path" of every API route to the permission it needs
+// ("" for any authenticated caller); the exposed ports' routes, which carry their own
+// tokens, are left out.
+func (s *Server) RoutePermissions() map[string]string {
+	out := map[string]string{}
+	for _, r := range s.routes() {
+		if !strings.Contains(r.pattern, " /v1/ports/") {
+			out[r.pattern] = string(r.perm)
+		}
+	}
+	return out
 }
 
 // Routes lists "METHOD /path" for every route the server serves.
@@ -184,45 +226,59 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(w, r)
 		return
 	}
-	owner, err := s.authenticate(r)
+	p, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), ownerKey, owner))
+	r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
 	s.mux.ServeHTTP(w, r)
 }
 
-// ConnContext marks connections that came through the unix socket; pass it to
-// http.Server.ConnContext.
+// ConnContext records the uid of a unix socket connection's peer (SO_PEERCRED); pass
+// it to http.Server.ConnContext.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	if _, ok := c.LocalAddr().(*net.UnixAddr); ok {
-		return context.WithValue(ctx, localKey, true)
+	if uid, ok := auth.PeerUID(c); ok {
+		return context.WithValue(ctx, peerKey, uid)
 	}
 	return ctx
 }
 
-func (s *Server) authenticate(r *http.Request) (string, error) {
-	if local, _ := r.Context().Value(localKey).(bool); local {
-		return LocalOwner, nil
+// authenticate finds the caller: a bearer token's identity, else the identity of the
+// unix socket peer's uid. Over TCP a token is required.
+func (s *Server) authenticate(r *http.Request) (*auth.Principal, error) {
+	if s.opts.Auth == nil {
+		return nil, errdefs.Unavailable("this server has no authentication")
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
-		return "", &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "a bearer token is required (Authorization: Bearer <token>)"}
-	}
-	for t, owner := range s.opts.Tokens {
-		if subtle.ConstantTimeCompare([]byte(t), []byte(tok)) == 1 {
-			return owner, nil
+	if h := r.Header.Get("Authorization"); h != "" {
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || tok == "" {
+			return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the Authorization header must be \"Bearer <token>\""}
 		}
+		return s.opts.Auth.Authenticate(r.Context(), tok)
 	}
-	return "", &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the bearer token is not valid"}
+	if uid, ok := r.Context().Value(peerKey).(int); ok {
+		return s.opts.Auth.ForUID(r.Context(), uid)
+	}
+	return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "a bearer token is required (Authorization: Bearer <token>)"}
 }
 
-func owner(r *http.Request) string {
-	o, _ := r.Context().Value(ownerKey).(string)
-	return o
+// principal is the request's authenticated caller (nil on the exposed ports' routes).
+func principal(r *http.Request) *auth.Principal {
+	p, _ := r.Context().Value(principalKey).(*auth.Principal)
+	return p
 }
+
+// owner is the caller's identity: the owner of what it makes and sees.
+func owner(r *http.Request) string {
+	if p := principal(r); p != nil {
+		return p.Identity
+	}
+	return ""
+}
+
+// isAdmin says whether the caller holds the admin permission.
+func isAdmin(r *http.Request) bool { return principal(r).Can(auth.Admin) }
 
 // decode reads a JSON body strictly: unknown fields, trailing data and oversize bodies
 // are refused.
@@ -295,7 +351,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 // call reads the Idempotency-Key and If-Match headers of a mutating request.
 func call(r *http.Request) (manager.Call, error) {
-	c := manager.Call{Owner: owner(r), IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	c := manager.Call{Owner: owner(r), Admin: isAdmin(r), IdempotencyKey: r.Header.Get("Idempotency-Key")}
 	if im := r.Header.Get("If-Match"); im != "" {
 		v, err := strconv.ParseInt(strings.Trim(im, `"`), 10, 64)
 		if err != nil || v <= 0 {

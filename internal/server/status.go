@@ -11,7 +11,7 @@ import (
 // of checks, which name host paths and versions) are for the node's administrators, the
 // unix socket's users; a TCP owner sees which checks pass and what a failure degrades.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
-	admin := owner(r) == LocalOwner
+	admin := isAdmin(r)
 	out := api.Status{Version: s.opts.Version, Checks: []api.Check{}}
 	if admin {
 		out.StateDir = s.opts.StateDir
@@ -36,7 +36,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 // gc removes (or with dry_run=true lists) leftover host resources. Only the node's
 // local users (the unix socket) may run it.
 func (s *Server) gc(w http.ResponseWriter, r *http.Request) error {
-	if owner(r) != LocalOwner {
+	if !isAdmin(r) {
 		return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: "gc is for the node's administrators: use the unix socket"}
 	}
 	dry := r.URL.Query().Get("dry_run") == "true"

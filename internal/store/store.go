@@ -32,6 +32,42 @@ type State string
 // (the schema's partial unique index says the same).
 const Terminated State = "terminated"
 
+// Identity is who a call is: a user or a service account, with its roles.
+type Identity struct {
+	Name  string   `json:"name"`
+	Kind  string   `json:"kind"` // IdentityUser or IdentityService
+	Roles []string `json:"roles"`
+	// UIDs are the local users who are this identity over the unix socket.
+	UIDs      []int     `json:"uids,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// The kinds of identity.
+const (
+	IdentityUser    = "user"
+	IdentityService = "service"
+)
+
+// Token is an API token of an identity. Only a hash of the secret is kept; Prefix (its
+// first characters) tells tokens apart in listings.
+type Token struct {
+	ID        string    `json:"id"`
+	Identity  string    `json:"identity"`
+	Name      string    `json:"name,omitempty"`
+	Hash      string    `json:"hash"`
+	Prefix    string    `json:"prefix"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+}
+
+// Role is a custom role: a named set of permissions.
+type Role struct {
+	Name        string    `json:"name"`
+	Permissions []string  `json:"permissions"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
 // Sandbox is the durable record of one sandbox handle.
 type Sandbox struct {
 	ID          string `json:"id"`
@@ -179,6 +215,28 @@ type Store interface {
 	ListOperations(ctx context.Context, states ...string) ([]*Operation, error)
 
 	// AppendEvent stores ev and sets ev.Seq.
+	// CreateIdentity stores a new identity; ErrAlreadyExists if the name is taken.
+	CreateIdentity(ctx context.Context, id *Identity) error
+	// UpdateIdentity replaces an identity's record; ErrNotFound if there is none.
+	UpdateIdentity(ctx context.Context, id *Identity) error
+	GetIdentity(ctx context.Context, name string) (*Identity, error)
+	ListIdentities(ctx context.Context) ([]*Identity, error)
+	// DeleteIdentity removes an identity and every token of it.
+	DeleteIdentity(ctx context.Context, name string) error
+
+	// CreateToken stores a token; ErrAlreadyExists if its id or hash is taken.
+	CreateToken(ctx context.Context, t *Token) error
+	GetTokenByHash(ctx context.Context, hash string) (*Token, error)
+	// ListTokens lists an identity's tokens ("" lists every token).
+	ListTokens(ctx context.Context, identity string) ([]*Token, error)
+	// UpdateToken replaces a token's record (revocation); ErrNotFound if there is none.
+	UpdateToken(ctx context.Context, t *Token) error
+
+	// PutRole creates or replaces a custom role.
+	PutRole(ctx context.Context, r *Role) error
+	ListRoles(ctx context.Context) ([]*Role, error)
+	DeleteRole(ctx context.Context, name string) error
+
 	AppendEvent(ctx context.Context, ev *Event) error
 	// AppendEvents stores evs in one transaction, all or none, in their order, and sets
 	// each Seq. It is how a flood of records costs one write instead of one per record.

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/runtime/fake"
@@ -29,6 +29,7 @@ type FakeNode struct {
 	Driver  *fake.Driver
 	Store   store.Store
 	Manager *manager.Manager
+	Auth    *auth.Service
 	Client  *client.Client
 
 	tokens map[string]string // owner -> token
@@ -72,17 +73,13 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 		t.Fatal(err)
 	}
 	n.Manager.Start()
-	tokens := map[string]string{}
-	for _, owner := range opts.Owners {
-		tok := fmt.Sprintf("token-of-%s-%d", owner, time.Now().UnixNano())
-		n.tokens[owner], tokens[tok] = tok, owner
-	}
+	n.Auth, n.tokens = newAuth(t, n.Store, dir, opts.Owners)
 	version := opts.Version
 	if version == "" {
 		version = "test"
 	}
-	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Tokens: tokens}, log)
-	hs, addr, c := serve(t, srv, n.Socket, len(tokens) > 0)
+	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth}, log)
+	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
 	n.Addr, n.Client = addr, c
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
@@ -104,6 +105,7 @@ type Node struct {
 	// Runsc is the node's gVisor driver when Options.Runtime is "runsc".
 	Runsc   *gvisor.Driver
 	Manager *manager.Manager
+	Auth    *auth.Service
 	Server  *server.Server
 	Client  *client.Client
 
@@ -232,17 +234,14 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 		n.Manager.SetNetwork(n.Network)
 	}
-	n.tokens = map[string]string{}
-	tokens := map[string]string{}
+	var owners []string
 	for _, o := range opts {
-		for _, owner := range o.Owners {
-			tok := fmt.Sprintf("token-of-%s-%d", owner, time.Now().UnixNano())
-			n.tokens[owner], tokens[tok] = tok, owner
-		}
+		owners = append(owners, o.Owners...)
 	}
-	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Tokens: tokens}, log)
+	n.Auth, n.tokens = newAuth(t, n.Store, dir, owners)
+	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth}, log)
 	var hs *http.Server
-	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(tokens) > 0)
+	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -419,4 +418,28 @@ func terminateAll(ctx context.Context, t testing.TB, st store.Store, m *manager.
 			}
 		}
 	}
+}
+
+// newAuth makes a node's authentication: the administrator "local", which root and the
+// test's own user are over the unix socket, and each of owners a user with the
+// developer role and a token (returned by owner).
+func newAuth(t testing.TB, st store.Store, dir string, owners []string) (*auth.Service, map[string]string) {
+	t.Helper()
+	a := auth.New(st, auth.Options{UnixUsers: map[int]string{0: "local", os.Getuid(): "local"}})
+	ctx := context.Background()
+	if _, err := a.Bootstrap(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]string{}
+	for _, owner := range owners {
+		if _, err := a.CreateIdentity(ctx, owner, "user", []string{"developer"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := a.CreateToken(ctx, owner, "test", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[owner] = secret
+	}
+	return a, tokens
 }

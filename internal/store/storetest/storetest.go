@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentIdempotencyKey", testConcurrentIdempotencyKey},
 		{"ConcurrentEvents", testConcurrentEvents},
 		{"Reopen", testReopen},
+		{"Identities", testIdentities},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -1,0 +1,258 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// TokenPrefix starts every API token, so a leaked one is easy to recognise.
+const TokenPrefix = "al_"
+
+// AdminTokenFile is the file, in the state directory, where the first start writes the
+// administrator's token (0600).
+const AdminTokenFile = "admin.token"
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// NameRule says what an identity or role name may be.
+const NameRule = "1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+// Options configure the service.
+type Options struct {
+	// UnixUsers maps local uids to identities over the unix socket, before the
+	// identities' own UIDs (default: root is the administrator, Admin).
+	UnixUsers map[int]string
+	// Admin is the name of the administrator the first start creates.
+	Admin string
+	Log   *slog.Logger
+}
+
+// Service authenticates callers and manages identities, roles and tokens.
+type Service struct {
+	st   store.Store
+	opts Options
+	now  func() time.Time
+}
+
+// New returns the service over st.
+func New(st store.Store, opts Options) *Service {
+	if opts.Admin == "" {
+		opts.Admin = "local"
+	}
+	if opts.UnixUsers == nil {
+		opts.UnixUsers = map[int]string{0: opts.Admin}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{st: st, opts: opts, now: time.Now}
+}
+
+// Bootstrap creates the administrator on a node that has no identity yet and writes its
+// token to AdminTokenFile in dir; it returns the file's path, or "" when the node had
+// identities already.
+func (s *Service) Bootstrap(ctx context.Context, dir string) (string, error) {
+	ids, err := s.st.ListIdentities(ctx)
+	if err != nil || len(ids) > 0 {
+		return "", err
+	}
+	admin := &store.Identity{Name: s.opts.Admin, Kind: store.IdentityUser, Roles: []string{"admin"}, CreatedAt: s.now().UTC()}
+	if err := s.st.CreateIdentity(ctx, admin); err != nil {
+		return "", err
+	}
+	secret, _, err := s.CreateToken(ctx, s.opts.Admin, "first start", 0)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, AdminTokenFile)
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the administrator's token: %w", err)
+	}
+	return path, nil
+}
+
+// hashToken is how a token is kept and looked up.
+func hashToken(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// CreateToken makes a token for identity, valid for ttl (0: until revoked), and returns
+// its secret, shown this once.
+func (s *Service) CreateToken(ctx context.Context, identity, name string, ttl time.Duration) (string, *store.Token, error) {
+	if ttl < 0 {
+		return "", nil, errdefs.Invalid("a token's lifetime cannot be negative")
+	}
+	if _, err := s.st.GetIdentity(ctx, identity); err != nil {
+		return "", nil, err
+	}
+	secret := TokenPrefix + randomString(32)
+	t := &store.Token{ID: "tok_" + randomString(10), Identity: identity, Name: name, Hash: hashToken(secret),
+		Prefix: secret[:len(TokenPrefix)+6], CreatedAt: s.now().UTC()}
+	if ttl > 0 {
+		t.ExpiresAt = t.CreatedAt.Add(ttl)
+	}
+	if err := s.st.CreateToken(ctx, t); err != nil {
+		return "", nil, err
+	}
+	return secret, t, nil
+}
+
+// AddStaticToken keeps a token of the configuration file's tokens: list working: its
+// owner becomes a service account with the developer role (if it is not an identity
+// yet), and the token one of its tokens.
+func (s *Service) AddStaticToken(ctx context.Context, secret, owner string) error {
+	if _, err := s.st.GetIdentity(ctx, owner); errors.Is(err, errdefs.ErrNotFound) {
+		id := &store.Identity{Name: owner, Kind: store.IdentityService, Roles: []string{"developer"}, CreatedAt: s.now().UTC()}
+		if err := s.st.CreateIdentity(ctx, id); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if _, err := s.st.GetTokenByHash(ctx, hashToken(secret)); err == nil {
+		return nil
+	}
+	t := &store.Token{ID: "tok_" + randomString(10), Identity: owner, Name: "from the configuration file",
+		Hash: hashToken(secret), Prefix: "(config)", CreatedAt: s.now().UTC()}
+	if err := s.st.CreateToken(ctx, t); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+		return err
+	}
+	return nil
+}
+
+func unauthenticated(msg string) error {
+	return &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: msg}
+}
+
+// Authenticate returns the principal of a bearer token.
+func (s *Service) Authenticate(ctx context.Context, secret string) (*Principal, error) {
+	bad := unauthenticated("the bearer token is not valid (wrong, expired or revoked)")
+	if !strings.HasPrefix(secret, TokenPrefix) && len(secret) < 16 {
+		return nil, bad
+	}
+	t, err := s.st.GetTokenByHash(ctx, hashToken(secret))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, bad
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !t.RevokedAt.IsZero() || (!t.ExpiresAt.IsZero() && !s.now().Before(t.ExpiresAt)) {
+		return nil, bad
+	}
+	p, err := s.principal(ctx, t.Identity)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, bad
+	}
+	return p, err
+}
+
+// ForUID returns the principal of a unix socket peer running as uid.
+func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
+	name, ok := s.opts.UnixUsers[uid]
+	if !ok {
+		ids, err := s.st.ListIdentities(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if slices.Contains(id.UIDs, uid) {
+				name, ok = id.Name, true
+				break
+			}
+		}
+	}
+	if !ok {
+		return nil, unauthenticated(fmt.Sprintf("local user %d is not an Airlock identity (an administrator can map it: airlock user create NAME --uid %d)", uid, uid))
+	}
+	p, err := s.principal(ctx, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, unauthenticated(fmt.Sprintf("local user %d maps to identity %q, which does not exist", uid, name))
+	}
+	return p, err
+}
+
+// principal resolves an identity's roles to permissions. A role that no longer exists
+// grants nothing.
+func (s *Service) principal(ctx context.Context, name string) (*Principal, error) {
+	id, err := s.st.GetIdentity(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	roles, err := s.roles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &Principal{Identity: id.Name, Roles: id.Roles, perms: map[Permission]bool{}}
+	for _, r := range id.Roles {
+		perms, err := expand(roles[r])
+		if err != nil {
+			continue // a custom role left with a permission this binary lacks
+		}
+		for perm := range perms {
+			p.perms[perm] = true
+		}
+	}
+	return p, nil
+}
+
+// roles returns every role's entries, built in and custom.
+func (s *Service) roles(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	for name, perms := range BuiltinRoles {
+		out[name] = perms
+	}
+	custom, err := s.st.ListRoles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range custom {
+		out[r.Name] = r.Permissions
+	}
+	return out, nil
+}
+
+// PeerUID returns the uid of a unix socket connection's peer.
+func PeerUID(c net.Conn) (int, bool) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || serr != nil {
+		return 0, false
+	}
+	return int(cred.Uid), true
+}

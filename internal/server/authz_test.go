@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestAuthorizationMatrix calls every API route, generated from the server's route
+// table, as an identity of every built-in role: a role without the route's permission
+// is refused with permission_denied naming it, a role with it is let through. A route
+// added without a permission rule makes RoutePermissions name it, and fails here.
+func TestAuthorizationMatrix(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"someone"}})
+	ctx := context.Background()
+	perms := (&server.Server{}).RoutePermissions()
+	if len(perms) < 40 {
+		t.Fatalf("only %d routes in the table", len(perms))
+	}
+	param := regexp.MustCompile(`\{[a-z]+(\.\.\.)?\}`)
+	for role := range auth.BuiltinRoles {
+		name := "as-" + role
+		if _, err := n.Auth.CreateIdentity(ctx, name, "user", []string{role}, nil); err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := n.Auth.CreateToken(ctx, name, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := n.Auth.Authenticate(ctx, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		denied := 0
+		for _, route := range slices.Sorted(func(yield func(string) bool) {
+			for r := range perms {
+				if !yield(r) {
+					return
+				}
+			}
+		}) {
+			perm := perms[route]
+			method, path, _ := strings.Cut(route, " ")
+			path = param.ReplaceAllString(path, "nosuch")
+			var body io.Reader
+			if method == "POST" || method == "PUT" {
+				body = strings.NewReader("{}")
+			}
+			req, _ := http.NewRequest(method, "http://"+n.Addr+path, body)
+			req.Header.Set("Authorization", "Bearer "+secret)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			allowed := perm == "" || p.Can(auth.Permission(perm))
+			if resp.StatusCode == 403 {
+				denied++
+			}
+			switch {
+			case resp.StatusCode == 401:
+				t.Errorf("%s as %s: 401 %s", route, role, b)
+			case allowed && resp.StatusCode == 403 && strings.Contains(string(b), "permission"):
+				t.Errorf("%s as %s: refused (%s) although the role grants %q", route, role, b, perm)
+			case !allowed && (resp.StatusCode != 403 || !strings.Contains(string(b), perm)):
+				t.Errorf("%s as %s: %d %s; want 403 naming %s", route, role, resp.StatusCode, b, perm)
+			}
+		}
+		if (role == "admin") != (denied == 0) {
+			t.Errorf("role %s was refused %d calls; want none for admin and some for every other role", role, denied)
+		}
+	}
+}
+
+// An identity sees and touches only its own sandboxes: another one's is not found.
+func TestOwnersSeeOnlyTheirOwn(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	alice, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "alice")})
+	bob, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "bob")})
+	resp, err := alice.Create(bg, api.CreateSandboxRequest{Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"mine", resp.Sandbox.ID} {
+		_, err := bob.Get(bg, ref)
+		wantCode(t, "bob gets alice's sandbox "+ref, err, "not_found")
+		_, err = bob.Exec(bg, ref, api.ExecRequest{Argv: []string{"true"}})
+		wantCode(t, "bob execs in alice's sandbox "+ref, err, "not_found")
+		_, err = bob.Terminate(bg, ref)
+		wantCode(t, "bob deletes alice's sandbox "+ref, err, "not_found")
+	}
+	if list, _ := bob.List(bg, client.ListOptions{}); len(list) != 0 {
+		t.Errorf("bob lists %d sandboxes; want none of alice's", len(list))
+	}
+}
+
+// A revoked or expired token is refused on the very next request, and so is a token of
+// a removed identity.
+func TestTokensEndAtOnce(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"carol"}})
+	ctx := context.Background()
+	c, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "carol")})
+	if _, err := c.Status(bg); err != nil {
+		t.Fatal(err)
+	}
+	toks, _ := n.Auth.ListTokens(ctx, "carol")
+	if _, err := n.Auth.RevokeToken(ctx, toks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Status(bg)
+	wantCode(t, "a revoked token", err, "unauthenticated")
+
+	secret, _, err := n.Auth.CreateToken(ctx, "carol", "", 1) // a nanosecond
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := client.New(client.Options{Addr: n.Addr, Token: secret})
+	_, err = c2.Status(bg)
+	wantCode(t, "an expired token", err, "unauthenticated")
+
+	secret, _, _ = n.Auth.CreateToken(ctx, "carol", "", 0)
+	c3, _ := client.New(client.Options{Addr: n.Addr, Token: secret})
+	if _, err := c3.Status(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Auth.DeleteIdentity(ctx, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c3.Status(bg)
+	wantCode(t, "a removed identity's token", err, "unauthenticated")
+
+	noTok, _ := client.New(client.Options{Addr: n.Addr})
+	_, err = noTok.Status(bg)
+	wantCode(t, "no token over TCP", err, "unauthenticated")
+}
