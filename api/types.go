@@ -63,6 +63,9 @@ type CreateSandboxRequest struct {
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// Runtime names the runtime to run the sandbox (default: the node's default).
 	Runtime string `json:"runtime,omitempty"`
+	// Role is the one role the sandbox acts with, one the caller holds (default: the
+	// caller's roles).
+	Role string `json:"role,omitempty"`
 }
 
 // NetworkPolicy is a sandbox's egress policy: a mode (none, deny_all, baseline,
@@ -131,6 +134,7 @@ type Sandbox struct {
 	Image        string            `json:"image"`
 	ImageDigest  string            `json:"image_digest"`
 	Runtime      string            `json:"runtime,omitempty"`
+	Role         string            `json:"role,omitempty"`
 	Limits       Limits            `json:"limits"`
 	Env          map[string]string `json:"env,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`

@@ -31,7 +31,7 @@ const (
 	SandboxExec    Permission = "sandbox.exec"
 	SandboxFiles   Permission = "sandbox.files"
 	SandboxNetwork Permission = "sandbox.network"
-	SandboxAdmin   Permission = "sandbox.admin" // suspend, resume, delete, gc
+	SandboxAdmin   Permission = "sandbox.admin" // the node's sandbox housekeeping (gc)
 	SnapshotCreate Permission = "snapshot.create"
 	SnapshotRead   Permission = "snapshot.read"
 	SnapshotDelete Permission = "snapshot.delete"
@@ -52,7 +52,7 @@ var Permissions = []Permission{SandboxCreate, SandboxRead, SandboxExec, SandboxF
 // BuiltinRoles are the roles every node has; custom roles cannot take their names.
 var BuiltinRoles = map[string][]string{
 	"admin": {string(Admin)},
-	"developer": {"sandbox.create", "sandbox.read", "sandbox.exec", "sandbox.files", "sandbox.network", "sandbox.admin",
+	"developer": {"sandbox.create", "sandbox.read", "sandbox.exec", "sandbox.files", "sandbox.network",
 		"snapshot.*", "image.*", "secret.create", "secret.bind"},
 	"viewer": {"sandbox.read", "snapshot.read", "image.read", "audit.read"},
 	"agent":  {"sandbox.create", "sandbox.read", "sandbox.exec", "sandbox.files", "snapshot.create", "snapshot.read", "image.read"},

@@ -19,6 +19,7 @@ Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o jso
 type limitFlags struct {
 	image     string
 	runtime   string
+	role      string
 	cpu       float64
 	memory    sizeFlag
 	pids      int64
@@ -32,6 +33,7 @@ func (l *limitFlags) register(c *cmd, all bool) {
 	l.env = kvFlag{}
 	c.fs.StringVar(&l.image, "image", "", "image `IMG`, by name or digest (default host)")
 	c.fs.StringVar(&l.runtime, "runtime", "", "runtime `NAME` to run the sandbox (default the node's; airlock status lists them)")
+	c.fs.StringVar(&l.role, "role", "", "the one role `R` the sandbox acts with, one of yours (default: all of yours)")
 	c.fs.Float64Var(&l.cpu, "cpu", 0, "CPU limit in cores: `N`, fractions allowed")
 	c.fs.Var(&l.memory, "memory", "memory limit: `SIZE` such as 512M or 1.5GiB")
 	c.fs.Var(l.env, "env", "environment variable `K=V` (repeatable)")
@@ -50,7 +52,7 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 	return api.CreateSandboxRequest{
 		Name:    name,
 		Image:   l.image,
-		Runtime: l.runtime,
+		Runtime: l.runtime, Role: l.role,
 		Limits:  api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles, Disk: int64(l.disk)},
 		Env:     l.env.orNil(),
 		Network: l.net.policy(),

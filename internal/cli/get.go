@@ -39,6 +39,7 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 		{"state", sb.State},
 		{"image", image},
 		{"runtime", sb.Runtime},
+		{"role", orNone(sb.Role)},
 		{"generation", strconv.FormatInt(sb.Generation, 10)},
 		{"version", strconv.FormatInt(sb.Version, 10)},
 		{"cpu", orDash(sb.Limits.CPU, formatCPU)},

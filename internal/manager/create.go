@@ -24,6 +24,9 @@ type CreateRequest struct {
 	Network     *store.Network    `json:"network"`
 	// Runtime names the runtime to run the sandbox; "" is the node's default.
 	Runtime string `json:"runtime,omitempty"`
+	// Role is the one role the sandbox acts with (the caller has checked that its
+	// owner holds it); "" is the owner's roles.
+	Role string `json:"role,omitempty"`
 }
 
 // opTimeout bounds the host work of one operation, whoever waits for it.
@@ -92,7 +95,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
-		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime,
+		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role,
 	}
 	op.SandboxID = sb.ID
 	release, err := m.reserveLive(ctx, call.Owner)

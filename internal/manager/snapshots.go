@@ -285,7 +285,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
 		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, ForkedFrom: parent.ID, Network: parent.Network,
-		Runtime: parent.Runtime,
+		Runtime: parent.Runtime, Role: parent.Role,
 	}
 	if man != nil {
 		sb.Parent = man.ID

@@ -144,3 +144,21 @@ func TestTokensEndAtOnce(t *testing.T) {
 	_, err = noTok.Status(bg)
 	wantCode(t, "no token over TCP", err, "unauthenticated")
 }
+
+// A sandbox made with --role keeps that role; a role the caller does not hold is refused.
+func TestSandboxRole(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"dana"}})
+	dana, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "dana")})
+	_, err := dana.Create(bg, api.CreateSandboxRequest{Name: "big", Role: "admin"})
+	wantCode(t, "a role dana does not hold", err, "permission_denied")
+	resp, err := dana.Create(bg, api.CreateSandboxRequest{Name: "narrow", Role: "developer"})
+	if err != nil || resp.Sandbox.Role != "developer" {
+		t.Fatalf("create with her role: %+v, %v", resp, err)
+	}
+	if _, err := n.Auth.SetRoles(context.Background(), "dana", []string{"viewer", "developer"}); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := dana.Get(bg, "narrow"); sb.Role != "developer" {
+		t.Errorf("after her roles changed the sandbox's role is %q; want it kept", sb.Role)
+	}
+}

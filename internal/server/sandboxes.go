@@ -2,7 +2,9 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -12,7 +14,7 @@ import (
 
 func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 	out := &api.Sandbox{
-		ID: sb.ID, Name: sb.Name, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime,
+		ID: sb.ID, Name: sb.Name, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime, Role: sb.Role,
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles},
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
@@ -69,6 +71,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if c.IfMatch != 0 {
 		return errdefs.Invalid("If-Match does not apply to a create")
 	}
+	if req.Role != "" && !slices.Contains(principal(r).Roles, req.Role) {
+		return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+			Msg: fmt.Sprintf("a sandbox can act with one of its owner's roles only; %q holds %s, not %q", owner(r), strings.Join(principal(r).Roles, ", "), req.Role)}
+	}
 	var network *manager.NetworkPolicy
 	if req.Network != nil {
 		n := fromAPINetwork(*req.Network)
@@ -76,7 +82,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{Network: network,
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
-		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime,
+		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role,
 		Limits: manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 	})
 	return s.opResult(w, r, http.StatusCreated, op, sb, err)

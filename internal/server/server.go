@@ -159,7 +159,7 @@ func (s *Server) routes() []route {
 		{"PUT /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
 		{"PATCH /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
 		{"DELETE /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
-		{"POST /v1/gc", s.gc, auth.Admin},
+		{"POST /v1/gc", s.gc, auth.SandboxAdmin},
 		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot, auth.SnapshotCreate},
 		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox, auth.SnapshotCreate},
 		{"POST /v1/sandboxes/{ref}/fork", s.forkSandbox, auth.SandboxCreate},

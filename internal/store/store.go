@@ -77,7 +77,10 @@ type Sandbox struct {
 	Image       string `json:"image"`
 	ImageDigest string `json:"image_digest"`
 	// Runtime names the driver that runs the sandbox; "" is the node's default.
-	Runtime    string            `json:"runtime,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	// Role is the one role the sandbox acts with, narrower than its owner's ("": the
+	// owner's roles at the time of each call). It stays when the owner's roles change.
+	Role       string            `json:"role,omitempty"`
 	Limits     Limits            `json:"limits"`
 	Env        map[string]string `json:"env,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
