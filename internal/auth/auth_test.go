@@ -104,3 +104,41 @@ func TestRolesAndUIDs(t *testing.T) {
 		t.Errorf("removing the administrator: %v", err)
 	}
 }
+
+func TestRolesFile(t *testing.T) {
+	a, dir := newService(t)
+	ctx := context.Background()
+	good := filepath.Join(dir, "roles.yaml")
+	os.WriteFile(good, []byte("# custom roles\nauditor: [audit.read, snapshot.*]\nrunner:\n  - sandbox.exec\n"), 0o644)
+	if err := a.LoadRolesFile(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	roles, _ := a.ListRoles(ctx)
+	var names []string
+	for _, r := range roles {
+		if !r.Builtin {
+			names = append(names, r.Name)
+		}
+	}
+	if strings.Join(names, ",") != "auditor,runner" {
+		t.Errorf("custom roles after the file: %v", names)
+	}
+	for body, want := range map[string]string{
+		"ok: [sandbox.read]\nbad:\n  - sandbox.read\n  - sandbox.fly\n": "line 4",
+		"admin: [audit.read]\n":           "line 1",
+		"x: []\n":                         "line 1",
+		"x: [sandbox.read]\n  y: [oops\n": "yaml: line",
+		"- just\n- a list\n":              "line 1",
+		"Upper: [sandbox.read]\n":         "line 1",
+	} {
+		bad := filepath.Join(dir, "bad.yaml")
+		os.WriteFile(bad, []byte(body), 0o644)
+		err := a.LoadRolesFile(ctx, bad)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("roles file %q: %v; want an error at %s", body, err, want)
+		}
+	}
+	if roles2, _ := a.ListRoles(ctx); len(roles2) != len(roles) {
+		t.Errorf("a malformed file changed the roles: %d, then %d", len(roles), len(roles2))
+	}
+}

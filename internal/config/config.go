@@ -112,7 +112,10 @@ type Config struct {
 	// UnixUsers maps local uids to identities over the unix socket, before the
 	// identities' own uids (default: root is the administrator, "local").
 	UnixUsers map[int]string `yaml:"unix_users"`
-	Runc      string         `yaml:"runc"`
+	// RolesFile is a YAML file of custom roles (name: [permissions]) applied at start; a
+	// malformed one stops the start with the line at fault.
+	RolesFile string `yaml:"roles_file"`
+	Runc      string `yaml:"runc"`
 	// Runsc is gVisor's runsc: empty finds a static one on PATH or where
 	// scripts/runsc.sh installs it, "off" runs no runsc.
 	Runsc string `yaml:"runsc"`

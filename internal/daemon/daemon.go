@@ -323,6 +323,11 @@ func openAuth(ctx context.Context, cfg config.Config, st store.Store, log *slog.
 		unixUsers[uid] = name
 	}
 	a := auth.New(st, auth.Options{UnixUsers: unixUsers, Admin: config.LocalOwner, Log: log})
+	if cfg.RolesFile != "" {
+		if err := a.LoadRolesFile(ctx, cfg.RolesFile); err != nil {
+			return nil, err
+		}
+	}
 	path, err := a.Bootstrap(ctx, cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("create the administrator: %w", err)
