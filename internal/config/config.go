@@ -240,6 +240,11 @@ func (c Config) Settings() (Settings, error) {
 			errs = append(errs, fmt.Errorf("tokens[%d]: owner %q is reserved for the node's administrators on the unix socket; choose another name", i, t.Owner))
 		}
 	}
+	for uid, name := range c.UnixUsers {
+		if uid < 0 || !ownerRE().MatchString(name) {
+			errs = append(errs, fmt.Errorf("unix_users: %d: %q must map a uid to an identity name of 1 to 63 lowercase letters, digits, '.', '_' or '-'", uid, name))
+		}
+	}
 	if !cgroupRE().MatchString(c.CgroupParent) {
 		errs = append(errs, fmt.Errorf("cgroup_parent %q must be one path element of letters, digits, '.', '_' or '-'", c.CgroupParent))
 	}
