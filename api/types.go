@@ -6,6 +6,7 @@ package api
 
 import (
 	_ "embed"
+	"encoding/json"
 	"time"
 )
 
@@ -483,4 +484,25 @@ type WhoAmI struct {
 	User        string   `json:"user"`
 	Roles       []string `json:"roles"`
 	Permissions []string `json:"permissions"`
+}
+
+// AuditRecord is one record of the hash-chained audit log: its body as stored (JSON:
+// time, identity, action, resource, sandbox, result, source, detail) and its hash.
+type AuditRecord struct {
+	Seq    int64           `json:"seq"`
+	Record json.RawMessage `json:"record"`
+	Hash   string          `json:"hash"`
+}
+
+// AuditList is the body of GET /v1/audit.
+type AuditList struct {
+	Records []AuditRecord `json:"records"`
+}
+
+// AuditVerify is the body of POST /v1/audit/verify.
+type AuditVerify struct {
+	Records int64  `json:"records"`
+	OK      bool   `json:"ok"`
+	Seq     int64  `json:"seq,omitempty"`
+	Problem string `json:"problem,omitempty"`
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -76,4 +78,36 @@ func (c *Client) CreateToken(ctx context.Context, req api.CreateTokenRequest) (*
 func (c *Client) RevokeToken(ctx context.Context, id string) (*api.Token, error) {
 	var out api.Token
 	return &out, c.do(ctx, request{method: http.MethodDelete, path: "/v1/tokens/" + url.PathEscape(id)}, &out)
+}
+
+// AuditFilter selects audit records.
+type AuditFilter struct {
+	Identity, Action, Sandbox string
+	Since                     time.Time
+	After                     int64 // records after this sequence number
+}
+
+// AuditLog lists audit records in order, up to 1000 after f.After: an administrator's
+// of everyone, anyone else's of its own calls (audit.read).
+func (c *Client) AuditLog(ctx context.Context, f AuditFilter) ([]api.AuditRecord, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"identity": f.Identity, "action": f.Action, "sandbox": f.Sandbox} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.UTC().Format(time.RFC3339))
+	}
+	if f.After > 0 {
+		q.Set("after", strconv.FormatInt(f.After, 10))
+	}
+	var out api.AuditList
+	return out.Records, c.do(ctx, request{method: http.MethodGet, path: "/v1/audit", query: q}, &out)
+}
+
+// VerifyAudit checks the whole hash chain and names the first record at fault (admin).
+func (c *Client) VerifyAudit(ctx context.Context) (*api.AuditVerify, error) {
+	var out api.AuditVerify
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/audit/verify"}, &out)
 }

@@ -25,7 +25,7 @@ var verbList = []*verb{
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
 	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
-	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, statusVerb, versionVerb,
+	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb, statusVerb, versionVerb,
 }
 
 // verbs indexes verbList by name.
@@ -39,7 +39,7 @@ var verbs = func() map[string]*verb {
 
 // groups are the verbs that take a subcommand.
 var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true,
-	"user": true, "role": true, "token": true}
+	"user": true, "role": true, "token": true, "audit": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

@@ -595,3 +595,20 @@ func TestUsersRolesTokens(t *testing.T) {
 	wantExit(t, err, 1)
 	wantContains(t, "a bad name", errOut, "invalid identity name", "(invalid_argument)")
 }
+
+func TestAuditVerbs(t *testing.T) {
+	n := newNode(t)
+	n.must(t, "create", "box")
+	n.must(t, "exec", "box", "--", "true")
+	out := n.must(t, "audit", "ls", "--sandbox", "box")
+	wantContains(t, "audit ls --sandbox box", out, "SEQ", "exec", "succeeded", "local")
+	out = n.must(t, "audit", "ls", "--action", "POST /v1/sandboxes", "--since", "1h")
+	wantContains(t, "audit ls --action", out, "POST /v1/sandboxes", "201")
+	if strings.Contains(out, "\texec\t") || strings.Contains(out, " exec ") {
+		t.Errorf("audit ls --action lists other actions: %q", out)
+	}
+	wantContains(t, "audit verify", n.must(t, "audit", "verify"), "the audit log is intact")
+	_, errOut, err := n.run(bg, "", "audit", "ls", "--since", "yesterday")
+	wantExit(t, err, 2)
+	wantContains(t, "a bad --since", errOut, "RFC 3339")
+}

@@ -98,6 +98,9 @@ type Audit struct {
 	// 100000); EventMaxAge is how long any event is kept (default 720h).
 	EventsPerSandbox int    `yaml:"events_per_sandbox"`
 	EventMaxAge      string `yaml:"event_max_age"`
+	// LogMaxAge is how long the hash-chained log of requests and execs keeps a record
+	// (default 0: forever); pruning keeps what is left verifiable.
+	LogMaxAge string `yaml:"log_max_age"`
 }
 
 // Config is the daemon's configuration file.
@@ -204,6 +207,7 @@ type Settings struct {
 	ImageUpload, ImageUnpacked            int64
 	ImageQuota                            int64
 	AuditCoalesce, EventMaxAge            time.Duration
+	AuditLogMaxAge                        time.Duration
 	MemoryTarget                          int64 // 0: off
 }
 
@@ -337,6 +341,11 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if c.Audit.EventsPerSandbox < 1000 {
 		errs = append(errs, fmt.Errorf("audit.events_per_sandbox %d must be at least 1000", c.Audit.EventsPerSandbox))
+	}
+	if c.Audit.LogMaxAge != "" {
+		if s.AuditLogMaxAge, err = time.ParseDuration(c.Audit.LogMaxAge); err != nil || s.AuditLogMaxAge < time.Hour {
+			errs = append(errs, fmt.Errorf("audit.log_max_age %q must be a duration of at least 1h, such as 2160h (empty: keep every record)", c.Audit.LogMaxAge))
+		}
 	}
 	if s.EventMaxAge, err = time.ParseDuration(c.Audit.EventMaxAge); err != nil || s.EventMaxAge < time.Hour {
 		errs = append(errs, fmt.Errorf("audit.event_max_age %q must be a duration of at least 1h, such as 720h", c.Audit.EventMaxAge))

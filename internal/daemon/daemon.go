@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
@@ -149,12 +150,24 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return err
 	}
+	key, err := audit.LoadKey(filepath.Join(cfg.StateDir, "audit.key"))
+	if err != nil {
+		return err
+	}
+	chain, err := audit.OpenChain(ctx, st, key)
+	if err != nil {
+		return err
+	}
+	m.SetAuditLog(chain)
+	if set.AuditLogMaxAge > 0 {
+		go pruneAuditLog(ctx, chain, set.AuditLogMaxAge, log)
+	}
 	publicURL := ""
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
 	}
 	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
-	srv := server.New(m, server.Options{Auth: authSvc, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
+	srv := server.New(m, server.Options{Auth: authSvc, AuditLog: chain, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -345,4 +358,21 @@ func openAuth(ctx context.Context, cfg config.Config, st store.Store, log *slog.
 		log.Warn("the tokens: list of the configuration file is deprecated: its owners are now service accounts with the developer role; make tokens with `airlock token create` and remove the list")
 	}
 	return a, nil
+}
+
+// pruneAuditLog removes audit records older than maxAge every hour, keeping the rest
+// verifiable from an anchor.
+func pruneAuditLog(ctx context.Context, chain *audit.Chain, maxAge time.Duration, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if err := chain.Prune(ctx, time.Now().Add(-maxAge)); err != nil && ctx.Err() == nil {
+			log.Error("prune the audit log", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -2,7 +2,10 @@ package manager
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"hash"
 	"io"
 	"net"
 	"sort"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
@@ -85,9 +89,13 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	}
 	cl.MaxRead = req.MaxRead
 	before, _ := m.driver(sb).Stats(ctx, sb.ID)
-	res, err := cl.Exec(ctx, spec, req.Stdin, stdout, stderr)
+	sum := sha256.New() // the audit log keeps a checksum of the output, never the output
+	start := m.now()
+	res, err := cl.Exec(ctx, spec, req.Stdin, io.MultiWriter(stdout, sum), io.MultiWriter(stderr, sum))
 	if err != nil {
-		return nil, m.agentFailed(sb, err)
+		err = m.agentFailed(sb, err)
+		m.auditExec(ctx, owner, sb, req, nil, start, sum, err)
+		return nil, err
 	}
 	if res.State == agentproto.StateKilled && res.Signal == "SIGKILL" {
 		if after, err := m.driver(sb).Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.OOMKills > before.OOMKills {
@@ -104,7 +112,33 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	case agentproto.StateTimeout:
 		m.event(sb, "limit", "exec_timeout", map[string]any{"timeout": req.Timeout})
 	}
+	m.auditExec(ctx, owner, sb, req, res, start, sum, nil)
 	return res, nil
+}
+
+// auditExec records an exec in the audit log: its command, working directory, a
+// checksum of its output, how it ended and how long it took.
+func (m *Manager) auditExec(ctx context.Context, owner string, sb *store.Sandbox, req ExecRequest, res *agentproto.ExitResult, start time.Time, sum hash.Hash, err error) {
+	if m.auditLog == nil {
+		return
+	}
+	argv := req.Argv
+	if len(argv) == 0 {
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	}
+	d := map[string]any{"argv": argv, "cwd": req.Cwd, "output_sha256": hex.EncodeToString(sum.Sum(nil)),
+		"duration_ms": m.now().Sub(start).Milliseconds()}
+	result := "error"
+	if res != nil {
+		result, d["exit_code"] = res.State, res.ExitCode
+	} else if err != nil {
+		code, _ := errdefs.Code(err)
+		result = code
+	}
+	if aerr := m.auditLog.Append(ctx, audit.Entry{Identity: owner, Action: "exec", Resource: sb.Name, Sandbox: sb.ID,
+		Result: result, Detail: d}); aerr != nil {
+		m.log.Error("audit log", "err", aerr)
+	}
 }
 
 // AgentError maps an error the sandbox's agent answered with (or a damaged frame) to

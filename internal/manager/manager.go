@@ -68,6 +68,9 @@ type Config struct {
 	EventMaxAge      time.Duration
 }
 
+// SetAuditLog makes every exec a record of the hash-chained audit log.
+func (m *Manager) SetAuditLog(c *audit.Chain) { m.auditLog = c }
+
 // DefaultConfig is the embedded default.
 func DefaultConfig() Config {
 	return Config{
@@ -89,6 +92,7 @@ func DefaultConfig() Config {
 
 // Manager runs the sandboxes of one node.
 type Manager struct {
+	auditLog       *audit.Chain // nil: no audit log
 	cfg            Config
 	store          store.Store
 	drivers        map[string]runtime.Driver // by runtime name

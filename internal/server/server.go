@@ -22,8 +22,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -39,6 +41,9 @@ var errTooLarge = errors.New("request body too large")
 type Options struct {
 	// Auth says who each caller is and what it may do.
 	Auth *auth.Service
+	// AuditLog, if set, records every API request; while it cannot be written,
+	// mutating calls are refused.
+	AuditLog *audit.Chain
 	// Version is reported by /v1/status.
 	Version string
 	// StateDir is reported by /v1/status and holds image uploads in progress.
@@ -86,10 +91,10 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux(),
 		outBudget: newOutputBudget(opts.OutputBudget)}
 	for _, r := range s.routes() {
-		s.mux.HandleFunc(r.pattern, s.adapt(r.perm, r.handler))
+		s.mux.HandleFunc(r.pattern, s.adapt(r.pattern, r.perm, r.handler))
 	}
 	m.SetPortCloser(s.ClosePortConns)
-	s.mux.HandleFunc("/", s.adapt(anyone, func(w http.ResponseWriter, r *http.Request) error {
+	s.mux.HandleFunc("/", s.adapt("unknown route", anyone, func(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path)
 	}))
 	return s
@@ -111,16 +116,25 @@ const anyone auth.Permission = ""
 // (a stream) reports later failures in the stream and returns nil.
 type handler func(w http.ResponseWriter, r *http.Request) error
 
-// adapt checks the route's permission and is the one place a handler's error becomes
-// the response.
-func (s *Server) adapt(perm auth.Permission, h handler) http.HandlerFunc {
+// adapt checks the route's permission (and, for a mutating call, that the audit log
+// can be written), is the one place a handler's error becomes the response, and
+// records the request in the audit log.
+func (s *Server) adapt(pattern string, perm auth.Permission, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
 		err := permitted(r, perm)
+		if err == nil && mutating(r) && s.opts.AuditLog != nil {
+			err = s.opts.AuditLog.Healthy()
+		}
 		if err == nil {
-			err = h(w, r)
+			err = h(rec, r)
 		}
 		if err != nil {
-			s.writeError(w, r, err)
+			s.writeError(rec, r, err)
+		}
+		if principal(r) != nil { // the exposed ports' traffic is no API request
+			s.auditRequest(r, pattern, rec.status, err, start)
 		}
 	}
 }
@@ -194,6 +208,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/tokens", s.createToken, auth.Admin},
 		{"DELETE /v1/tokens/{id}", s.revokeToken, auth.Admin},
 		{"GET /v1/whoami", s.whoami, anyone},
+		{"GET /v1/audit", s.auditList, auth.AuditRead},
+		{"POST /v1/audit/verify", s.auditVerify, auth.Admin},
 	}
 }
 
@@ -229,6 +245,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, r, err)
+		s.auditRequest(r, r.Method+" "+r.URL.Path, http.StatusUnauthorized, err, time.Now())
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), principalKey, p))

@@ -68,6 +68,34 @@ type Role struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
+// AuditRecord is one entry of the hash-chained audit log. Doc is the record's body (JSON,
+// as the audit package writes it); Prev is the hash of the record before it and Hash
+// the record's own, which the audit package computes and checks.
+type AuditRecord struct {
+	Seq      int64
+	Time     time.Time
+	Identity string
+	Action   string
+	Sandbox  string
+	Doc      []byte
+	Prev     string
+	Hash     string
+}
+
+// AuditFilter selects audit records, in Seq order, after the Seq After.
+type AuditFilter struct {
+	Identity, Action, Sandbox string
+	Since                     time.Time
+	After                     int64
+	Limit                     int // 0: 1000
+}
+
+// AuditAnchor is where the kept audit log starts: the last pruned record's seq and hash.
+type AuditAnchor struct {
+	Seq  int64
+	Hash string
+}
+
 // Sandbox is the durable record of one sandbox handle.
 type Sandbox struct {
 	ID          string `json:"id"`
@@ -239,6 +267,19 @@ type Store interface {
 	PutRole(ctx context.Context, r *Role) error
 	ListRoles(ctx context.Context) ([]*Role, error)
 	DeleteRole(ctx context.Context, name string) error
+
+	// AppendAudit appends records whose Seq, Prev and Hash the caller set, in one
+	// transaction; a Seq already taken is an error.
+	AppendAudit(ctx context.Context, recs []*AuditRecord) error
+	// LastAudit returns the newest audit record, or nil for an empty log.
+	LastAudit(ctx context.Context) (*AuditRecord, error)
+	// ListAudit returns matching audit records in Seq order.
+	ListAudit(ctx context.Context, f AuditFilter) ([]*AuditRecord, error)
+	// PruneAudit removes the records before seq and records the last of them as the
+	// anchor, in one transaction.
+	PruneAudit(ctx context.Context, before int64) error
+	// AuditAnchor returns where the kept log starts (zero for a log never pruned).
+	AuditAnchor(ctx context.Context) (AuditAnchor, error)
 
 	AppendEvent(ctx context.Context, ev *Event) error
 	// AppendEvents stores evs in one transaction, all or none, in their order, and sets

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -23,14 +24,15 @@ import (
 // the manager and the real HTTP server on a unix socket (and TCP, for token owners). It
 // needs no root: the tests of the HTTP edge, the SDK and the CLI run on it.
 type FakeNode struct {
-	Dir     string
-	Socket  string
-	Addr    string // the TCP listener, when the node has token owners
-	Driver  *fake.Driver
-	Store   store.Store
-	Manager *manager.Manager
-	Auth    *auth.Service
-	Client  *client.Client
+	Dir      string
+	Socket   string
+	Addr     string // the TCP listener, when the node has token owners
+	Driver   *fake.Driver
+	Store    store.Store
+	Manager  *manager.Manager
+	Auth     *auth.Service
+	AuditLog *audit.Chain
+	Client   *client.Client
 
 	tokens map[string]string // owner -> token
 }
@@ -74,11 +76,13 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	}
 	n.Manager.Start()
 	n.Auth, n.tokens = newAuth(t, n.Store, dir, opts.Owners)
+	n.AuditLog = newAuditLog(t, n.Store, dir)
+	n.Manager.SetAuditLog(n.AuditLog)
 	version := opts.Version
 	if version == "" {
 		version = "test"
 	}
-	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth}, log)
+	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog}, log)
 	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
 	n.Addr, n.Client = addr, c
 	t.Cleanup(func() {

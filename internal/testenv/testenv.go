@@ -25,6 +25,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -103,11 +104,12 @@ type Node struct {
 	Network      *network.Node
 	Driver       *oci.Driver
 	// Runsc is the node's gVisor driver when Options.Runtime is "runsc".
-	Runsc   *gvisor.Driver
-	Manager *manager.Manager
-	Auth    *auth.Service
-	Server  *server.Server
-	Client  *client.Client
+	Runsc    *gvisor.Driver
+	Manager  *manager.Manager
+	Auth     *auth.Service
+	AuditLog *audit.Chain
+	Server   *server.Server
+	Client   *client.Client
 
 	tcpAddr string
 	tokens  map[string]string // owner -> token
@@ -239,7 +241,9 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		owners = append(owners, o.Owners...)
 	}
 	n.Auth, n.tokens = newAuth(t, n.Store, dir, owners)
-	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth}, log)
+	n.AuditLog = newAuditLog(t, n.Store, dir)
+	n.Manager.SetAuditLog(n.AuditLog)
+	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog}, log)
 	var hs *http.Server
 	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
 	t.Cleanup(func() {
@@ -442,4 +446,18 @@ func newAuth(t testing.TB, st store.Store, dir string, owners []string) (*auth.S
 		tokens[owner] = secret
 	}
 	return a, tokens
+}
+
+// newAuditLog opens the node's hash-chained audit log under a key in dir.
+func newAuditLog(t testing.TB, st store.Store, dir string) *audit.Chain {
+	t.Helper()
+	key, err := audit.LoadKey(filepath.Join(dir, "audit.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := audit.OpenChain(context.Background(), st, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -1,0 +1,241 @@
+package audit
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// The hash-chained log of who did what. Every API request and every exec becomes an
+// Entry; each stored record's hash (an HMAC-SHA256 under the node's audit key, a file
+// outside the database) covers its columns, its body and the hash of the record before
+// it, so Verify finds the first record that was edited, inserted or deleted, and one
+// who can write the database but not read the key cannot forge a replacement. Appends are serialised here (one writer per node) and synchronous: a record
+// that cannot be written makes the log unhealthy, and the HTTP edge then refuses
+// mutating calls until a write succeeds again, rather than act without a record.
+
+// Entry is one audit record's body.
+type Entry struct {
+	Time     time.Time      `json:"time"`
+	Identity string         `json:"identity"`
+	Action   string         `json:"action"` // a route ("POST /v1/sandboxes/{ref}/exec") or "exec"
+	Resource string         `json:"resource,omitempty"`
+	Sandbox  string         `json:"sandbox,omitempty"`
+	Result   string         `json:"result"`
+	Source   string         `json:"source,omitempty"`
+	Detail   map[string]any `json:"detail,omitempty"`
+}
+
+// Chain appends entries to the hash-chained log.
+type Chain struct {
+	st  store.Store
+	key []byte
+	now func() time.Time
+
+	mu     sync.Mutex
+	seq    int64
+	last   string
+	failed error
+}
+
+// OpenChain continues the log in st, chained under key, from its newest record (or its
+// anchor).
+func OpenChain(ctx context.Context, st store.Store, key []byte) (*Chain, error) {
+	if len(key) < 32 {
+		return nil, errors.New("audit log: the key must be at least 32 bytes")
+	}
+	c := &Chain{st: st, key: key, now: time.Now}
+	last, err := st.LastAudit(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	if last != nil {
+		c.seq, c.last = last.Seq, last.Hash
+		return c, nil
+	}
+	a, err := st.AuditAnchor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	c.seq, c.last = a.Seq, a.Hash
+	return c, nil
+}
+
+// hashOf is a record's hash: HMAC-SHA256 under key over the previous hash and every
+// stored field.
+func hashOf(key []byte, prev string, seq int64, t time.Time, identity, action, sandbox string, doc []byte) string {
+	h := hmac.New(sha256.New, key)
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(seq))
+	h.Write(n[:])
+	for _, f := range []string{prev, t.UTC().Format(time.RFC3339Nano), identity, action, sandbox} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	h.Write(doc)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Append records e. An error leaves the log unhealthy until an append succeeds.
+func (c *Chain) Append(ctx context.Context, e Entry) error {
+	if e.Time.IsZero() {
+		e.Time = c.now()
+	}
+	e.Time = e.Time.UTC().Round(time.Microsecond)
+	doc, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &store.AuditRecord{Seq: c.seq + 1, Time: e.Time, Identity: e.Identity, Action: e.Action, Sandbox: e.Sandbox,
+		Doc: doc, Prev: c.last}
+	r.Hash = hashOf(c.key, r.Prev, r.Seq, r.Time, r.Identity, r.Action, r.Sandbox, r.Doc)
+	if err := c.st.AppendAudit(context.WithoutCancel(ctx), []*store.AuditRecord{r}); err != nil {
+		c.failed = err
+		return fmt.Errorf("audit log: %w", err)
+	}
+	c.seq, c.last, c.failed = r.Seq, r.Hash, nil
+	return nil
+}
+
+// Healthy says whether the last append succeeded; a mutating call is refused while not.
+func (c *Chain) Healthy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed != nil {
+		return errdefs.Unavailable("the audit log cannot be written (%v); calls that change anything are refused until it can", c.failed)
+	}
+	return nil
+}
+
+// Prune removes the records older than before, keeping the chain verifiable from an
+// anchor (the last removed record's seq and hash).
+func (c *Chain) Prune(ctx context.Context, before time.Time) error {
+	first, err := c.st.ListAudit(ctx, store.AuditFilter{Since: before, Limit: 1})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	end := c.seq + 1
+	c.mu.Unlock()
+	if len(first) > 0 {
+		end = first[0].Seq
+	}
+	return c.st.PruneAudit(ctx, end)
+}
+
+// VerifyResult is what Verify found.
+type VerifyResult struct {
+	Records int64  `json:"records"`
+	OK      bool   `json:"ok"`
+	Seq     int64  `json:"seq,omitempty"` // the first record at fault
+	Problem string `json:"problem,omitempty"`
+}
+
+// Verify checks the log up to the newest record this chain wrote: records removed from
+// its end are found too.
+func (c *Chain) Verify(ctx context.Context) (VerifyResult, error) {
+	c.mu.Lock()
+	head := c.seq
+	c.mu.Unlock()
+	res, err := Verify(ctx, c.st, c.key)
+	if err == nil && res.OK && res.Records > 0 || head > 0 {
+		if last := c.lastSeq(ctx, res); err == nil && res.OK && last < head {
+			res.OK, res.Seq = false, last+1
+			res.Problem = fmt.Sprintf("records %d to %d are missing: deleted from the end of the log", last+1, head)
+		}
+	}
+	return res, err
+}
+
+// lastSeq is the seq of the newest record a successful Verify walked.
+func (c *Chain) lastSeq(ctx context.Context, res VerifyResult) int64 {
+	a, _ := c.st.AuditAnchor(ctx)
+	return a.Seq + res.Records
+}
+
+// Verify walks the whole log from its anchor and reports the first record that was
+// edited (its hash no longer matches), inserted or reordered (it does not follow the
+// record before), or deleted (a gap in the sequence).
+func Verify(ctx context.Context, st store.Store, key []byte) (VerifyResult, error) {
+	a, err := st.AuditAnchor(ctx)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	var res VerifyResult
+	seq, prev := a.Seq, a.Hash
+	for {
+		page, err := st.ListAudit(ctx, store.AuditFilter{After: seq, Limit: 10000})
+		if err != nil {
+			return res, err
+		}
+		for _, r := range page {
+			switch {
+			case r.Seq != seq+1:
+				res.Seq, res.Problem = seq+1, fmt.Sprintf("record %d is missing: deleted (the next one is %d)", seq+1, r.Seq)
+			case hashOf(key, r.Prev, r.Seq, r.Time, r.Identity, r.Action, r.Sandbox, r.Doc) != r.Hash:
+				res.Seq, res.Problem = r.Seq, fmt.Sprintf("record %d was edited or inserted: its contents do not match its hash", r.Seq)
+			case r.Prev != prev:
+				res.Seq, res.Problem = r.Seq, fmt.Sprintf("record %d does not follow record %d: inserted, replaced or reordered", r.Seq, seq)
+			}
+			if res.Problem != "" {
+				return res, nil
+			}
+			seq, prev = r.Seq, r.Hash
+			res.Records++
+		}
+		if len(page) < 10000 {
+			res.OK = true
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return res, errors.Join(ctx.Err())
+		}
+	}
+}
+
+// LoadKey reads the audit key at path, making a new random one (0600) if there is none.
+func LoadKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		key = make([]byte, 32)
+		rand.Read(key)
+		if err := os.WriteFile(path, key, 0o600); err != nil {
+			return nil, fmt.Errorf("audit key: %w", err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit key: %w", err)
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("audit key %s is damaged: %d bytes, want 32", path, len(key))
+	}
+	return key, nil
+}
+
+// List returns matching records in order.
+func (c *Chain) List(ctx context.Context, f store.AuditFilter) ([]*store.AuditRecord, error) {
+	return c.st.ListAudit(ctx, f)
+}
+
+// The log's records and filter, named here so that callers (the HTTP edge) need not
+// import the store.
+type (
+	LogRecord = store.AuditRecord
+	LogFilter = store.AuditFilter
+)

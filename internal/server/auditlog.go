@@ -1,0 +1,152 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// statusRecorder notes the status a handler answered with, for the audit log. It
+// passes flushes and hijacks through (streams and terminals).
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("hijacking is not supported")
+	}
+	if s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return hj.Hijack()
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// mutating says whether a request may change something.
+func mutating(r *http.Request) bool {
+	return r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
+}
+
+// source says where a request came from: the unix socket's peer or a TCP address.
+func source(r *http.Request) string {
+	if uid, ok := r.Context().Value(peerKey).(int); ok {
+		return "unix uid " + strconv.Itoa(uid)
+	}
+	return "tcp " + r.RemoteAddr
+}
+
+// resource names what a request acts on: its path's parameters.
+func resource(r *http.Request) string {
+	var parts []string
+	for _, k := range []string{"ref", "sandbox", "id", "name", "sid", "port"} {
+		if v := r.PathValue(k); v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// auditRequest records one API request: who, which route, on what, with what result.
+func (s *Server) auditRequest(r *http.Request, action string, status int, err error, start time.Time) {
+	if s.opts.AuditLog == nil {
+		return
+	}
+	result := strconv.Itoa(status)
+	if err != nil {
+		code, _ := errdefs.Code(err)
+		result += " " + code
+	}
+	e := audit.Entry{Identity: owner(r), Action: action, Resource: resource(r), Result: result, Source: source(r),
+		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
+	if aerr := s.opts.AuditLog.Append(r.Context(), e); aerr != nil {
+		s.log.Error("audit log", "err", aerr)
+	}
+}
+
+func toAPIAudit(rec *audit.LogRecord) api.AuditRecord {
+	return api.AuditRecord{Seq: rec.Seq, Record: rec.Doc, Hash: rec.Hash}
+}
+
+// auditList lists audit records: an administrator's all, anyone else's only its own.
+func (s *Server) auditList(w http.ResponseWriter, r *http.Request) error {
+	if s.opts.AuditLog == nil {
+		return errdefs.Unavailable("this node keeps no audit log")
+	}
+	q := r.URL.Query()
+	f := audit.LogFilter{Identity: q.Get("identity"), Action: q.Get("action"), Sandbox: q.Get("sandbox")}
+	if !isAdmin(r) {
+		if f.Identity != "" && f.Identity != owner(r) {
+			return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: "only an administrator reads other identities' audit records"}
+		}
+		f.Identity = owner(r)
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return errdefs.Invalid("invalid since %q: an RFC 3339 time such as 2026-12-01T00:00:00Z", v)
+		}
+		f.Since = t
+	}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return errdefs.Invalid("invalid after %q: a record sequence number", v)
+		}
+		f.After = n
+	}
+	recs, err := s.opts.AuditLog.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := api.AuditList{Records: []api.AuditRecord{}}
+	for _, rec := range recs {
+		out.Records = append(out.Records, toAPIAudit(rec))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// auditVerify checks the whole chain.
+func (s *Server) auditVerify(w http.ResponseWriter, r *http.Request) error {
+	if s.opts.AuditLog == nil {
+		return errdefs.Unavailable("this node keeps no audit log")
+	}
+	res, err := s.opts.AuditLog.Verify(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.AuditVerify{Records: res.Records, OK: res.OK, Seq: res.Seq, Problem: res.Problem})
+	return nil
+}
