@@ -14,6 +14,7 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -119,6 +120,8 @@ type Writer struct {
 	stored func()
 	log    *slog.Logger
 
+	chain atomic.Pointer[Chain] // where stored records are also chained (nil: nowhere)
+
 	mu      sync.Mutex
 	sources map[string]*source
 	turn    []string // sandboxes with queued records, in the order of their turns
@@ -206,6 +209,9 @@ func (w *Writer) Written() []string {
 	return out
 }
 
+// SetChain makes every stored record also a record of the hash-chained log.
+func (w *Writer) SetChain(c *Chain) { w.chain.Store(c) }
+
 // Close stores every queued record, the summaries of open runs and the pending
 // records_dropped events, then stops.
 func (w *Writer) Close() error {
@@ -292,7 +298,19 @@ func (w *Writer) write(batch []Record) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 30*time.Second)
 	defer cancel()
-	if err := w.sink.AppendEvents(ctx, evs); err != nil {
+	err := w.sink.AppendEvents(ctx, evs)
+	if c := w.chain.Load(); err == nil && c != nil {
+		entries := make([]Entry, len(evs))
+		for i, ev := range evs {
+			var detail map[string]any
+			json.Unmarshal(ev.Data, &detail)
+			entries[i] = Entry{Time: ev.Time, Action: ev.Type, Sandbox: ev.SandboxID, Result: ev.Cause, Detail: detail}
+		}
+		if cerr := c.AppendBatch(ctx, entries); cerr != nil {
+			w.log.Error("chain audit records", "records", len(entries), "err", cerr)
+		}
+	}
+	if err != nil {
 		w.log.Warn("store audit records", "records", len(batch), "err", err)
 		now := w.now()
 		w.mu.Lock()

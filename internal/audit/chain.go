@@ -91,24 +91,40 @@ func hashOf(key []byte, prev string, seq int64, t time.Time, identity, action, s
 
 // Append records e. An error leaves the log unhealthy until an append succeeds.
 func (c *Chain) Append(ctx context.Context, e Entry) error {
-	if e.Time.IsZero() {
-		e.Time = c.now()
-	}
-	e.Time = e.Time.UTC().Round(time.Microsecond)
-	doc, err := json.Marshal(e)
-	if err != nil {
-		return err
+	return c.AppendBatch(ctx, []Entry{e})
+}
+
+// AppendBatch records entries in order, in one write.
+func (c *Chain) AppendBatch(ctx context.Context, entries []Entry) error {
+	docs := make([][]byte, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if e.Time.IsZero() {
+			e.Time = c.now()
+		}
+		e.Time = e.Time.UTC().Round(time.Microsecond)
+		doc, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		docs[i] = doc
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &store.AuditRecord{Seq: c.seq + 1, Time: e.Time, Identity: e.Identity, Action: e.Action, Sandbox: e.Sandbox,
-		Doc: doc, Prev: c.last}
-	r.Hash = hashOf(c.key, r.Prev, r.Seq, r.Time, r.Identity, r.Action, r.Sandbox, r.Doc)
-	if err := c.st.AppendAudit(context.WithoutCancel(ctx), []*store.AuditRecord{r}); err != nil {
+	recs := make([]*store.AuditRecord, len(entries))
+	seq, prev := c.seq, c.last
+	for i, e := range entries {
+		seq++
+		r := &store.AuditRecord{Seq: seq, Time: e.Time, Identity: e.Identity, Action: e.Action, Sandbox: e.Sandbox,
+			Doc: docs[i], Prev: prev}
+		r.Hash = hashOf(c.key, r.Prev, r.Seq, r.Time, r.Identity, r.Action, r.Sandbox, r.Doc)
+		recs[i], prev = r, r.Hash
+	}
+	if err := c.st.AppendAudit(context.WithoutCancel(ctx), recs); err != nil {
 		c.failed = err
 		return fmt.Errorf("audit log: %w", err)
 	}
-	c.seq, c.last, c.failed = r.Seq, r.Hash, nil
+	c.seq, c.last, c.failed = seq, prev, nil
 	return nil
 }
 

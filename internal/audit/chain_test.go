@@ -105,3 +105,30 @@ func TestChainPruneKeepsItVerifiable(t *testing.T) {
 }
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// The egress decisions and DNS answers the writer stores are chained too.
+func TestWriterChainsItsRecords(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	c, err := OpenChain(ctx, st, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := New(Config{Rate: 1e9, Burst: 1e9, Queue: 100}, st, Options{})
+	w.SetChain(c)
+	for i := range 5 {
+		w.Add(denied("sb_a", i))
+	}
+	w.Add(Record{Sandbox: "sb_a", Generation: 1, Type: "dns", Allowed: true, Data: map[string]any{"name": "pypi.org"}})
+	w.Close()
+	recs, err := st.ListAudit(ctx, LogFilter{Sandbox: "sb_a"})
+	if err != nil || len(recs) != 6 {
+		t.Fatalf("chained records of sb_a: %d, %v; want 6", len(recs), err)
+	}
+	if recs[0].Action != "egress" || !strings.Contains(string(recs[0].Doc), `"deny"`) || !strings.Contains(string(recs[0].Doc), "denied-0.example") {
+		t.Errorf("first record: %s %s", recs[0].Action, recs[0].Doc)
+	}
+	if res, err := c.Verify(ctx); err != nil || !res.OK || res.Records != 6 {
+		t.Errorf("verify: %+v, %v", res, err)
+	}
+}

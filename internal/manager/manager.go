@@ -69,7 +69,10 @@ type Config struct {
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
-func (m *Manager) SetAuditLog(c *audit.Chain) { m.auditLog = c }
+func (m *Manager) SetAuditLog(c *audit.Chain) {
+	m.auditLog = c
+	m.auditW.SetChain(c) // and every egress decision and DNS answer the sandboxes cause
+}
 
 // DefaultConfig is the embedded default.
 func DefaultConfig() Config {
