@@ -506,3 +506,49 @@ type AuditVerify struct {
 	Seq     int64  `json:"seq,omitempty"`
 	Problem string `json:"problem,omitempty"`
 }
+
+// Secret is a secret's metadata; its value is never in an answer.
+type Secret struct {
+	Name         string          `json:"name"`
+	Type         string          `json:"type"`
+	Description  string          `json:"description,omitempty"`
+	AllowedHosts []string        `json:"allowed_hosts"`
+	CreatedAt    time.Time       `json:"created_at"`
+	ExpiresAt    *time.Time      `json:"expires_at,omitempty"`
+	RevokedAt    *time.Time      `json:"revoked_at,omitempty"`
+	Versions     []SecretVersion `json:"versions"`
+}
+
+// SecretVersion is one value's metadata: a safe preview and a keyed fingerprint.
+type SecretVersion struct {
+	Version     int       `json:"version"`
+	CreatedAt   time.Time `json:"created_at"`
+	Preview     string    `json:"preview"`
+	Fingerprint string    `json:"fingerprint"`
+	Size        int       `json:"size"`
+}
+
+// SecretList is the body of GET /v1/secrets.
+type SecretList struct {
+	Secrets []Secret `json:"secrets"`
+}
+
+// CreateSecretRequest is the body of POST /v1/secrets.
+type CreateSecretRequest struct {
+	Name         string   `json:"name"`
+	Type         string   `json:"type"` // token, password or certificate
+	Description  string   `json:"description,omitempty"`
+	AllowedHosts []string `json:"allowed_hosts"`
+	Expires      string   `json:"expires,omitempty"` // RFC 3339 time or a duration from now
+	Value        string   `json:"value"`
+}
+
+// RotateSecretRequest is the body of POST /v1/secrets/{name}/rotate.
+type RotateSecretRequest struct {
+	Value string `json:"value"`
+}
+
+// RekeyResult is the body of POST /v1/secrets/rekey.
+type RekeyResult struct {
+	Secrets int `json:"secrets"`
+}

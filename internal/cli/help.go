@@ -25,7 +25,8 @@ var verbList = []*verb{
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
 	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
-	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb, statusVerb, versionVerb,
+	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb,
+	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRekeyVerb, statusVerb, versionVerb,
 }
 
 // verbs indexes verbList by name.
@@ -39,7 +40,7 @@ var verbs = func() map[string]*verb {
 
 // groups are the verbs that take a subcommand.
 var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true,
-	"user": true, "role": true, "token": true, "audit": true}
+	"user": true, "role": true, "token": true, "audit": true, "secret": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

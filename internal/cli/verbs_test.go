@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -611,4 +613,54 @@ func TestAuditVerbs(t *testing.T) {
 	_, errOut, err := n.run(bg, "", "audit", "ls", "--since", "yesterday")
 	wantExit(t, err, 2)
 	wantContains(t, "a bad --since", errOut, "RFC 3339")
+}
+
+// Secrets go in through standard input and never come out: no answer, listing, log
+// record or file of the node holds the value, in the clear, base64 or hex.
+func TestSecretVerbs(t *testing.T) {
+	n := newNode(t)
+	value := "sk-live-" + strings.Repeat("9fQ", 10)
+	var outputs []string
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		out, errOut, err := n.run(bg, stdin, args...)
+		outputs = append(outputs, out, errOut)
+		if err != nil {
+			t.Fatalf("airlock %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	out := run(value+"\n", "secret", "create", "--name", "stripe", "--type", "token", "--allowed-hosts", "api.stripe.com", "--description", "payments")
+	wantContains(t, "secret create", out, "stripe", "api.stripe.com", "sk-l…fQ", "hmac-sha256:")
+	wantContains(t, "secret ls", run("", "secret", "ls"), "stripe", "token", "sk-l…fQ")
+	run("", "-o", "json", "secret", "get", "stripe")
+	out = run(value+"2\n", "secret", "rotate", "stripe")
+	wantContains(t, "secret rotate", out, "version 2", "running processes keep theirs until they restart")
+	run("", "secret", "rekey")
+	_, errOut, err := n.run(bg, "", "secret", "revoke", "stripe")
+	wantExit(t, err, 2)
+	wantContains(t, "revoke without --yes", errOut, "--yes")
+	run("", "secret", "revoke", "stripe", "--yes")
+	_, errOut, err = n.run(bg, "", "secret", "create", "--name", "empty", "--type", "password", "--allowed-hosts", "db.example.com")
+	wantExit(t, err, 1)
+	wantContains(t, "an empty value", errOut, "empty", "(invalid_argument)")
+	run("", "audit", "ls")
+
+	needles := map[string]string{"plaintext": value, "base64": base64.StdEncoding.EncodeToString([]byte(value)),
+		"hex": hex.EncodeToString([]byte(value))}
+	for what, needle := range needles {
+		for _, o := range outputs {
+			if strings.Contains(o, needle) {
+				t.Errorf("a CLI output holds the %s value: %q", what, o)
+			}
+		}
+		filepath.Walk(n.Dir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(needle)) {
+					t.Errorf("%s holds the %s value", p, what)
+				}
+			}
+			return nil
+		})
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
@@ -159,6 +160,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return err
 	}
 	m.SetAuditLog(chain)
+	secrets, err := secret.Open(st, filepath.Join(cfg.StateDir, "secret.key"))
+	if err != nil {
+		return err
+	}
 	if set.AuditLogMaxAge > 0 {
 		go pruneAuditLog(ctx, chain, set.AuditLogMaxAge, log)
 	}
@@ -167,7 +172,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		publicURL = "http://" + cfg.Listen
 	}
 	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
-	srv := server.New(m, server.Options{Auth: authSvc, AuditLog: chain, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
+	srv := server.New(m, server.Options{Auth: authSvc, AuditLog: chain, Secrets: secrets, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

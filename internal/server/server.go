@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/secret"
 )
 
 // maxBody bounds every JSON request body.
@@ -44,6 +45,8 @@ type Options struct {
 	// AuditLog, if set, records every API request; while it cannot be written,
 	// mutating calls are refused.
 	AuditLog *audit.Chain
+	// Secrets keeps the owners' secrets (nil: none on this node).
+	Secrets *secret.Service
 	// Version is reported by /v1/status.
 	Version string
 	// StateDir is reported by /v1/status and holds image uploads in progress.
@@ -210,6 +213,12 @@ func (s *Server) routes() []route {
 		{"GET /v1/whoami", s.whoami, anyone},
 		{"GET /v1/audit", s.auditList, auth.AuditRead},
 		{"POST /v1/audit/verify", s.auditVerify, auth.Admin},
+		{"GET /v1/secrets", s.listSecrets, auth.SecretCreate},
+		{"POST /v1/secrets", s.createSecret, auth.SecretCreate},
+		{"POST /v1/secrets/rekey", s.rekeySecrets, auth.Admin},
+		{"GET /v1/secrets/{name}", s.getSecret, auth.SecretCreate},
+		{"POST /v1/secrets/{name}/rotate", s.rotateSecret, auth.SecretCreate},
+		{"DELETE /v1/secrets/{name}", s.revokeSecret, auth.SecretCreate},
 	}
 }
 

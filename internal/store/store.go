@@ -96,6 +96,33 @@ type AuditAnchor struct {
 	Hash string
 }
 
+// Secret is an owner's named secret: its metadata and every version's value, sealed
+// (the secret package seals and opens them; the store never sees a plaintext).
+type Secret struct {
+	Owner        string          `json:"owner"`
+	Name         string          `json:"name"`
+	Type         string          `json:"type"`
+	Description  string          `json:"description,omitempty"`
+	AllowedHosts []string        `json:"allowed_hosts"`
+	CreatedAt    time.Time       `json:"created_at"`
+	ExpiresAt    time.Time       `json:"expires_at,omitzero"`
+	RevokedAt    time.Time       `json:"revoked_at,omitzero"`
+	Versions     []SecretVersion `json:"versions"`
+	// Rev counts updates; an update whose Rev is not the stored one is a conflict.
+	Rev int64 `json:"rev"`
+}
+
+// SecretVersion is one value of a secret, sealed under the key KeyID names.
+type SecretVersion struct {
+	Version     int       `json:"version"`
+	CreatedAt   time.Time `json:"created_at"`
+	KeyID       string    `json:"key_id"`
+	Sealed      []byte    `json:"sealed"` // nonce and AES-256-GCM ciphertext
+	Preview     string    `json:"preview"`
+	Fingerprint string    `json:"fingerprint"`
+	Size        int       `json:"size"`
+}
+
 // Sandbox is the durable record of one sandbox handle.
 type Sandbox struct {
 	ID          string `json:"id"`
@@ -267,6 +294,15 @@ type Store interface {
 	PutRole(ctx context.Context, r *Role) error
 	ListRoles(ctx context.Context) ([]*Role, error)
 	DeleteRole(ctx context.Context, name string) error
+
+	// CreateSecret stores a new secret; ErrAlreadyExists if the owner has one of its name.
+	CreateSecret(ctx context.Context, s *Secret) error
+	// UpdateSecret replaces a secret whose stored Rev is s.Rev, and increments s.Rev;
+	// ErrVersionConflict when another update came first.
+	UpdateSecret(ctx context.Context, s *Secret) error
+	GetSecret(ctx context.Context, owner, name string) (*Secret, error)
+	// ListSecrets lists an owner's secrets ("" lists every owner's).
+	ListSecrets(ctx context.Context, owner string) ([]*Secret, error)
 
 	// AppendAudit appends records whose Seq, Prev and Hash the caller set, in one
 	// transaction; a Seq already taken is an error.

@@ -82,7 +82,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	if version == "" {
 		version = "test"
 	}
-	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog}, log)
+	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: newSecrets(t, n.Store, dir)}, log)
 	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
 	n.Addr, n.Client = addr, c
 	t.Cleanup(func() {

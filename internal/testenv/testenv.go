@@ -33,6 +33,7 @@ import (
 	airlockrt "github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
@@ -243,7 +244,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	n.Auth, n.tokens = newAuth(t, n.Store, dir, owners)
 	n.AuditLog = newAuditLog(t, n.Store, dir)
 	n.Manager.SetAuditLog(n.AuditLog)
-	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog}, log)
+	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: newSecrets(t, n.Store, dir)}, log)
 	var hs *http.Server
 	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
 	t.Cleanup(func() {
@@ -460,4 +461,14 @@ func newAuditLog(t testing.TB, st store.Store, dir string) *audit.Chain {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// newSecrets opens the node's secrets under a key in dir.
+func newSecrets(t testing.TB, st store.Store, dir string) *secret.Service {
+	t.Helper()
+	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -74,3 +74,30 @@ func testIdentities(t *testing.T, open func(t *testing.T) store.Store) {
 	ok(t, s.DeleteRole(ctx, "ops"), "DeleteRole(ops)")
 	isErr(t, s.DeleteRole(ctx, "ops"), errdefs.ErrNotFound, "DeleteRole(ops) again")
 }
+
+func testSecrets(t *testing.T, open func(t *testing.T) store.Store) {
+	s, ctx := open(t), t.Context()
+	sec := &store.Secret{Owner: "alice", Name: "gh", Type: "token", AllowedHosts: []string{"api.github.com"},
+		Versions: []store.SecretVersion{{Version: 1, KeyID: "k1", Sealed: []byte{1, 2, 3}}}}
+	ok(t, s.CreateSecret(ctx, sec), "CreateSecret(alice/gh)")
+	isErr(t, s.CreateSecret(ctx, &store.Secret{Owner: "alice", Name: "gh"}), errdefs.ErrAlreadyExists, "CreateSecret(alice/gh) again")
+	ok(t, s.CreateSecret(ctx, &store.Secret{Owner: "bob", Name: "gh"}), "CreateSecret(bob/gh)")
+	a, err := s.GetSecret(ctx, "alice", "gh")
+	ok(t, err, "GetSecret(alice/gh)")
+	b, _ := s.GetSecret(ctx, "alice", "gh")
+	a.Versions = append(a.Versions, store.SecretVersion{Version: 2})
+	ok(t, s.UpdateSecret(ctx, a), "UpdateSecret")
+	b.RevokedAt = time.Now()
+	isErr(t, s.UpdateSecret(ctx, b), errdefs.ErrVersionConflict, "UpdateSecret from a stale read")
+	if got, _ := s.GetSecret(ctx, "alice", "gh"); len(got.Versions) != 2 || !got.RevokedAt.IsZero() || string(got.Versions[0].Sealed) != "\x01\x02\x03" {
+		t.Errorf("after the updates: %+v", got)
+	}
+	_, err = s.GetSecret(ctx, "carol", "gh")
+	isErr(t, err, errdefs.ErrNotFound, "GetSecret(carol/gh)")
+	if mine, _ := s.ListSecrets(ctx, "alice"); len(mine) != 1 {
+		t.Errorf("ListSecrets(alice) = %d", len(mine))
+	}
+	if all, _ := s.ListSecrets(ctx, ""); len(all) != 2 {
+		t.Errorf("ListSecrets() = %d", len(all))
+	}
+}

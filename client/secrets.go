@@ -1,0 +1,46 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+// Secrets lists the caller's secrets (metadata only).
+func (c *Client) Secrets(ctx context.Context) ([]api.Secret, error) {
+	var out api.SecretList
+	return out.Secrets, c.do(ctx, request{method: http.MethodGet, path: "/v1/secrets"}, &out)
+}
+
+// CreateSecret stores a secret; the answer holds its metadata, never its value.
+func (c *Client) CreateSecret(ctx context.Context, req api.CreateSecretRequest) (*api.Secret, error) {
+	var out api.Secret
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/secrets", in: req}, &out)
+}
+
+// Secret returns one of the caller's secrets (metadata only).
+func (c *Client) Secret(ctx context.Context, name string) (*api.Secret, error) {
+	var out api.Secret
+	return &out, c.do(ctx, request{method: http.MethodGet, path: "/v1/secrets/" + url.PathEscape(name)}, &out)
+}
+
+// RotateSecret adds a new version of a secret.
+func (c *Client) RotateSecret(ctx context.Context, name, value string) (*api.Secret, error) {
+	var out api.Secret
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/secrets/" + url.PathEscape(name) + "/rotate",
+		in: api.RotateSecretRequest{Value: value}}, &out)
+}
+
+// RevokeSecret revokes a secret at once; its values are destroyed.
+func (c *Client) RevokeSecret(ctx context.Context, name string) (*api.Secret, error) {
+	var out api.Secret
+	return &out, c.do(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + url.PathEscape(name)}, &out)
+}
+
+// RekeySecrets re-seals every secret under a new node key (admin).
+func (c *Client) RekeySecrets(ctx context.Context) (*api.RekeyResult, error) {
+	var out api.RekeyResult
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/secrets/rekey"}, &out)
+}

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/airlockhq/airlock/api"
+)
+
+var secretCreateVerb = &verb{
+	name:  "secret create",
+	args:  "--name N --type token|password|certificate --allowed-hosts H[,H2] [--description D] [--expires T] < value",
+	short: "store a secret read from standard input, sealed at rest (secret.create)",
+	long: `The value is read from standard input; one trailing newline is trimmed, and an empty
+value or one of 64 KiB or more is refused. It is sealed with AES-256-GCM under the node's
+key and never shown again: listings show a safe preview and a fingerprint. Only the
+allowed hosts will ever be sent it. --expires takes an RFC 3339 time or a duration (720h).`,
+	run: runSecretCreate,
+}
+
+var secretLsVerb = &verb{name: "secret ls", args: "", short: "list your secrets (metadata only)", run: runSecretLs}
+
+var secretGetVerb = &verb{name: "secret get", args: "NAME", short: "show a secret's metadata and versions", run: runSecretGet}
+
+var secretRotateVerb = &verb{
+	name:  "secret rotate",
+	args:  "NAME < value",
+	short: "add a new version read from standard input",
+	run:   runSecretRotate,
+}
+
+var secretRevokeVerb = &verb{
+	name:  "secret revoke",
+	args:  "NAME --yes",
+	short: "revoke a secret: its values are destroyed and delivery stops at once",
+	run:   runSecretRevoke,
+}
+
+var secretRekeyVerb = &verb{name: "secret rekey", args: "", short: "re-seal every secret under a new node key, without downtime (admin)", run: runSecretRekey}
+
+// readValue reads a secret's value from standard input, at most one byte past the limit.
+func (c *cmd) readValue() (string, error) {
+	b, err := io.ReadAll(io.LimitReader(c.stdin, 64<<10+2))
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func printSecret(c *cmd, s *api.Secret) error {
+	if c.json() {
+		return c.printJSON(s)
+	}
+	expires, state := "never", "active"
+	if s.ExpiresAt != nil {
+		expires = s.ExpiresAt.Format("2006-01-02 15:04")
+	}
+	if s.RevokedAt != nil {
+		state = "revoked"
+	}
+	kv := [][2]string{{"name", s.Name}, {"type", s.Type}, {"description", orNone(s.Description)},
+		{"allowed hosts", strings.Join(s.AllowedHosts, ", ")}, {"expires", expires}, {"state", state}}
+	for _, p := range kv {
+		fmt.Fprintf(c.stdout, "%-14s %s\n", p[0]+":", termSafe(p[1]))
+	}
+	for _, v := range s.Versions {
+		fmt.Fprintf(c.stdout, "version %d:     %s  %s  %d bytes  %s\n", v.Version, termSafe(v.Preview), v.Fingerprint, v.Size, formatAge(v.CreatedAt))
+	}
+	return nil
+}
+
+func runSecretCreate(c *cmd, args []string) error {
+	name := c.fs.String("name", "", "the secret's `N`ame")
+	typ := c.fs.String("type", "", "token, password or certificate")
+	var hosts multi
+	c.fs.Var(&hosts, "allowed-hosts", "the only `H`osts it is sent to (comma-separated)")
+	desc := c.fs.String("description", "", "what it is for")
+	expires := c.fs.String("expires", "", "expiry `T`: an RFC 3339 time or a duration")
+	_, cl, err := c.connect(args, 0)
+	if err != nil {
+		return err
+	}
+	if *name == "" || *typ == "" || len(hosts) == 0 {
+		return usagef("--name, --type and --allowed-hosts are required")
+	}
+	value, err := c.readValue()
+	if err != nil {
+		return err
+	}
+	s, err := cl.CreateSecret(c.ctx, api.CreateSecretRequest{Name: *name, Type: *typ, Description: *desc,
+		AllowedHosts: hosts, Expires: *expires, Value: value})
+	if err != nil {
+		return err
+	}
+	return printSecret(c, s)
+}
+
+func runSecretLs(c *cmd, args []string) error {
+	_, cl, err := c.connect(args, 0)
+	if err != nil {
+		return err
+	}
+	list, err := cl.Secrets(c.ctx)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(list)
+	}
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "NAME\tTYPE\tVERSION\tPREVIEW\tALLOWED HOSTS\tSTATE")
+	for _, s := range list {
+		v := s.Versions[len(s.Versions)-1]
+		state := "active"
+		if s.RevokedAt != nil {
+			state = "revoked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", termSafe(s.Name), s.Type, v.Version, termSafe(v.Preview), termSafe(strings.Join(s.AllowedHosts, ",")), state)
+	}
+	return tw.Flush()
+}
+
+func runSecretGet(c *cmd, args []string) error {
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	s, err := cl.Secret(c.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	return printSecret(c, s)
+}
+
+func runSecretRotate(c *cmd, args []string) error {
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	value, err := c.readValue()
+	if err != nil {
+		return err
+	}
+	s, err := cl.RotateSecret(c.ctx, pos[0], value)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(s)
+	}
+	fmt.Fprintf(c.stdout, "%s is at version %d: new sandboxes and executions take it; running processes keep theirs until they restart\n",
+		termSafe(s.Name), s.Versions[len(s.Versions)-1].Version)
+	return nil
+}
+
+func runSecretRevoke(c *cmd, args []string) error {
+	yes := c.fs.Bool("yes", false, "revoke without asking")
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		return usagef("revoking %s destroys its values and stops its delivery at once; confirm with --yes", pos[0])
+	}
+	s, err := cl.RevokeSecret(c.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(s)
+	}
+	fmt.Fprintf(c.stdout, "revoked %s\n", termSafe(s.Name))
+	return nil
+}
+
+func runSecretRekey(c *cmd, args []string) error {
+	_, cl, err := c.connect(args, 0)
+	if err != nil {
+		return err
+	}
+	res, err := cl.RekeySecrets(c.ctx)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(res)
+	}
+	fmt.Fprintf(c.stdout, "re-sealed %d secrets under a new key\n", res.Secrets)
+	return nil
+}

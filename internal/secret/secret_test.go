@@ -1,0 +1,147 @@
+package secret_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+)
+
+func newService(t *testing.T) (*secret.Service, string) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+// stateHas says whether any file of dir holds needle.
+func stateHas(t *testing.T, dir string, needle []byte) bool {
+	found := false
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			found = found || bytes.Contains(b, needle)
+		}
+		return nil
+	})
+	return found
+}
+
+func TestSealedAtRestAndOpened(t *testing.T) {
+	s, dir := newService(t)
+	ctx := context.Background()
+	value := []byte("ghp_" + strings.Repeat("Zq8", 12) + "\n")
+	sec, err := s.Create(ctx, "alice", secret.CreateRequest{Name: "gh", Type: "token", AllowedHosts: []string{"api.github.com"}, Value: value})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := value[:len(value)-1] // one trailing newline trimmed
+	v := sec.Versions[0]
+	if v.Preview != "ghp_…q8" || v.Size != len(plain) || !strings.HasPrefix(v.Fingerprint, "hmac-sha256:") {
+		t.Errorf("metadata %+v", v)
+	}
+	if got, err := s.Value(ctx, "alice", "gh", 0); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("Value = %q, %v", got, err)
+	}
+	if stateHas(t, dir, plain) {
+		t.Fatal("the plaintext is in the state directory")
+	}
+	fi, _ := os.Stat(filepath.Join(dir, "secret.key"))
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %v", fi.Mode())
+	}
+	if _, err := s.Value(ctx, "bob", "gh", 0); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another owner's secret: %v", err)
+	}
+
+	// Rekey: the value still opens, under a new key; the old key is gone.
+	oldKey, _ := os.ReadFile(filepath.Join(dir, "secret.key"))
+	if n, err := s.Rekey(ctx); err != nil || n != 1 {
+		t.Fatalf("Rekey = %d, %v", n, err)
+	}
+	newKey, _ := os.ReadFile(filepath.Join(dir, "secret.key"))
+	if bytes.Equal(oldKey, newKey) {
+		t.Error("the key file did not change")
+	}
+	if got, err := s.Value(ctx, "alice", "gh", 1); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("after rekey: %q, %v", got, err)
+	}
+
+	if _, err := s.Revoke(ctx, "alice", "gh"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Value(ctx, "alice", "gh", 0); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("a revoked secret's value: %v", err)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	ok := secret.CreateRequest{Name: "x", Type: "password", AllowedHosts: []string{"db.example.com"}, Value: []byte("pw")}
+	for name, req := range map[string]secret.CreateRequest{
+		"empty value": {Name: "x", Type: "password", AllowedHosts: ok.AllowedHosts, Value: []byte("\n")},
+		"64 KiB":      {Name: "x", Type: "password", AllowedHosts: ok.AllowedHosts, Value: bytes.Repeat([]byte("a"), 64<<10)},
+		"bad type":    {Name: "x", Type: "key", AllowedHosts: ok.AllowedHosts, Value: ok.Value},
+		"no hosts":    {Name: "x", Type: "password", Value: ok.Value},
+		"bad host":    {Name: "x", Type: "password", AllowedHosts: []string{"http://x"}, Value: ok.Value},
+		"bad name":    {Name: "a b", Type: "password", AllowedHosts: ok.AllowedHosts, Value: ok.Value},
+	} {
+		if _, err := s.Create(ctx, "alice", req); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v; want invalid", name, err)
+		}
+	}
+	if list, _ := s.List(ctx, "alice"); len(list) != 0 {
+		t.Errorf("bad input stored %d secrets", len(list))
+	}
+	if sec, err := s.Create(ctx, "alice", ok); err != nil || sec.Versions[0].Preview != "••••••••" {
+		t.Errorf("a password's preview: %+v, %v", sec, err)
+	}
+	if _, err := s.Create(ctx, "alice", ok); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("a second secret of the name: %v", err)
+	}
+}
+
+// Concurrent rotations each get their own version, none lost or doubled.
+func TestConcurrentRotations(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: "k", Type: "token", AllowedHosts: []string{"x.example"}, Value: []byte("v0")}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Rotate(ctx, "alice", "k", []byte{'v', byte('1' + i)}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	sec, _ := s.Get(ctx, "alice", "k")
+	var versions []int
+	for _, v := range sec.Versions {
+		versions = append(versions, v.Version)
+	}
+	if !slices.Equal(versions, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Errorf("versions after 8 concurrent rotations: %v", versions)
+	}
+}

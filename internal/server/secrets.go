@@ -1,0 +1,134 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/secret"
+)
+
+func toAPISecret(s *secret.Secret) api.Secret {
+	out := api.Secret{Name: s.Name, Type: s.Type, Description: s.Description, AllowedHosts: s.AllowedHosts,
+		CreatedAt: s.CreatedAt, Versions: []api.SecretVersion{}}
+	if !s.ExpiresAt.IsZero() {
+		t := s.ExpiresAt
+		out.ExpiresAt = &t
+	}
+	if !s.RevokedAt.IsZero() {
+		t := s.RevokedAt
+		out.RevokedAt = &t
+	}
+	for _, v := range s.Versions {
+		out.Versions = append(out.Versions, api.SecretVersion{Version: v.Version, CreatedAt: v.CreatedAt,
+			Preview: v.Preview, Fingerprint: v.Fingerprint, Size: v.Size})
+	}
+	return out
+}
+
+func (s *Server) secrets() (*secret.Service, error) {
+	if s.opts.Secrets == nil {
+		return nil, errdefs.Unavailable("this node keeps no secrets")
+	}
+	return s.opts.Secrets, nil
+}
+
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
+	svc, err := s.secrets()
+	if err != nil {
+		return err
+	}
+	list, err := svc.List(r.Context(), owner(r))
+	if err != nil {
+		return err
+	}
+	out := api.SecretList{Secrets: []api.Secret{}}
+	for _, sec := range list {
+		out.Secrets = append(out.Secrets, toAPISecret(sec))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) error {
+	svc, err := s.secrets()
+	if err != nil {
+		return err
+	}
+	var req api.CreateSecretRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	var expires time.Time
+	if req.Expires != "" {
+		if d, derr := time.ParseDuration(req.Expires); derr == nil && d > 0 {
+			expires = time.Now().Add(d)
+		} else if expires, err = time.Parse(time.RFC3339, req.Expires); err != nil {
+			return errdefs.Invalid("invalid expires %q: an RFC 3339 time or a duration such as 720h", req.Expires)
+		}
+	}
+	sec, err := svc.Create(r.Context(), owner(r), secret.CreateRequest{Name: req.Name, Type: req.Type,
+		Description: req.Description, AllowedHosts: req.AllowedHosts, ExpiresAt: expires, Value: []byte(req.Value)})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, toAPISecret(sec))
+	return nil
+}
+
+func (s *Server) getSecret(w http.ResponseWriter, r *http.Request) error {
+	svc, err := s.secrets()
+	if err != nil {
+		return err
+	}
+	sec, err := svc.Get(r.Context(), owner(r), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toAPISecret(sec))
+	return nil
+}
+
+func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
+	svc, err := s.secrets()
+	if err != nil {
+		return err
+	}
+	var req api.RotateSecretRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	sec, err := svc.Rotate(r.Context(), owner(r), r.PathValue("name"), []byte(req.Value))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toAPISecret(sec))
+	return nil
+}
+
+func (s *Server) revokeSecret(w http.ResponseWriter, r *http.Request) error {
+	svc, err := s.secrets()
+	if err != nil {
+		return err
+	}
+	sec, err := svc.Revoke(r.Context(), owner(r), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toAPISecret(sec))
+	return nil
+}
+
+func (s *Server) rekeySecrets(w http.ResponseWriter, r *http.Request) error {
+	svc, err := s.secrets()
+	if err != nil {
+		return err
+	}
+	n, err := svc.Rekey(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.RekeyResult{Secrets: n})
+	return nil
+}
