@@ -142,3 +142,32 @@ func TestRolesFile(t *testing.T) {
 		t.Errorf("a malformed file changed the roles: %d, then %d", len(roles), len(roles2))
 	}
 }
+
+// The configuration file's old tokens: list keeps working: its owner becomes a service
+// account with the developer role, and its token authenticates; a restart adds nothing.
+func TestStaticTokens(t *testing.T) {
+	a, dir := newService(t)
+	ctx := context.Background()
+	a.Bootstrap(ctx, dir)
+	for range 2 {
+		if err := a.AddStaticToken(ctx, "a-long-random-secret-value", "ci"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := a.Authenticate(ctx, "a-long-random-secret-value")
+	if err != nil || p.Identity != "ci" || !p.Can(auth.SandboxCreate) || p.Can(auth.Admin) {
+		t.Fatalf("the static token: %+v, %v", p, err)
+	}
+	if toks, _ := a.ListTokens(ctx, "ci"); len(toks) != 1 {
+		t.Errorf("ci has %d tokens after two starts; want 1", len(toks))
+	}
+	ids, _ := a.ListIdentities(ctx)
+	for _, id := range ids {
+		if id.Name == "ci" && id.Kind != "service" {
+			t.Errorf("ci is a %s; want a service account", id.Kind)
+		}
+	}
+	if _, err := a.Authenticate(ctx, "a-long-random-secret-valuE"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a wrong token: %v", err)
+	}
+}
