@@ -31,7 +31,7 @@ const (
 	SandboxExec    Permission = "sandbox.exec"
 	SandboxFiles   Permission = "sandbox.files"
 	SandboxNetwork Permission = "sandbox.network"
-	SandboxAdmin   Permission = "sandbox.admin" // the node's sandbox housekeeping (gc)
+	SandboxAdmin   Permission = "sandbox.admin" // every identity's sandboxes, by id, and the node's housekeeping (gc)
 	SnapshotCreate Permission = "snapshot.create"
 	SnapshotRead   Permission = "snapshot.read"
 	SnapshotDelete Permission = "snapshot.delete"

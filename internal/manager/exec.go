@@ -135,6 +135,9 @@ func (m *Manager) auditExec(ctx context.Context, owner string, sb *store.Sandbox
 		code, _ := errdefs.Code(err)
 		result = code
 	}
+	if actor, ok := ctx.Value(actorKey{}).(string); ok {
+		owner = actor // an administrator acting on another identity's sandbox
+	}
 	if aerr := m.auditLog.Append(ctx, audit.Entry{Identity: owner, Action: "exec", Resource: sb.Name, Sandbox: sb.ID,
 		Result: result, Detail: d}); aerr != nil {
 		m.log.Error("audit log", "err", aerr)
@@ -219,4 +222,21 @@ func sortedEnv(env map[string]string) []string {
 	out := envList(nil, env)
 	sort.Strings(out)
 	return out
+}
+
+type actorKey struct{}
+
+// WithActor names the identity that makes the calls under ctx, for the audit log, when
+// it may differ from the sandbox's owner.
+func WithActor(ctx context.Context, identity string) context.Context {
+	return context.WithValue(ctx, actorKey{}, identity)
+}
+
+// OwnerOf returns the owner of the sandbox with id.
+func (m *Manager) OwnerOf(ctx context.Context, id string) (string, error) {
+	sb, err := m.store.GetSandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return sb.Owner, nil
 }

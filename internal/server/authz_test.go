@@ -162,3 +162,32 @@ func TestSandboxRole(t *testing.T) {
 		t.Errorf("after her roles changed the sandbox's role is %q; want it kept", sb.Role)
 	}
 }
+
+// A caller with sandbox.admin reaches another identity's sandbox by its id (never by
+// name), and the audit log names who acted; without it, the id is not found.
+func TestSandboxAdminReachesOthersByID(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	alice, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "alice")})
+	bob, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "bob")})
+	resp, err := alice.Create(bg, api.CreateSandboxRequest{Name: "box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Sandbox.ID
+	admin := n.Client // local, over the socket
+	if sb, err := admin.Get(bg, id); err != nil || sb.Name != "box" {
+		t.Fatalf("the administrator gets alice's sandbox by id: %+v, %v", sb, err)
+	}
+	res, err := admin.Exec(bg, id, api.ExecRequest{Argv: []string{"echo", "ok"}})
+	if err != nil || res.Stdout != "ok\n" {
+		t.Fatalf("the administrator execs in it: %+v, %v", res, err)
+	}
+	_, err = admin.Get(bg, "box")
+	wantCode(t, "the administrator by name", err, "not_found")
+	_, err = bob.Get(bg, id)
+	wantCode(t, "bob by id", err, "not_found")
+	recs := auditEntries(t, admin, client.AuditFilter{Action: "exec"})
+	if len(recs) != 1 || recs[0].Identity != "local" || recs[0].Sandbox != id {
+		t.Errorf("the exec's audit record: %+v; want it made by local in %s", recs, id)
+	}
+}

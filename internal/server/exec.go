@@ -29,14 +29,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	ref := r.PathValue("ref")
 	if req.Stream {
 		st := newStream(w)
-		res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, st.writer("stdout"), st.writer("stderr"))
+		res, err := s.m.Exec(r.Context(), s.scope(r), ref, mreq, st.writer("stdout"), st.writer("stderr"))
 		return st.finish(s, r, toAPIResult(res), err)
 	}
 	stdout, stderr := s.collectors()
 	defer stdout.release()
 	defer stderr.release()
 	mreq.MaxRead = s.maxRead()
-	res, err := s.m.Exec(r.Context(), owner(r), ref, mreq, stdout, stderr)
+	res, err := s.m.Exec(r.Context(), s.scope(r), ref, mreq, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind)
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func sendResult(res *agentproto.SendResult) *api.ExecResult {
 }
 
 func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 			return errdefs.Invalid("invalid mode %q: use octal permission bits such as 0644 or 0755", ms)
 		}
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	recursive := r.URL.Query().Get("recursive") == "true"
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func fromAPINetwork(n api.NetworkPolicy) manager.NetworkPolicy {
 }
 
 func (s *Server) getNetwork(w http.ResponseWriter, r *http.Request) error {
-	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	sb, err := s.m.Resolve(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.EgressLog{Records: []api.EgressRecord{}}
 	for {
-		evs, err := s.m.Events(r.Context(), owner(r), r.PathValue("ref"), after, false)
+		evs, err := s.m.Events(r.Context(), s.scope(r), r.PathValue("ref"), after, false)
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	sb, err := s.m.Resolve(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) error {
-	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	sb, err := s.m.Resolve(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (s *Server) closePort(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return errdefs.Invalid("invalid port %q", r.PathValue("port"))
 	}
-	c, err := call(r)
+	c, err := s.call(r)
 	if err != nil {
 		return err
 	}

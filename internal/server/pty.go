@@ -46,7 +46,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	if t := q.Get("term"); t != "" {
 		spec.Env = []string{"TERM=" + t}
 	}
-	cl, sb, err := s.m.Agent(r.Context(), owner(r), r.PathValue("ref"))
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}

@@ -122,7 +122,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
-	sb, err := s.m.Resolve(r.Context(), owner(r), r.PathValue("ref"))
+	sb, err := s.m.Resolve(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) terminateSandbox(w http.ResponseWriter, r *http.Request) error {
-	c, err := call(r)
+	c, err := s.call(r)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) error {
-	c, err := call(r)
+	c, err := s.call(r)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
-	c, err := call(r)
+	c, err := s.call(r)
 	if err != nil {
 		return err
 	}

@@ -257,8 +257,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.auditRequest(r, r.Method+" "+r.URL.Path, http.StatusUnauthorized, err, time.Now())
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
-	s.mux.ServeHTTP(w, r)
+	ctx := manager.WithActor(context.WithValue(r.Context(), principalKey, p), p.Identity)
+	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // ConnContext records the uid of a unix socket connection's peer (SO_PEERCRED); pass
@@ -301,6 +301,19 @@ func owner(r *http.Request) string {
 		return p.Identity
 	}
 	return ""
+}
+
+// scope is the owner among whose sandboxes a request's {ref} is found: the caller's own,
+// or, for a caller with sandbox.admin naming another identity's sandbox by its id, that
+// identity's. By name, a caller only ever reaches its own.
+func (s *Server) scope(r *http.Request) string {
+	ref := r.PathValue("ref")
+	if strings.HasPrefix(ref, "sb_") && principal(r).Can(auth.SandboxAdmin) {
+		if o, err := s.m.OwnerOf(r.Context(), ref); err == nil {
+			return o
+		}
+	}
+	return owner(r)
 }
 
 // isAdmin says whether the caller holds the admin permission.
@@ -375,9 +388,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, status, api.ErrorBody{Error: e})
 }
 
-// call reads the Idempotency-Key and If-Match headers of a mutating request.
-func call(r *http.Request) (manager.Call, error) {
-	c := manager.Call{Owner: owner(r), Admin: isAdmin(r), IdempotencyKey: r.Header.Get("Idempotency-Key")}
+// call reads the Idempotency-Key and If-Match headers of a mutating request; its owner
+// is the request's scope.
+func (s *Server) call(r *http.Request) (manager.Call, error) {
+	c := manager.Call{Owner: s.scope(r), Admin: isAdmin(r), IdempotencyKey: r.Header.Get("Idempotency-Key")}
 	if im := r.Header.Get("If-Match"); im != "" {
 		v, err := strconv.ParseInt(strings.Trim(im, `"`), 10, 64)
 		if err != nil || v <= 0 {
@@ -402,5 +416,5 @@ func (s *Server) decodeCall(w http.ResponseWriter, r *http.Request, v any) (mana
 	if err := decode(w, r, v); err != nil {
 		return manager.Call{}, err
 	}
-	return call(r)
+	return s.call(r)
 }
