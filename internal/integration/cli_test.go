@@ -192,6 +192,19 @@ func (d *daemon) assertClean() {
 func TestCLI(t *testing.T) {
 	d := startDaemon(t)
 
+	// The first start made the administrator, whose token only root can read; root on
+	// the socket is that administrator.
+	tokenFile := filepath.Join(d.dir, "state", "admin.token")
+	if fi, err := os.Stat(tokenFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin.token: %v, %v; want a 0600 file", fi, err)
+	}
+	if out := d.must("whoami"); !strings.Contains(out, "local (roles: admin)") {
+		t.Errorf("whoami over the socket = %q", out)
+	}
+	if out := d.must("audit", "verify"); !strings.Contains(out, "intact") {
+		t.Errorf("audit verify = %q", out)
+	}
+
 	d.must("create", "e2e", "--memory", "128M", "--label", "suite=cli")
 	out, _, code := d.airlock("exec", "e2e", "--", "sh", "-c", "echo hi; echo oops >&2; exit 7")
 	if out != "hi\n" || code != 7 {
