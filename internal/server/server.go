@@ -149,6 +149,9 @@ func permitted(r *http.Request, perm auth.Permission) error {
 	if perm == anyone || p == nil && strings.HasPrefix(r.URL.Path, "/v1/ports/") || p.Can(perm) {
 		return nil
 	}
+	if p == nil {
+		return &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "this call needs an authenticated caller"}
+	}
 	return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
 		Msg:     fmt.Sprintf("this call needs the %s permission, which the roles of %q (%s) do not grant", perm, p.Identity, strings.Join(p.Roles, ", ")),
 		Details: map[string]any{"permission": string(perm)}}
