@@ -207,7 +207,10 @@ func TestProxyUnknownSource(t *testing.T) {
 
 func TestProxyRefusesNonProxyRequests(t *testing.T) {
 	e := newTestEnv(t, SandboxInfo{ID: "sb_plain", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8}})
-	resp, err := http.Get("http://" + e.proxyAddr + "/")
+	// A client of its own: no connection pooled by another test, no proxy from the
+	// environment, and a bound on the wait.
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + e.proxyAddr + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
