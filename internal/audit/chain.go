@@ -138,18 +138,30 @@ func (c *Chain) Healthy() error {
 	return nil
 }
 
-// Prune removes the records older than before, keeping the chain verifiable from an
-// anchor (the last removed record's seq and hash).
-func (c *Chain) Prune(ctx context.Context, before time.Time) error {
-	first, err := c.st.ListAudit(ctx, store.AuditFilter{Since: before, Limit: 1})
-	if err != nil {
-		return err
-	}
+// Prune removes the records older than before (zero: no age limit) and all but the
+// newest keep (0: no count limit), keeping the chain verifiable from an anchor (the last
+// removed record's seq and hash).
+func (c *Chain) Prune(ctx context.Context, before time.Time, keep int64) error {
 	c.mu.Lock()
-	end := c.seq + 1
+	head := c.seq
 	c.mu.Unlock()
-	if len(first) > 0 {
-		end = first[0].Seq
+	end := int64(0) // the first record kept
+	if keep > 0 {
+		end = head + 1 - keep
+	}
+	if !before.IsZero() {
+		first, err := c.st.ListAudit(ctx, store.AuditFilter{Since: before, Limit: 1})
+		if err != nil {
+			return err
+		}
+		newer := head + 1 // none is newer: all go
+		if len(first) > 0 {
+			newer = first[0].Seq
+		}
+		end = max(end, newer)
+	}
+	if end <= 1 {
+		return nil
 	}
 	return c.st.PruneAudit(ctx, end)
 }

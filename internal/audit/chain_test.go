@@ -90,7 +90,7 @@ func TestChainPruneKeepsItVerifiable(t *testing.T) {
 	for i := range 20 {
 		c.Append(ctx, Entry{Time: start.Add(time.Duration(i) * time.Hour), Identity: "bob", Action: "exec", Result: "ok"})
 	}
-	if err := c.Prune(ctx, start.Add(12*time.Hour)); err != nil {
+	if err := c.Prune(ctx, start.Add(12*time.Hour), 0); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Verify(ctx)
@@ -101,6 +101,14 @@ func TestChainPruneKeepsItVerifiable(t *testing.T) {
 	c2.Append(ctx, Entry{Identity: "bob", Action: "exec", Result: "ok"})
 	if res, err := c2.Verify(ctx); err != nil || !res.OK || res.Records != 9 {
 		t.Fatalf("after a restart and one more record: %+v, %v", res, err)
+	}
+	// The count bound keeps the newest: 9 records, 5 kept.
+	if err := c2.Prune(ctx, time.Time{}, 5); err != nil {
+		t.Fatal(err)
+	}
+	res, err = c2.Verify(ctx)
+	if recs, _ := st.ListAudit(ctx, LogFilter{}); err != nil || !res.OK || res.Records != 5 || len(recs) != 5 || recs[4].Seq != 21 {
+		t.Fatalf("after keeping 5: %+v, %v", res, err)
 	}
 }
 

@@ -98,9 +98,12 @@ type Audit struct {
 	// 100000); EventMaxAge is how long any event is kept (default 720h).
 	EventsPerSandbox int    `yaml:"events_per_sandbox"`
 	EventMaxAge      string `yaml:"event_max_age"`
-	// LogMaxAge is how long the hash-chained log of requests and execs keeps a record
-	// (default 0: forever); pruning keeps what is left verifiable.
-	LogMaxAge string `yaml:"log_max_age"`
+	// LogMaxAge is how long the hash-chained log of requests, execs and egress
+	// decisions keeps a record (default 0: no age limit); LogMaxRecords bounds how many
+	// it keeps at all (default 10000000), since sandboxes and unauthenticated callers add
+	// records. Pruning drops the oldest and keeps what is left verifiable.
+	LogMaxAge     string `yaml:"log_max_age"`
+	LogMaxRecords int64  `yaml:"log_max_records"`
 }
 
 // Config is the daemon's configuration file.
@@ -169,7 +172,8 @@ func Default() Config {
 		ExecOutputBudget: "64MiB",
 		MemoryTarget:     "192MiB",
 		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
-		Audit:            Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h"},
+		Audit: Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h",
+			LogMaxRecords: 10_000_000},
 	}
 }
 
@@ -341,6 +345,9 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if c.Audit.EventsPerSandbox < 1000 {
 		errs = append(errs, fmt.Errorf("audit.events_per_sandbox %d must be at least 1000", c.Audit.EventsPerSandbox))
+	}
+	if c.Audit.LogMaxRecords < 1000 {
+		errs = append(errs, fmt.Errorf("audit.log_max_records %d must be at least 1000", c.Audit.LogMaxRecords))
 	}
 	if c.Audit.LogMaxAge != "" {
 		if s.AuditLogMaxAge, err = time.ParseDuration(c.Audit.LogMaxAge); err != nil || s.AuditLogMaxAge < time.Hour {

@@ -164,9 +164,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return err
 	}
-	if set.AuditLogMaxAge > 0 {
-		go pruneAuditLog(ctx, chain, set.AuditLogMaxAge, log)
-	}
+	go pruneAuditLog(ctx, chain, set.AuditLogMaxAge, cfg.Audit.LogMaxRecords, log)
 	publicURL := ""
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
@@ -365,13 +363,17 @@ func openAuth(ctx context.Context, cfg config.Config, st store.Store, log *slog.
 	return a, nil
 }
 
-// pruneAuditLog removes audit records older than maxAge every hour, keeping the rest
-// verifiable from an anchor.
-func pruneAuditLog(ctx context.Context, chain *audit.Chain, maxAge time.Duration, log *slog.Logger) {
-	t := time.NewTicker(time.Hour)
+// pruneAuditLog keeps the audit log within maxAge (0: no age limit) and maxRecords,
+// every minute: sandboxes and unauthenticated callers add records at their own pace.
+func pruneAuditLog(ctx context.Context, chain *audit.Chain, maxAge time.Duration, maxRecords int64, log *slog.Logger) {
+	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
-		if err := chain.Prune(ctx, time.Now().Add(-maxAge)); err != nil && ctx.Err() == nil {
+		var before time.Time
+		if maxAge > 0 {
+			before = time.Now().Add(-maxAge)
+		}
+		if err := chain.Prune(ctx, before, maxRecords); err != nil && ctx.Err() == nil {
 			log.Error("prune the audit log", "err", err)
 		}
 		select {
