@@ -14,7 +14,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -302,9 +301,7 @@ func (w *Writer) write(batch []Record) {
 	if c := w.chain.Load(); err == nil && c != nil {
 		entries := make([]Entry, len(evs))
 		for i, ev := range evs {
-			var detail map[string]any
-			json.Unmarshal(ev.Data, &detail)
-			entries[i] = Entry{Time: ev.Time, Action: ev.Type, Sandbox: ev.SandboxID, Result: ev.Cause, Detail: detail}
+			entries[i] = Entry{Time: ev.Time, Action: ev.Type, Sandbox: ev.SandboxID, Result: ev.Cause, Data: ev.Data}
 		}
 		if cerr := c.AppendBatch(ctx, entries); cerr != nil {
 			w.log.Error("chain audit records", "records", len(entries), "err", cerr)

@@ -36,6 +36,8 @@ type Entry struct {
 	Result   string         `json:"result"`
 	Source   string         `json:"source,omitempty"`
 	Detail   map[string]any `json:"detail,omitempty"`
+	// Data is a stored event's data, as it is (egress decisions, DNS answers).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // Chain appends entries to the hash-chained log.
