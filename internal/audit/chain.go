@@ -174,6 +174,8 @@ type VerifyResult struct {
 	OK      bool   `json:"ok"`
 	Seq     int64  `json:"seq,omitempty"` // the first record at fault
 	Problem string `json:"problem,omitempty"`
+
+	last int64 // the seq of the newest record walked
 }
 
 // Verify checks the log up to the newest record this chain wrote: records removed from
@@ -183,19 +185,11 @@ func (c *Chain) Verify(ctx context.Context) (VerifyResult, error) {
 	head := c.seq
 	c.mu.Unlock()
 	res, err := Verify(ctx, c.st, c.key)
-	if err == nil && res.OK && res.Records > 0 || head > 0 {
-		if last := c.lastSeq(ctx, res); err == nil && res.OK && last < head {
-			res.OK, res.Seq = false, last+1
-			res.Problem = fmt.Sprintf("records %d to %d are missing: deleted from the end of the log", last+1, head)
-		}
+	if err == nil && res.OK && res.last < head {
+		res.OK, res.Seq = false, res.last+1
+		res.Problem = fmt.Sprintf("records %d to %d are missing: deleted from the end of the log", res.last+1, head)
 	}
 	return res, err
-}
-
-// lastSeq is the seq of the newest record a successful Verify walked.
-func (c *Chain) lastSeq(ctx context.Context, res VerifyResult) int64 {
-	a, _ := c.st.AuditAnchor(ctx)
-	return a.Seq + res.Records
 }
 
 // Verify walks the whole log from its anchor and reports the first record that was
@@ -229,11 +223,11 @@ func Verify(ctx context.Context, st store.Store, key []byte) (VerifyResult, erro
 			res.Records++
 		}
 		if len(page) < 10000 {
-			res.OK = true
+			res.OK, res.last = true, seq
 			return res, nil
 		}
-		if ctx.Err() != nil {
-			return res, errors.Join(ctx.Err())
+		if err := ctx.Err(); err != nil {
+			return res, err
 		}
 	}
 }

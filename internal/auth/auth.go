@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -223,10 +224,7 @@ func (s *Service) principal(ctx context.Context, name string) (*Principal, error
 
 // roles returns every role's entries, built in and custom.
 func (s *Service) roles(ctx context.Context) (map[string][]string, error) {
-	out := map[string][]string{}
-	for name, perms := range BuiltinRoles {
-		out[name] = perms
-	}
+	out := maps.Clone(BuiltinRoles)
 	custom, err := s.st.ListRoles(ctx)
 	if err != nil {
 		return nil, err

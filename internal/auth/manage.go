@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -18,13 +19,7 @@ func (s *Service) checkRoles(ctx context.Context, roles []string) error {
 	}
 	for _, r := range roles {
 		if _, ok := all[r]; !ok {
-			return errdefs.Invalid("unknown role %q; roles are %v", r, slices.Sorted(func(yield func(string) bool) {
-				for n := range all {
-					if !yield(n) {
-						return
-					}
-				}
-			}))
+			return errdefs.Invalid("unknown role %q; roles are %v", r, slices.Sorted(maps.Keys(all)))
 		}
 	}
 	return nil
@@ -103,13 +98,7 @@ type RoleInfo struct {
 // ListRoles lists the built-in and the custom roles.
 func (s *Service) ListRoles(ctx context.Context) ([]RoleInfo, error) {
 	var out []RoleInfo
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for n := range BuiltinRoles {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(BuiltinRoles)) {
 		out = append(out, RoleInfo{Name: name, Permissions: BuiltinRoles[name], Builtin: true})
 	}
 	custom, err := s.st.ListRoles(ctx)

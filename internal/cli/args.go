@@ -74,10 +74,19 @@ func (f kvFlag) orNil() map[string]string {
 }
 
 // listFlag is a repeatable string flag.
+// listFlag is a repeatable flag whose values may also be comma-separated.
 type listFlag []string
 
-func (f *listFlag) String() string     { return strings.Join(*f, ",") }
-func (f *listFlag) Set(s string) error { *f = append(*f, s); return nil }
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*f = append(*f, s)
+		}
+	}
+	return nil
+}
 
 // errLocalPath means an argument names no sandbox.
 var errLocalPath = errors.New("local path")

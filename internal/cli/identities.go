@@ -53,19 +53,6 @@ const permissionList = "sandbox.create, sandbox.read, sandbox.exec, sandbox.file
 	"snapshot.create, snapshot.read, snapshot.delete, image.read, image.create, image.delete, secret.create, " +
 	"secret.bind, audit.read, admin"
 
-// multi is a repeatable flag whose values may also be comma-separated.
-type multi []string
-
-func (m *multi) String() string { return strings.Join(*m, ",") }
-func (m *multi) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*m = append(*m, s)
-		}
-	}
-	return nil
-}
-
 func runWhoami(c *cmd, args []string) error {
 	_, cl, err := c.connect(args, 0)
 	if err != nil {
@@ -107,7 +94,7 @@ func runUserLs(c *cmd, args []string) error {
 }
 
 func runUserCreate(c *cmd, args []string) error {
-	var roles multi
+	var roles listFlag
 	var uids []int
 	c.fs.Var(&roles, "role", "role `R` (repeatable, or comma-separated)")
 	c.fs.Func("uid", "local uid `N` that is this identity over the unix socket (repeatable)", func(v string) error {
@@ -158,7 +145,7 @@ func runUserRm(c *cmd, args []string) error {
 }
 
 func runUserRoles(c *cmd, args []string) error {
-	var roles multi
+	var roles listFlag
 	c.fs.Var(&roles, "role", "role `R` (repeatable, or comma-separated)")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
@@ -208,7 +195,7 @@ func runRoleLs(c *cmd, args []string) error {
 }
 
 func runRoleCreate(c *cmd, args []string) error {
-	var perms multi
+	var perms listFlag
 	c.fs.Var(&perms, "permission", "permission `P` (repeatable, or comma-separated)")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {

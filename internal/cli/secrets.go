@@ -73,7 +73,7 @@ func printSecret(c *cmd, s *api.Secret) error {
 func runSecretCreate(c *cmd, args []string) error {
 	name := c.fs.String("name", "", "the secret's `N`ame")
 	typ := c.fs.String("type", "", "token, password or certificate")
-	var hosts multi
+	var hosts listFlag
 	c.fs.Var(&hosts, "allowed-hosts", "the only `H`osts it is sent to (comma-separated)")
 	desc := c.fs.String("description", "", "what it is for")
 	expires := c.fs.String("expires", "", "expiry `T`: an RFC 3339 time or a duration")

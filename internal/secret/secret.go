@@ -13,6 +13,7 @@
 package secret
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -149,7 +150,9 @@ func preview(typ string, value []byte) string {
 // CleanValue trims one trailing newline and checks the size: empty and MaxValue or
 // more are refused.
 func CleanValue(v []byte) ([]byte, error) {
-	v = bytesTrimOneNewline(v)
+	if t, ok := bytes.CutSuffix(v, []byte("\n")); ok {
+		v = bytes.TrimSuffix(t, []byte("\r"))
+	}
 	if len(v) == 0 {
 		return nil, errdefs.Invalid("the secret's value is empty")
 	}
@@ -157,16 +160,6 @@ func CleanValue(v []byte) ([]byte, error) {
 		return nil, errdefs.Invalid("the secret's value is %d bytes; it must be under %d (64 KiB)", len(v), MaxValue)
 	}
 	return v, nil
-}
-
-func bytesTrimOneNewline(v []byte) []byte {
-	if n := len(v); n > 0 && v[n-1] == '\n' {
-		v = v[:n-1]
-		if n := len(v); n > 0 && v[n-1] == '\r' {
-			v = v[:n-1]
-		}
-	}
-	return v
 }
 
 func (s *Service) version(n int, typ string, value []byte) (store.SecretVersion, error) {

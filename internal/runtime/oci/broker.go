@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -108,37 +110,11 @@ func (d *Driver) stopBroker(id string) {
 		return
 	}
 	defer unix.Close(pidfd)
-	if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); !containsArg(cmdline, BrokerCommand) {
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if !slices.Contains(strings.Split(string(cmdline), "\x00"), BrokerCommand) {
 		return
 	}
-	if unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0) != nil {
-		return
+	if unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0) == nil {
+		waitExit(pidfd)
 	}
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		if _, err := unix.Poll(fds, 10_000); !errors.Is(err, unix.EINTR) {
-			return
-		}
-	}
-}
-
-func containsArg(cmdline []byte, arg string) bool {
-	for _, a := range splitNul(cmdline) {
-		if a == arg {
-			return true
-		}
-	}
-	return false
-}
-
-func splitNul(b []byte) []string {
-	var out []string
-	start := 0
-	for i, c := range b {
-		if c == 0 {
-			out = append(out, string(b[start:i]))
-			start = i + 1
-		}
-	}
-	return out
 }

@@ -562,6 +562,16 @@ func (d *Driver) withStorage(ctx context.Context, id string, disk int64, readOnl
 	return fn(fsDir)
 }
 
+// waitExit waits, up to 10 s, for the process a pidfd names to end.
+func waitExit(pidfd int) {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, 10_000); !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
 // kill ends a container and deletes runc's record of it. runc's own "delete --force"
 // sleeps a fixed 100 ms after its SIGKILL; waiting on the init's pidfd instead ends as
 // soon as the process is gone.
@@ -594,13 +604,7 @@ func (d *Driver) kill(ctx context.Context, id string) error {
 			return nil
 		}
 		if perr == nil {
-			fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-			for {
-				_, err := unix.Poll(fds, 10_000)
-				if !errors.Is(err, unix.EINTR) {
-					break
-				}
-			}
+			waitExit(pidfd)
 			unix.Close(pidfd)
 		}
 	}
