@@ -13,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -263,3 +264,32 @@ type (
 	LogRecord = store.AuditRecord
 	LogFilter = store.AuditFilter
 )
+
+// MaxField bounds each text field a caller or a sandbox puts into an audit record:
+// longer than any host name (253) or reason the node writes itself.
+const MaxField = 512
+
+// Clip cuts s to MaxField bytes, on a character boundary, and says how long it was.
+func Clip(s string) string {
+	if len(s) <= MaxField {
+		return s
+	}
+	cut := MaxField
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
+}
+
+// ClipList clips each of list and keeps at most 32 of them, saying how many it left out.
+func ClipList(list []string) []string {
+	out := make([]string, 0, min(len(list), 33))
+	for i, s := range list {
+		if i == 32 {
+			out = append(out, fmt.Sprintf("… (%d more)", len(list)-32))
+			break
+		}
+		out = append(out, Clip(s))
+	}
+	return out
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/egress"
@@ -22,8 +21,8 @@ import (
 func (m *Manager) EgressAudit(rec egress.Record) {
 	// A refused CONNECT keeps the target as the sandbox wrote it, and a refusal's reason
 	// quotes it: up to the proxy's header limit (1 MiB). Stored rows stay small.
-	rec.Host, rec.Addr, rec.Method = clip(rec.Host), clip(rec.Addr), clip(rec.Method)
-	rec.Rule, rec.Reason = clip(rec.Rule), clip(rec.Reason)
+	rec.Host, rec.Addr, rec.Method = audit.Clip(rec.Host), audit.Clip(rec.Addr), audit.Clip(rec.Method)
+	rec.Rule, rec.Reason = audit.Clip(rec.Rule), audit.Clip(rec.Reason)
 	r := audit.Record{Sandbox: rec.Sandbox, Generation: rec.Generation, Type: "egress", Allowed: rec.Allowed, Data: rec, Time: rec.Time}
 	if !rec.Allowed {
 		r.Key = fmt.Sprintf("egress\x00%s\x00%d\x00%s\x00%s", rec.Host, rec.Port, rec.Method, rec.Reason)
@@ -35,26 +34,10 @@ func (m *Manager) EgressAudit(rec egress.Record) {
 // DNSAudit records one DNS query of a sandbox ("dns"). Identical queries (name, type,
 // answer) coalesce into one summary per window.
 func (m *Manager) DNSAudit(rec egress.DNSRecord) {
-	rec.Name, rec.Type, rec.Rcode, rec.Reason = clip(rec.Name), clip(rec.Type), clip(rec.Rcode), clip(rec.Reason)
+	rec.Name, rec.Type, rec.Rcode, rec.Reason = audit.Clip(rec.Name), audit.Clip(rec.Type), audit.Clip(rec.Rcode), audit.Clip(rec.Reason)
 	m.auditW.Add(audit.Record{Sandbox: rec.Sandbox, Generation: rec.Generation, Type: "dns", Allowed: rec.Allowed, Data: rec, Time: rec.Time,
 		Key:     fmt.Sprintf("dns\x00%s\x00%s\x00%s\x00%t", rec.Name, rec.Type, rec.Rcode, rec.Allowed),
 		Subject: fmt.Sprintf("%s queries for %s", rec.Type, rec.Name)})
-}
-
-// maxAuditField bounds each text field of an audit record: longer than any host name
-// (253) or reason the node writes itself.
-const maxAuditField = 512
-
-// clip cuts s to maxAuditField bytes, on a character boundary, and says how long it was.
-func clip(s string) string {
-	if len(s) <= maxAuditField {
-		return s
-	}
-	cut := maxAuditField
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // AuditDropped is how many audit records were not stored since the daemon started.

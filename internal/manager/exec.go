@@ -126,7 +126,7 @@ func (m *Manager) auditExec(ctx context.Context, owner string, sb *store.Sandbox
 	if len(argv) == 0 {
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
-	d := map[string]any{"argv": argv, "cwd": req.Cwd, "output_sha256": hex.EncodeToString(sum.Sum(nil)),
+	d := map[string]any{"argv": audit.ClipList(argv), "cwd": audit.Clip(req.Cwd), "output_sha256": hex.EncodeToString(sum.Sum(nil)),
 		"duration_ms": m.now().Sub(start).Milliseconds()}
 	result := "error"
 	if res != nil {

@@ -72,7 +72,7 @@ func resource(r *http.Request) string {
 	var parts []string
 	for _, k := range []string{"ref", "sandbox", "id", "name", "sid", "port"} {
 		if v := r.PathValue(k); v != "" {
-			parts = append(parts, k+"="+v)
+			parts = append(parts, k+"="+audit.Clip(v))
 		}
 	}
 	return strings.Join(parts, " ")
@@ -88,7 +88,8 @@ func (s *Server) auditRequest(r *http.Request, action string, status int, err er
 		code, _ := errdefs.Code(err)
 		result += " " + code
 	}
-	e := audit.Entry{Identity: owner(r), Action: action, Resource: resource(r), Result: result, Source: source(r),
+	// An unauthenticated request's path is the caller's choice: clipped like every field.
+	e := audit.Entry{Identity: owner(r), Action: audit.Clip(action), Resource: resource(r), Result: result, Source: source(r),
 		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
 	if aerr := s.opts.AuditLog.Append(r.Context(), e); aerr != nil {
 		s.log.Error("audit log", "err", aerr)

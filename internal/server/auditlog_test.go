@@ -132,3 +132,25 @@ func anyStrings(v any) []string {
 	}
 	return out
 }
+
+// What a caller writes into an audit record (an exec's argv, a path) is clipped: one
+// request cannot store a megabyte in the log.
+func TestAuditRecordsAreClipped(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	c := n.Client
+	if _, err := c.Create(bg, api.CreateSandboxRequest{Name: "box"}); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 200<<10)
+	argv := append([]string{"true", long}, strings.Split(strings.Repeat("a ", 100), " ")...)
+	if _, err := c.Exec(bg, "box", api.ExecRequest{Argv: argv}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := c.AuditLog(bg, client.AuditFilter{Action: "exec"})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("exec records: %d, %v", len(recs), err)
+	}
+	if len(recs[0].Record) > 32<<10 || !strings.Contains(string(recs[0].Record), "(204800 bytes)") || !strings.Contains(string(recs[0].Record), "more)") {
+		t.Errorf("the exec's record is %d bytes; want the long argument and the many arguments clipped", len(recs[0].Record))
+	}
+}
