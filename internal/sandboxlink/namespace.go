@@ -1,9 +1,11 @@
 package sandboxlink
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"runtime"
 
@@ -100,4 +102,22 @@ func onThread(fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// DialIn dials addr over TCP from inside the network namespace that nsfd names (a
+// namespace file or a pidfd of a process in it). The dial runs on a thread switched
+// into the namespace; a socket stays in the namespace it was made in, so the
+// connection works from any thread afterwards.
+func DialIn(ctx context.Context, nsfd int, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := onThread(func() error {
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("network namespace: enter: %w", err)
+		}
+		var d net.Dialer
+		var err error
+		c, err = d.DialContext(ctx, "tcp", addr)
+		return err
+	})
+	return c, err
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/sandboxlink"
 )
 
 // The channel to a sandbox's agent. The daemon makes the agent's socket itself, in
@@ -182,11 +183,34 @@ func checkPeer(c net.Conn, want agentPeer) error {
 	return nil
 }
 
-// DialPort implements runtime.PortDialer: the sandbox's agent dials the port on the
-// sandbox's loopback and carries the bytes, so a server bound to 127.0.0.1 inside is
-// reached, the daemon never enters the sandbox's namespaces, and the same path serves
-// runsc, whose network stack the host cannot enter at all.
+// DialPort implements runtime.PortDialer, on the sandbox's loopback (so a server bound
+// to 127.0.0.1 inside is reached). Under runc the daemon dials from inside the
+// container's network namespace, entered through a pidfd of its init (pinned: a pid
+// reused since, or a process outside the sandbox's cgroup, is refused). An engine with
+// its own kernel keeps its network stack there, so its agent dials and carries the
+// bytes.
 func (d *Driver) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
-	return cl.DialPort(ctx, port)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if d.opts.Engine.Sentry {
+		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+		return cl.DialPort(ctx, port)
+	}
+	p, err := d.peer(id)
+	if err != nil {
+		return nil, err
+	}
+	pidfd, err := unix.PidfdOpen(p.PID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: its container's init is gone: %w", id, err)
+	}
+	defer unix.Close(pidfd)
+	cg, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cgroup")
+	if !strings.Contains(string(cg), d.cgroupPath(id)+"\n") {
+		return nil, fmt.Errorf("sandbox %s: its container's init is gone", id)
+	}
+	c, err := sandboxlink.DialIn(ctx, pidfd, addr)
+	if err != nil {
+		return nil, fmt.Errorf("nothing answered on port %d in the sandbox: %w", port, err)
+	}
+	return c, nil
 }
