@@ -21,7 +21,7 @@ type DNSRecord struct {
 	Generation int64
 	Name       string // lower case, without the trailing dot
 	Type       string // "A", "AAAA", …
-	Allowed    bool   // forwarded upstream
+	Allowed    bool   // forwarded upstream, or APIHost answered by the node
 	Rcode      string // "NOERROR", "NXDOMAIN", "REFUSED", "SERVFAIL", …
 	Reason     string // why it was not forwarded, or which answers were withheld
 	Time       time.Time
@@ -48,9 +48,10 @@ type DNSConfig struct {
 	Logger *slog.Logger
 }
 
-// DNSServer answers a sandbox only for names its policy could reach, forwarding those
-// to the upstream resolver; any other name is NXDOMAIN at once and never leaves the
-// node, so a query cannot carry data out in its labels.
+// DNSServer answers a sandbox only for names it could reach (SandboxInfo.Decide: its
+// policy, its secrets' hosts), forwarding those to the upstream resolver, and answers
+// APIHost itself; any other name is NXDOMAIN at once and never leaves the node, so a
+// query cannot carry data out in its labels.
 type DNSServer struct {
 	cfg       DNSConfig
 	log       *slog.Logger
@@ -176,11 +177,19 @@ func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		resp.Rcode, rec.Reason = dns.RcodeNotImplemented, "query type "+rec.Type+" is not served"
 		return
 	}
-	if reason := nameRefused(sb.Policy, rec.Name); reason != "" {
+	if reason := nameRefused(sb, rec.Name); reason != "" {
 		resp.Rcode, rec.Reason = dns.RcodeNameError, reason
 		return
 	}
 	rec.Allowed = true
+	if rec.Name == APIHost {
+		// The node's own name: answered here, with an address that only has to exist.
+		if q.Qtype == dns.TypeA {
+			resp.Answer = []dns.RR{&dns.A{A: apiAddr.AsSlice(),
+				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}}}
+		}
+		return
+	}
 	in, err := s.exchange(rec.Name, q.Qtype)
 	if err != nil {
 		s.log.Debug("upstream DNS query failed", "name", rec.Name, "type", rec.Type, "err", err)
@@ -255,9 +264,9 @@ func writeDNS(w dns.ResponseWriter, req, resp *dns.Msg) {
 var specialUse = []string{"localhost", "local", "localdomain", "internal", "arpa", "invalid",
 	"test", "example", "onion", "alt", "home", "lan", "corp", "intranet", "private"}
 
-// nameRefused says why a sandbox with policy p gets NXDOMAIN for name; "" means the
-// name may be forwarded.
-func nameRefused(p Policy, name string) string {
+// nameRefused says why sandbox sb gets NXDOMAIN for name; "" means the name may be
+// answered.
+func nameRefused(sb SandboxInfo, name string) string {
 	if _, literal := ParseHostLiteral(name); literal {
 		return "an IP address is not a name"
 	}
@@ -270,7 +279,7 @@ func nameRefused(p Policy, name string) string {
 	case host == "localhost" || strings.HasSuffix(host, ".localhost"):
 		return "localhost is not resolved upstream"
 	}
-	d := p.Decide(host, 0, "")
+	d := sb.Decide(host, 0, "")
 	if !d.Allowed {
 		return d.Reason
 	}

@@ -6,6 +6,17 @@
 // with its audit records (proxy.go, forward.go, tunnel.go), and the DNS server that only
 // answers names a sandbox's policy could reach (dns.go).
 //
+// The proxy also brokers what a sandbox must not hold. Secrets (substitute.go): the
+// sandbox holds a placeholder, and the proxy puts the real value in its place only in
+// requests to the secret's own hosts (headers, Basic credentials, and the query string
+// if the secret allows it), opening the value per request so a revocation applies at
+// once; a placeholder anywhere else refuses the request, and the value appears in no
+// record, log or answer of the proxy's own. The Airlock API (api.go): requests to
+// APIHost, in every mode but none, are served in-process by the caller's handler, with
+// the sandbox's session placeholder swapped for a short-lived token, and never
+// dialled. SandboxInfo.Decide opens both (a secret's hosts on ports 80 and 443 only),
+// and the DNS server answers their names.
+//
 // It must not touch network namespaces, veth pairs or nftables (internal/sandboxlink owns
 // those), must not store anything (audit records and DNS queries leave through
 // callbacks), and knows sandboxes only through the SandboxInfo its caller's Lookup

@@ -27,6 +27,7 @@ type forwardState struct {
 	host   string
 	port   int
 	scheme string
+	open   []openSecret // the secrets to substitute, with their values
 
 	mu   sync.Mutex
 	addr string // the upstream address, from the connection the transport used
@@ -34,17 +35,29 @@ type forwardState struct {
 }
 
 // forward decides a request on its host, port and method and, if allowed, sends it
-// upstream as it is (no redirect is followed) and audits it with the body bytes.
+// upstream as it is but for the sandbox's secrets (see openSecrets; no redirect is
+// followed) and audits it with the body bytes. A request to APIHost is served in-process.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb SandboxInfo, rec Record, host string, port int, scheme string) {
 	rec.Host, rec.Port = host, port
-	d := sb.Policy.Decide(host, port, r.Method)
+	d := sb.Decide(host, port, r.Method)
 	if !d.Allowed {
 		rec.Reason = d.Reason
 		p.refuse(w, rec, denyDecision(host, port, d))
 		return
 	}
 	rec.Rule = d.Rule
-	st := &forwardState{sb: sb, host: host, port: port, scheme: scheme}
+	if host == APIHost {
+		p.serveAPI(w, r, sb, rec)
+		return
+	}
+	open, names, refusal := openSecrets(r, sb.Secrets, host, scheme == "https")
+	rec.Secrets = names
+	if refusal != "" {
+		rec.Reason = refusal
+		p.refuse(w, rec, denyDecision(host, port, Decision{Reason: refusal}))
+		return
+	}
+	st := &forwardState{sb: sb, host: host, port: port, scheme: scheme, open: open}
 	ctx := context.WithValue(r.Context(), forwardKey{}, st)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
@@ -74,13 +87,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 	p.cfg.Audit(rec)
 }
 
-// rewrite points the outgoing request at the decided host and port.
+// rewrite points the outgoing request at the decided host and port, and puts the
+// secrets' values in it.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	st := pr.In.Context().Value(forwardKey{}).(*forwardState)
 	u := *pr.In.URL
 	u.Scheme, u.Host, u.User, u.Opaque = st.scheme, urlHost(st.host, st.port, st.scheme), nil, ""
 	pr.Out.URL = &u
 	pr.Out.Host = ""
+	if len(st.open) > 0 {
+		applySecrets(pr.Out, st.open)
+	}
 }
 
 // urlHost is host:port for a URL, without a default port and with IPv6 in brackets.
@@ -107,7 +124,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	case errors.Is(err, context.Canceled):
 		return // the client went away; there is no one to answer
 	default:
-		p.log.Debug("upstream request failed", "sandbox", st.sb.ID, "host", st.host, "err", err)
+		p.log.Debug("upstream request failed", "sandbox", st.sb.ID, "host", st.host, "err", redact(err.Error(), st.open))
 		e = &errdefs.Error{Class: errdefs.ErrUnavailable, Msg: "upstream " + urlHost(st.host, st.port, st.scheme) + " failed", Cause: err}
 	}
 	writeError(w, e)

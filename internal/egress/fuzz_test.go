@@ -3,11 +3,17 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -156,6 +162,87 @@ func FuzzClientHelloSNI(f *testing.F) {
 		n, _ := br.Read(rest)
 		if len(b) > 0 && !bytes.Equal(rest[:n], b[:n]) {
 			t.Fatalf("the peek consumed input")
+		}
+	})
+}
+
+// FuzzSubstitution: whatever a sandbox puts in its headers, Basic credentials, query and
+// path, a secret's value goes only to its host, and there in place of every placeholder
+// it was substituted for; nothing panics.
+func FuzzSubstitution(f *testing.F) {
+	f.Add("Basic "+base64.StdEncoding.EncodeToString([]byte("u:PH_x")), "a=PH_x", "/p", "PH_x", true)
+	f.Add("Basic !!!", "", "/PH_x", "", false)
+	f.Add("Bearer PH_x", "%50H_x", "/", "xPH_xPH_x", true)
+	f.Add("basic UEhfeA", "", "", "", true)
+	f.Fuzz(func(t *testing.T, auth, query, path, header string, toItsHost bool) {
+		subs := []Substitution{{Secret: "gh", Placeholder: "PH_x", Hosts: []string{"api.example.com"}, Query: true,
+			Value: func() ([]byte, error) { return []byte("VALUE"), nil }}}
+		host := "evil.example"
+		if toItsHost {
+			host = "api.example.com"
+		}
+		r := &http.Request{Header: http.Header{"Authorization": {auth}, "X-Key": {header}}, URL: &url.URL{Path: path, RawQuery: query}}
+		open, names, refusal := openSecrets(r, subs, host, true)
+		if refusal != "" {
+			if open != nil || !slices.Equal(names, []string{"gh"}) {
+				t.Fatalf("refused (%s) with %d values opened, secrets %v", refusal, len(open), names)
+			}
+			return
+		}
+		if !toItsHost && len(open) > 0 {
+			t.Fatalf("opened the value for %s", host)
+		}
+		out := r.Clone(context.Background())
+		applySecrets(out, open)
+		if !toItsHost {
+			if !reflect.DeepEqual(out.Header, r.Header) || out.URL.RawQuery != r.URL.RawQuery {
+				t.Fatalf("a request to %s was changed: %v %q", host, out.Header, out.URL.RawQuery)
+			}
+			return
+		}
+		for _, v := range append(out.Header.Values("X-Key"), out.Header.Get("Authorization"), out.URL.RawQuery) {
+			if strings.Contains(v, "PH_x") {
+				t.Fatalf("a placeholder is left in %q", v)
+			}
+		}
+		if basicCredentials(r.Header) != nil {
+			if creds := basicCredentials(out.Header); len(creds) != 1 || strings.Contains(creds[0], "PH_x") {
+				t.Fatalf("Basic credentials %q after substitution", creds)
+			}
+		}
+	})
+}
+
+// FuzzSandboxDecide: a secret opens its hosts on ports 80 and 443 only, never in mode
+// none; APIHost is open on those ports in every other mode, and on no other port
+// whatever the policy; anything else the policy allows stays allowed.
+func FuzzSandboxDecide(f *testing.F) {
+	f.Add("api.github.com", 443, "POST")
+	f.Add("AIRLOCK.internal.", 80, "GET")
+	f.Add("x.api.github.com", 8443, "")
+	f.Add("AIRLOCK.internAl", 150, "0") // reserved: never dialled, even where the policy is unrestricted
+	f.Fuzz(func(t *testing.T, host string, port int, method string) {
+		subs := []Substitution{{Secret: "gh", Placeholder: "p", Hosts: []string{"api.github.com", "*.example.com"}}}
+		h, err := canonicalHost(host)
+		for _, m := range modes {
+			sb := SandboxInfo{Policy: Policy{Mode: m}, Secrets: subs}
+			d := sb.Decide(host, port, method)
+			if m == ModeNone && d.Allowed {
+				t.Fatalf("mode none allowed %q:%d", host, port)
+			}
+			if d.Allowed && err != nil {
+				t.Fatalf("%s allowed %q, which is not a host (%v)", m, host, err)
+			}
+			web := port == 0 || port == 80 || port == 443
+			if m != ModeNone && err == nil && h == APIHost && d.Allowed != web {
+				t.Fatalf("%s decided %s:%d as %+v", m, APIHost, port, d)
+			}
+			if strings.HasPrefix(d.Rule, "secret:") && !web {
+				t.Fatalf("%s opened %q:%d for a secret", m, host, port)
+			}
+			if base := (Policy{Mode: m}).Decide(host, port, method); base.Allowed && !d.Allowed && h != APIHost {
+				t.Fatalf("%s: the policy allows %q:%d %q, the sandbox not", m, host, port, method)
+			}
 		}
 	})
 }

@@ -5,23 +5,80 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
+// APIHost is the fixed name under which a sandbox reaches the Airlock API through the proxy,
+// in every network mode but none (deny_all included).
+const APIHost = "airlock.internal"
+
 // SandboxInfo is what the proxy knows of the sandbox behind a source address.
 type SandboxInfo struct {
 	ID         string
 	Generation int64
 	Policy     Policy
+	// SessionPlaceholder is what the sandbox's /run/airlock/session/token holds; in a request
+	// to APIHost the proxy replaces it (in the Authorization header) with SessionToken's token.
+	SessionPlaceholder string
+	// Secrets are the sandbox's secrets delivered through the proxy.
+	Secrets []Substitution
+}
+
+// Substitution is one bound secret as the proxy sees it.
+type Substitution struct {
+	Secret      string   // the secret's name, for records and errors (never its value)
+	Placeholder string   // what the sandbox holds in place of the value
+	Hosts       []string // "api.example.com" or "*.example.com" (subdomains): the only hosts it is substituted for
+	Query       bool     // also substitute in the URL's query string
+	// Value opens the real value at each request; an error (revoked, expired) means no
+	// substitution, and the request is refused and audited.
+	Value func() ([]byte, error)
+}
+
+// apiRule is the Decision.Rule (and Record.Rule) of a request to APIHost.
+const apiRule = "airlock-api"
+
+// Decide is Policy.Decide widened by what the proxy brokers itself, in every mode but
+// none: APIHost, served in-process, and the hosts of the sandbox's secrets (rule
+// "secret:NAME"), each on ports 80 and 443 (or port 0: any) with every method. Like
+// Policy.Decide it decides on names only: a secret's host that resolves to a protected
+// address is still refused by the dialer.
+func (sb SandboxInfo) Decide(host string, port int, method string) Decision {
+	if sb.Policy.Mode == ModeNone || !slices.Contains(modes, sb.Policy.Mode) ||
+		len(sb.Secrets) == 0 && !strings.EqualFold(strings.TrimSuffix(host, "."), APIHost) {
+		return sb.Policy.Decide(host, port, method)
+	}
+	h, err := canonicalHost(host)
+	if err != nil {
+		return Decision{Reason: err.Error()}
+	}
+	web := port == 0 || port == 80 || port == 443
+	if h == APIHost {
+		if !web {
+			return Decision{Reason: fmt.Sprintf("the Airlock API (%s) is served on ports 80 and 443 only", APIHost)}
+		}
+		return Decision{Allowed: true, Rule: apiRule}
+	}
+	if web {
+		for i := range sb.Secrets {
+			if s := &sb.Secrets[i]; s.forHost(h) {
+				return Decision{Allowed: true, Rule: "secret:" + s.Secret}
+			}
+		}
+	}
+	return sb.Policy.Decide(h, port, method)
 }
 
 // Record is one egress decision, for the audit trail. A refused request, an HTTP
@@ -39,7 +96,10 @@ type Record struct {
 	Allowed    bool
 	Rule       string // the rule that allowed it
 	Reason     string // why it was refused
-	Time       time.Time
+	// Secrets names the secrets substituted into the request, or whose placeholder was
+	// refused; never their values.
+	Secrets []string
+	Time    time.Time
 }
 
 // Config configures a Proxy.
@@ -60,6 +120,12 @@ type Config struct {
 	Dialer *Dialer
 	// UpstreamRoots verifies upstream servers; nil means the system pool (see RootPool).
 	UpstreamRoots *x509.CertPool
+	// API serves a request a sandbox sent to APIHost (after the session placeholder was
+	// swapped); nil: requests to APIHost are refused.
+	API func(w http.ResponseWriter, r *http.Request, sb SandboxInfo)
+	// SessionToken returns a short-lived API token for the sandbox (its owner and role);
+	// it is called per request and caches and refreshes on its own side.
+	SessionToken func(sb SandboxInfo) (string, error)
 	// Logger is the parent logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -305,10 +371,16 @@ func (p *Proxy) refuse(w http.ResponseWriter, rec Record, err error) {
 // writeError answers err in the API's error shape; a failure to reach the upstream
 // server is 502, as proxies answer it.
 func writeError(w http.ResponseWriter, err error) {
-	code, status := errdefs.Code(err)
+	_, status := errdefs.Code(err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		status = http.StatusBadGateway
 	}
+	writeErrorStatus(w, err, status)
+}
+
+// writeErrorStatus answers err in the API's error shape with status.
+func writeErrorStatus(w http.ResponseWriter, err error, status int) {
+	code, _ := errdefs.Code(err)
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestProxyAudit(t *testing.T) {
 		r := e.waitRecord(scheme+" POST", func(r Record) bool { return r.Method == "POST" })
 		want := Record{Sandbox: "sb_audit", Generation: 7, Host: "api.example.com", Addr: "127.0.0.1", Port: port,
 			Method: "POST", BytesUp: 1000, BytesDown: 5000, Allowed: true, Rule: "api.example.com/GET,POST", Time: r.Time}
-		if r != want {
+		if !reflect.DeepEqual(r, want) {
 			t.Errorf("%s POST record = %+v, want %+v", scheme, r, want)
 		}
 		if r.Time.IsZero() {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -35,6 +36,7 @@ type testEnv struct {
 	proxyAddr string
 	httpHits  atomic.Int64
 	httpsHits atomic.Int64
+	dials     atomic.Int64 // upstream connections the proxy opened
 	httpUp    *httptest.Server
 	httpsUp   *httptest.Server
 	sandbox   atomic.Pointer[SandboxInfo]
@@ -49,7 +51,7 @@ type testEnv struct {
 
 var loopback8 = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
-func newTestEnv(t testing.TB, sb SandboxInfo) *testEnv {
+func newTestEnv(t testing.TB, sb SandboxInfo, opts ...func(*Config)) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, notify: make(chan struct{}, 1)}
 	e.sandbox.Store(&sb)
@@ -92,14 +94,18 @@ func newTestEnv(t testing.TB, sb SandboxInfo) *testEnv {
 		t.Fatal(err)
 	}
 	e.proxyAddr = l.Addr().String()
-	e.proxy, err = NewProxy(Config{
+	cfg := Config{
 		CA:            e.nodeCA,
 		Lookup:        e.lookup,
 		Audit:         e.audit,
 		NamesOf:       e.names.Names,
 		Dialer:        &Dialer{Resolver: e.res, Dial: e.dial},
 		UpstreamRoots: e.upCA.Pool(),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.proxy, err = NewProxy(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +137,11 @@ func upstreamHandler(name string, hits *atomic.Int64) http.Handler {
 		case "/bytes":
 			k, _ := strconv.Atoi(r.URL.Query().Get("n"))
 			w.Write(bytes.Repeat([]byte("x"), k))
+		case "/echo": // the query and the headers, as the upstream got them
+			fmt.Fprintf(w, "query=%s\n", r.URL.RawQuery)
+			for _, k := range slices.Sorted(maps.Keys(r.Header)) {
+				fmt.Fprintf(w, "%s: %s\n", k, strings.Join(r.Header[k], ", "))
+			}
 		default:
 			fmt.Fprintf(w, "%s %s %s %s body=%d", name, r.Method, r.Host, r.URL.Path, n)
 		}
@@ -163,6 +174,7 @@ func (e *testEnv) audit(r Record) {
 
 // dial routes the checked loopback addresses to the upstreams and dials nothing else.
 func (e *testEnv) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	e.dials.Add(1)
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return nil, err

@@ -56,6 +56,12 @@ func echoServer(t *testing.T) netip.AddrPort {
 // transparent TCP listener would for a connection headed to dst, and returns the
 // client's end.
 func (e *testEnv) redirected(t *testing.T, from string, dst netip.AddrPort) net.Conn {
+	return e.handOver(t, from, dst, e.proxy.ServeTCP)
+}
+
+// handOver dials a listener from source address from and gives serve the server's end
+// of the connection with its original destination dst; it returns the client's end.
+func (e *testEnv) handOver(t *testing.T, from string, dst netip.AddrPort, serve func(net.Conn, netip.AddrPort)) net.Conn {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,7 +78,7 @@ func (e *testEnv) redirected(t *testing.T, from string, dst netip.AddrPort) net.
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.proxy.ServeTCP(server, dst)
+	serve(server, dst)
 	client.SetDeadline(time.Now().Add(5 * time.Second))
 	return client
 }

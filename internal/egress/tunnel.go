@@ -110,14 +110,18 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 
 // decideTunnel decides on a tunnel's host and port before any request inside it, and
 // checks the addresses the host resolves to, so a refused destination is refused up
-// front; every request and every dial is checked again on its own.
+// front; every request and every dial is checked again on its own. A tunnel to APIHost
+// reaches no address: its requests are served in-process.
 func (p *Proxy) decideTunnel(ctx context.Context, sb SandboxInfo, rec *Record) error {
-	d := sb.Policy.Decide(rec.Host, rec.Port, "")
+	d := sb.Decide(rec.Host, rec.Port, "")
 	if !d.Allowed {
 		rec.Reason = d.Reason
 		return denyDecision(rec.Host, rec.Port, d)
 	}
 	rec.Rule = d.Rule
+	if rec.Host == APIHost {
+		return nil // served in-process: nothing to resolve
+	}
 	addrs, err := p.dialer.Resolve(ctx, rec.Host, sb.Policy.AllowPrivate)
 	if err != nil {
 		rec.Reason = errdefs.Message(err)
