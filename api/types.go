@@ -484,6 +484,8 @@ type WhoAmI struct {
 	User        string   `json:"user"`
 	Roles       []string `json:"roles"`
 	Permissions []string `json:"permissions"`
+	// Sandbox is set when the caller is code inside a sandbox, using its session credential.
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // AuditRecord is one record of the hash-chained audit log: its body as stored (JSON:
@@ -517,6 +519,43 @@ type Secret struct {
 	ExpiresAt    *time.Time      `json:"expires_at,omitempty"`
 	RevokedAt    *time.Time      `json:"revoked_at,omitempty"`
 	Versions     []SecretVersion `json:"versions"`
+	Bindings     []SecretBinding `json:"bindings"`
+}
+
+// SecretBinding hands a secret to one of its owner's sandboxes.
+type SecretBinding struct {
+	ID       string    `json:"id"`
+	Sandbox  string    `json:"sandbox"`  // the sandbox's id
+	Scope    string    `json:"scope"`    // sandbox or execution
+	Target   string    `json:"target"`   // a variable name or an absolute file path
+	Delivery string    `json:"delivery"` // proxy, file or env
+	Hosts    []string  `json:"hosts"`
+	Query    bool      `json:"query,omitempty"`
+	Created  time.Time `json:"created_at"`
+	// Risk is set for the deliveries that put the value itself where sandbox code can
+	// read it (env: any process can print its environment).
+	Risk string `json:"risk,omitempty"`
+}
+
+// BindSecretRequest is the body of POST /v1/secrets/{name}/bindings.
+type BindSecretRequest struct {
+	Sandbox  string   `json:"sandbox"` // name or id
+	Scope    string   `json:"scope,omitempty"`
+	Target   string   `json:"target"`
+	Delivery string   `json:"delivery,omitempty"`
+	Hosts    []string `json:"hosts,omitempty"`
+	Query    bool     `json:"query,omitempty"`
+}
+
+// BindSecretResult is the answer to a binding: it and when the sandbox sees it.
+type BindSecretResult struct {
+	Binding SecretBinding `json:"binding"`
+	Applies string        `json:"applies"` // "now", or "at the next start"
+}
+
+// UnbindSecretResult is the answer to DELETE /v1/secrets/{name}/bindings.
+type UnbindSecretResult struct {
+	Removed int `json:"removed"`
 }
 
 // SecretVersion is one value's metadata: a safe preview and a keyed fingerprint.

@@ -44,3 +44,21 @@ func (c *Client) RekeySecrets(ctx context.Context) (*api.RekeyResult, error) {
 	var out api.RekeyResult
 	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/secrets/rekey"}, &out)
 }
+
+// BindSecret hands one of the caller's secrets to one of its sandboxes.
+func (c *Client) BindSecret(ctx context.Context, name string, req api.BindSecretRequest) (*api.BindSecretResult, error) {
+	var out api.BindSecretResult
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/secrets/" + url.PathEscape(name) + "/bindings", in: req}, &out)
+}
+
+// UnbindSecret removes a secret's bindings to a sandbox (only the one at target, if
+// target is set); delivery stops at once.
+func (c *Client) UnbindSecret(ctx context.Context, name, sandbox, target string) (int, error) {
+	q := url.Values{"sandbox": {sandbox}}
+	if target != "" {
+		q.Set("target", target)
+	}
+	var out api.UnbindSecretResult
+	err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + url.PathEscape(name) + "/bindings", query: q}, &out)
+	return out.Removed, err
+}

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,10 @@ type Service struct {
 	st   store.Store
 	opts Options
 	now  func() time.Time
+
+	mu       sync.Mutex
+	sessions map[string]*session // by token hash
+	current  map[string]string   // sandbox id -> the token its proxy swaps in now
 }
 
 // New returns the service over st.
@@ -64,7 +69,7 @@ func New(st store.Store, opts Options) *Service {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{st: st, opts: opts, now: time.Now}
+	return &Service{st: st, opts: opts, now: time.Now, sessions: map[string]*session{}, current: map[string]string{}}
 }
 
 // Bootstrap creates the administrator on a node that has no identity yet and writes its
@@ -153,6 +158,9 @@ func unauthenticated(msg string) error {
 // Authenticate returns the principal of a bearer token.
 func (s *Service) Authenticate(ctx context.Context, secret string) (*Principal, error) {
 	bad := unauthenticated("the bearer token is not valid (wrong, expired or revoked)")
+	if strings.HasPrefix(secret, SessionPrefix) {
+		return nil, unauthenticated("a sandbox's session token is valid only in requests from that sandbox")
+	}
 	if !strings.HasPrefix(secret, TokenPrefix) && len(secret) < 16 {
 		return nil, bad
 	}
@@ -201,6 +209,12 @@ func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
 // principal resolves an identity's roles to permissions. A role that no longer exists
 // grants nothing.
 func (s *Service) principal(ctx context.Context, name string) (*Principal, error) {
+	return s.principalAs(ctx, name, nil)
+}
+
+// principalAs is principal with the given roles in place of the identity's own (nil:
+// its own).
+func (s *Service) principalAs(ctx context.Context, name string, as []string) (*Principal, error) {
 	id, err := s.st.GetIdentity(ctx, name)
 	if err != nil {
 		return nil, err
@@ -208,6 +222,9 @@ func (s *Service) principal(ctx context.Context, name string) (*Principal, error
 	roles, err := s.roles(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if as != nil {
+		id.Roles = as
 	}
 	p := &Principal{Identity: id.Name, Roles: id.Roles, perms: map[Permission]bool{}}
 	for _, r := range id.Roles {

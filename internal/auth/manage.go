@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -181,4 +182,28 @@ func ParseTTL(s string) (time.Duration, error) {
 		return 0, errors.New("a lifetime is a positive duration such as 720h")
 	}
 	return d, nil
+}
+
+// MayActAs checks that a sandbox p creates may act with role: the role exists and
+// grants nothing p does not hold (an administrator holds everything).
+func (s *Service) MayActAs(ctx context.Context, p *Principal, role string) error {
+	roles, err := s.roles(ctx)
+	if err != nil {
+		return err
+	}
+	entries, ok := roles[role]
+	if !ok {
+		return errdefs.NotFound("role %q does not exist (airlock role ls lists them)", role)
+	}
+	perms, err := expand(entries)
+	if err != nil {
+		return errdefs.Precondition("role %q: %v", role, err)
+	}
+	for _, perm := range slices.Sorted(maps.Keys(perms)) {
+		if !p.Can(perm) {
+			return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: fmt.Sprintf(
+				"role %q grants %s, which %q does not hold: a sandbox acts with a role no wider than its creator's", role, perm, p.Identity)}
+		}
+	}
+	return nil
 }

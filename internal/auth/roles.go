@@ -96,7 +96,10 @@ func list() string {
 type Principal struct {
 	Identity string
 	Roles    []string
-	perms    map[Permission]bool
+	// Sandbox is set when the caller is code inside this sandbox, acting through its
+	// session credential.
+	Sandbox string
+	perms   map[Permission]bool
 }
 
 // Can says whether the principal holds p (admin holds everything).

@@ -26,7 +26,7 @@ var verbList = []*verb{
 	opsGetVerb, imageImportVerb, imageLsVerb, imageRmVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
 	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb,
-	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRekeyVerb, statusVerb, versionVerb,
+	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRekeyVerb, secretBindVerb, secretUnbindVerb, statusVerb, versionVerb,
 }
 
 // verbs indexes verbList by name.

@@ -39,6 +39,30 @@ var secretRevokeVerb = &verb{
 
 var secretRekeyVerb = &verb{name: "secret rekey", args: "", short: "re-seal every secret under a new node key, without downtime (admin)", run: runSecretRekey}
 
+var secretBindVerb = &verb{
+	name:  "secret bind",
+	args:  "NAME --sandbox SB --target VAR|/PATH [--delivery proxy|file|env] [--scope sandbox|execution] [--hosts H,…] [--query]",
+	short: "hand a secret to a sandbox (secret.bind)",
+	long: `Delivery proxy (the default) puts only a placeholder in the sandbox, in the variable or
+file named by --target; the egress proxy puts the real value in its place in requests to the
+binding's hosts only (headers and basic auth, and the query string with --query), and opens
+those hosts with every method. Delivery file puts the value in a file on a tmpfs, outside
+everything that is snapshotted, forked or copied; a file bound to a running sandbox appears
+at its next start. Delivery env puts the value in every execution's environment: the
+higher-risk choice, since any process in the sandbox can read and print it.
+--scope sandbox (the default) delivers the version that was newest when the sandbox started;
+--scope execution gives each execution (and each proxied request) the newest version.
+--hosts defaults to the secret's allowed hosts; each must be one of them.`,
+	run: runSecretBind,
+}
+
+var secretUnbindVerb = &verb{
+	name:  "secret unbind",
+	args:  "NAME --sandbox SB [--target VAR|/PATH] --yes",
+	short: "stop handing a secret to a sandbox: delivery stops at once",
+	run:   runSecretUnbind,
+}
+
 // readValue reads a secret's value from standard input, at most one byte past the limit.
 func (c *cmd) readValue() (string, error) {
 	b, err := io.ReadAll(io.LimitReader(c.stdin, 64<<10+2))
@@ -67,6 +91,82 @@ func printSecret(c *cmd, s *api.Secret) error {
 	for _, v := range s.Versions {
 		fmt.Fprintf(c.stdout, "version %d:     %s  %s  %d bytes  %s\n", v.Version, termSafe(v.Preview), v.Fingerprint, v.Size, formatAge(v.CreatedAt))
 	}
+	for _, b := range s.Bindings {
+		fmt.Fprintf(c.stdout, "bound:         %s\n", termSafe(describeBinding(b)))
+	}
+	return nil
+}
+
+// describeBinding says in one line what a binding hands to which sandbox.
+func describeBinding(b api.SecretBinding) string {
+	line := fmt.Sprintf("%s %s, %s delivery at %s (scope %s)", b.ID, b.Sandbox, b.Delivery, b.Target, b.Scope)
+	if b.Delivery == "proxy" {
+		line += " for " + strings.Join(b.Hosts, ", ")
+		if b.Query {
+			line += ", query string too"
+		}
+	}
+	if b.Risk != "" {
+		line += " [risk " + b.Risk + "]"
+	}
+	return line
+}
+
+func runSecretBind(c *cmd, args []string) error {
+	sandbox := c.fs.String("sandbox", "", "the `SB` to hand it to (name or id)")
+	target := c.fs.String("target", "", "a variable `NAME` or an absolute file path")
+	delivery := c.fs.String("delivery", "proxy", "proxy, file or env")
+	scope := c.fs.String("scope", "sandbox", "sandbox or execution")
+	var hosts listFlag
+	c.fs.Var(&hosts, "hosts", "`H`osts a proxy delivery is substituted for (default: the secret's allowed hosts)")
+	query := c.fs.Bool("query", false, "proxy delivery: also substitute in the URL's query string")
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	if *sandbox == "" || *target == "" {
+		return usagef("--sandbox and --target are required")
+	}
+	res, err := cl.BindSecret(c.ctx, pos[0], api.BindSecretRequest{Sandbox: *sandbox, Scope: *scope, Target: *target,
+		Delivery: *delivery, Hosts: hosts, Query: *query})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(res)
+	}
+	fmt.Fprintf(c.stdout, "bound %s to %s: %s\n", termSafe(pos[0]), termSafe(*sandbox), termSafe(describeBinding(res.Binding)))
+	if res.Binding.Delivery == "env" {
+		fmt.Fprintln(c.stderr, "warning: env delivery is the higher-risk choice: any process in the sandbox can read and print the value; proxy delivery keeps it out of the sandbox")
+	}
+	if res.Applies != "now" {
+		fmt.Fprintf(c.stdout, "it reaches the sandbox %s\n", res.Applies)
+	}
+	return nil
+}
+
+func runSecretUnbind(c *cmd, args []string) error {
+	sandbox := c.fs.String("sandbox", "", "the `SB` to take it from (name or id)")
+	target := c.fs.String("target", "", "only the binding at this variable or path")
+	yes := c.fs.Bool("yes", false, "unbind without asking")
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	if *sandbox == "" {
+		return usagef("--sandbox is required")
+	}
+	if !*yes {
+		return usagef("unbinding %s stops its delivery to %s at once (processes already running keep what they read); confirm with --yes", pos[0], *sandbox)
+	}
+	n, err := cl.UnbindSecret(c.ctx, pos[0], *sandbox, *target)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(api.UnbindSecretResult{Removed: n})
+	}
+	fmt.Fprintf(c.stdout, "removed %d binding(s) of %s from %s\n", n, termSafe(pos[0]), termSafe(*sandbox))
 	return nil
 }
 

@@ -637,7 +637,26 @@ func TestSecretVerbs(t *testing.T) {
 	out = run(value+"2\n", "secret", "rotate", "stripe")
 	wantContains(t, "secret rotate", out, "version 2", "running processes keep theirs until they restart")
 	run("", "secret", "rekey")
-	_, errOut, err := n.run(bg, "", "secret", "revoke", "stripe")
+
+	run("", "create", "payer")
+	out = run("", "secret", "bind", "stripe", "--sandbox", "payer", "--target", "STRIPE_KEY")
+	wantContains(t, "secret bind", out, "proxy delivery at STRIPE_KEY", "for api.stripe.com")
+	out, errOut, err := n.run(bg, "", "secret", "bind", "stripe", "--sandbox", "payer", "--target", "STRIPE_RAW", "--delivery", "env")
+	if err != nil {
+		t.Fatalf("secret bind --delivery env: %v\n%s", err, errOut)
+	}
+	outputs = append(outputs, out, errOut)
+	wantContains(t, "env delivery's warning", errOut, "higher-risk")
+	wantContains(t, "secret get with bindings", run("", "secret", "get", "stripe"), "bound:", "STRIPE_KEY", "env delivery at STRIPE_RAW", "risk high")
+	_, errOut, err = n.run(bg, "", "secret", "bind", "stripe", "--sandbox", "payer", "--target", "/etc/key", "--delivery", "file", "--scope", "execution")
+	wantExit(t, err, 1)
+	wantContains(t, "file delivery per execution", errOut, "per sandbox", "(invalid_argument)")
+	_, errOut, err = n.run(bg, "", "secret", "unbind", "stripe", "--sandbox", "payer")
+	wantExit(t, err, 2)
+	wantContains(t, "unbind without --yes", errOut, "--yes")
+	wantContains(t, "secret unbind", run("", "secret", "unbind", "stripe", "--sandbox", "payer", "--yes"), "removed 2 binding(s)")
+
+	_, errOut, err = n.run(bg, "", "secret", "revoke", "stripe")
 	wantExit(t, err, 2)
 	wantContains(t, "revoke without --yes", errOut, "--yes")
 	run("", "secret", "revoke", "stripe", "--yes")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,6 +112,10 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	Socket   string `yaml:"socket"`
 	Listen   string `yaml:"listen"`
+	// SecretsDir is where secrets delivered as files live while their sandboxes run: a
+	// tmpfs the daemon mounts, outside the state directory, so no delivered value is
+	// ever written to disk, a snapshot or a fork.
+	SecretsDir string `yaml:"secrets_dir"`
 	// Tokens is the old way to let TCP clients in: each token becomes one of its
 	// owner's API tokens (a service account with the developer role). Use
 	// `airlock token create` instead.
@@ -156,6 +161,7 @@ type Config struct {
 func Default() Config {
 	return Config{
 		StateDir:       "/var/lib/airlock",
+		SecretsDir:     "/run/airlock/secrets",
 		Socket:         api.DefaultSocket,
 		CgroupParent:   "airlock",
 		LogLevel:       "info",
@@ -228,6 +234,11 @@ func (c Config) Settings() (Settings, error) {
 	var errs []error
 	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("state_dir %q must be an absolute path", c.StateDir))
+	}
+	if c.SecretsDir == "" || !filepath.IsAbs(c.SecretsDir) {
+		errs = append(errs, fmt.Errorf("secrets_dir %q must be an absolute path", c.SecretsDir))
+	} else if rel, err := filepath.Rel(filepath.Clean(c.StateDir), filepath.Clean(c.SecretsDir)); err == nil && !strings.HasPrefix(rel, "..") {
+		errs = append(errs, fmt.Errorf("secrets_dir %q must be outside state_dir %q: delivered secrets never go where state is kept", c.SecretsDir, c.StateDir))
 	}
 	if c.Socket == "" || !filepath.IsAbs(c.Socket) || len(c.Socket) > 100 {
 		errs = append(errs, fmt.Errorf("socket %q must be an absolute path of at most 100 bytes", c.Socket))

@@ -130,23 +130,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		m.AddProbe(gvisor.Probe) // says why there is no runsc runtime
 	}
 	m.SetSnapshots(snaps)
-	if cfg.Network.Enabled {
-		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
-			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
-			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix,
-			MaxConns: cfg.Network.MaxConnections, MaxConnsPerOwner: cfg.Network.MaxConnectionsPerOwner, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log})
-		if err != nil {
-			return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)
-		}
-		defer net.Close()
-		m.SetNetwork(net)
-	}
-	if err := m.Recover(ctx); err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
-	m.Start()
-	defer m.Close()
-
 	authSvc, err := openAuth(ctx, cfg, st, log)
 	if err != nil {
 		return err
@@ -164,6 +147,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return err
 	}
+	delivery, err := secret.NewDelivery(secrets, cfg.SecretsDir, log)
+	if err != nil {
+		return err
+	}
+	m.SetSecrets(secrets, delivery)
 	go pruneAuditLog(ctx, chain, set.AuditLogMaxAge, cfg.Audit.LogMaxRecords, log)
 	publicURL := ""
 	if cfg.Listen != "" {
@@ -172,6 +160,24 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
 	srv := server.New(m, server.Options{Auth: authSvc, AuditLog: chain, Secrets: secrets, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
+	if cfg.Network.Enabled {
+		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
+			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
+			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix,
+			MaxConns: cfg.Network.MaxConnections, MaxConnsPerOwner: cfg.Network.MaxConnectionsPerOwner, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log,
+			Secrets: delivery.Substitutions, API: srv.ServeFromSandbox, SessionToken: authSvc.SessionToken, EndSessions: authSvc.EndSessions})
+		if err != nil {
+			return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)
+		}
+		defer net.Close()
+		m.SetNetwork(net)
+	}
+	if err := m.Recover(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	m.Start()
+	defer m.Close()
+
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 

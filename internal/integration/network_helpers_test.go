@@ -94,7 +94,8 @@ type netWorld struct {
 	dns    *netTestDNS
 
 	mu   sync.Mutex
-	hits map[string]int // "METHOD host" (host lower case, no port) → requests the upstreams served
+	hits map[string]int       // "METHOD host" (host lower case, no port) → requests the upstreams served
+	seen map[string][]netSeen // host → the last requests' headers and query strings
 
 	inflight, peak atomic.Int64 // requests inside /hold
 }
@@ -104,7 +105,7 @@ type netWorld struct {
 // process's resolver at the DNS server for the test's duration.
 func newNetWorld(t testing.TB) *netWorld {
 	t.Helper()
-	w := &netWorld{t: t, hits: map[string]int{}}
+	w := &netWorld{t: t, hits: map[string]int{}, seen: map[string][]netSeen{}}
 	w.makeCA()
 	var l80, l443 net.Listener
 	for attempt := 0; attempt < 20; attempt++ {
@@ -237,6 +238,7 @@ func (w *netWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	w.mu.Lock()
 	w.hits[r.Method+" "+host]++
+	w.seen[host] = append(w.seen[host][max(0, len(w.seen[host])-15):], netSeen{Header: r.Header.Clone(), Query: r.URL.RawQuery})
 	w.mu.Unlock()
 	q := r.URL.Query()
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -279,6 +281,23 @@ func (w *netWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	default:
 		fmt.Fprintf(rw, "hello from %s\n", host)
 	}
+}
+
+// netSeen is what an upstream received of one request, besides its body.
+type netSeen struct {
+	Header http.Header
+	Query  string
+}
+
+// lastSeen is the last request the upstreams received for host.
+func (w *netWorld) lastSeen(host string) (netSeen, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.seen[strings.ToLower(host)]
+	if len(s) == 0 {
+		return netSeen{}, false
+	}
+	return s[len(s)-1], true
 }
 
 // hitsOf is how many requests the upstreams served for host, with method if given.

@@ -151,8 +151,13 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		Hostname:   sb.Name,
 		Deadline:   sb.ExpiresAt,
 	}
-	attached, err := m.attach(ctx, sb, &spec)
+	files, err := m.deliverSecrets(ctx, sb)
 	if err != nil {
+		return err
+	}
+	attached, err := m.attach(ctx, sb, &spec, files)
+	if err != nil {
+		m.stopSecrets(sb.ID)
 		return err
 	}
 	if err := m.driver(sb).Start(ctx, spec); err != nil {
@@ -225,6 +230,11 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 		return errdefs.Unavailable("sandbox %q could not be removed yet; it will be retried", sb.Name).WithCause(err)
 	}
 	m.detach(ctx, sb.ID)
+	if m.secrets != nil {
+		if err := m.secrets.Forget(ctx, sb.Owner, sb.ID); err != nil {
+			m.log.Warn("remove a terminated sandbox's secret bindings", "sandbox", sb.ID, "err", err)
+		}
+	}
 	m.freeSlot(sb.UIDBase)
 	m.mu.Lock()
 	delete(m.activity, sb.ID)

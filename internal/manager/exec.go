@@ -83,8 +83,12 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	if err != nil {
 		return nil, err
 	}
+	env, err := m.ProcessEnv(ctx, sb, sortedEnv(req.Env))
+	if err != nil {
+		return nil, err
+	}
 	spec := agentproto.ExecSpec{
-		Argv: req.Argv, Shell: req.Shell, Env: sortedEnv(req.Env), Cwd: req.Cwd,
+		Argv: req.Argv, Shell: req.Shell, Env: env, Cwd: req.Cwd,
 		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,
 	}
 	cl.MaxRead = req.MaxRead

@@ -30,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -104,6 +105,8 @@ type Manager struct {
 	images         *image.Store
 	snaps          *snapshot.Store
 	net            Network
+	secrets        *secret.Service  // nil: no secrets
+	delivery       *secret.Delivery // nil: secrets are not delivered
 
 	closePort PortCloser
 	log       *slog.Logger

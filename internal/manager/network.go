@@ -26,6 +26,11 @@ type Network interface {
 	List() ([]string, error)
 }
 
+// SessionTokenPath is where every sandbox finds its session credential for the API: a
+// placeholder, which the egress proxy swaps for a short-lived token in requests to
+// egress.APIHost.
+const SessionTokenPath = "/run/airlock/session/token"
+
 // Attachment is how a container joins its network.
 type Attachment struct {
 	NetnsPath string
@@ -93,8 +98,12 @@ func normalNetwork(n store.Network) (store.Network, error) {
 // calls the hook once the sandbox's filesystem is ready, so the two are built at once.
 // wait returns the attach's outcome; after a failed start the caller waits before it
 // detaches, so that no network is made after it was removed.
-func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.Spec) (wait func() error, err error) {
+// files are mounts the container gets besides the network's (delivered secrets).
+func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.Spec, files []runtime.Mount) (wait func() error, err error) {
 	if m.net == nil {
+		if len(files) > 0 {
+			spec.Network = func() (runtime.NetworkJoin, error) { return runtime.NetworkJoin{Mounts: files}, nil }
+		}
 		return func() error { return nil }, nil
 	}
 	pol, err := parsePolicy(sb.Network)
@@ -115,12 +124,13 @@ func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.S
 		if err := wait(); err != nil {
 			return runtime.NetworkJoin{}, err
 		}
-		return runtime.NetworkJoin{NetnsPath: att.NetnsPath, Env: att.Env, Mounts: att.Mounts}, nil
+		return runtime.NetworkJoin{NetnsPath: att.NetnsPath, Env: att.Env, Mounts: append(slices.Clip(att.Mounts), files...)}, nil
 	}
 	return wait, nil
 }
 
 func (m *Manager) detach(ctx context.Context, id string) {
+	m.stopSecrets(id)
 	if m.net == nil {
 		return
 	}

@@ -106,6 +106,9 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			st = runtime.StatusRunning
 		}
 		if st == runtime.StatusRunning {
+			if _, err := m.deliverSecrets(ctx, sb); err != nil { // files in place, substitutions again
+				log.Warn("redeliver secrets", "err", err)
+			}
 			if m.net != nil {
 				if pol, err := parsePolicy(sb.Network); err == nil {
 					if _, err := m.net.Attach(ctx, sb, pol); err != nil {

@@ -15,11 +15,14 @@ package network
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -58,6 +61,14 @@ type Options struct {
 	// MaxConnsPerOwner caps them across one owner's sandboxes, and MaxConnsNode across
 	// the node (defaults: from the daemon's open-files limit, see connBudget).
 	MaxConnsPerOwner, MaxConnsNode int
+	// Secrets returns a sandbox's proxy-delivered secrets; it is called per request.
+	Secrets func(sandbox string) []egress.Substitution
+	// API serves the requests sandboxes send to egress.APIHost, with the session token
+	// in place; SessionToken mints that token for a sandbox's owner and role.
+	API          func(w http.ResponseWriter, r *http.Request, sandbox string)
+	SessionToken func(ctx context.Context, owner, role, sandbox string) (string, error)
+	// EndSessions, if set, invalidates a sandbox's session tokens as it is detached.
+	EndSessions func(sandbox string)
 	// Audit receives every egress decision; DNSLog every DNS query.
 	Audit  func(egress.Record)
 	DNSLog func(egress.DNSRecord)
@@ -89,6 +100,7 @@ type Node struct {
 	mu     sync.RWMutex
 	info   map[string]egress.SandboxInfo
 	owners map[string]string // sandbox id -> owner, for the connection caps
+	roles  map[string]string // sandbox id -> the role it acts with ("": its owner's)
 	links  map[string]*sandboxlink.Sandbox
 
 	wg sync.WaitGroup
@@ -125,7 +137,7 @@ func New(opts Options) (_ *Node, retErr error) {
 		opts.MaxConnsPerOwner = min(perOwner, opts.MaxConnsNode)
 	}
 	n := &Node{opts: opts, log: opts.Logger.With("component", "network"),
-		info: map[string]egress.SandboxInfo{}, owners: map[string]string{}, links: map[string]*sandboxlink.Sandbox{}}
+		info: map[string]egress.SandboxInfo{}, owners: map[string]string{}, roles: map[string]string{}, links: map[string]*sandboxlink.Sandbox{}}
 	n.log.Info("sandbox connection caps", "per_sandbox", opts.MaxConns, "per_owner", opts.MaxConnsPerOwner, "node", opts.MaxConnsNode)
 	n.limit = newConnLimit(opts.MaxConns, opts.MaxConnsPerOwner, opts.MaxConnsNode, n.ownerOf, opts.Audit)
 	defer func() {
@@ -156,8 +168,14 @@ func New(opts Options) (_ *Node, retErr error) {
 		return nil, err
 	}
 	guard := egress.Guard{Node: nodeAddrs(), Sandboxes: []netip.Prefix{opts.Subnet}}
-	n.proxy, err = egress.NewProxy(egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit, NamesOf: n.names.Names,
-		Dialer: &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream)}, UpstreamRoots: roots, Logger: opts.Logger})
+	pcfg := egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit, NamesOf: n.names.Names}
+	if opts.API != nil && opts.SessionToken != nil {
+		pcfg.API = func(w http.ResponseWriter, r *http.Request, sb egress.SandboxInfo) { opts.API(w, r, sb.ID) }
+		pcfg.SessionToken = n.sessionToken
+	}
+	pcfg.Dialer = &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream)}
+	pcfg.UpstreamRoots, pcfg.Logger = roots, opts.Logger
+	n.proxy, err = egress.NewProxy(pcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -303,9 +321,31 @@ func (n *Node) lookup(remote netip.AddrPort) (egress.SandboxInfo, bool) {
 		return egress.SandboxInfo{}, false
 	}
 	n.mu.RLock()
-	defer n.mu.RUnlock()
 	info, ok := n.info[id]
+	n.mu.RUnlock()
+	if ok && n.opts.Secrets != nil {
+		info.Secrets = n.opts.Secrets(id)
+	}
 	return info, ok
+}
+
+// sessionToken is the token the proxy swaps in for a sandbox's session placeholder.
+func (n *Node) sessionToken(sb egress.SandboxInfo) (string, error) {
+	n.mu.RLock()
+	owner, ok := n.owners[sb.ID]
+	role := n.roles[sb.ID]
+	n.mu.RUnlock()
+	if !ok {
+		return "", errors.New("the sandbox is not attached")
+	}
+	return n.opts.SessionToken(context.Background(), owner, role, sb.ID)
+}
+
+// sessionPlaceholder is what a sandbox's session token file holds: it means something
+// only in that sandbox's own requests to the API, where the proxy swaps it.
+func sessionPlaceholder(id string) string {
+	sum := sha256.Sum256([]byte("airlock session placeholder\x00" + id))
+	return "al_session_" + hex.EncodeToString(sum[:16])
 }
 
 // ownerOf gives the sandbox a source address belongs to and its owner. A sandbox whose
@@ -336,8 +376,9 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 		}
 	}
 	n.mu.Lock()
-	n.info[sb.ID] = egress.SandboxInfo{ID: sb.ID, Generation: sb.Generation, Policy: pol}
+	n.info[sb.ID] = egress.SandboxInfo{ID: sb.ID, Generation: sb.Generation, Policy: pol, SessionPlaceholder: sessionPlaceholder(sb.ID)}
 	n.owners[sb.ID] = sb.Owner
+	n.roles[sb.ID] = sb.Role
 	n.links[sb.ID] = link
 	n.mu.Unlock()
 	dir := filepath.Join(n.opts.Dir, "sandboxes", sb.ID)
@@ -347,6 +388,10 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	nameserver := "127.0.0.1"
 	if link.HostAddr.IsValid() {
 		nameserver = link.HostAddr.String()
+	}
+	session := filepath.Join(dir, "session-token")
+	if err := writeConfFile(session, []byte(sessionPlaceholder(sb.ID)+"\n")); err != nil {
+		return nil, err
 	}
 	resolv := filepath.Join(dir, "resolv.conf")
 	if err := writeConfFile(resolv, []byte("nameserver "+nameserver+"\noptions ndots:0 timeout:2 attempts:2\n")); err != nil {
@@ -362,7 +407,12 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	if err != nil {
 		return nil, err
 	}
-	att := &manager.Attachment{NetnsPath: link.NetnsPath, Env: cc.env(), Mounts: append([]runtime.Mount{
+	env := cc.env()
+	if cc.Proxy != "" {
+		env = append(env, "AIRLOCK_API=http://"+egress.APIHost, "AIRLOCK_SESSION_TOKEN_FILE="+manager.SessionTokenPath)
+	}
+	att := &manager.Attachment{NetnsPath: link.NetnsPath, Env: env, Mounts: append([]runtime.Mount{
+		{Source: session, Destination: manager.SessionTokenPath, ReadOnly: true},
 		{Source: resolv, Destination: resolvPath, ReadOnly: true},
 		{Source: n.bundle, Destination: caBundlePath, ReadOnly: true},
 	}, confMounts...)}
@@ -374,9 +424,13 @@ func (n *Node) Detach(ctx context.Context, id string) error {
 	n.mu.Lock()
 	delete(n.info, id)
 	delete(n.owners, id)
+	delete(n.roles, id)
 	delete(n.links, id)
 	n.mu.Unlock()
 	n.names.Forget(id)
+	if n.opts.EndSessions != nil {
+		n.opts.EndSessions(id)
+	}
 	err := n.nm.Delete(ctx, id)
 	os.RemoveAll(filepath.Join(n.opts.Dir, "sandboxes", id))
 	return err
@@ -387,7 +441,9 @@ func (n *Node) SetPolicy(id string, generation int64, pol egress.Policy) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.info[id]; ok {
-		n.info[id] = egress.SandboxInfo{ID: id, Generation: generation, Policy: pol}
+		info := n.info[id]
+		info.Generation, info.Policy = generation, pol
+		n.info[id] = info
 	}
 }
 

@@ -2,7 +2,9 @@
 // with AES-256-GCM under the node's secret key before it reaches the store, and the API
 // sees only metadata (a safe preview, a keyed fingerprint, versions, allowed hosts,
 // expiry, revocation). Rotation adds a version; rekeying re-seals every version under a
-// new key while the node runs.
+// new key while the node runs. Bindings (bind.go) hand a secret to one of its owner's
+// sandboxes; the Delivery (delivery.go) puts files on a tmpfs of its own, variables in
+// executions, and placeholders with their substitutions before the egress proxy.
 //
 // Hostile surfaces it guards: no value is ever logged, returned by an API, stored in
 // the clear or put in an error; a preview shows at most a few characters of a long
@@ -61,8 +63,9 @@ type Service struct {
 	keyPath string
 	now     func() time.Time
 
-	mu   sync.RWMutex
-	ring keyring
+	mu       sync.RWMutex
+	ring     keyring
+	onChange func(owner, sandbox string) // the delivery's refresh; sandbox "" is every one
 }
 
 func randomBytes(n int) []byte {
@@ -274,6 +277,9 @@ func (s *Service) Revoke(ctx context.Context, owner, name string) (*store.Secret
 		err = s.st.UpdateSecret(ctx, sec)
 		if errors.Is(err, errdefs.ErrVersionConflict) {
 			continue
+		}
+		if err == nil {
+			s.changed(owner, "")
 		}
 		return sec, err
 	}

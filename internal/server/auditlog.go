@@ -61,6 +61,9 @@ func mutating(r *http.Request) bool {
 
 // source says where a request came from: the unix socket's peer or a TCP address.
 func source(r *http.Request) string {
+	if sb, ok := r.Context().Value(sandboxKey).(string); ok {
+		return "sandbox " + sb + " (session credential, through the egress proxy)"
+	}
 	if uid, ok := r.Context().Value(peerKey).(int); ok {
 		return "unix uid " + strconv.Itoa(uid)
 	}

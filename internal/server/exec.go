@@ -173,6 +173,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
+	if env, err = s.m.ProcessEnv(r.Context(), sb, env); err != nil {
+		return err
+	}
 	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
 	if err != nil {
 		return s.m.AgentFailed(sb, err)

@@ -149,7 +149,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 	p := principal(r)
-	out := api.WhoAmI{User: p.Identity, Roles: p.Roles, Permissions: []string{}}
+	out := api.WhoAmI{User: p.Identity, Roles: p.Roles, Permissions: []string{}, Sandbox: p.Sandbox}
 	for _, perm := range p.Permissions() {
 		out.Permissions = append(out.Permissions, string(perm))
 	}

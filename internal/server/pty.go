@@ -50,6 +50,9 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if spec.Env, err = s.m.ProcessEnv(r.Context(), sb, spec.Env); err != nil {
+		return err
+	}
 	ac, err := cl.OpenRaw(r.Context(), &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
 		return s.m.AgentFailed(sb, err)

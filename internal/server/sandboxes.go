@@ -2,9 +2,7 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -71,9 +69,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if c.IfMatch != 0 {
 		return errdefs.Invalid("If-Match does not apply to a create")
 	}
-	if req.Role != "" && !slices.Contains(principal(r).Roles, req.Role) {
-		return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
-			Msg: fmt.Sprintf("a sandbox can act with one of its owner's roles only; %q holds %s, not %q", owner(r), strings.Join(principal(r).Roles, ", "), req.Role)}
+	if req.Role != "" {
+		if err := s.opts.Auth.MayActAs(r.Context(), principal(r), req.Role); err != nil {
+			return err
+		}
 	}
 	var network *manager.NetworkPolicy
 	if req.Network != nil {

@@ -24,7 +24,53 @@ func toAPISecret(s *secret.Secret) api.Secret {
 		out.Versions = append(out.Versions, api.SecretVersion{Version: v.Version, CreatedAt: v.CreatedAt,
 			Preview: v.Preview, Fingerprint: v.Fingerprint, Size: v.Size})
 	}
+	out.Bindings = []api.SecretBinding{}
+	for _, b := range s.Bindings {
+		out.Bindings = append(out.Bindings, toAPIBinding(b))
+	}
 	return out
+}
+
+// envRisk is what the API says of env delivery, the higher-risk choice.
+const envRisk = "high: the value itself is in every execution's environment, where any process in the sandbox can read and print it; prefer proxy or file delivery"
+
+func toAPIBinding(b secret.Binding) api.SecretBinding {
+	out := api.SecretBinding{ID: b.ID, Sandbox: b.Sandbox, Scope: b.Scope, Target: b.Target, Delivery: b.Delivery,
+		Hosts: b.Hosts, Query: b.Query, Created: b.CreatedAt}
+	if b.Delivery == secret.DeliverEnv {
+		out.Risk = envRisk
+	}
+	return out
+}
+
+func (s *Server) bindSecret(w http.ResponseWriter, r *http.Request) error {
+	var req api.BindSecretRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Sandbox == "" {
+		return errdefs.Invalid("a binding needs the sandbox (name or id) to hand the secret to")
+	}
+	res, err := s.m.BindSecret(r.Context(), owner(r), req.Sandbox, secret.BindRequest{Secret: r.PathValue("name"),
+		Scope: req.Scope, Target: req.Target, Delivery: req.Delivery, Hosts: req.Hosts, Query: req.Query})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, api.BindSecretResult{Binding: toAPIBinding(*res.Binding), Applies: res.Applies})
+	return nil
+}
+
+func (s *Server) unbindSecret(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if q.Get("sandbox") == "" {
+		return errdefs.Invalid("unbinding needs the sandbox (?sandbox=NAME)")
+	}
+	n, err := s.m.UnbindSecret(r.Context(), owner(r), q.Get("sandbox"), r.PathValue("name"), q.Get("target"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.UnbindSecretResult{Removed: n})
+	return nil
 }
 
 func (s *Server) secrets() (*secret.Service, error) {

@@ -78,6 +78,7 @@ type ctxKey int
 const (
 	principalKey ctxKey = iota
 	peerKey             // the unix socket peer's uid
+	sandboxKey          // the sandbox a request came from, through the egress proxy
 )
 
 // New builds the server and its routes.
@@ -222,6 +223,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/secrets/{name}", s.getSecret, auth.SecretCreate},
 		{"POST /v1/secrets/{name}/rotate", s.rotateSecret, auth.SecretCreate},
 		{"DELETE /v1/secrets/{name}", s.revokeSecret, auth.SecretCreate},
+		{"POST /v1/secrets/{name}/bindings", s.bindSecret, auth.SecretBind},
+		{"DELETE /v1/secrets/{name}/bindings", s.unbindSecret, auth.SecretBind},
 	}
 }
 
@@ -273,17 +276,32 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
+// ServeFromSandbox serves a request that code inside a sandbox sent to the API through
+// the egress proxy: the only credential it accepts is that sandbox's session token,
+// which the proxy put in place of the sandbox's placeholder.
+func (s *Server) ServeFromSandbox(w http.ResponseWriter, r *http.Request, sandbox string) {
+	s.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey, sandbox)))
+}
+
 // authenticate finds the caller: a bearer token's identity, else the identity of the
 // unix socket peer's uid. Over TCP a token is required.
 func (s *Server) authenticate(r *http.Request) (*auth.Principal, error) {
 	if s.opts.Auth == nil {
 		return nil, errdefs.Unavailable("this server has no authentication")
 	}
-	if h := r.Header.Get("Authorization"); h != "" {
-		tok, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || tok == "" {
-			return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the Authorization header must be \"Bearer <token>\""}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if h != "" && (!ok || tok == "") {
+		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the Authorization header must be \"Bearer <token>\""}
+	}
+	if sb, from := r.Context().Value(sandboxKey).(string); from {
+		if !strings.HasPrefix(tok, auth.SessionPrefix) {
+			return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated,
+				Msg: "from inside a sandbox, send its session credential: Authorization: Bearer $(cat " + manager.SessionTokenPath + ")"}
 		}
+		return s.opts.Auth.AuthenticateSession(r.Context(), tok, sb)
+	}
+	if h != "" {
 		return s.opts.Auth.Authenticate(r.Context(), tok)
 	}
 	if uid, ok := r.Context().Value(peerKey).(int); ok {

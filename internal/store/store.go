@@ -108,8 +108,22 @@ type Secret struct {
 	ExpiresAt    time.Time       `json:"expires_at,omitzero"`
 	RevokedAt    time.Time       `json:"revoked_at,omitzero"`
 	Versions     []SecretVersion `json:"versions"`
+	Bindings     []SecretBinding `json:"bindings,omitempty"`
 	// Rev counts updates; an update whose Rev is not the stored one is a conflict.
 	Rev int64 `json:"rev"`
+}
+
+// SecretBinding hands a secret to one of its owner's sandboxes.
+type SecretBinding struct {
+	ID       string   `json:"id"`
+	Sandbox  string   `json:"sandbox"`  // the sandbox's id
+	Scope    string   `json:"scope"`    // "sandbox" or "execution"
+	Target   string   `json:"target"`   // a variable name or an absolute file path
+	Delivery string   `json:"delivery"` // "proxy", "file" or "env"
+	Hosts    []string `json:"hosts"`    // where a proxy delivery is substituted
+	Query    bool     `json:"query,omitempty"`
+	// CreatedAt is when the binding was made.
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // SecretVersion is one value of a secret, sealed under the key KeyID names.

@@ -82,7 +82,9 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	if version == "" {
 		version = "test"
 	}
-	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: newSecrets(t, n.Store, dir)}, log)
+	secrets := newSecrets(t, n.Store, dir)
+	n.Manager.SetSecrets(secrets, nil) // bindings are kept; delivery needs a tmpfs, so root
+	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: secrets}, log)
 	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
 	n.Addr, n.Client = addr, c
 	t.Cleanup(func() {

@@ -10,6 +10,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -109,8 +110,12 @@ type Node struct {
 	Manager  *manager.Manager
 	Auth     *auth.Service
 	AuditLog *audit.Chain
-	Server   *server.Server
-	Client   *client.Client
+	Secrets  *secret.Service
+	Delivery *secret.Delivery
+	// SecretsDir is the tmpfs delivered secrets live on, outside Dir.
+	SecretsDir string
+	Server     *server.Server
+	Client     *client.Client
 
 	tcpAddr string
 	tokens  map[string]string // owner -> token
@@ -151,6 +156,9 @@ type Options struct {
 	// WrapDriver, when set, stands between the manager and the node's real driver (a
 	// test that replaces some sandboxes' agents).
 	WrapDriver func(airlockrt.Driver) airlockrt.Driver
+	// LogTo, when set, also receives the node's log, at debug level (a test that
+	// scans everything the daemon says).
+	LogTo io.Writer
 }
 
 // NewNode starts a node; its cleanup terminates every sandbox and fails the test if any
@@ -167,6 +175,11 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	os.Chmod(dir, 0o711)
 	n := &Node{Dir: dir, Socket: filepath.Join(dir, "api.sock"), CgroupParent: "airlock-test-" + filepath.Base(dir)}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for _, o := range opts {
+		if o.LogTo != nil {
+			log = slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, o.LogTo), &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	}
 	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +232,21 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		t.Fatal(err)
 	}
 	n.Manager.Start()
+	var owners []string
+	for _, o := range opts {
+		owners = append(owners, o.Owners...)
+	}
+	n.Auth, n.tokens = newAuth(t, n.Store, dir, owners)
+	n.AuditLog = newAuditLog(t, n.Store, dir)
+	n.Manager.SetAuditLog(n.AuditLog)
+	n.Secrets = newSecrets(t, n.Store, dir)
+	// Delivered secrets live on a tmpfs outside the state directory, as on a real node.
+	n.SecretsDir = dir + "-secrets"
+	if n.Delivery, err = secret.NewDelivery(n.Secrets, n.SecretsDir, log); err != nil {
+		t.Fatal(err)
+	}
+	n.Manager.SetSecrets(n.Secrets, n.Delivery)
+	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets}, log)
 	for _, o := range opts {
 		if !o.Network {
 			continue
@@ -231,20 +259,13 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		n.Network, err = network.New(network.Options{Dir: filepath.Join(dir, "network"),
 			Subnet: netip.MustParsePrefix(fmt.Sprintf("10.211.%d.0/24", time.Now().UnixNano()%250)), HostPrefix: "t" + tag,
 			Table: "airlock_t" + tag, Upstream: upstream, ExtraCAs: o.ExtraCAs, MaxConns: o.MaxConns,
-			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log})
+			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log,
+			Secrets: n.Delivery.Substitutions, API: n.Server.ServeFromSandbox, SessionToken: n.Auth.SessionToken, EndSessions: n.Auth.EndSessions})
 		if err != nil {
 			t.Fatal(err)
 		}
 		n.Manager.SetNetwork(n.Network)
 	}
-	var owners []string
-	for _, o := range opts {
-		owners = append(owners, o.Owners...)
-	}
-	n.Auth, n.tokens = newAuth(t, n.Store, dir, owners)
-	n.AuditLog = newAuditLog(t, n.Store, dir)
-	n.Manager.SetAuditLog(n.AuditLog)
-	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: newSecrets(t, n.Store, dir)}, log)
 	var hs *http.Server
 	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
 	t.Cleanup(func() {
@@ -269,6 +290,10 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		}
 		n.Store.Close()
 		n.AssertNoLeaks(t)
+		if err := secret.Unmount(n.SecretsDir); err != nil {
+			t.Errorf("unmount the secrets tmpfs: %v", err)
+		}
+		os.RemoveAll(n.SecretsDir)
 		os.RemoveAll(dir)
 	})
 	return n

@@ -1,0 +1,284 @@
+package secret
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Delivery hands bound secrets to running sandboxes: files on a tmpfs of its own
+// (never under the state directory, so never in a snapshot, fork or copy of a
+// sandbox's layers), variables for each execution, and the substitutions the egress
+// proxy makes. It keeps what it delivered per running sandbox in memory only.
+type Delivery struct {
+	svc *Service
+	dir string
+	log *slog.Logger
+
+	mu   sync.Mutex
+	live map[string]*liveSandbox
+}
+
+// liveSandbox is what one running sandbox was given.
+type liveSandbox struct {
+	owner  string
+	pinned map[string]int    // secret name -> the version a sandbox-scoped binding delivers
+	files  map[string]string // binding id -> the host file behind its mount
+	subs   []egress.Substitution
+}
+
+// Mount puts a delivered file at its target in a sandbox, read-only.
+type Mount struct{ Source, Destination string }
+
+// tmpfsSize bounds the delivery tmpfs: 64 bindings a sandbox of under 64 KiB each
+// for a few hundred sandboxes; a write past it fails the start that needed it.
+const tmpfsSize = "256m"
+
+// NewDelivery delivers svc's secrets, with files under dir, which it makes a tmpfs
+// (root only; a tmpfs already there, from an earlier start, is kept, with the files
+// running sandboxes have mounted).
+func NewDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil, err
+	}
+	// Not noexec: a sandbox's read-only bind of a file from it must be able to keep
+	// every flag the mount has, and its runtime sets nosuid and nodev only.
+	if st.Type != unix.TMPFS_MAGIC {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size="+tmpfsSize); err != nil {
+			return nil, fmt.Errorf("mount the secrets tmpfs on %s: %w", dir, err)
+		}
+	}
+	d := &Delivery{svc: svc, dir: dir, log: log.With("component", "secrets"), live: map[string]*liveSandbox{}}
+	svc.mu.Lock()
+	svc.onChange = d.refresh
+	svc.mu.Unlock()
+	return d, nil
+}
+
+// Unmount removes the delivery tmpfs (for tests and a node's removal; a daemon that
+// stops leaves it for the sandboxes that run on).
+func Unmount(dir string) error {
+	err := unix.Unmount(dir, unix.MNT_DETACH)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
+
+// Start readies a sandbox's secrets as it starts (or, after a restart of the daemon,
+// as it is found running): it writes the files of file deliveries and of placeholders
+// bound to paths, pins the version sandbox-scoped bindings deliver, and returns the
+// mounts that put the files at their targets. uid is the host uid of the sandbox's root.
+func (d *Delivery) Start(ctx context.Context, owner, sandbox string, uid uint32) ([]Mount, error) {
+	d.Stop(sandbox)
+	bound, err := d.svc.BindingsOf(ctx, owner, sandbox)
+	if err != nil {
+		return nil, err
+	}
+	// A sandbox with no binding yet is kept too: a binding made while it runs reaches
+	// the proxy at once.
+	ls := &liveSandbox{owner: owner, pinned: map[string]int{}, files: map[string]string{}}
+	dir := filepath.Join(d.dir, sandbox)
+	var mounts []Mount
+	for _, b := range bound {
+		if b.Revoked {
+			continue
+		}
+		if _, ok := ls.pinned[b.Secret]; !ok {
+			sec, err := d.svc.Get(ctx, owner, b.Secret)
+			if err != nil {
+				return nil, err
+			}
+			ls.pinned[b.Secret] = sec.Versions[len(sec.Versions)-1].Version
+		}
+		if b.Binding.Target[0] != '/' {
+			continue
+		}
+		var body []byte
+		if b.Binding.Delivery == DeliverFile {
+			if body, err = d.svc.Value(ctx, owner, b.Secret, ls.pinned[b.Secret]); err != nil {
+				return nil, err
+			}
+		} else {
+			body = []byte(d.svc.Placeholder(owner, b.Secret, sandbox) + "\n")
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		file := filepath.Join(dir, b.Binding.ID)
+		err := writeOwned(file, body, uid)
+		clear(body)
+		if err != nil {
+			return nil, fmt.Errorf("deliver secret %q: %w", b.Secret, err)
+		}
+		ls.files[b.Binding.ID] = file
+		mounts = append(mounts, Mount{Source: file, Destination: b.Binding.Target})
+	}
+	ls.subs = d.substitutions(owner, sandbox, ls.pinned, bound)
+	d.mu.Lock()
+	d.live[sandbox] = ls
+	d.mu.Unlock()
+	return mounts, nil
+}
+
+// writeOwned writes a delivered file in place (a mounted file keeps its inode), owned
+// by the sandbox's root and readable by the sandbox's users.
+func writeOwned(file string, body []byte, uid uint32) error {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chown(file, int(uid), int(uid))
+	}
+	return err
+}
+
+// Stop forgets a sandbox that stopped and removes its files.
+func (d *Delivery) Stop(sandbox string) {
+	d.mu.Lock()
+	delete(d.live, sandbox)
+	d.mu.Unlock()
+	os.RemoveAll(filepath.Join(d.dir, sandbox))
+}
+
+// Substitutions is what the proxy substitutes for a sandbox; it is called per request.
+func (d *Delivery) Substitutions(sandbox string) []egress.Substitution {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ls, ok := d.live[sandbox]; ok {
+		return ls.subs
+	}
+	return nil
+}
+
+func (d *Delivery) substitutions(owner, sandbox string, pinned map[string]int, bound []Bound) []egress.Substitution {
+	var subs []egress.Substitution
+	for _, b := range bound {
+		// A revoked secret's placeholder stays known, so that the proxy refuses (and
+		// audits) a request that carries it instead of sending it on as it is.
+		if b.Binding.Delivery != DeliverProxy {
+			continue
+		}
+		name, version := b.Secret, 0
+		if b.Binding.Scope == ScopeSandbox {
+			version = pinned[name]
+		}
+		subs = append(subs, egress.Substitution{
+			Secret: name, Placeholder: d.svc.Placeholder(owner, name, sandbox), Hosts: b.Binding.Hosts, Query: b.Binding.Query,
+			Value: func() ([]byte, error) { return d.svc.Value(context.Background(), owner, name, version) },
+		})
+	}
+	return subs
+}
+
+// ExecEnv is the variables one execution in a sandbox gets from its bindings: the
+// placeholders of proxy deliveries bound to variables, and the values of env
+// deliveries (a sandbox-scoped one at the version the sandbox started with).
+func (d *Delivery) ExecEnv(ctx context.Context, owner, sandbox string) ([]string, error) {
+	bound, err := d.svc.BindingsOf(ctx, owner, sandbox)
+	if err != nil || len(bound) == 0 {
+		return nil, err
+	}
+	d.mu.Lock()
+	var pinned map[string]int
+	if ls, ok := d.live[sandbox]; ok {
+		pinned = ls.pinned
+	}
+	d.mu.Unlock()
+	var env []string
+	for _, b := range bound {
+		if b.Binding.Target[0] == '/' || b.Revoked && b.Binding.Delivery != DeliverProxy {
+			continue // a revoked secret's placeholder is still given: the proxy refuses it
+		}
+		switch b.Binding.Delivery {
+		case DeliverProxy:
+			env = append(env, b.Binding.Target+"="+d.svc.Placeholder(owner, b.Secret, sandbox))
+		case DeliverEnv:
+			version := 0
+			if b.Binding.Scope == ScopeSandbox {
+				version = pinned[b.Secret]
+			}
+			v, err := d.svc.Value(ctx, owner, b.Secret, version)
+			if errors.Is(err, errdefs.ErrFailedPrecondition) {
+				continue // expired: nothing to deliver
+			}
+			if err != nil {
+				return nil, fmt.Errorf("deliver secret %q: %w", b.Secret, err)
+			}
+			env = append(env, b.Binding.Target+"="+string(v))
+			clear(v)
+		}
+	}
+	return env, nil
+}
+
+// refresh follows a change of owner's bindings or secrets (sandbox "" for every one
+// of owner's running sandboxes): the proxy's substitutions are rebuilt at once, and
+// the file of a binding that is gone, or of a revoked secret, is emptied in place.
+func (d *Delivery) refresh(owner, sandbox string) {
+	d.mu.Lock()
+	var ids []string
+	for id, ls := range d.live {
+		if ls.owner == owner && (sandbox == "" || sandbox == id) {
+			ids = append(ids, id)
+		}
+	}
+	d.mu.Unlock()
+	for _, id := range ids {
+		bound, err := d.svc.BindingsOf(context.Background(), owner, id)
+		if err != nil {
+			d.log.Warn("refresh a sandbox's secrets", "sandbox", id, "err", err)
+			continue
+		}
+		keep := map[string]bool{}
+		for _, b := range bound {
+			keep[b.Binding.ID] = !b.Revoked
+		}
+		d.mu.Lock()
+		ls, ok := d.live[id]
+		if !ok {
+			d.mu.Unlock()
+			continue
+		}
+		for bid, file := range ls.files {
+			if !keep[bid] {
+				os.Truncate(file, 0) // in place: the sandbox's mount sees it at once
+				delete(ls.files, bid)
+			}
+		}
+		for _, b := range bound {
+			if _, ok := ls.pinned[b.Secret]; !ok && !b.Revoked {
+				if sec, err := d.svc.Get(context.Background(), owner, b.Secret); err == nil {
+					ls.pinned[b.Secret] = sec.Versions[len(sec.Versions)-1].Version
+				}
+			}
+		}
+		ls.subs = d.substitutions(owner, id, ls.pinned, bound)
+		d.mu.Unlock()
+	}
+}
+
+// The binding record, named here for the HTTP edge.
+type Binding = store.SecretBinding
