@@ -30,7 +30,7 @@ test: deps runsc sdk-cross
 # cores busy, and timing-sensitive tests (output bounds, netlink under load) flaked
 # beside it on two cores.
 # The lifecycle, snapshot, persistence and network tests again, on runsc by default.
-RUNSC_TESTS = TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI
+RUNSC_TESTS = TestSecretsAndSessionCredential|TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI
 
 # The public Go SDK builds on every OS the SDK's users run.
 sdk-cross:

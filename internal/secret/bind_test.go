@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
 func TestBindRules(t *testing.T) {
@@ -148,5 +149,31 @@ func TestConcurrentRotateAndBind(t *testing.T) {
 			t.Errorf("version %d: %q, %v (a value twice, or lost)", v.Version, got, err)
 		}
 		seen[string(got)] = true
+	}
+}
+
+// BenchmarkValue is what the proxy pays per substituted request on top of the
+// substitution itself: reading the secret's record and opening its value.
+func BenchmarkValue(b *testing.B) {
+	dir := b.TempDir()
+	st, err := sqlite.Open(dir + "/db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	s, err := secret.Open(st, dir+"/secret.key")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: "gh", Type: "token", AllowedHosts: []string{"api.github.com"},
+		Value: []byte("ghp_" + strings.Repeat("x", 36))}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Value(ctx, "alice", "gh", 0); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
