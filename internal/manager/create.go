@@ -92,7 +92,8 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 
 	now := m.now()
 	sb := &store.Sandbox{
-		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
+		CreatedBy: creatorOf(ctx),
+		ID:        newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
 		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role,

@@ -236,6 +236,20 @@ func WithActor(ctx context.Context, identity string) context.Context {
 	return context.WithValue(ctx, actorKey{}, identity)
 }
 
+type creatorKey struct{}
+
+// WithCreator marks ctx as a call made by code inside sandbox id, with its session
+// credential: sandboxes it creates or forks record id as their CreatedBy.
+func WithCreator(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, creatorKey{}, id)
+}
+
+// creatorOf is the sandbox whose code made the call in ctx, if any.
+func creatorOf(ctx context.Context) string {
+	id, _ := ctx.Value(creatorKey{}).(string)
+	return id
+}
+
 // OwnerOf returns the owner of the sandbox with id.
 func (m *Manager) OwnerOf(ctx context.Context, id string) (string, error) {
 	sb, err := m.store.GetSandbox(ctx, id)

@@ -281,7 +281,8 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	}
 	now := m.now()
 	sb := &store.Sandbox{
-		ID: newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
+		CreatedBy: creatorOf(ctx),
+		ID:        newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
 		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, ForkedFrom: parent.ID, Network: parent.Network,

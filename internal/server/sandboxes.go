@@ -113,8 +113,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list))}
+	from := principal(r).Sandbox // code inside a sandbox sees only what it reaches
 	for _, sb := range list {
-		out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
+		if from == "" || reaches(from, sb) {
+			out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

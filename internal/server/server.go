@@ -128,6 +128,9 @@ func (s *Server) adapt(pattern string, perm auth.Permission, h handler) http.Han
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
 		err := permitted(r, perm)
+		if err == nil {
+			err = s.confine(r, pattern, perm)
+		}
 		if err == nil && mutating(r) && s.opts.AuditLog != nil {
 			err = s.opts.AuditLog.Healthy()
 		}
@@ -264,6 +267,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := manager.WithActor(context.WithValue(r.Context(), principalKey, p), p.Identity)
+	if p.Sandbox != "" {
+		ctx = manager.WithCreator(ctx, p.Sandbox)
+	}
 	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 

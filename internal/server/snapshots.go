@@ -76,6 +76,11 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if from := principal(r).Sandbox; from != "" && req.Snapshot != "" {
+		if err := s.reachSnapshot(r, from, req.Snapshot); err != nil {
+			return err
+		}
+	}
 	op, sb, err := s.m.Restore(r.Context(), c, r.PathValue("ref"), manager.RestoreRequest{Snapshot: req.Snapshot, NoSafety: req.NoSafetySnapshot})
 	return s.opResult(w, r, http.StatusOK, op, sb, err)
 }

@@ -169,6 +169,9 @@ type Sandbox struct {
 	Parent string `json:"parent,omitempty"`
 	// ForkedFrom is the sandbox this one was forked from.
 	ForkedFrom string `json:"forked_from,omitempty"`
+	// CreatedBy is the sandbox whose code created this one with its session credential;
+	// that code reaches only its own sandbox and the ones it created.
+	CreatedBy string `json:"created_by,omitempty"`
 	// Network is the sandbox's egress policy.
 	Network Network `json:"network"`
 	// Ports are the sandbox\'s exposed ports.

@@ -32,6 +32,7 @@ type FakeNode struct {
 	Manager  *manager.Manager
 	Auth     *auth.Service
 	AuditLog *audit.Chain
+	Server   *server.Server
 	Client   *client.Client
 
 	tokens map[string]string // owner -> token
@@ -85,6 +86,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	secrets := newSecrets(t, n.Store, dir)
 	n.Manager.SetSecrets(secrets, nil) // bindings are kept; delivery needs a tmpfs, so root
 	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: secrets}, log)
+	n.Server = srv
 	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
 	n.Addr, n.Client = addr, c
 	t.Cleanup(func() {
