@@ -129,18 +129,20 @@ func (a *tarArchive) stat(name string) (int64, error) {
 
 // layerSource is one layer of a plan: how to read its blob and what it must hash to.
 type layerSource struct {
-	diffID string // expected diff id; "" when the archive does not say
-	blob   string // expected digest of the blob as stored; "" when the archive does not say
-	size   int64  // stored bytes, for progress
-	open   func() (io.ReadCloser, int64, error)
+	diffID   string // expected diff id; "" when the archive does not say
+	blob     string // expected digest of the blob as stored; "" when the archive does not say
+	size     int64  // stored bytes: the most that is read of the blob, and progress
+	registry string // the registry a pulled blob comes from; "" for archives
+	open     func() (io.ReadCloser, int64, error)
 }
 
-// plan is what an archive holds, found before anything is unpacked.
+// plan is what an archive or a registry holds, found before anything is unpacked.
 type plan struct {
-	digest string // "" for a plain rootfs: the layer's diff id, known once unpacked
-	config Config
-	tag    string // the name the archive gives its image, if any
-	layers []layerSource
+	digest    string // "" for a plain rootfs: the layer's diff id, known once unpacked
+	reference string // the canonical registry reference of a pulled image
+	config    Config
+	tag       string // the name the archive gives its image, if any
+	layers    []layerSource
 }
 
 const (

@@ -9,8 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// collectLocked deletes layers and host skeletons no record references, and everything
-// in tmp. The caller holds meta.lock; it does nothing while any import runs.
+// collectLocked deletes layers and host skeletons that no record references and no
+// pending pull younger than pendingTTL keeps, the blob notes of deleted layers, older
+// pending records, and everything in tmp. The caller holds meta.lock; it does nothing
+// while any import or pull runs.
 func (s *Store) collectLocked() {
 	unlock, err := s.lock("gc.lock", unix.LOCK_EX|unix.LOCK_NB)
 	if err != nil {
@@ -34,6 +36,18 @@ func (s *Store) collectLocked() {
 			used["layers/"+hexOf(l)] = true
 		}
 	}
+	pending, stale, err := s.pendings()
+	if err != nil {
+		return
+	}
+	for _, p := range pending {
+		for _, l := range p.Layers {
+			used["layers/"+hexOf(l.DiffID)] = true
+		}
+	}
+	for _, path := range stale {
+		os.Remove(path)
+	}
 	for _, kind := range []string{"layers", "host"} {
 		ents, _ := os.ReadDir(s.path(kind))
 		for _, e := range ents {
@@ -42,11 +56,21 @@ func (s *Store) collectLocked() {
 			}
 		}
 	}
-	ents, _ := os.ReadDir(s.path("tmp"))
+	ents, _ := os.ReadDir(s.path("blobs"))
+	for _, e := range ents {
+		blob, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		if n, err := s.readBlobNote("sha256:" + blob); err != nil || !used["layers/"+hexOf(n.DiffID)] {
+			os.Remove(s.path("blobs", e.Name()))
+		}
+	}
+	ents, _ = os.ReadDir(s.path("tmp"))
 	for _, e := range ents {
 		os.RemoveAll(s.path("tmp", e.Name()))
 	}
-	for _, dir := range []string{s.dir, s.path("images")} {
+	for _, dir := range []string{s.dir, s.path("images"), s.path("blobs"), s.path("pending")} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), ".tmp-") {

@@ -3,11 +3,14 @@ package image
 import (
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// Limits bound what an import may cost the host. A zero field takes its default.
+// Limits bound what an import or a pull may cost the host. A zero field takes its
+// default.
 type Limits struct {
 	// Upload is the most bytes one uploaded archive may have; the HTTP edge enforces it.
 	Upload int64
@@ -19,13 +22,17 @@ type Limits struct {
 	// an import may give, checked once the stream has given ratioGrace bytes.
 	Ratio int64
 	// Quota is the most bytes of images one owner may keep (each image counted at its
-	// unpacked size); administrators are not held to it.
+	// unpacked size, and so is each layer a pull left pending); administrators are not
+	// held to it.
 	Quota int64
+	// RegistryTimeout is the longest a registry may take to accept a connection, to
+	// answer a request with its headers, or to send the next bytes of an answer.
+	RegistryTimeout time.Duration
 }
 
 // DefaultLimits are the limits of a store nobody configured.
 func DefaultLimits() Limits {
-	return Limits{Upload: 2 << 30, Unpacked: 8 << 30, Ratio: 100, Quota: 20 << 30}
+	return Limits{Upload: 2 << 30, Unpacked: 8 << 30, Ratio: 100, Quota: 20 << 30, RegistryTimeout: 30 * time.Second}
 }
 
 // withDefaults fills the zero fields of l from DefaultLimits.
@@ -43,6 +50,9 @@ func (l Limits) withDefaults() Limits {
 	if l.Quota <= 0 {
 		l.Quota = d.Quota
 	}
+	if l.RegistryTimeout <= 0 {
+		l.RegistryTimeout = d.RegistryTimeout
+	}
 	return l
 }
 
@@ -53,8 +63,10 @@ const ratioGrace = 4 << 20
 // tarEntryCost is what each layer entry costs beyond its contents: its header block.
 const tarEntryCost = 512
 
-// budget is the unpacked bytes an import may still write.
+// budget is the unpacked bytes an import may still write; the layers of a pull share
+// it from goroutines of their own.
 type budget struct {
+	mu          sync.Mutex
 	left, limit int64
 	quota       bool  // the limit is what the owner's quota leaves
 	used        int64 // with quota: the owner's usage when the import began
@@ -66,8 +78,11 @@ func (b *budget) charge(n int64) error {
 	if b == nil {
 		return nil
 	}
+	b.mu.Lock()
 	b.left -= n
-	if b.left >= 0 {
+	left := b.left
+	b.mu.Unlock()
+	if left >= 0 {
 		return nil
 	}
 	if b.quota {

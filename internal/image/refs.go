@@ -32,6 +32,9 @@ type ref struct {
 	Name   string `json:"name,omitempty"`
 	Digest string `json:"digest"`
 	Public bool   `json:"public,omitempty"`
+	// Reference is the registry reference the owner pulled the image from, kept here
+	// rather than in the shared record so that no owner learns another's.
+	Reference string `json:"reference,omitempty"`
 }
 
 // refTable is every ref of the store, as kept in refs.json.
@@ -229,8 +232,9 @@ func (s *Store) resolve(sc Scope, t *refTable, refStr string) (digest string, id
 	return "", -1, errdefs.NotFound("image %q not found", refStr)
 }
 
-// usage sums the sizes of the distinct images owner keeps privately, leaving out skip.
-func (s *Store) usage(t *refTable, owner, skip string) (int64, error) {
+// usage sums the sizes of the distinct images owner keeps privately, leaving out the
+// image skip, and of the layers its pending pulls keep, leaving out skipLayers.
+func (s *Store) usage(t *refTable, owner, skip string, skipLayers []string) (int64, error) {
 	var total int64
 	seen := map[string]bool{skip: true}
 	for _, r := range t.Refs {
@@ -246,6 +250,25 @@ func (s *Store) usage(t *refTable, owner, skip string) (int64, error) {
 			return 0, err
 		}
 		total += img.Size
+	}
+	pending, _, err := s.pendings()
+	if err != nil {
+		return 0, err
+	}
+	counted := map[string]bool{}
+	for _, l := range skipLayers {
+		counted[l] = true
+	}
+	for _, p := range pending {
+		if p.Owner != owner {
+			continue
+		}
+		for _, l := range p.Layers {
+			if !counted[l.DiffID] {
+				counted[l.DiffID] = true
+				total += l.Size
+			}
+		}
 	}
 	return total, nil
 }

@@ -1,41 +1,60 @@
 // Package image owns Airlock's image store: digest-pinned, read-only root filesystems
-// made of layers, the built-in host image, and the import of image archives (plain
-// rootfs tarballs, `docker save` archives, OCI image layouts). Each layer is unpacked
-// once, with its archive ownership (container-native, never shifted), into a directory
-// that every image and sandbox using it shares as an overlayfs lower dir.
+// made of layers, the built-in host image, the import of image archives (plain rootfs
+// tarballs, `docker save` archives, OCI image layouts), and the pull of images from OCI
+// registries. Each layer is unpacked once, with its archive ownership
+// (container-native, never shifted), into a directory that every image and sandbox
+// using it shares as an overlayfs lower dir.
 //
 // Images have owners. A name belongs to one owner (a private image, seen and changed
 // by that owner only) or is public (seen by every owner, published, replaced and
 // removed by administrators only); the host image is public and built in. A name
 // resolves to the caller's own image first, then to the public one, and a digest only
 // among the images the caller sees: another owner's private image is not found, just
-// like one that does not exist.
+// like one that does not exist. The registry reference an image was pulled from is
+// kept with the owner's name, never in the record owners share.
 //
 // Hostile surfaces it guards: every archive is hostile (written by any owner, and by
-// whatever ran in the sandbox that produced it), and so is every name and digest another
-// owner chooses. An import never writes outside its layer directory (no absolute or
-// climbing names, no link followed, no hard link out of the layer, no device nodes, no
+// whatever ran in the sandbox that produced it), so is every registry and all it sends
+// (a reference names any host), and so is every name and digest another owner chooses.
+// An import or pull never writes outside its layer directory (no absolute or climbing
+// names, no link followed, no hard link out of the layer, no device nodes, no
 // trusted.* or security.* xattrs); it is held to the node's limits on unpacked bytes and
 // on the compression ratio, checked while it unpacks, and to its owner's quota; it never
 // replaces or reveals another owner's image; and it reuses an unpacked layer only when
-// an image its owner sees already has it, so naming a layer's digest never grants its
-// data. The upload size limit (Limits.Upload) is enforced by the HTTP edge.
+// an image its owner sees already has it (or, for a pull, when the owner's own earlier
+// attempt unpacked it, or the registry the blob was verified from confirms to the
+// owner's credentials that it serves it), so naming a layer's digest never grants its
+// data. A pull checks every manifest, config and blob against its digest and every
+// layer against its diff id while it streams, reads no more of a blob than the manifest
+// says, speaks plain http only when asked to, and gives up on a registry that stays
+// silent for Limits.RegistryTimeout. The upload size limit (Limits.Upload) is enforced
+// by the HTTP edge.
 //
 // The store lives in one directory and keeps its metadata in plain files written
 // temp+rename, so a crash never leaves a half record:
 //
-//	<dir>/images/<hex>.json  one record per image, by digest (shared by every owner's refs)
-//	<dir>/refs.json          (owner, name, visibility) -> digest
-//	<dir>/names.json         name -> digest, from versions without owners; read as
-//	                         private images of LegacyOwner and replaced by refs.json
-//	<dir>/layers/<hex>/      an unpacked layer, by diff id
-//	<dir>/host/<hex>/        the host image's generated skeleton, by image digest
-//	<dir>/tmp/               imports in progress; emptied when no import runs
-//	<dir>/meta.lock          held to change refs or records
-//	<dir>/gc.lock            shared by imports, exclusive to delete layers
+//	<dir>/images/<hex>.json   one record per image, by digest (shared by every owner's refs)
+//	<dir>/refs.json           (owner, name, visibility) -> digest, and the reference pulled
+//	<dir>/names.json          name -> digest, from versions without owners; read as
+//	                          private images of LegacyOwner and replaced by refs.json
+//	<dir>/layers/<hex>/       an unpacked layer, by diff id
+//	<dir>/blobs/<hex>.json    a pulled layer blob, by digest: the diff id it was verified
+//	                          to unpack to, and the registries it was verified from
+//	<dir>/pending/<hex>.json  a pull that has not succeeded: owner, reference, when, and
+//	                          the layers it unpacked, kept for a retry
+//	<dir>/host/<hex>/         the host image's generated skeleton, by image digest
+//	<dir>/tmp/                imports and pulls in progress; emptied when none runs
+//	<dir>/meta.lock           held to change refs or records
+//	<dir>/gc.lock             shared by imports and pulls, exclusive to delete layers
 //
-// A layer stays while any record uses it, and a record while any owner's ref points at
-// it or a sandbox runs on it.
+// A layer stays while any record uses it or a pending pull younger than a day keeps
+// it, and a record while any owner's ref points at it or a sandbox runs on it.
+//
+// Files: store.go (records, names, removal), refs.go (owners' refs), import.go
+// (archives) and archive.go (their formats), pull.go (registries) and registry.go (the
+// go-containerregistry client), install.go (what imports and pulls share: locking,
+// budgets, fetching and verifying a layer, commit), unpack.go (the layer unpacker and
+// its guards), limits.go, pending.go (pending pulls, blob notes), gc.go, host.go.
 //
 // The package must not mount anything, touch sandboxes' upper layers, or know about the
 // state of sandboxes beyond the callbacks it is given.
@@ -86,6 +105,10 @@ type Image struct {
 	Size    int64     `json:"size"`             // unpacked bytes
 	Created time.Time `json:"created"`
 	Builtin bool      `json:"builtin"`
+	// Reference is the canonical registry reference the image was pulled from under
+	// Name ("index.docker.io/library/python:3.12-slim"); "" when it was imported. Like
+	// Name it comes from the ref, never from the record every owner's refs share.
+	Reference string `json:"reference,omitempty"`
 	// Owner and Public say whose name Name is: an owner's private image, or one every
 	// owner sees. Records keep neither; they come from the ref the image was found by.
 	Owner  string `json:"-"`
@@ -101,6 +124,14 @@ type Progress func(phase string, done, total int64)
 type Store struct {
 	dir    string
 	limits atomic.Pointer[Limits]
+	clock  func() time.Time // nil: time.Now; tests move it to age pending pulls
+}
+
+func (s *Store) now() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now()
 }
 
 // SetLimits sets the limits imports are held to; zero fields take DefaultLimits.
@@ -125,7 +156,7 @@ func Open(dir string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir}
-	for _, d := range []string{dir, s.path("images"), s.path("layers"), s.path("host"), s.path("tmp")} {
+	for _, d := range []string{dir, s.path("images"), s.path("layers"), s.path("host"), s.path("tmp"), s.path("blobs"), s.path("pending")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -197,7 +228,9 @@ func (s *Store) ByDigest(digest string) (*Image, error) {
 	return s.readRecord(digest)
 }
 
-func (img *Image) setRef(r ref) { img.Name, img.Owner, img.Public = r.Name, r.Owner, r.Public }
+func (img *Image) setRef(r ref) {
+	img.Name, img.Owner, img.Public, img.Reference = r.Name, r.Owner, r.Public, r.Reference
+}
 
 // List returns the images sc sees: one entry per ref of its own (named, or kept by
 // digest after its name moved on) and per public ref. An administrator also sees the
@@ -393,7 +426,7 @@ func (s *Store) writeRecord(img *Image) error {
 		return nil
 	}
 	c := *img
-	c.Name, c.Owner, c.Public = "", "", false
+	c.Name, c.Owner, c.Public, c.Reference = "", "", false, ""
 	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return err

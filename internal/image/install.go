@@ -1,0 +1,420 @@
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// admit checks what every import and pull must be before it does anything: an owner,
+// publishing only by an administrator, and a valid name (when one is given).
+func admit(sc Scope, public bool, name, verb string) error {
+	if sc.Owner == "" {
+		return errdefs.Invalid("an image %s needs an owner", verb)
+	}
+	if public && !sc.Admin {
+		return publicOnly("publish", name)
+	}
+	if name != "" {
+		return validName(name)
+	}
+	return nil
+}
+
+// wrapErr says what failed before err's message, keeping its class and details: the
+// client sees which image and which layer an error is about.
+func wrapErr(err error, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		return &errdefs.Error{Class: e.Class, Msg: what + ": " + e.Msg, Details: e.Details, Cause: e.Cause}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// installer is one import or pull between its plan and its commit. It holds gc.lock
+// shared for its whole life, so no layer it may reuse is collected under it. Its
+// methods are safe for concurrent use.
+type installer struct {
+	s     *Store
+	sc    Scope
+	lim   Limits
+	work  string          // a directory of its own under tmp/, removed when it ends
+	known map[string]bool // layers sc may reuse: those of the images it sees and of its pending pulls
+	bud   *budget
+	seq   atomic.Int64
+}
+
+// install is what Import and Pull share. Under gc.lock shared and in a work directory
+// of its own, open plans the image, fetch makes sure the plan's layers are unpacked
+// (through in.fetchLayer, or reusing what in.have) and returns their diff ids, lowest
+// first, and commit names the image req.Name (when "", the name the plan gives it) for
+// sc. After a failure, or once commit dropped the image the name pointed to, it
+// collects the layers that no record and no pending pull keeps.
+func (s *Store) install(ctx context.Context, sc Scope, req ImportRequest,
+	open func(in *installer) (*plan, func(), error),
+	fetch func(ctx context.Context, in *installer, pl *plan) ([]string, error),
+) (_ *Image, retErr error) {
+	lim := s.Limits()
+	// Held shared for the whole install: no layer is deleted while one may be about to use it.
+	unlockGC, err := s.lock("gc.lock", unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp(s.path("tmp"), "import-")
+	if err != nil {
+		unlockGC()
+		return nil, err
+	}
+	dropped := false // commit deleted the record of the image the name pointed to
+	defer func() {
+		os.RemoveAll(work)
+		unlockGC()
+		if retErr != nil || dropped {
+			// Layers this install added (or the dropped image had) are unreferenced now,
+			// unless a pending pull keeps them; collect them unless another install runs
+			// (which may be about to use them; a later collection gets them).
+			if unlock, err := s.lock("meta.lock", unix.LOCK_EX); err == nil {
+				s.collectLocked()
+				unlock()
+			}
+		}
+	}()
+	in := &installer{s: s, sc: sc, lim: lim, work: work}
+	if in.known, in.bud, err = s.importState(sc, lim); err != nil {
+		return nil, err
+	}
+	pl, closeSrc, err := open(in)
+	if err != nil {
+		return nil, err
+	}
+	defer closeSrc()
+	name := req.Name
+	if name == "" {
+		if pl.tag == "" {
+			return nil, errdefs.Invalid("an image name is required: the archive does not name its image")
+		}
+		if err := validName(pl.tag); err != nil {
+			return nil, errdefs.Invalid("the archive names its image %q, which is not a valid name; give one", pl.tag)
+		}
+		name = pl.tag
+	}
+	ids, err := fetch(ctx, in, pl)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	img := &Image{Digest: pl.digest, Reference: pl.reference, Layers: ids, Config: pl.config, Created: time.Now().UTC()}
+	for _, id := range ids {
+		img.Size += dirSize(s.path("layers", hexOf(id)))
+	}
+	if img.Digest == "" {
+		img.Digest = img.Layers[0]
+	}
+	img, dropped, err = s.commit(sc, img, name, req, lim)
+	return img, err
+}
+
+// importState returns the layers sc may reuse (those of the images it sees, and those
+// its own pending pulls unpacked) and the unpack budget of its install: the node's
+// limit, or what sc's quota leaves if less.
+func (s *Store) importState(sc Scope, lim Limits) (map[string]bool, *budget, error) {
+	t, err := s.readRefs()
+	if err != nil {
+		return nil, nil, err
+	}
+	known := map[string]bool{}
+	for d := range t.visibleDigests(sc) {
+		img, err := s.readRecord(d)
+		if err != nil {
+			continue // removed meanwhile: nothing to reuse
+		}
+		for _, l := range img.Layers {
+			known[l] = true
+		}
+	}
+	pending, _, err := s.pendings()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range pending {
+		if p.Owner == sc.Owner {
+			for _, l := range p.Layers {
+				known[l.DiffID] = true
+			}
+		}
+	}
+	bud := &budget{left: lim.Unpacked, limit: lim.Unpacked, owner: sc.Owner}
+	if !sc.Admin {
+		used, err := s.usage(t, sc.Owner, "", nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if left := lim.Quota - used; left < bud.left {
+			bud.left, bud.limit, bud.quota, bud.used = max(left, 0), max(left, 0), true, used
+			if left <= 0 {
+				return nil, nil, quotaError(sc.Owner, used, lim.Quota)
+			}
+		}
+	}
+	return known, bud, nil
+}
+
+// commit records img (unless its digest is already known) and points sc's name at it,
+// within sc's quota. The image the name pointed to before is deleted when nothing else
+// names it and req.Users says no sandbox runs on it (dropped reports it; the caller
+// collects its layers); otherwise sc keeps it by digest.
+func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim Limits) (_ *Image, dropped bool, _ error) {
+	unlock, err := s.lock("meta.lock", unix.LOCK_EX)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	t, err := s.readRefs()
+	if err != nil {
+		return nil, false, err
+	}
+	if !sc.Admin {
+		used, err := s.usage(t, sc.Owner, img.Digest, img.Layers)
+		if err != nil {
+			return nil, false, err
+		}
+		if used+img.Size > lim.Quota {
+			return nil, false, quotaError(sc.Owner, used, lim.Quota)
+		}
+	}
+	r := ref{Owner: sc.Owner, Name: name, Digest: img.Digest, Public: req.Public, Reference: img.Reference}
+	created := false
+	if old, err := s.readRecord(img.Digest); err == nil {
+		img = old
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return nil, false, err
+	} else if err := s.writeRecord(img); err != nil {
+		return nil, false, err
+	} else {
+		created = true
+	}
+	var prev ref
+	// The owner's unnamed ref to this image, if any, is now its name.
+	rest := &refTable{}
+	for _, o := range t.Refs {
+		if o.Name == "" && !o.Public && o.Owner == sc.Owner && o.Digest == img.Digest {
+			continue
+		}
+		rest.Refs = append(rest.Refs, o)
+	}
+	t = rest
+	if i := t.find(sc.Owner, name, req.Public); i >= 0 {
+		prev = t.Refs[i]
+		t.Refs[i] = r
+	} else {
+		t.Refs = append(t.Refs, r)
+	}
+	sweep := false
+	if prev.Digest != "" && prev.Digest != img.Digest && !t.pointsAt(prev.Digest) {
+		if req.Users != nil && len(req.Users(prev.Digest)) == 0 {
+			sweep = true
+		} else {
+			t.Refs = append(t.Refs, ref{Owner: sc.Owner, Digest: prev.Digest, Reference: prev.Reference})
+		}
+	}
+	if err := s.writeRefs(t); err != nil {
+		if created {
+			os.Remove(s.recordPath(img.Digest))
+		}
+		return nil, false, err
+	}
+	if sweep {
+		dropped = os.Remove(s.recordPath(prev.Digest)) == nil
+	}
+	img.setRef(r)
+	return img, dropped, nil
+}
+
+// have reports whether the layer diffID is unpacked and sc may reuse it as it is.
+func (in *installer) have(diffID string) bool {
+	if diffID == "" || !in.known[diffID] {
+		return false
+	}
+	_, err := os.Lstat(in.s.path("layers", hexOf(diffID)))
+	return err == nil
+}
+
+// fetchLayer makes sure the layer l is unpacked under layers/ and returns its diff id.
+// It unpacks into a new directory under the work dir, checks the digests of what it
+// read, and renames the result into place; if another install got there first, the
+// existing directory is kept. It reads no more than l.size bytes of the blob.
+//
+// An existing layer is reused only when in.have it (an image sc sees, or a pull of
+// sc's, has it); any other layer is unpacked and checked, so a layer's data is never
+// granted for naming its digest. The budget and limits bound what it may unpack. A
+// blob pulled from a registry is noted once verified (see noteBlob).
+func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress) (string, error) {
+	if in.have(l.diffID) {
+		pr.add(l.size)
+		return l.diffID, nil
+	}
+	rc, _, err := l.open()
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	tmp := filepath.Join(in.work, fmt.Sprintf("layer-%d", in.seq.Add(1)))
+	blobHash, diffHash := sha256.New(), sha256.New()
+	src := &countingReader{ctx: ctx, r: rc, pr: pr, max: l.size}
+	if err := in.unpackBlob(ctx, src, blobHash, diffHash, tmp); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		if src.err == nil {
+			return "", err
+		}
+		// The blob stream failed, which is the cause, unless it gave all the bytes the
+		// manifest says and they are not the blob it names.
+		if got := sumOf(blobHash); l.blob != "" && src.n == l.size && got != l.blob {
+			return "", blobMismatch(got, l.blob)
+		}
+		return "", src.err
+	}
+	if got := sumOf(blobHash); l.blob != "" && got != l.blob {
+		return "", blobMismatch(got, l.blob)
+	}
+	id := sumOf(diffHash)
+	if l.diffID != "" && id != l.diffID {
+		return "", errdefs.Invalid("layer has diff id %s, the image config says %s", id, l.diffID)
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", err
+	}
+	err = os.Rename(tmp, in.s.path("layers", hexOf(id)))
+	if err != nil && !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENOTEMPTY) {
+		return "", err
+	}
+	if l.registry != "" && l.blob != "" {
+		// Only an optimisation for later pulls: without the note they download the blob.
+		_ = in.s.noteBlob(l.blob, id, l.registry)
+	}
+	return id, nil
+}
+
+// unpackBlob unpacks the layer blob src into tmp, hashing the blob into blobHash and
+// the tar stream into diffHash, and reads the blob to its end.
+func (in *installer) unpackBlob(ctx context.Context, src *countingReader, blobHash, diffHash hash.Hash, tmp string) error {
+	br := bufio.NewReaderSize(io.TeeReader(src, blobHash), 1<<20)
+	stream, err := decompress(br)
+	if err != nil {
+		return err
+	}
+	tarStream := io.TeeReader(&inflateGuard{r: stream, in: &src.n, max: in.lim.Unpacked, ratio: in.lim.Ratio, what: "a layer"}, diffHash)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := unpackLayer(ctx, tarStream, tmp, in.bud); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, tarStream); err != nil {
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			return err
+		}
+		return errdefs.Invalid("layer data is corrupt: %v", err)
+	}
+	_, err = io.Copy(io.Discard, br)
+	return err
+}
+
+func blobMismatch(got, want string) error {
+	return errdefs.Invalid("layer blob has digest %s, the manifest says %s", got, want)
+}
+
+func sumOf(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
+
+// decompress returns the tar stream in r, gunzipping it when it is gzip-compressed.
+func decompress(r *bufio.Reader) (io.Reader, error) {
+	magic, _ := r.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, gzipMagic):
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, errdefs.Invalid("layer is not valid gzip: %v", err)
+		}
+		return zr, nil
+	case bytes.HasPrefix(magic, zstdMagic):
+		return nil, errdefs.Invalid("zstd-compressed layers are not supported")
+	}
+	return r, nil
+}
+
+// syncDir flushes the file system holding dir, so a renamed layer is complete on disk.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}
+
+// progress throttles reports to one per MiB.
+type progress struct {
+	fn                 Progress
+	phase              string
+	done, total, shown int64
+}
+
+func (p *progress) add(n int64) {
+	p.done += n
+	if p.done-p.shown >= 1<<20 {
+		p.report()
+	}
+}
+
+func (p *progress) report() {
+	if p.fn != nil {
+		p.fn(p.phase, p.done, p.total)
+	}
+	p.shown = p.done
+}
+
+// countingReader counts and reports bytes read, stops when ctx ends, refuses more than
+// max bytes (when max > 0), and keeps the first error its source gave (err).
+type countingReader struct {
+	ctx context.Context
+	r   io.Reader
+	pr  *progress
+	max int64
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	c.pr.add(int64(n))
+	if c.max > 0 && c.n > c.max {
+		err = errdefs.Invalid("the layer blob is larger than the %d bytes the image says it has", c.max)
+	}
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
