@@ -323,6 +323,39 @@ type Image struct {
 	// Visibility is VisibilityPrivate (only Owner sees and uses it) or VisibilityPublic
 	// (every owner does; only administrators change it).
 	Visibility string `json:"visibility"`
+	// Reference is the registry reference a pulled image came from; empty for others.
+	Reference string `json:"reference,omitempty"`
+}
+
+// Pull policies: when create, run and image pull fetch an image from its registry.
+const (
+	PullAlways  = "always"  // every time, so a moved tag is followed
+	PullMissing = "missing" // only when no image of the name is here
+	PullNever   = "never"   // never: the image must be here
+)
+
+// PullRequest is the body of POST /v1/images/pull.
+type PullRequest struct {
+	Ref        string `json:"ref"`                  // "python:3.12-slim", "ghcr.io/o/r:tag", "host:5000/x@sha256:..."
+	Name       string `json:"name,omitempty"`       // the local name (default: ref as given)
+	Visibility string `json:"visibility,omitempty"` // private (default) or public (administrators)
+	Policy     string `json:"policy,omitempty"`     // always (default) or missing
+	Username   string `json:"username,omitempty"`   // per-pull credentials (default: the node's docker config.json)
+	Password   string `json:"password,omitempty"`
+}
+
+// PullEvent is one line of the NDJSON stream that answers POST /v1/images/pull: a
+// layer's progress, then the image, or an error.
+type PullEvent struct {
+	Status string `json:"status,omitempty"` // resolving, present, downloading, cached, verifying, done, complete
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"` // the layer's blob digest
+	Layer  int    `json:"layer,omitempty"`  // 1-based
+	Layers int    `json:"layers,omitempty"`
+	Done   int64  `json:"done,omitempty"`
+	Total  int64  `json:"total,omitempty"`
+	Image  *Image `json:"image,omitempty"`
+	Error  *Error `json:"error,omitempty"`
 }
 
 // Image visibilities.

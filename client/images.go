@@ -63,25 +63,39 @@ func (c *Client) importImage(ctx context.Context, query url.Values, r io.Reader,
 		return nil, err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev api.ImportEvent
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("image import: %w: %w", errNoResult, io.ErrUnexpectedEOF)
-			}
-			return nil, fmt.Errorf("image import: read stream: %w", err)
-		}
+	var img *api.Image
+	err = readEvents(ctx, resp.Body, "image import", func(ev api.ImportEvent) (bool, error) {
 		switch {
 		case ev.Error != nil:
-			return nil, streamError(ev.Error)
+			return true, streamError(ev.Error)
 		case ev.Image != nil:
-			return ev.Image, nil
+			img = ev.Image
+			return true, nil
 		case p != nil:
 			p.event(ev)
+		}
+		return false, nil
+	})
+	return img, err
+}
+
+// readEvents decodes the NDJSON events that answer a long call (what) until next says
+// one ended it.
+func readEvents[E any](ctx context.Context, r io.Reader, what string, next func(E) (bool, error)) error {
+	dec := json.NewDecoder(r)
+	for {
+		var ev E
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("%s: %w: %w", what, errNoResult, io.ErrUnexpectedEOF)
+			}
+			return fmt.Errorf("%s: read stream: %w", what, err)
+		}
+		if done, err := next(ev); done || err != nil {
+			return err
 		}
 	}
 }
@@ -131,4 +145,28 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		c.p.sent(n)
 	}
 	return n, err
+}
+
+// PullImage pulls an image from its registry into the daemon's store; progress, if not
+// nil, sees each layer's steps as the daemon reports them.
+func (c *Client) PullImage(ctx context.Context, req api.PullRequest, progress func(api.PullEvent)) (*api.Image, error) {
+	resp, err := c.send(ctx, request{method: http.MethodPost, path: "/v1/images/pull", in: req})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var img *api.Image
+	err = readEvents(ctx, resp.Body, "image pull", func(ev api.PullEvent) (bool, error) {
+		switch {
+		case ev.Error != nil:
+			return true, streamError(ev.Error)
+		case ev.Image != nil:
+			img = ev.Image
+			return true, nil
+		case progress != nil:
+			progress(ev)
+		}
+		return false, nil
+	})
+	return img, err
 }

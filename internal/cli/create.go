@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 )
 
 var createVerb = &verb{
@@ -18,6 +20,7 @@ Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o jso
 // limitFlags are the resource flags create and run share.
 type limitFlags struct {
 	image     string
+	pull      string
 	runtime   string
 	role      string
 	cpu       float64
@@ -31,7 +34,8 @@ type limitFlags struct {
 
 func (l *limitFlags) register(c *cmd, all bool) {
 	l.env = kvFlag{}
-	c.fs.StringVar(&l.image, "image", "", "image `IMG`, by name or digest (default host)")
+	c.fs.StringVar(&l.image, "image", "", "image `IMG`: a name, a digest or a registry reference such as python:3.12-slim (default host)")
+	c.fs.StringVar(&l.pull, "pull", api.PullMissing, "pull the image from its registry: always, missing or never")
 	c.fs.StringVar(&l.runtime, "runtime", "", "runtime `NAME` to run the sandbox (default the node's; airlock status lists them)")
 	c.fs.StringVar(&l.role, "role", "", "the one role `R` the sandbox acts with, one of yours (default: all of yours)")
 	c.fs.Float64Var(&l.cpu, "cpu", 0, "CPU limit in cores: `N`, fractions allowed")
@@ -57,6 +61,23 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 		Env:     l.env.orNil(),
 		Network: l.net.policy(),
 	}, nil
+}
+
+// pullFirst pulls the image from its registry before a create, as the --pull policy
+// says, with progress on stderr; the host image and digests are never pulled.
+func (l *limitFlags) pullFirst(c *cmd, cl *client.Client) error {
+	switch l.pull {
+	case api.PullAlways, api.PullMissing:
+	case api.PullNever:
+		return nil
+	default:
+		return usagef("invalid --pull %q: always, missing or never", l.pull)
+	}
+	if l.image == "" || l.image == "host" || strings.HasPrefix(l.image, "sha256:") {
+		return nil
+	}
+	_, err := c.pull(cl, api.PullRequest{Ref: l.image, Policy: l.pull})
+	return err
 }
 
 func runCreate(c *cmd, args []string) error {
@@ -94,6 +115,9 @@ func runCreate(c *cmd, args []string) error {
 	}
 	cl, err := c.client()
 	if err != nil {
+		return err
+	}
+	if err := lim.pullFirst(c, cl); err != nil {
 		return err
 	}
 	opts := c.callOpts(*key, 0)

@@ -29,15 +29,12 @@ func runGet(c *cmd, args []string) error {
 }
 
 func sandboxFields(sb *api.Sandbox) [][2]string {
-	image := sb.Image
-	if sb.ImageDigest != "" {
-		image += " (" + shortDigest(sb.ImageDigest) + ")"
-	}
 	f := [][2]string{
 		{"name", sb.Name},
 		{"id", sb.ID},
 		{"state", sb.State},
-		{"image", image},
+		{"image", sb.Image},
+		{"image digest", orNone(sb.ImageDigest)}, // what it runs, however the name moves
 		{"runtime", sb.Runtime},
 		{"role", orNone(sb.Role)},
 		{"generation", strconv.FormatInt(sb.Generation, 10)},

@@ -54,6 +54,9 @@ func runRun(c *cmd, args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
+	if err := lim.pullFirst(c, cl); err != nil {
+		return err
+	}
 	resp, err := cl.Create(c.ctx, create, client.WithIdempotencyKey(name))
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) && apiErr.Status < 500 {
@@ -102,6 +105,9 @@ func runDetached(c *cmd, lim *limitFlags, command []string, name string, idle ti
 	create.IdleSuspend = idle.String()
 	cl, err := c.client()
 	if err != nil {
+		return err
+	}
+	if err := lim.pullFirst(c, cl); err != nil {
 		return err
 	}
 	resp, err := cl.Create(c.ctx, create, client.WithIdempotencyKey(name))

@@ -80,6 +80,12 @@ type Images struct {
 	// its unpacked size (default 20GiB). The node's administrators (the unix socket)
 	// are not held to it.
 	OwnerQuota string `yaml:"owner_quota"`
+	// InsecureRegistries are registries ("host" or "host:port") pulled from over plain
+	// http and allowed on loopback or private addresses, such as a registry on the node's
+	// own network. Every other registry is reached over https on public addresses only:
+	// a reference is an owner's choice, and the daemon never dials where it says
+	// without this list's leave.
+	InsecureRegistries []string `yaml:"insecure_registries"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and

@@ -97,6 +97,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
+	mcfg.InsecureRegistries = cfg.Images.InsecureRegistries
 	mcfg.Audit.Rate, mcfg.Audit.Burst, mcfg.Audit.Queue = cfg.Audit.Rate, cfg.Audit.Burst, cfg.Audit.Queue
 	mcfg.Audit.Coalesce = set.AuditCoalesce
 	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox

@@ -87,6 +87,14 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	if err != nil {
 		return nil, err
 	}
+	if req.UID == nil {
+		// The image's user, when its config names one; the caller's uid wins.
+		if img, ierr := m.images.ByDigest(sb.ImageDigest); ierr == nil {
+			if req.UID, req.GID, err = m.imageUser(img); err != nil {
+				return nil, err
+			}
+		}
+	}
 	spec := agentproto.ExecSpec{
 		Argv: req.Argv, Shell: req.Shell, Env: env, Cwd: req.Cwd,
 		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,

@@ -67,6 +67,10 @@ type Config struct {
 	// EventMaxAge is how long any event is kept (0: forever).
 	EventsPerSandbox int
 	EventMaxAge      time.Duration
+	// InsecureRegistries are the registries ("host" or "host:port") pulled from over
+	// plain http and on loopback or private addresses; every other registry is reached
+	// over https at public addresses only.
+	InsecureRegistries []string
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
@@ -105,8 +109,9 @@ type Manager struct {
 	images         *image.Store
 	snaps          *snapshot.Store
 	net            Network
-	secrets        *secret.Service  // nil: no secrets
-	delivery       *secret.Delivery // nil: secrets are not delivered
+	users          map[string][2]uint32 // image digest -> the uid and gid its config's user names
+	secrets        *secret.Service      // nil: no secrets
+	delivery       *secret.Delivery     // nil: secrets are not delivered
 
 	closePort PortCloser
 	log       *slog.Logger
@@ -141,7 +146,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
-		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), users: map[string][2]uint32{},
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})
 	return m

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -20,7 +21,7 @@ func toAPIImage(img *manager.Image) api.Image {
 		vis = api.VisibilityPublic
 	}
 	return api.Image{Name: img.Name, Digest: img.Digest, Layers: len(img.Layers), Size: img.Size, Created: img.Created,
-		Builtin: img.Builtin, Owner: img.Owner, Visibility: vis}
+		Builtin: img.Builtin, Owner: img.Owner, Visibility: vis, Reference: img.Reference}
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
@@ -105,6 +106,67 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) error {
 	}
 	ai := toAPIImage(img)
 	emit(api.ImportEvent{Image: &ai})
+	return nil
+}
+
+// pullImage pulls an image from its registry, answering a stream of progress events
+// (one per layer step) that ends with the image or an error.
+func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
+	var req api.PullRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	public := false
+	switch req.Visibility {
+	case "", api.VisibilityPrivate:
+	case api.VisibilityPublic:
+		public = true
+	default:
+		return errdefs.Invalid("invalid visibility %q: use private or public", req.Visibility)
+	}
+	switch req.Policy {
+	case "", api.PullAlways, api.PullMissing:
+	default:
+		return errdefs.Invalid("invalid pull policy %q: always or missing (never pulls nothing)", req.Policy)
+	}
+	c := manager.Call{Owner: owner(r), Admin: isAdmin(r)}
+	if err := s.m.MayImport(c, public); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	var mu sync.Mutex // layers report from goroutines of their own
+	emit := func(ev api.PullEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		enc.Encode(ev)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	last := map[int]int64{}
+	img, err := s.m.PullImage(r.Context(), c, manager.PullRequest{Ref: req.Ref, Name: req.Name, Public: public,
+		Missing: req.Policy == api.PullMissing, Username: req.Username, Password: req.Password}, func(ev manager.PullEvent) {
+		mu.Lock()
+		// About fifty updates a layer are plenty for a progress bar.
+		skip := ev.Status == "downloading" && ev.Total > 0 && ev.Done != ev.Total && (ev.Done-last[ev.Layer])*50 < ev.Total
+		if !skip {
+			last[ev.Layer] = ev.Done
+		}
+		mu.Unlock()
+		if !skip {
+			emit(api.PullEvent{Status: ev.Status, Ref: ev.Ref, Digest: ev.Digest, Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total})
+		}
+	})
+	if err != nil {
+		_, e := s.apiError(r, err)
+		emit(api.PullEvent{Error: &e})
+		return nil
+	}
+	ai := toAPIImage(img)
+	emit(api.PullEvent{Status: "complete", Image: &ai})
 	return nil
 }
 

@@ -42,6 +42,8 @@ type FakeNode struct {
 type FakeOptions struct {
 	Version string   // what /v1/status reports (default "test")
 	Owners  []string // owners who reach the node over TCP with a token of their own
+	// Config, if set, adjusts the manager's configuration.
+	Config func(*manager.Config)
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -66,6 +68,9 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	}
 	cfg := manager.DefaultConfig()
 	cfg.DefaultLimits.Disk = 0 // the fake has no disk to cap
+	if opts.Config != nil {
+		opts.Config(&cfg)
+	}
 	n.Manager = manager.New(cfg, n.Store, n.Driver, images, log)
 	snaps, err := snapshot.Open(filepath.Join(dir, "snapshots"))
 	if err != nil {

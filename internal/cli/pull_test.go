@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestImagePull pulls from a registry on loopback: one line a layer off a terminal,
+// the image in the table, --pull missing on create fetches nothing again, and a bad
+// --pull is a usage error.
+func TestImagePull(t *testing.T) {
+	reg := httptest.NewServer(registry.New())
+	defer reg.Close()
+	host := strings.TrimPrefix(reg.URL, "http://")
+	img, err := random.Image(4096, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := host + "/demo/app:1"
+	r, _ := name.ParseReference(ref, name.Insecure)
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.InsecureRegistries = []string{host} }})}
+
+	out, errOut, err := n.run(bg, "", "image", "pull", ref)
+	wantExit(t, err, 0)
+	wantContains(t, "image pull", out, ref, shortDigest(d.String()))
+	if strings.Count(errOut, "\n") != 2 || !strings.Contains(errOut, "layer 1/2") || !strings.Contains(errOut, "layer 2/2") {
+		t.Errorf("progress off a terminal = %q, want one line a layer", errOut)
+	}
+	out, errOut, err = n.run(bg, "", "create", "box", "--image", ref)
+	wantExit(t, err, 0)
+	wantContains(t, "create --pull missing", errOut, "is here already")
+	wantContains(t, "get shows the digest", n.must(t, "get", "box"), ref, d.String())
+
+	_, errOut, err = n.run(bg, "", "create", "box2", "--image", ref, "--pull", "sometimes")
+	wantExit(t, err, 2)
+	wantContains(t, "a bad --pull", errOut, "always, missing or never")
+	_, errOut, err = n.run(bg, "", "image", "pull", "Not A Reference")
+	wantExit(t, err, 1)
+	wantContains(t, "a bad reference", errOut, "(invalid_argument)")
+}

@@ -1,0 +1,108 @@
+package manager
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+)
+
+// An image's config may name the user its processes run as ("1000", "1000:1000",
+// "app", "app:staff"): executions that name no uid of their own run as it. Names are
+// looked up in the image's own /etc/passwd and /etc/group, read from its layers through
+// an os.Root each (a layer is an owner's archive: a symlink in it never leads out).
+
+// maxAccountFile bounds how much of an image's passwd or group file is read.
+const maxAccountFile = 1 << 20
+
+// imageUser returns the uid and gid an image's config names, or nil for root (no user).
+func (m *Manager) imageUser(img *image.Image) (uid, gid *uint32, err error) {
+	spec := img.Config.User
+	if spec == "" {
+		return nil, nil, nil
+	}
+	m.mu.Lock()
+	ids, ok := m.users[img.Digest]
+	m.mu.Unlock()
+	if ok {
+		return &ids[0], &ids[1], nil
+	}
+	user, group, _ := strings.Cut(spec, ":")
+	layers := m.images.LayerDirs(img)
+	u, ug, err := lookupID(layers, "etc/passwd", user, 2, 3)
+	if err != nil {
+		return nil, nil, errdefs.Precondition("the image %s runs as user %q: %v", img.Name, spec, err)
+	}
+	g := ug
+	if group != "" {
+		if g, _, err = lookupID(layers, "etc/group", group, 2, -1); err != nil {
+			return nil, nil, errdefs.Precondition("the image %s runs as user %q: %v", img.Name, spec, err)
+		}
+	}
+	m.mu.Lock()
+	m.users[img.Digest] = [2]uint32{u, g}
+	m.mu.Unlock()
+	return &u, &g, nil
+}
+
+// lookupID resolves name (or a number) to the id in field idField of file's line for
+// it, and the id in field gidField (-1: none; then the id itself); the file is the
+// topmost layer's that has one.
+func lookupID(layers []string, file, name string, idField, gidField int) (uint32, uint32, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		id := uint32(n)
+		gid := id
+		if gidField >= 0 { // a uid alone takes its passwd group when the image has one
+			if _, g, err := lookupName(layers, file, func(f []string) bool { return f[idField] == name }, idField, gidField); err == nil {
+				gid = g
+			}
+		}
+		return id, gid, nil
+	}
+	return lookupName(layers, file, func(f []string) bool { return f[0] == name }, idField, gidField)
+}
+
+func lookupName(layers []string, file string, match func([]string) bool, idField, gidField int) (uint32, uint32, error) {
+	for _, dir := range slices.Backward(layers) {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			continue
+		}
+		f, err := root.Open(file)
+		root.Close()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(io.LimitReader(f, maxAccountFile))
+		for sc.Scan() {
+			fields := strings.Split(sc.Text(), ":")
+			if len(fields) <= max(idField, gidField) || !match(fields) {
+				continue
+			}
+			id, err := strconv.ParseUint(fields[idField], 10, 32)
+			if err != nil {
+				break
+			}
+			gid := id
+			if gidField >= 0 {
+				if gid, err = strconv.ParseUint(fields[gidField], 10, 32); err != nil {
+					break
+				}
+			}
+			return uint32(id), uint32(gid), nil
+		}
+		return 0, 0, errors.New("not in the image's /" + file)
+	}
+	return 0, 0, errors.New("the image has no /" + file)
+}
