@@ -325,6 +325,26 @@ type Image struct {
 	Visibility string `json:"visibility"`
 	// Reference is the registry reference a pulled image came from; empty for others.
 	Reference string `json:"reference,omitempty"`
+	// Sandboxes are the caller's sandboxes (not terminated) that run on the image.
+	Sandboxes []string `json:"sandboxes,omitempty"`
+	// Config and LayerIDs are set by GET /v1/images/{ref} only.
+	Config   *ImageConfig `json:"config,omitempty"`
+	LayerIDs []string     `json:"layer_ids,omitempty"`
+}
+
+// ImageConfig is what of an image's configuration its sandboxes use.
+type ImageConfig struct {
+	Env        []string `json:"env,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+}
+
+// PruneResult is the answer to POST /v1/images/prune.
+type PruneResult struct {
+	Removed []string `json:"removed"`
+	Freed   int64    `json:"freed"` // unpacked bytes of the removed images (shared layers included)
 }
 
 // Pull policies: when create, run and image pull fetch an image from its registry.

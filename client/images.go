@@ -170,3 +170,15 @@ func (c *Client) PullImage(ctx context.Context, req api.PullRequest, progress fu
 	})
 	return img, err
 }
+
+// Image returns one image with its configuration, layers and the caller's sandboxes on it.
+func (c *Client) Image(ctx context.Context, ref string) (*api.Image, error) {
+	var out api.Image
+	return &out, c.do(ctx, request{method: http.MethodGet, path: "/v1/images/" + url.PathEscape(ref)}, &out)
+}
+
+// PruneImages removes the caller's images that no sandbox runs on.
+func (c *Client) PruneImages(ctx context.Context) (*api.PruneResult, error) {
+	var out api.PruneResult
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/images/prune"}, &out)
+}

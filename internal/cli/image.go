@@ -131,7 +131,7 @@ func runImageLs(c *cmd, args []string) error {
 
 func printImages(w io.Writer, imgs []api.Image) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tDIGEST\tVISIBILITY\tOWNER\tLAYERS\tSIZE\tCREATED")
+	fmt.Fprintln(tw, "NAME\tDIGEST\tVISIBILITY\tOWNER\tLAYERS\tSIZE\tCREATED\tUSED BY")
 	for _, img := range imgs {
 		layers, size, created := fmt.Sprint(img.Layers), formatSize(img.Size), formatAge(img.Created)
 		if img.Builtin {
@@ -147,7 +147,11 @@ func printImages(w io.Writer, imgs []api.Image) error {
 		if vis == "" {
 			vis = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, shortDigest(img.Digest), vis, owner, layers, size, created)
+		usedBy := strings.Join(img.Sandboxes, ",")
+		if usedBy == "" {
+			usedBy = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(name), shortDigest(img.Digest), vis, owner, layers, size, created, termSafe(usedBy))
 	}
 	return tw.Flush()
 }

@@ -25,6 +25,95 @@ line per finished layer.`,
 	run: runImagePull,
 }
 
+var imagePrewarmVerb = &verb{
+	name:  "image prewarm",
+	args:  "REF",
+	short: "make sure an image is here and unpacked, so the next create downloads nothing",
+	long: `Pulls REF unless an image of that name is here already. Layers are verified and unpacked
+as they arrive, so a create from a prewarmed image is as fast as from the host image.`,
+	run: runImagePrewarm,
+}
+
+var imageInspectVerb = &verb{
+	name:  "image inspect",
+	args:  "REF",
+	short: "show an image: digest, reference, configuration, layers and the sandboxes on it",
+	run:   runImageInspect,
+}
+
+var imagePruneVerb = &verb{
+	name:  "image prune",
+	args:  "--yes",
+	short: "remove your images that no sandbox runs on (the host and public images stay)",
+	run:   runImagePrune,
+}
+
+func runImagePrewarm(c *cmd, args []string) error {
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	img, err := c.pull(cl, api.PullRequest{Ref: pos[0], Policy: api.PullMissing})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(img)
+	}
+	fmt.Fprintf(c.stdout, "%s is ready (%s, %d layers, %s)\n", termSafe(img.Name), img.Digest, img.Layers, formatSize(img.Size))
+	return nil
+}
+
+func runImageInspect(c *cmd, args []string) error {
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	img, err := cl.Image(c.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(img)
+	}
+	f := [][2]string{{"name", img.Name}, {"digest", img.Digest}, {"reference", orNone(img.Reference)},
+		{"visibility", img.Visibility}, {"size", formatSize(img.Size)}, {"used by", orNone(strings.Join(img.Sandboxes, ", "))}}
+	if cfg := img.Config; cfg != nil {
+		f = append(f, [2]string{"user", orNone(cfg.User)}, [2]string{"working dir", orNone(cfg.WorkingDir)},
+			[2]string{"entrypoint", orNone(strings.Join(cfg.Entrypoint, " "))}, [2]string{"cmd", orNone(strings.Join(cfg.Cmd, " "))})
+		for _, e := range cfg.Env {
+			f = append(f, [2]string{"env", e})
+		}
+	}
+	for i, l := range img.LayerIDs {
+		f = append(f, [2]string{fmt.Sprintf("layer %d", i+1), l})
+	}
+	return printFields(c.stdout, f)
+}
+
+func runImagePrune(c *cmd, args []string) error {
+	yes := c.fs.Bool("yes", false, "remove without asking")
+	_, cl, err := c.connect(args, 0)
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		return usagef("image prune removes every image of yours that no sandbox runs on; confirm with --yes")
+	}
+	res, err := cl.PruneImages(c.ctx)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(res)
+	}
+	for _, n := range res.Removed {
+		fmt.Fprintf(c.stdout, "removed %s\n", termSafe(n))
+	}
+	fmt.Fprintf(c.stdout, "%d images removed, %s freed (less what other images share)\n", len(res.Removed), formatSize(res.Freed))
+	return nil
+}
+
 func runImagePull(c *cmd, args []string) error {
 	name := c.fs.String("name", "", "local image name `N` (default: REF)")
 	public := c.fs.Bool("public", false, "publish the image for every owner (administrators only)")

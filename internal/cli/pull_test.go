@@ -44,6 +44,20 @@ func TestImagePull(t *testing.T) {
 	wantContains(t, "create --pull missing", errOut, "is here already")
 	wantContains(t, "get shows the digest", n.must(t, "get", "box"), ref, d.String())
 
+	wantContains(t, "image ls", n.must(t, "image", "ls"), ref, "box")
+	wantContains(t, "image inspect", n.must(t, "image", "inspect", ref), d.String(), "/demo/app:1", "used by", "box", "layer 2")
+	wantContains(t, "image prewarm", n.must(t, "image", "prewarm", ref), "is ready", d.String())
+	_, errOut, err = n.run(bg, "", "image", "prune")
+	wantExit(t, err, 2)
+	wantContains(t, "prune without --yes", errOut, "--yes")
+	wantContains(t, "prune with the image in use", n.must(t, "image", "prune", "--yes"), "0 images removed")
+	n.must(t, "rm", "box")
+	out = n.must(t, "image", "prune", "--yes")
+	wantContains(t, "prune", out, "removed "+ref, "1 images removed")
+	if strings.Contains(n.must(t, "image", "ls"), ref) {
+		t.Error("the pruned image is still listed")
+	}
+
 	_, errOut, err = n.run(bg, "", "create", "box2", "--image", ref, "--pull", "sometimes")
 	wantExit(t, err, 2)
 	wantContains(t, "a bad --pull", errOut, "always, missing or never")

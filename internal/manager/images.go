@@ -6,6 +6,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // imageScope is whom an image call acts for: the caller, and whether it is an
@@ -80,4 +81,47 @@ func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn 
 	return m.images.Pull(ctx, imageScope(call), image.PullRequest{Ref: req.Ref, Name: req.Name, Public: req.Public,
 		Users: m.ImageUsers(ctx, call.Owner), Username: req.Username, Password: req.Password,
 		Insecure: slices.Contains(m.cfg.InsecureRegistries, image.RegistryOf(req.Ref))}, fn)
+}
+
+// ImageSandboxes maps image digests to the caller's sandboxes (not terminated) on them.
+func (m *Manager) ImageSandboxes(ctx context.Context, owner string) (map[string][]string, error) {
+	list, err := m.List(ctx, store.SandboxFilter{Owner: owner})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, sb := range list {
+		if sb.State != Terminated {
+			out[sb.ImageDigest] = append(out[sb.ImageDigest], sb.Name)
+		}
+	}
+	return out, nil
+}
+
+// InspectImage returns one of the images the caller can use.
+func (m *Manager) InspectImage(call Call, ref string) (*Image, error) {
+	return m.images.Get(imageScope(call), ref)
+}
+
+// PruneImages removes the caller's own images that no sandbox runs on (the built-in
+// and public images stay) and returns their names and unpacked bytes.
+func (m *Manager) PruneImages(ctx context.Context, call Call) ([]string, int64, error) {
+	list, err := m.images.List(imageScope(call))
+	if err != nil {
+		return nil, 0, err
+	}
+	users := m.ImageUsers(ctx, call.Owner)
+	removed := []string{}
+	var freed int64
+	for _, img := range list {
+		if img.Builtin || img.Public || img.Owner != call.Owner || img.Name == "" || len(users(img.Digest)) > 0 {
+			continue
+		}
+		if err := m.images.Remove(image.Scope{Owner: call.Owner}, img.Name, users); err != nil {
+			return removed, freed, err
+		}
+		removed = append(removed, img.Name)
+		freed += img.Size
+	}
+	return removed, freed, nil
 }

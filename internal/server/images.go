@@ -29,9 +29,15 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	used, err := s.m.ImageSandboxes(r.Context(), owner(r))
+	if err != nil {
+		return err
+	}
 	out := api.ImageList{Images: []api.Image{}}
 	for _, img := range list {
-		out.Images = append(out.Images, toAPIImage(img))
+		ai := toAPIImage(img)
+		ai.Sandboxes = used[img.Digest]
+		out.Images = append(out.Images, ai)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -167,6 +173,33 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	}
 	ai := toAPIImage(img)
 	emit(api.PullEvent{Status: "complete", Image: &ai})
+	return nil
+}
+
+func (s *Server) getImage(w http.ResponseWriter, r *http.Request) error {
+	img, err := s.m.InspectImage(manager.Call{Owner: owner(r), Admin: isAdmin(r)}, r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	used, err := s.m.ImageSandboxes(r.Context(), owner(r))
+	if err != nil {
+		return err
+	}
+	ai := toAPIImage(img)
+	ai.Sandboxes = used[img.Digest]
+	c := img.Config
+	ai.Config = &api.ImageConfig{Env: c.Env, Entrypoint: c.Entrypoint, Cmd: c.Cmd, WorkingDir: c.WorkingDir, User: c.User}
+	ai.LayerIDs = img.Layers
+	writeJSON(w, http.StatusOK, ai)
+	return nil
+}
+
+func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) error {
+	removed, freed, err := s.m.PruneImages(r.Context(), manager.Call{Owner: owner(r), Admin: isAdmin(r)})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.PruneResult{Removed: removed, Freed: freed})
 	return nil
 }
 

@@ -207,6 +207,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/images", s.listImages, auth.ImageRead},
 		{"POST /v1/images", s.importImage, auth.ImageCreate},
 		{"POST /v1/images/pull", s.pullImage, auth.ImageCreate},
+		{"POST /v1/images/prune", s.pruneImages, auth.ImageDelete},
+		{"GET /v1/images/{ref}", s.getImage, auth.ImageRead},
 		{"DELETE /v1/images/{ref}", s.removeImage, auth.ImageDelete},
 		{"GET /v1/users", s.listUsers, auth.Admin},
 		{"POST /v1/users", s.createUser, auth.Admin},
