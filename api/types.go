@@ -341,6 +341,20 @@ type ImageConfig struct {
 	User       string   `json:"user,omitempty"`
 }
 
+// RegistryLoginRequest is the body of POST /v1/registries/login.
+type RegistryLoginRequest struct {
+	Registry string `json:"registry"` // "ghcr.io", "registry.local:5000"; "docker.io" is Docker Hub
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// RegistryLogin is the answer to a login: the registry as pulls name it, and the
+// secret that keeps the credentials.
+type RegistryLogin struct {
+	Registry string `json:"registry"`
+	Secret   string `json:"secret"`
+}
+
 // PruneResult is the answer to POST /v1/images/prune.
 type PruneResult struct {
 	Removed []string `json:"removed"`

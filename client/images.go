@@ -182,3 +182,15 @@ func (c *Client) PruneImages(ctx context.Context) (*api.PruneResult, error) {
 	var out api.PruneResult
 	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/images/prune"}, &out)
 }
+
+// RegistryLogin keeps the caller's credentials for a registry on the node, sealed like
+// a secret; the caller's pulls from there use them.
+func (c *Client) RegistryLogin(ctx context.Context, req api.RegistryLoginRequest) (*api.RegistryLogin, error) {
+	var out api.RegistryLogin
+	return &out, c.do(ctx, request{method: http.MethodPost, path: "/v1/registries/login", in: req}, &out)
+}
+
+// RegistryLogout forgets the caller's credentials for a registry.
+func (c *Client) RegistryLogout(ctx context.Context, registry string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/registries/" + url.PathEscape(registry)}, nil)
+}

@@ -26,7 +26,7 @@ var verbList = []*verb{
 	opsGetVerb, imageImportVerb, imagePullVerb, imagePrewarmVerb, imageLsVerb, imageInspectVerb, imageRmVerb, imagePruneVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
 	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb,
-	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRekeyVerb, secretBindVerb, secretUnbindVerb, statusVerb, versionVerb,
+	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRekeyVerb, secretBindVerb, secretUnbindVerb, registryLoginVerb, registryLogoutVerb, statusVerb, versionVerb,
 }
 
 // verbs indexes verbList by name.
@@ -40,7 +40,7 @@ var verbs = func() map[string]*verb {
 
 // groups are the verbs that take a subcommand.
 var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true,
-	"user": true, "role": true, "token": true, "audit": true, "secret": true}
+	"user": true, "role": true, "token": true, "audit": true, "secret": true, "registry": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

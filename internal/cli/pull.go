@@ -48,6 +48,57 @@ var imagePruneVerb = &verb{
 	run:   runImagePrune,
 }
 
+var registryLoginVerb = &verb{
+	name:  "registry login",
+	args:  "REGISTRY --username U --password-stdin",
+	short: "keep your credentials for a registry on the node, sealed like a secret",
+	long: `REGISTRY is a host (ghcr.io, registry.local:5000; docker.io is Docker Hub). The password is
+read from standard input. The login is kept as your secret registry-REGISTRY (secret ls
+shows it, never its value) and your pulls from that registry use it.`,
+	run: runRegistryLogin,
+}
+
+var registryLogoutVerb = &verb{name: "registry logout", args: "REGISTRY", short: "forget your credentials for a registry", run: runRegistryLogout}
+
+func runRegistryLogin(c *cmd, args []string) error {
+	user := c.fs.String("username", "", "registry user `U`")
+	passStdin := c.fs.Bool("password-stdin", false, "read the password from standard input (required)")
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	if *user == "" || !*passStdin {
+		return usagef("--username and --password-stdin are required")
+	}
+	b, err := io.ReadAll(io.LimitReader(c.stdin, 64<<10))
+	if err != nil {
+		return err
+	}
+	res, err := cl.RegistryLogin(c.ctx, api.RegistryLoginRequest{Registry: pos[0], Username: *user, Password: strings.TrimRight(string(b), "\r\n")})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(res)
+	}
+	fmt.Fprintf(c.stdout, "logged in to %s (kept as your secret %s)\n", res.Registry, res.Secret)
+	return nil
+}
+
+func runRegistryLogout(c *cmd, args []string) error {
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	if err := cl.RegistryLogout(c.ctx, pos[0]); err != nil {
+		return err
+	}
+	if !c.json() {
+		fmt.Fprintf(c.stdout, "logged out of %s\n", termSafe(pos[0]))
+	}
+	return nil
+}
+
 func runImagePrewarm(c *cmd, args []string) error {
 	pos, cl, err := c.connect(args, 1)
 	if err != nil {

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -64,4 +66,43 @@ func TestImagePull(t *testing.T) {
 	_, errOut, err = n.run(bg, "", "image", "pull", "Not A Reference")
 	wantExit(t, err, 1)
 	wantContains(t, "a bad reference", errOut, "(invalid_argument)")
+}
+
+// TestRegistryLogin: a pull from a registry that wants credentials fails without
+// them, works once the owner logged in (the login is a secret of the owner's, never
+// shown), and fails again after logout.
+func TestRegistryLogin(t *testing.T) {
+	inner := registry.New()
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "ci" || p != "s3cret-pw" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	defer reg.Close()
+	host := strings.TrimPrefix(reg.URL, "http://")
+	img, _ := random.Image(1024, 1)
+	ref := host + "/private/app:1"
+	r, _ := name.ParseReference(ref, name.Insecure)
+	if err := remote.Write(r, img, remote.WithAuth(&authn.Basic{Username: "ci", Password: "s3cret-pw"})); err != nil {
+		t.Fatal(err)
+	}
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.InsecureRegistries = []string{host} }})}
+
+	_, errOut, err := n.run(bg, "", "image", "pull", ref)
+	wantExit(t, err, 1)
+	wantContains(t, "pull without a login", errOut, "(unauthenticated)")
+	out, _, err := n.run(bg, "s3cret-pw\n", "registry", "login", host, "--username", "ci", "--password-stdin")
+	wantExit(t, err, 0)
+	wantContains(t, "registry login", out, "logged in to "+host, "registry-")
+	n.must(t, "image", "pull", ref)
+	if ls := n.must(t, "secret", "ls"); !strings.Contains(ls, "registry-") || strings.Contains(ls, "s3cret") {
+		t.Errorf("secret ls after login = %q, want the login listed without its value", ls)
+	}
+	n.must(t, "registry", "logout", host)
+	_, errOut, err = n.run(bg, "", "image", "pull", ref, "--name", "again")
+	wantExit(t, err, 1)
+	wantContains(t, "pull after logout", errOut, "(unauthenticated)")
 }

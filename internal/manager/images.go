@@ -78,6 +78,9 @@ func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn 
 			return img, nil
 		}
 	}
+	if err := m.pullCredentials(ctx, call.Owner, &req); err != nil {
+		return nil, err
+	}
 	return m.images.Pull(ctx, imageScope(call), image.PullRequest{Ref: req.Ref, Name: req.Name, Public: req.Public,
 		Users: m.ImageUsers(ctx, call.Owner), Username: req.Username, Password: req.Password,
 		Insecure: slices.Contains(m.cfg.InsecureRegistries, image.RegistryOf(req.Ref))}, fn)

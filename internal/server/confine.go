@@ -31,8 +31,8 @@ func (s *Server) confine(r *http.Request, pattern string, perm auth.Permission) 
 	switch {
 	case perm == auth.Admin || perm == auth.SandboxAdmin:
 		return deny("administering the node is refused; it is done from outside sandboxes")
-	case strings.HasPrefix(path, "/v1/secrets") && method != http.MethodGet:
-		return deny("secrets are created, bound, rotated and revoked from outside sandboxes only")
+	case strings.HasPrefix(path, "/v1/secrets") && method != http.MethodGet, strings.HasPrefix(path, "/v1/registries"):
+		return deny("secrets and registry logins are created, bound, rotated and revoked from outside sandboxes only")
 	case strings.HasPrefix(path, "/v1/tokens"):
 		return deny("API tokens are made and listed from outside sandboxes only: a sandbox uses its session credential")
 	case path == "/v1/audit":

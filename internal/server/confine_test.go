@@ -77,6 +77,7 @@ func TestSessionCredentialIsConfined(t *testing.T) {
 		{"POST", "/v1/secrets", `{"name":"s","type":"token","allowed_hosts":["a.example"],"value":"v"}`},
 		{"POST", "/v1/secrets/s/bindings", `{"sandbox":"inside","target":"S"}`},
 		{"GET", "/v1/audit", ""},
+		{"POST", "/v1/registries/login", `{"registry":"ghcr.io","username":"u","password":"p"}`},
 		{"GET", "/v1/users", ""},
 		{"POST", "/v1/gc", ""},
 		{"GET", "/v1/events", ""},

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/secret"
 )
 
 func toAPIImage(img *manager.Image) api.Image {
@@ -200,6 +201,27 @@ func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.PruneResult{Removed: removed, Freed: freed})
+	return nil
+}
+
+func (s *Server) registryLogin(w http.ResponseWriter, r *http.Request) error {
+	var req api.RegistryLoginRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	host, err := s.m.RegistryLogin(r.Context(), owner(r), req.Registry, req.Username, []byte(req.Password))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.RegistryLogin{Registry: host, Secret: secret.RegistryName(host)})
+	return nil
+}
+
+func (s *Server) registryLogout(w http.ResponseWriter, r *http.Request) error {
+	if err := s.m.RegistryLogout(r.Context(), owner(r), r.PathValue("registry")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

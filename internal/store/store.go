@@ -320,6 +320,9 @@ type Store interface {
 	GetSecret(ctx context.Context, owner, name string) (*Secret, error)
 	// ListSecrets lists an owner's secrets ("" lists every owner's).
 	ListSecrets(ctx context.Context, owner string) ([]*Secret, error)
+	// DeleteSecret removes an owner's secret and every version of it; ErrNotFound if
+	// there is none.
+	DeleteSecret(ctx context.Context, owner, name string) error
 
 	// AppendAudit appends records whose Seq, Prev and Hash the caller set, in one
 	// transaction; a Seq already taken is an error.

@@ -70,3 +70,15 @@ func (s *Store) ListSecrets(ctx context.Context, owner string) ([]*store.Secret,
 	}
 	return listDocs[store.Secret](ctx, s, `SELECT doc FROM secrets WHERE owner = ? ORDER BY name`, owner)
 }
+
+// DeleteSecret implements store.Store.
+func (s *Store) DeleteSecret(ctx context.Context, owner, name string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM secrets WHERE owner = ? AND name = ?`, owner, name)
+	if err != nil {
+		return fmt.Errorf("delete secret %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.NotFound("secret %q not found", name)
+	}
+	return nil
+}

@@ -97,7 +97,11 @@ func testSecrets(t *testing.T, open func(t *testing.T) store.Store) {
 	if mine, _ := s.ListSecrets(ctx, "alice"); len(mine) != 1 {
 		t.Errorf("ListSecrets(alice) = %d", len(mine))
 	}
+	isErr(t, s.DeleteSecret(ctx, "carol", "gh"), errdefs.ErrNotFound, "DeleteSecret of another owner's")
 	if all, _ := s.ListSecrets(ctx, ""); len(all) != 2 {
 		t.Errorf("ListSecrets() = %d", len(all))
 	}
+	ok(t, s.DeleteSecret(ctx, "alice", "gh"), "DeleteSecret(alice/gh)")
+	_, err = s.GetSecret(ctx, "alice", "gh")
+	isErr(t, err, errdefs.ErrNotFound, "GetSecret after DeleteSecret")
 }
