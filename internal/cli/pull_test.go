@@ -106,3 +106,33 @@ func TestRegistryLogin(t *testing.T) {
 	wantExit(t, err, 1)
 	wantContains(t, "pull after logout", errOut, "(unauthenticated)")
 }
+
+// TestRegistryMirror: a pull goes to the configured mirror first and names the image
+// as asked; an image the mirror lacks comes from the registry itself; a registry that
+// does not answer is no obstacle while the mirror has the image.
+func TestRegistryMirror(t *testing.T) {
+	mirror := httptest.NewServer(registry.New())
+	defer mirror.Close()
+	origin := httptest.NewServer(registry.New())
+	defer origin.Close()
+	mhost, ohost := strings.TrimPrefix(mirror.URL, "http://"), strings.TrimPrefix(origin.URL, "http://")
+	push := func(host, repo string) string {
+		img, _ := random.Image(1024, 1)
+		r, _ := name.ParseReference(host+repo, name.Insecure)
+		if err := remote.Write(r, img); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := img.Digest()
+		return d.String()
+	}
+	onMirror := push(mhost, "/team/a:1")
+	onOrigin := push(ohost, "/team/b:1")
+	dead := "127.0.0.1:9" // nothing answers there
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) {
+		c.InsecureRegistries = []string{mhost, ohost, dead}
+		c.RegistryMirrors = map[string][]string{ohost: {mhost}, dead: {mhost}}
+	}})}
+	wantContains(t, "pull through the mirror", n.must(t, "image", "pull", ohost+"/team/a:1"), ohost+"/team/a:1", shortDigest(onMirror))
+	wantContains(t, "pull of what only the registry has", n.must(t, "image", "pull", ohost+"/team/b:1"), shortDigest(onOrigin))
+	wantContains(t, "a dead registry behind a mirror", n.must(t, "image", "pull", dead+"/team/a:1"), shortDigest(onMirror))
+}

@@ -86,6 +86,10 @@ type Images struct {
 	// a reference is an owner's choice, and the daemon never dials where it says
 	// without this list's leave.
 	InsecureRegistries []string `yaml:"insecure_registries"`
+	// Mirrors maps a registry ("docker.io", "ghcr.io", "host:port") to mirrors tried
+	// first, in order, for its images; the registry itself is tried last, when a mirror
+	// does not have the image or does not answer.
+	Mirrors map[string][]string `yaml:"mirrors"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and

@@ -98,6 +98,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.InsecureRegistries = cfg.Images.InsecureRegistries
+	mcfg.RegistryMirrors = map[string][]string{}
+	for reg, mirrors := range cfg.Images.Mirrors {
+		mcfg.RegistryMirrors[image.RegistryOf(reg+"/x")] = mirrors // docker.io is Docker Hub's index.docker.io
+	}
 	mcfg.Audit.Rate, mcfg.Audit.Burst, mcfg.Audit.Queue = cfg.Audit.Rate, cfg.Audit.Burst, cfg.Audit.Queue
 	mcfg.Audit.Coalesce = set.AuditCoalesce
 	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -78,12 +80,40 @@ func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn 
 			return img, nil
 		}
 	}
-	if err := m.pullCredentials(ctx, call.Owner, &req); err != nil {
-		return nil, err
+	// Mirrors first, each with the caller's login to it; the registry itself last.
+	var tries []string
+	for _, mirror := range m.cfg.RegistryMirrors[image.RegistryOf(req.Ref)] {
+		if ref, err := image.OnRegistry(req.Ref, mirror); err == nil {
+			tries = append(tries, ref)
+		}
 	}
-	return m.images.Pull(ctx, imageScope(call), image.PullRequest{Ref: req.Ref, Name: req.Name, Public: req.Public,
-		Users: m.ImageUsers(ctx, call.Owner), Username: req.Username, Password: req.Password,
-		Insecure: slices.Contains(m.cfg.InsecureRegistries, image.RegistryOf(req.Ref))}, fn)
+	tries = append(tries, req.Ref)
+	var errs []error
+	for i, ref := range tries {
+		try := req
+		try.Ref, try.Name = ref, name
+		if i < len(tries)-1 {
+			// Credentials given for the registry are never sent to a mirror; a mirror
+			// gets the caller's stored login to it, if any.
+			try.Username, try.Password = "", ""
+		}
+		if err := m.pullCredentials(ctx, call.Owner, &try); err != nil {
+			return nil, err
+		}
+		img, err := m.images.Pull(ctx, imageScope(call), image.PullRequest{Ref: try.Ref, Name: try.Name, Public: try.Public,
+			Users: m.ImageUsers(ctx, call.Owner), Username: try.Username, Password: try.Password,
+			Insecure: slices.Contains(m.cfg.InsecureRegistries, image.RegistryOf(try.Ref))}, fn)
+		if err == nil || i == len(tries)-1 || ctx.Err() != nil ||
+			!errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrUnavailable) {
+			if len(errs) > 0 && err != nil {
+				err = fmt.Errorf("%w (mirrors: %w)", err, errors.Join(errs...))
+			}
+			return img, err
+		}
+		m.log.Info("registry mirror failed; trying the next", "ref", ref, "err", err)
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...) // not reached: the last try returns
 }
 
 // ImageSandboxes maps image digests to the caller's sandboxes (not terminated) on them.

@@ -71,6 +71,9 @@ type Config struct {
 	// plain http and on loopback or private addresses; every other registry is reached
 	// over https at public addresses only.
 	InsecureRegistries []string
+	// RegistryMirrors maps a registry (as pulls name it: "index.docker.io" for Docker
+	// Hub) to mirrors tried first, in order; the registry itself is tried last.
+	RegistryMirrors map[string][]string
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
