@@ -90,6 +90,10 @@ type Images struct {
 	// first, in order, for its images; the registry itself is tried last, when a mirror
 	// does not have the image or does not answer.
 	Mirrors map[string][]string `yaml:"mirrors"`
+	// CacheMax caps the unpacked bytes of every image the node keeps (default "": no
+	// cap). Past it, pulled images no sandbox runs on are evicted, least recently used
+	// first; imported images and those in use never are.
+	CacheMax string `yaml:"cache_max"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and
@@ -225,7 +229,7 @@ type Settings struct {
 	MaxLifetime, MinIdleSuspend           time.Duration
 	MinMaxLifetime                        time.Duration
 	ImageUpload, ImageUnpacked            int64
-	ImageQuota                            int64
+	ImageQuota, ImageCacheMax             int64
 	AuditCoalesce, EventMaxAge            time.Duration
 	AuditLogMaxAge                        time.Duration
 	MemoryTarget                          int64 // 0: off
@@ -353,6 +357,11 @@ func (c Config) Settings() (Settings, error) {
 		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota}} {
 		if *f.n, err = units.ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
+		}
+	}
+	if c.Images.CacheMax != "" {
+		if s.ImageCacheMax, err = units.ParseSize(c.Images.CacheMax); err != nil || s.ImageCacheMax < 64<<20 {
+			errs = append(errs, fmt.Errorf("images.cache_max %q must be a size of at least 64MiB, such as 50GiB (or empty: no cap)", c.Images.CacheMax))
 		}
 	}
 	if c.Images.MaxRatio < 2 || c.Images.MaxRatio > 100000 {

@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
-	mcfg.InsecureRegistries = cfg.Images.InsecureRegistries
+	mcfg.InsecureRegistries, mcfg.ImageCacheMax = cfg.Images.InsecureRegistries, set.ImageCacheMax
 	mcfg.RegistryMirrors = map[string][]string{}
 	for reg, mirrors := range cfg.Images.Mirrors {
 		mcfg.RegistryMirrors[image.RegistryOf(reg+"/x")] = mirrors // docker.io is Docker Hub's index.docker.io

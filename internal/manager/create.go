@@ -79,6 +79,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err != nil {
 		return nil, nil, err
 	}
+	m.images.Touch(img.Digest) // recently used: the last the cache evicts
 	op, replay, err := m.beginOp(ctx, call, "create", "", req)
 	if err != nil {
 		return nil, nil, err

@@ -103,6 +103,9 @@ func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn 
 		img, err := m.images.Pull(ctx, imageScope(call), image.PullRequest{Ref: try.Ref, Name: try.Name, Public: try.Public,
 			Users: m.ImageUsers(ctx, call.Owner), Username: try.Username, Password: try.Password,
 			Insecure: slices.Contains(m.cfg.InsecureRegistries, image.RegistryOf(try.Ref))}, fn)
+		if err == nil {
+			m.evictImages(ctx)
+		}
 		if err == nil || i == len(tries)-1 || ctx.Err() != nil ||
 			!errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrUnavailable) {
 			if len(errs) > 0 && err != nil {
@@ -157,4 +160,19 @@ func (m *Manager) PruneImages(ctx context.Context, call Call) ([]string, int64, 
 		freed += img.Size
 	}
 	return removed, freed, nil
+}
+
+// evictImages holds the image store to its cap, evicting pulled images no sandbox of
+// any owner runs on, least recently used first.
+func (m *Manager) evictImages(ctx context.Context) {
+	if m.cfg.ImageCacheMax <= 0 {
+		return
+	}
+	removed, err := m.images.Evict(m.cfg.ImageCacheMax, m.ImageUsers(ctx, ""))
+	if err != nil {
+		m.log.Warn("evict images over the cache cap", "err", err)
+	}
+	for _, d := range removed {
+		m.log.Info("evicted an image over the cache cap", "digest", d)
+	}
 }

@@ -74,6 +74,9 @@ type Config struct {
 	// RegistryMirrors maps a registry (as pulls name it: "index.docker.io" for Docker
 	// Hub) to mirrors tried first, in order; the registry itself is tried last.
 	RegistryMirrors map[string][]string
+	// ImageCacheMax caps the unpacked bytes of the image store (0: no cap): after a pull,
+	// pulled images no sandbox runs on are evicted, least recently used first.
+	ImageCacheMax int64
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
