@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,7 +22,7 @@ import (
 // the image in the table, --pull missing on create fetches nothing again, and a bad
 // --pull is a usage error.
 func TestImagePull(t *testing.T) {
-	reg := httptest.NewServer(registry.New())
+	reg := httptest.NewServer(registry.New(quietRegistry))
 	defer reg.Close()
 	host := strings.TrimPrefix(reg.URL, "http://")
 	img, err := random.Image(4096, 2)
@@ -72,7 +74,7 @@ func TestImagePull(t *testing.T) {
 // them, works once the owner logged in (the login is a secret of the owner's, never
 // shown), and fails again after logout.
 func TestRegistryLogin(t *testing.T) {
-	inner := registry.New()
+	inner := registry.New(quietRegistry)
 	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); !ok || u != "ci" || p != "s3cret-pw" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
@@ -111,9 +113,9 @@ func TestRegistryLogin(t *testing.T) {
 // as asked; an image the mirror lacks comes from the registry itself; a registry that
 // does not answer is no obstacle while the mirror has the image.
 func TestRegistryMirror(t *testing.T) {
-	mirror := httptest.NewServer(registry.New())
+	mirror := httptest.NewServer(registry.New(quietRegistry))
 	defer mirror.Close()
-	origin := httptest.NewServer(registry.New())
+	origin := httptest.NewServer(registry.New(quietRegistry))
 	defer origin.Close()
 	mhost, ohost := strings.TrimPrefix(mirror.URL, "http://"), strings.TrimPrefix(origin.URL, "http://")
 	push := func(host, repo string) string {
@@ -136,3 +138,6 @@ func TestRegistryMirror(t *testing.T) {
 	wantContains(t, "pull of what only the registry has", n.must(t, "image", "pull", ohost+"/team/b:1"), shortDigest(onOrigin))
 	wantContains(t, "a dead registry behind a mirror", n.must(t, "image", "pull", dead+"/team/a:1"), shortDigest(onMirror))
 }
+
+// quietRegistry keeps the test registry from logging every request.
+var quietRegistry = registry.Logger(log.New(io.Discard, "", 0))
