@@ -88,11 +88,8 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 		return nil, err
 	}
 	if req.UID == nil {
-		// The image's user, when its config names one; the caller's uid wins.
-		if img, ierr := m.images.ByDigest(sb.ImageDigest); ierr == nil {
-			if req.UID, req.GID, err = m.imageUser(img); err != nil {
-				return nil, err
-			}
+		if req.UID, req.GID, err = m.ImageUser(sb); err != nil {
+			return nil, err
 		}
 	}
 	spec := agentproto.ExecSpec{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // An image's config may name the user its processes run as ("1000", "1000:1000",
@@ -21,6 +22,16 @@ import (
 
 // maxAccountFile bounds how much of an image's passwd or group file is read.
 const maxAccountFile = 1 << 20
+
+// ImageUser is the uid and gid new processes in sb run as when the caller names none:
+// the user its image's config names, or nil (root).
+func (m *Manager) ImageUser(sb *store.Sandbox) (uid, gid *uint32, err error) {
+	img, err := m.images.ByDigest(sb.ImageDigest)
+	if err != nil {
+		return nil, nil, nil // an image gone since: its sandbox runs as root
+	}
+	return m.imageUser(img)
+}
 
 // imageUser returns the uid and gid an image's config names, or nil for root (no user).
 func (m *Manager) imageUser(img *image.Image) (uid, gid *uint32, err error) {

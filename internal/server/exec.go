@@ -176,7 +176,11 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	if env, err = s.m.ProcessEnv(r.Context(), sb, env); err != nil {
 		return err
 	}
-	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd})
+	uid, gid, err := s.m.ImageUser(sb)
+	if err != nil {
+		return err
+	}
+	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, UID: uid, GID: gid})
 	if err != nil {
 		return s.m.AgentFailed(sb, err)
 	}

@@ -53,6 +53,9 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	if spec.Env, err = s.m.ProcessEnv(r.Context(), sb, spec.Env); err != nil {
 		return err
 	}
+	if spec.UID, spec.GID, err = s.m.ImageUser(sb); err != nil {
+		return err
+	}
 	ac, err := cl.OpenRaw(r.Context(), &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
 		return s.m.AgentFailed(sb, err)
