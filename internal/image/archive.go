@@ -133,6 +133,9 @@ type layerSource struct {
 	blob     string // expected digest of the blob as stored; "" when the archive does not say
 	size     int64  // stored bytes: the most that is read of the blob, and progress
 	registry string // the registry a pulled blob comes from; "" for archives
+	// verified says the reader open gives checks the blob's digest itself as it
+	// streams (and fails at its end on a mismatch), so it is not hashed twice.
+	verified bool
 	open     func() (io.ReadCloser, int64, error)
 }
 

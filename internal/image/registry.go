@@ -205,7 +205,7 @@ func (r *registryClient) resolve(ctx context.Context) (*plan, error) {
 		if !validDigest(blob) || !validDigest(diffID) || d.Size <= 0 {
 			return nil, errdefs.Invalid("%s: blob %s of %d bytes, diff id %s: only sha256 digests and sizes above 0 are supported", what, blob, d.Size, diffID)
 		}
-		pl.layers = append(pl.layers, layerSource{diffID: diffID, blob: blob, size: d.Size, registry: r.host})
+		pl.layers = append(pl.layers, layerSource{diffID: diffID, blob: blob, size: d.Size, registry: r.host, verified: true})
 	}
 	return pl, nil
 }
@@ -298,7 +298,7 @@ func (r *registryClient) openBlob(ctx context.Context, blob string) (io.ReadClos
 	if err != nil {
 		return nil, r.fail(err, "the layer")
 	}
-	return &blobReader{rc: rc, r: r}, nil
+	return &blobReader{rc: rc, r: r, blob: blob}, nil
 }
 
 // hasBlob reports whether the registry says, to this pull's credentials, that the
@@ -313,14 +313,27 @@ func (r *registryClient) hasBlob(ctx context.Context, blob string, size int64) b
 }
 
 // blobReader reads a layer blob, turning its failures into Airlock's error classes.
+// verifyGotRE finds the digest go-containerregistry computed in its verification error.
+var verifyGotRE = regexp.MustCompile(`got "(sha256:[0-9a-f]{64})"`)
+
 type blobReader struct {
-	rc io.ReadCloser
-	r  *registryClient
+	rc   io.ReadCloser
+	r    *registryClient
+	blob string // the digest the blob must have
 }
 
 func (b *blobReader) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil && err != io.EOF {
+		// go-containerregistry checks the blob's digest as it streams and says so
+		// at its end; that is the one check of it.
+		if strings.Contains(err.Error(), "error verifying") {
+			got := "another one"
+			if m := verifyGotRE.FindStringSubmatch(err.Error()); m != nil {
+				got = m[1]
+			}
+			return n, errdefs.Invalid("layer blob has digest %s, the manifest says %s", got, b.blob).WithCause(err)
+		}
 		err = b.r.streamError(err)
 	}
 	return n, err
@@ -388,7 +401,7 @@ func (r *registryClient) statusError(te *transport.Error, what string) error {
 }
 
 // maxParallelLayers is how many layers of a pull download at once.
-const maxParallelLayers = 3
+const maxParallelLayers = 5
 
 // errPlainHTTP refuses a plain-http request of a pull that did not allow it.
 var errPlainHTTP = errors.New("plain http is not allowed for this registry")

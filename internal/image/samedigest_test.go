@@ -1,12 +1,19 @@
 package image
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestImportMatchesPull: the same image, pulled from a registry or imported from an
@@ -41,5 +48,40 @@ func TestImportMatchesPull(t *testing.T) {
 		imported.Config.WorkingDir != "/srv" {
 		t.Errorf("imported %s %v %+v, pulled %s %v: want the same digest, layers and config",
 			imported.Digest, imported.Layers, imported.Config, pulled.Digest, pulled.Layers)
+	}
+}
+
+// TestPullZstdLayer: a layer compressed with zstd (as newer builders make them)
+// unpacks like a gzip one.
+func TestPullZstdLayer(t *testing.T) {
+	requireRoot(t)
+	hermeticKeychain(t)
+	reg := newTestRegistry(t)
+	defer reg.srv.Close()
+	tarBytes := mkTar(t, fileEnt("etc/zstd-says", "hello\n", 0o644))
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarBytes)), nil },
+		tarball.WithCompression("zstd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", goruntime.GOARCH
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.pushImage(t, "team/zstd:1", img)
+	s := newStore(t)
+	got, err := s.Pull(context.Background(), alice, PullRequest{Ref: ref, Insecure: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.LayerDirs(got)[0], "etc/zstd-says"))
+	if err != nil || string(b) != "hello\n" {
+		t.Errorf("the zstd layer's file: %q, %v", b, err)
 	}
 }
