@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -45,8 +46,10 @@ func TestStateDirIsClosedToOtherUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(sockDir)
+	defer secret.Unmount(filepath.Join(sockDir, "secrets")) // the daemon leaves it for sandboxes
 	sock := filepath.Join(sockDir, "api.sock")
 	cfg := fmt.Sprintf(`state_dir: %s
+secrets_dir: %s
 socket: %s
 cgroup_parent: %s
 default_limits: {cpu: 1, memory: 256MiB, pids: 1024, open_files: 65536, disk: 1GiB}
@@ -58,7 +61,7 @@ network:
   upstream_dns: 127.0.0.1:9
   table: airlock_d%s
   host_prefix: d%s
-`, dir, sock, cgroup, time.Now().UnixNano()%250, tag, tag)
+`, dir, filepath.Join(sockDir, "secrets"), sock, cgroup, time.Now().UnixNano()%250, tag, tag)
 	cfgPath := filepath.Join(t.TempDir(), "airlock.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

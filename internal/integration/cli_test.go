@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
+	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/testenv"
@@ -46,8 +47,8 @@ func startDaemonB(t testing.TB) *daemon {
 	os.Chmod(dir, 0o711)
 	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
-	cfg := fmt.Sprintf("state_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.212.0.0/24, table: airlock_cli, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
-		filepath.Join(dir, "state"), d.socket, d.cgroup, d.cgroup[len(d.cgroup)-4:])
+	cfg := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.212.0.0/24, table: airlock_cli, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), d.socket, d.cgroup, d.cgroup[len(d.cgroup)-4:])
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
 	}
@@ -68,8 +69,12 @@ func startDaemonB(t testing.TB) *daemon {
 			}
 		}
 		d.stop(syscall.SIGTERM)
+		if err := secret.Unmount(filepath.Join(dir, "secrets")); err != nil { // the daemon leaves it for sandboxes
+			t.Errorf("unmount the daemon's secrets tmpfs: %v", err)
+		}
 		d.assertClean()
 		exec.Command("nft", "delete", "table", "inet", "airlock_cli").Run()
+
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
 		}
