@@ -94,6 +94,9 @@ type Images struct {
 	// cap). Past it, pulled images no sandbox runs on are evicted, least recently used
 	// first; imported images and those in use never are.
 	CacheMax string `yaml:"cache_max"`
+	// Setuid is what becomes of setuid and setgid files in imported and pulled layers:
+	// keep (default; they act only inside a sandbox's user namespace), strip or refuse.
+	Setuid string `yaml:"setuid"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and
@@ -358,6 +361,11 @@ func (c Config) Settings() (Settings, error) {
 		if *f.n, err = units.ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
 		}
+	}
+	switch c.Images.Setuid {
+	case "", "keep", "strip", "refuse":
+	default:
+		errs = append(errs, fmt.Errorf("images.setuid %q must be keep, strip or refuse", c.Images.Setuid))
 	}
 	if c.Images.CacheMax != "" {
 		if s.ImageCacheMax, err = units.ParseSize(c.Images.CacheMax); err != nil || s.ImageCacheMax < 64<<20 {

@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	}
 	var lim image.Limits
 	lim.Upload, lim.Unpacked, lim.Quota = set.ImageUpload, set.ImageUnpacked, set.ImageQuota
-	lim.Ratio = cfg.Images.MaxRatio
+	lim.Ratio, lim.Setuid = cfg.Images.MaxRatio, cfg.Images.Setuid
 	images.SetLimits(lim)
 	agentBin, err := installAgent(filepath.Join(cfg.StateDir, "bin"))
 	if err != nil {

@@ -28,7 +28,18 @@ type Limits struct {
 	// RegistryTimeout is the longest a registry may take to accept a connection, to
 	// answer a request with its headers, or to send the next bytes of an answer.
 	RegistryTimeout time.Duration
+	// Setuid is what becomes of setuid and setgid bits in a layer: SetuidKeep (the
+	// default; they act only inside the sandbox's user namespace), SetuidStrip or
+	// SetuidRefuse (the import or pull fails, naming the file).
+	Setuid string
 }
+
+// What a store does with setuid and setgid files.
+const (
+	SetuidKeep   = "keep"
+	SetuidStrip  = "strip"
+	SetuidRefuse = "refuse"
+)
 
 // DefaultLimits are the limits of a store nobody configured.
 func DefaultLimits() Limits {
@@ -66,6 +77,7 @@ const tarEntryCost = 512
 // budget is the unpacked bytes an import may still write; the layers of a pull share
 // it from goroutines of their own.
 type budget struct {
+	setuid      string // Limits.Setuid
 	mu          sync.Mutex
 	left, limit int64
 	quota       bool  // the limit is what the owner's quota leaves

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -83,5 +84,43 @@ func TestPullZstdLayer(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(s.LayerDirs(got)[0], "etc/zstd-says"))
 	if err != nil || string(b) != "hello\n" {
 		t.Errorf("the zstd layer's file: %q, %v", b, err)
+	}
+}
+
+// TestSetuidPolicy: setuid and setgid bits are kept, stripped or refused as the store's
+// limits say.
+func TestSetuidPolicy(t *testing.T) {
+	requireRoot(t)
+	archive := mkTar(t, fileEnt("bin/su", "x", 0o4755), fileEnt("bin/wall", "y", 0o2755), fileEnt("bin/ls", "z", 0o755))
+	for _, c := range []struct {
+		policy    string
+		wantErr   bool
+		wantModes [3]os.FileMode // bin/su, bin/wall, bin/ls
+	}{
+		{"", false, [3]os.FileMode{0o755 | os.ModeSetuid, 0o755 | os.ModeSetgid, 0o755}},
+		{SetuidStrip, false, [3]os.FileMode{0o755, 0o755, 0o755}},
+		{SetuidRefuse, true, [3]os.FileMode{}},
+	} {
+		s := newStore(t)
+		lim := s.Limits()
+		lim.Setuid = c.policy
+		s.SetLimits(lim)
+		img, err := importAs(t, s, alice, "setuid", false, archive)
+		if c.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "setuid") {
+				t.Errorf("policy %q: import = %v, want refused naming setuid", c.policy, err)
+			}
+			assertNoImage(t, s, alice, "setuid")
+			continue
+		}
+		if err != nil {
+			t.Fatalf("policy %q: %v", c.policy, err)
+		}
+		for i, name := range []string{"bin/su", "bin/wall", "bin/ls"} {
+			fi, err := os.Lstat(filepath.Join(s.LayerDirs(img)[0], name))
+			if err != nil || fi.Mode() != c.wantModes[i] {
+				t.Errorf("policy %q: %s mode %v, %v; want %v", c.policy, name, fi.Mode(), err, c.wantModes[i])
+			}
+		}
 	}
 }

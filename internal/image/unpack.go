@@ -242,6 +242,14 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		cost += hdr.Size
 	}
+	if hdr.Mode&0o6000 != 0 && u.budget != nil {
+		switch u.budget.setuid {
+		case SetuidRefuse:
+			return errdefs.Invalid("layer entry %q is setuid or setgid, which this node refuses (images.setuid)", hdr.Name)
+		case SetuidStrip:
+			hdr.Mode &^= 0o6000
+		}
+	}
 	if err := u.budget.charge(cost); err != nil {
 		return err
 	}
