@@ -325,6 +325,8 @@ type Image struct {
 	Visibility string `json:"visibility"`
 	// Reference is the registry reference a pulled image came from; empty for others.
 	Reference string `json:"reference,omitempty"`
+	// Shared is how many of Size's bytes are layers another image of the list has too.
+	Shared int64 `json:"shared,omitempty"`
 	// Sandboxes are the caller's sandboxes (not terminated) that run on the image.
 	Sandboxes []string `json:"sandboxes,omitempty"`
 	// Config and LayerIDs are set by GET /v1/images/{ref} only.

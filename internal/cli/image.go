@@ -131,11 +131,11 @@ func runImageLs(c *cmd, args []string) error {
 
 func printImages(w io.Writer, imgs []api.Image) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tDIGEST\tVISIBILITY\tOWNER\tLAYERS\tSIZE\tCREATED\tUSED BY")
+	fmt.Fprintln(tw, "NAME\tDIGEST\tVISIBILITY\tOWNER\tLAYERS\tSIZE\tSHARED\tCREATED\tUSED BY")
 	for _, img := range imgs {
-		layers, size, created := fmt.Sprint(img.Layers), formatSize(img.Size), formatAge(img.Created)
+		layers, size, shared, created := fmt.Sprint(img.Layers), formatSize(img.Size), formatSize(img.Shared), formatAge(img.Created)
 		if img.Builtin {
-			layers, size, created = "-", "-", "built in"
+			layers, size, shared, created = "-", "-", "-", "built in"
 		}
 		name, owner, vis := img.Name, img.Owner, img.Visibility
 		if name == "" {
@@ -151,7 +151,7 @@ func printImages(w io.Writer, imgs []api.Image) error {
 		if usedBy == "" {
 			usedBy = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(name), shortDigest(img.Digest), vis, owner, layers, size, created, termSafe(usedBy))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(name), shortDigest(img.Digest), vis, owner, layers, size, shared, created, termSafe(usedBy))
 	}
 	return tw.Flush()
 }

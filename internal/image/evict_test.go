@@ -41,6 +41,19 @@ func TestEvict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	list, err := s.List(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range list {
+		want := int64(0)
+		if img.Digest != imported.Digest && !img.Builtin {
+			want = img.LayerSizes[0] // the shared layer
+		}
+		if img.Shared != want || want > 0 && want < 1<<20 {
+			t.Errorf("%s: shared %d bytes, want %d (the layer the pulled images share)", img.Name, img.Shared, want)
+		}
+	}
 	// Use order: old first (long ago), then in-use, then recent.
 	for i, img := range []*Image{old, inUse, recent} {
 		s.Touch(img.Digest)

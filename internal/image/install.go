@@ -125,7 +125,9 @@ func (s *Store) install(ctx context.Context, sc Scope, req ImportRequest,
 	}
 	img := &Image{Digest: pl.digest, Reference: pl.reference, Layers: ids, Config: pl.config, Created: time.Now().UTC()}
 	for _, id := range ids {
-		img.Size += dirSize(s.path("layers", hexOf(id)))
+		n := dirSize(s.path("layers", hexOf(id)))
+		img.Size += n
+		img.LayerSizes = append(img.LayerSizes, n)
 	}
 	if img.Digest == "" {
 		img.Digest = img.Layers[0]

@@ -97,12 +97,18 @@ type Mount struct {
 
 // Image is a digest-pinned read-only root filesystem.
 type Image struct {
-	Name    string    `json:"name"`
-	Digest  string    `json:"digest"` // "sha256:<hex>", the manifest/content digest that pins it
-	Layers  []string  `json:"layers"` // layer ids (diff ids "sha256:<hex>"), lowest first
-	Config  Config    `json:"config"`
-	Mounts  []Mount   `json:"mounts,omitempty"` // only the host image has these
-	Size    int64     `json:"size"`             // unpacked bytes
+	Name   string   `json:"name"`
+	Digest string   `json:"digest"` // "sha256:<hex>", the manifest/content digest that pins it
+	Layers []string `json:"layers"` // layer ids (diff ids "sha256:<hex>"), lowest first
+	Config Config   `json:"config"`
+	Mounts []Mount  `json:"mounts,omitempty"` // only the host image has these
+	Size   int64    `json:"size"`             // unpacked bytes
+	// LayerSizes are the unpacked bytes of each layer (records made before they were
+	// kept have none).
+	LayerSizes []int64 `json:"layer_sizes,omitempty"`
+	// Shared is how many of Size's bytes are layers another image the caller sees has
+	// too (List fills it in).
+	Shared  int64     `json:"-"`
 	Created time.Time `json:"created"`
 	Builtin bool      `json:"builtin"`
 	// Reference is the canonical registry reference the image was pulled from under
@@ -266,6 +272,23 @@ func (s *Store) List(sc Scope) ([]*Image, error) {
 				c := *img
 				c.setRef(r)
 				out = append(out, &c)
+			}
+		}
+	}
+	// Shared bytes: layers another listed image (another digest) has too.
+	holders := map[string]map[string]bool{} // layer -> digests
+	for _, img := range out {
+		for _, l := range img.Layers {
+			if holders[l] == nil {
+				holders[l] = map[string]bool{}
+			}
+			holders[l][img.Digest] = true
+		}
+	}
+	for _, img := range out {
+		for i, l := range img.Layers {
+			if i < len(img.LayerSizes) && len(holders[l]) > 1 {
+				img.Shared += img.LayerSizes[i]
 			}
 		}
 	}

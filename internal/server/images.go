@@ -22,7 +22,7 @@ func toAPIImage(img *manager.Image) api.Image {
 		vis = api.VisibilityPublic
 	}
 	return api.Image{Name: img.Name, Digest: img.Digest, Layers: len(img.Layers), Size: img.Size, Created: img.Created,
-		Builtin: img.Builtin, Owner: img.Owner, Visibility: vis, Reference: img.Reference}
+		Builtin: img.Builtin, Owner: img.Owner, Visibility: vis, Reference: img.Reference, Shared: img.Shared}
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
