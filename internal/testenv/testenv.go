@@ -95,6 +95,16 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+// Main runs a package's tests and then removes the binary Binary built, if any: call it
+// from TestMain (os.Exit(testenv.Main(m))).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	return code
+}
+
 // Node is a whole Airlock node running in the test process.
 type Node struct {
 	Dir          string
