@@ -41,8 +41,13 @@ func runRun(c *cmd, args []string) (retErr error) {
 	if *detach {
 		return runDetached(c, &lim, command, *detachName, *idle)
 	}
-	req, err := execRequest(command, *timeout)
-	if err != nil {
+	var req api.ExecRequest
+	if len(command) == 0 && lim.image != "" && *timeout >= 0 {
+		// No command: the image's own entrypoint and cmd.
+		if *timeout > 0 {
+			req.Timeout = timeout.String()
+		}
+	} else if req, err = execRequest(command, *timeout); err != nil {
 		return err
 	}
 	name := ephemeralName()

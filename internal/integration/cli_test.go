@@ -36,8 +36,9 @@ type daemon struct {
 
 func startDaemon(t *testing.T) *daemon { return startDaemonB(t) }
 
-// startDaemonB starts a daemon for a test or a benchmark.
-func startDaemonB(t testing.TB) *daemon {
+// startDaemonB starts a daemon for a test or a benchmark; extra lines are added to its
+// configuration.
+func startDaemonB(t testing.TB, extra ...string) *daemon {
 	t.Helper()
 	testenv.RequireHost(t)
 	dir, err := os.MkdirTemp("/tmp", "al-cli-")
@@ -51,6 +52,9 @@ func startDaemonB(t testing.TB) *daemon {
 		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), d.socket, d.cgroup, d.cgroup[len(d.cgroup)-4:])
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
+	}
+	for _, line := range extra {
+		cfg += line + "\n"
 	}
 	if err := os.WriteFile(d.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

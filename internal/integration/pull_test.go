@@ -96,6 +96,7 @@ func TestPulledImage(t *testing.T) {
 		cf.OS, cf.Architecture = "linux", goruntime.GOARCH
 		cf.Config.Env = []string{"PATH=/bin", "GREETING=hello"}
 		cf.Config.WorkingDir, cf.Config.User = "/work", "app"
+		cf.Config.Cmd = []string{"/bin/greeter"}
 		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			t.Fatal(err)
 		}
@@ -141,6 +142,10 @@ func TestPulledImage(t *testing.T) {
 	want1 := "uid=1000 cwd=/work greeting=hello motd=v1"
 	if out := greet(sb.Name); out != want1 {
 		t.Errorf("in the pulled image: %q, want %q (its user, working directory and environment)", out, want1)
+	}
+	// An exec that names nothing runs the image's own command.
+	if res, err := n.Client.Exec(background, sb.Name, api.ExecRequest{}); err != nil || res.Stdout != want1 {
+		t.Errorf("exec of the image's cmd: %+v, %v; want %q", res, err, want1)
 	}
 
 	// Policy missing: nothing is fetched for an image that is here.

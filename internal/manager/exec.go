@@ -8,6 +8,7 @@ import (
 	"hash"
 	"io"
 	"net"
+	"slices"
 	"sort"
 	"time"
 
@@ -69,15 +70,25 @@ func (c *workConn) Close() error {
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.
 func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, stdout, stderr io.Writer) (*agentproto.ExitResult, error) {
-	if len(req.Argv) == 0 && req.Shell == "" {
-		return nil, errdefs.Invalid("nothing to run: give argv or shell")
-	}
 	if err := validateEnv(req.Env); err != nil {
 		return nil, err
 	}
 	timeout, err := parseTimeout(req.Timeout)
 	if err != nil {
 		return nil, err
+	}
+	if len(req.Argv) == 0 && req.Shell == "" {
+		// Nothing named: the image's own command (entrypoint and cmd), as docker runs it.
+		sb, err := m.Resolve(ctx, owner, ref)
+		if err != nil {
+			return nil, err
+		}
+		if img, ierr := m.images.ByDigest(sb.ImageDigest); ierr == nil {
+			req.Argv = append(slices.Clone(img.Config.Entrypoint), img.Config.Cmd...)
+		}
+		if len(req.Argv) == 0 {
+			return nil, errdefs.Invalid("nothing to run: give argv or shell (the sandbox's image names no entrypoint or cmd)")
+		}
 	}
 	cl, sb, err := m.Agent(ctx, owner, ref)
 	if err != nil {
