@@ -46,6 +46,7 @@ func TestImagePull(t *testing.T) {
 	out, errOut, err = n.run(bg, "", "create", "box", "--image", ref)
 	wantExit(t, err, 0)
 	wantContains(t, "create --pull missing", errOut, "is here already")
+	wantContains(t, "create", out, "box")
 	wantContains(t, "get shows the digest", n.must(t, "get", "box"), ref, d.String())
 
 	wantContains(t, "image ls", n.must(t, "image", "ls"), ref, "box")
