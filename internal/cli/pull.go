@@ -258,7 +258,7 @@ func (b *pullBars) draw() {
 	for i := 1; i <= b.n; i++ {
 		l, ok := b.layers[i]
 		if !ok {
-			fmt.Fprintf(b.w, "\r%s\x1b[K\n", fmt.Sprintf("layer %d/%d  waiting", i, b.n))
+			fmt.Fprintf(b.w, "\r%s\x1b[K\n", fmt.Sprintf("layer %d/%d waiting", i, b.n))
 			continue
 		}
 		done, total = done+l.done, total+l.total

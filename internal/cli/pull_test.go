@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -142,3 +144,17 @@ func TestRegistryMirror(t *testing.T) {
 
 // quietRegistry keeps the test registry from logging every request.
 var quietRegistry = registry.Logger(log.New(io.Discard, "", 0))
+
+// TestPullBars draws a line per layer and a total, redrawn in place.
+func TestPullBars(t *testing.T) {
+	var out strings.Builder
+	b := &pullBars{w: &out, start: time.Now().Add(-time.Second), layers: map[int]*layerBar{}}
+	b.update(api.PullEvent{Status: "downloading", Layer: 1, Layers: 2, Digest: "sha256:" + strings.Repeat("ab", 32), Done: 512 << 10, Total: 1 << 20})
+	b.update(api.PullEvent{Status: "cached", Layer: 2, Layers: 2, Digest: "sha256:" + strings.Repeat("cd", 32), Total: 2 << 20})
+	got := out.String()
+	for _, want := range []string{"layer 1/2 sha256:abababababab downloading", "50%", "layer 2/2 sha256:cdcdcdcdcdcd cached", "ETA", "cached", "total", "\x1b[3A"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("bars = %q, want %q in them", got, want)
+		}
+	}
+}
