@@ -48,8 +48,8 @@ func startDaemonB(t testing.TB, extra ...string) *daemon {
 	os.Chmod(dir, 0o711)
 	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
-	cfg := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.212.0.0/24, table: airlock_cli, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
-		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), d.socket, d.cgroup, d.cgroup[len(d.cgroup)-4:])
+	cfg := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.213.%d.0/24, table: %s, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), d.socket, d.cgroup, time.Now().UnixNano()%250, d.table(), d.cgroup[len(d.cgroup)-4:])
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
 	}
@@ -77,7 +77,7 @@ func startDaemonB(t testing.TB, extra ...string) *daemon {
 			t.Errorf("unmount the daemon's secrets tmpfs: %v", err)
 		}
 		d.assertClean()
-		exec.Command("nft", "delete", "table", "inet", "airlock_cli").Run()
+		exec.Command("nft", "delete", "table", "inet", d.table()).Run()
 
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
@@ -86,6 +86,10 @@ func startDaemonB(t testing.TB, extra ...string) *daemon {
 	})
 	return d
 }
+
+// table is the daemon's own nftables table, so that daemons of runs side by side on one
+// machine never share one.
+func (d *daemon) table() string { return "airlock_c" + d.cgroup[len(d.cgroup)-4:] }
 
 func (d *daemon) start() {
 	d.t.Helper()
