@@ -87,7 +87,12 @@ func Unmount(dir string) error {
 // bound to paths, pins the version sandbox-scoped bindings deliver, and returns the
 // mounts that put the files at their targets. uid is the host uid of the sandbox's root.
 func (d *Delivery) Start(ctx context.Context, owner, sandbox string, uid uint32) ([]Mount, error) {
-	d.Stop(sandbox)
+	// Files are rewritten in place, never removed first: after a restart of the daemon
+	// the running sandbox's mounts still hold them, and a later revocation must empty
+	// the very files it sees.
+	d.mu.Lock()
+	delete(d.live, sandbox)
+	d.mu.Unlock()
 	bound, err := d.svc.BindingsOf(ctx, owner, sandbox)
 	if err != nil {
 		return nil, err

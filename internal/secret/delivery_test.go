@@ -1,0 +1,89 @@
+package secret_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/secret"
+)
+
+// TestDeliveryFilesSurviveARestart: a file delivery is written on the tmpfs, given to
+// the sandbox as a mount, and rewritten in place when the daemon restarts and finds the
+// sandbox running, so that a revocation afterwards empties the very file the running
+// sandbox has mounted. The proxy's substitution and the variables follow the bindings.
+func TestDeliveryFilesSurviveARestart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting the delivery tmpfs needs root")
+	}
+	s, _ := newService(t)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "secrets")
+	d, err := secret.NewDelivery(s, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { secret.Unmount(dir) })
+	for name, v := range map[string]string{"db": "pw-123456", "gh": "ghp_abcdefghijklmnopqrstuvwxyz"} {
+		if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: name, Type: "token", AllowedHosts: []string{"api.example.com"}, Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind := func(name, target, delivery string) {
+		if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: name, Sandbox: "sb_1", Target: target, Delivery: delivery}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("db", "/etc/app/db", "file")
+	bind("gh", "GH_TOKEN", "proxy")
+	bind("db", "DB_PASSWORD", "env")
+
+	mounts, err := d.Start(ctx, "alice", "sb_1", uint32(os.Getuid()))
+	if err != nil || len(mounts) != 1 || mounts[0].Destination != "/etc/app/db" {
+		t.Fatalf("Start = %+v, %v", mounts, err)
+	}
+	before, err := os.Stat(mounts[0].Source)
+	if b, _ := os.ReadFile(mounts[0].Source); err != nil || string(b) != "pw-123456" {
+		t.Fatalf("the delivered file holds %q, %v", b, err)
+	}
+	subs := d.Substitutions("sb_1")
+	if len(subs) != 1 || subs[0].Secret != "gh" || subs[0].Placeholder != s.Placeholder("alice", "gh", "sb_1") {
+		t.Fatalf("substitutions %+v", subs)
+	}
+	if v, err := subs[0].Value(); err != nil || string(v) != "ghp_abcdefghijklmnopqrstuvwxyz" {
+		t.Errorf("the substitution's value: %q, %v", v, err)
+	}
+	env, err := d.ExecEnv(ctx, "alice", "sb_1")
+	if err != nil || strings.Join(env, " ") != "DB_PASSWORD=pw-123456 GH_TOKEN="+subs[0].Placeholder {
+		t.Errorf("ExecEnv = %v, %v", env, err)
+	}
+
+	// The daemon restarts: a new delivery over the same tmpfs finds the sandbox running.
+	d2, err := secret.NewDelivery(s, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d2.Start(ctx, "alice", "sb_1", uint32(os.Getuid()))
+	if err != nil || len(again) != 1 {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(again[0].Source)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("the restart replaced the delivered file (%v): a running sandbox's mount would keep the old one", err)
+	}
+	if _, err := s.Revoke(ctx, "alice", "db"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(again[0].Source); err != nil || fi.Size() != 0 || !os.SameFile(before, fi) {
+		t.Errorf("after the revocation the mounted file: %v, %v; want it emptied in place", fi, err)
+	}
+	if env, _ := d2.ExecEnv(ctx, "alice", "sb_1"); strings.Contains(strings.Join(env, " "), "pw-123456") {
+		t.Errorf("a revoked secret is still in the executions' variables: %v", env)
+	}
+	d2.Stop("sb_1")
+	if _, err := os.Stat(again[0].Source); !os.IsNotExist(err) {
+		t.Errorf("after Stop the file is still there: %v", err)
+	}
+}
