@@ -97,6 +97,9 @@ type Images struct {
 	// Setuid is what becomes of setuid and setgid files in imported and pulled layers:
 	// keep (default; they act only inside a sandbox's user namespace), strip or refuse.
 	Setuid string `yaml:"setuid"`
+	// Devices is what becomes of device nodes in layers: skip (default; devices come
+	// from the runtime, never from an image) or refuse.
+	Devices string `yaml:"devices"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and
@@ -366,6 +369,11 @@ func (c Config) Settings() (Settings, error) {
 	case "", "keep", "strip", "refuse":
 	default:
 		errs = append(errs, fmt.Errorf("images.setuid %q must be keep, strip or refuse", c.Images.Setuid))
+	}
+	switch c.Images.Devices {
+	case "", "skip", "refuse":
+	default:
+		errs = append(errs, fmt.Errorf("images.devices %q must be skip or refuse", c.Images.Devices))
 	}
 	if c.Images.CacheMax != "" {
 		if s.ImageCacheMax, err = units.ParseSize(c.Images.CacheMax); err != nil || s.ImageCacheMax < 64<<20 {

@@ -165,7 +165,7 @@ func (s *Store) importState(sc Scope, lim Limits) (map[string]bool, *budget, err
 			}
 		}
 	}
-	bud := &budget{left: lim.Unpacked, limit: lim.Unpacked, owner: sc.Owner, setuid: lim.Setuid}
+	bud := &budget{left: lim.Unpacked, limit: lim.Unpacked, owner: sc.Owner, setuid: lim.Setuid, devices: lim.Devices}
 	if !sc.Admin {
 		used, err := s.usage(t, sc.Owner, "", nil)
 		if err != nil {

@@ -32,7 +32,16 @@ type Limits struct {
 	// default; they act only inside the sandbox's user namespace), SetuidStrip or
 	// SetuidRefuse (the import or pull fails, naming the file).
 	Setuid string
+	// Devices is what becomes of device nodes in a layer: DevicesSkip (the default; a
+	// sandbox's devices come from its runtime, never from an image) or DevicesRefuse.
+	Devices string
 }
+
+// What a store does with device nodes in layers.
+const (
+	DevicesSkip   = "skip"
+	DevicesRefuse = "refuse"
+)
 
 // What a store does with setuid and setgid files.
 const (
@@ -78,6 +87,7 @@ const tarEntryCost = 512
 // it from goroutines of their own.
 type budget struct {
 	setuid      string // Limits.Setuid
+	devices     string // Limits.Devices
 	mu          sync.Mutex
 	left, limit int64
 	quota       bool  // the limit is what the owner's quota leaves

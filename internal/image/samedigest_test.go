@@ -1,6 +1,7 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"io"
@@ -123,4 +124,28 @@ func TestSetuidPolicy(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDevicePolicy: device nodes in a layer are skipped, or refused when the store's
+// limits say so; a whiteout (a 0:0 character device) is never taken for one.
+func TestDevicePolicy(t *testing.T) {
+	requireRoot(t)
+	dev := ent{Header: tar.Header{Typeflag: tar.TypeChar, Name: "dev/null", Mode: 0o666, Devmajor: 1, Devminor: 3}}
+	archive := mkTar(t, fileEnt("etc/ok", "x", 0o644), dev)
+	skip := newStore(t)
+	img, err := importAs(t, skip, alice, "dev", false, archive)
+	if err != nil {
+		t.Fatalf("skip: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(skip.LayerDirs(img)[0], "dev/null")); !os.IsNotExist(err) {
+		t.Errorf("skip: the device node was made (%v)", err)
+	}
+	refuse := newStore(t)
+	lim := refuse.Limits()
+	lim.Devices = DevicesRefuse
+	refuse.SetLimits(lim)
+	if _, err := importAs(t, refuse, alice, "dev", false, archive); err == nil || !strings.Contains(err.Error(), "device node") {
+		t.Errorf("refuse: import = %v, want refused naming the device node", err)
+	}
+	assertNoImage(t, refuse, alice, "dev")
 }

@@ -329,6 +329,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		mode := uint32(unix.S_IFIFO)
 		if hdr.Typeflag != tar.TypeFifo {
 			if hdr.Typeflag != tar.TypeChar || hdr.Devmajor != 0 || hdr.Devminor != 0 {
+				if u.budget != nil && u.budget.devices == DevicesRefuse {
+					return errdefs.Invalid("layer entry %q is a device node, which this node refuses (images.devices)", hdr.Name)
+				}
 				return nil // device nodes come from the runtime, never from an image
 			}
 			mode = unix.S_IFCHR // already an overlayfs whiteout
