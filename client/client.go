@@ -56,7 +56,24 @@ type Client struct {
 }
 
 // New returns a client for the daemon opts describe. It does not connect.
+//
+// Inside an Airlock sandbox (where $AIRLOCK_API and $AIRLOCK_SESSION_TOKEN_FILE are
+// set), a client given neither a socket nor an address reaches the API through the
+// sandbox's egress proxy with the sandbox's session credential.
 func New(opts Options) (*Client, error) {
+	if opts.Socket == "" && opts.Addr == "" && os.Getenv("AIRLOCK_SOCKET") == "" {
+		if u, err := url.Parse(os.Getenv("AIRLOCK_API")); err == nil && u.Scheme == "http" && u.Host != "" {
+			opts.Addr = u.Host
+			if u.Port() == "" {
+				opts.Addr = net.JoinHostPort(u.Host, "80")
+			}
+			if opts.Token == "" {
+				if b, err := os.ReadFile(os.Getenv("AIRLOCK_SESSION_TOKEN_FILE")); err == nil {
+					opts.Token = strings.TrimSpace(string(b))
+				}
+			}
+		}
+	}
 	c := &Client{token: opts.Token, hc: opts.HTTPClient}
 	if opts.Addr != "" {
 		addr := strings.TrimPrefix(opts.Addr, "http://")

@@ -338,3 +338,36 @@ func TestImportImageErrorEvent(t *testing.T) {
 		t.Fatalf("err = %#v, want invalid_argument with status 400", err)
 	}
 }
+
+// Inside a sandbox, a client with no socket or address reaches the API named by
+// $AIRLOCK_API with the session credential's placeholder from its file.
+func TestNewInsideASandbox(t *testing.T) {
+	var gotAuth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth = r.Header.Get("Authorization")
+		json.NewEncoder(w).Encode(api.WhoAmI{User: "local", Sandbox: "sb_1"})
+	}))
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("al_session_placeholder\n"), 0o444)
+	t.Setenv("AIRLOCK_SOCKET", "")
+	t.Setenv("AIRLOCK_API", srv.URL)
+	t.Setenv("AIRLOCK_SESSION_TOKEN_FILE", tokenFile)
+	c, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, err := c.WhoAmI(context.Background())
+	if err != nil || who.Sandbox != "sb_1" || gotAuth != "Bearer al_session_placeholder" {
+		t.Fatalf("WhoAmI = %+v, %v; Authorization %q", who, err, gotAuth)
+	}
+	// An explicit socket still wins.
+	if c, _ := New(Options{Socket: "/x.sock"}); c.Target() != "/x.sock" {
+		t.Errorf("an explicit socket inside a sandbox: target %q", c.Target())
+	}
+	// http://airlock.internal has no port: 80.
+	t.Setenv("AIRLOCK_API", "http://airlock.internal")
+	if c, _ := New(Options{}); c.Target() != "airlock.internal:80" {
+		t.Errorf("target %q, want airlock.internal:80", c.Target())
+	}
+}

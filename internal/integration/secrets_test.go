@@ -212,6 +212,11 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 		if who := whoami(deny.Name, "--noproxy '*'"); who.User != "local" {
 			t.Errorf("whoami transparently from deny_all: %+v, want local", who)
 		}
+		// The airlock binary itself (the agent's) finds the API and the credential on its own.
+		var cliWho api.WhoAmI
+		if out := exec(deny.Name, `/.airlock/agent whoami -o json`); json.Unmarshal([]byte(out), &cliWho) != nil || cliWho.Sandbox != deny.ID {
+			t.Errorf("airlock whoami inside the sandbox: %q", out)
+		}
 		if who := whoami(viewer.Name, ""); !slices.Equal(who.Roles, []string{"viewer"}) {
 			t.Errorf("whoami from a sandbox created with --role viewer: %+v", who)
 		}
