@@ -564,10 +564,12 @@ func TestUsersRolesTokens(t *testing.T) {
 		err := Run(bg, append(args, "--addr", n.Addr, "--token", secret), nil, &out, &errOut)
 		return out.String(), errOut.String(), err
 	}
-	out, _, err := as("whoami")
-	wantExit(t, err, 0)
+	out, errOut, err := as("whoami")
+	if err != nil {
+		t.Fatalf("whoami as alice over TCP: %v\n%s", err, errOut)
+	}
 	wantContains(t, "whoami as alice", out, "alice (roles: developer)", "sandbox.exec")
-	_, errOut, err := as("user", "ls")
+	_, errOut, err = as("user", "ls")
 	wantExit(t, err, 1)
 	wantContains(t, "user ls as alice", errOut, "admin", "(permission_denied)")
 
