@@ -15,7 +15,7 @@ import (
 // sandbox (network mode baseline): a small file per request (the path's latency) and
 // a 16 MiB one (its throughput).
 //
-//	go test -run XXX -bench ExposedPort -benchtime 200x ./internal/integration
+//	go test -run '^$' -bench ExposedPort -benchtime 200x ./internal/integration
 func BenchmarkExposedPort(b *testing.B) {
 	n := testenv.NewNode(b, testenv.Options{Network: true})
 	sb := n.Create(b, api.CreateSandboxRequest{Name: "portbench", Network: &api.NetworkPolicy{Mode: "baseline"}})
