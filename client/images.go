@@ -63,39 +63,35 @@ func (c *Client) importImage(ctx context.Context, query url.Values, r io.Reader,
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var img *api.Image
-	err = readEvents(ctx, resp.Body, "image import", func(ev api.ImportEvent) (bool, error) {
-		switch {
-		case ev.Error != nil:
-			return true, streamError(ev.Error)
-		case ev.Image != nil:
-			img = ev.Image
-			return true, nil
-		case p != nil:
-			p.event(ev)
-		}
-		return false, nil
-	})
-	return img, err
+	var follow func(api.ImportEvent)
+	if p != nil {
+		follow = p.event
+	}
+	return readImage(ctx, resp.Body, "image import", func(ev api.ImportEvent) (*api.Image, *api.Error) { return ev.Image, ev.Error }, follow)
 }
 
-// readEvents decodes the NDJSON events that answer a long call (what) until next says
-// one ended it.
-func readEvents[E any](ctx context.Context, r io.Reader, what string, next func(E) (bool, error)) error {
+// readImage follows the NDJSON events that answer an image import or pull (what),
+// handing each to progress (if set) until one carries the image or an error.
+func readImage[E any](ctx context.Context, r io.Reader, what string, result func(E) (*api.Image, *api.Error), progress func(E)) (*api.Image, error) {
 	dec := json.NewDecoder(r)
 	for {
 		var ev E
 		if err := dec.Decode(&ev); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("%s: %w: %w", what, errNoResult, io.ErrUnexpectedEOF)
+				return nil, fmt.Errorf("%s: %w: %w", what, errNoResult, io.ErrUnexpectedEOF)
 			}
-			return fmt.Errorf("%s: read stream: %w", what, err)
+			return nil, fmt.Errorf("%s: read stream: %w", what, err)
 		}
-		if done, err := next(ev); done || err != nil {
-			return err
+		switch img, e := result(ev); {
+		case e != nil:
+			return nil, streamError(e)
+		case img != nil:
+			return img, nil
+		case progress != nil:
+			progress(ev)
 		}
 	}
 }
@@ -155,20 +151,7 @@ func (c *Client) PullImage(ctx context.Context, req api.PullRequest, progress fu
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var img *api.Image
-	err = readEvents(ctx, resp.Body, "image pull", func(ev api.PullEvent) (bool, error) {
-		switch {
-		case ev.Error != nil:
-			return true, streamError(ev.Error)
-		case ev.Image != nil:
-			img = ev.Image
-			return true, nil
-		case progress != nil:
-			progress(ev)
-		}
-		return false, nil
-	})
-	return img, err
+	return readImage(ctx, resp.Body, "image pull", func(ev api.PullEvent) (*api.Image, *api.Error) { return ev.Image, ev.Error }, progress)
 }
 
 // Image returns one image with its configuration, layers and the caller's sandboxes on it.
