@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -87,16 +86,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return errdefs.Invalid("the upload did not complete: %v", err)
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	flusher, _ := w.(http.Flusher)
-	emit := func(ev api.ImportEvent) {
-		enc.Encode(ev)
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
+	emit := ndjson[api.ImportEvent](w)
 	var last int64 = -1
 	img, err := s.m.ImportImage(r.Context(), c, f.Name(), name, public, func(phase string, done, total int64) {
 		// About a hundred updates for a whole import is plenty for a progress bar.
@@ -140,32 +130,16 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.MayImport(c, public); err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	flusher, _ := w.(http.Flusher)
-	var mu sync.Mutex // layers report from goroutines of their own
-	emit := func(ev api.PullEvent) {
-		mu.Lock()
-		defer mu.Unlock()
-		enc.Encode(ev)
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	last := map[int]int64{}
+	emit := ndjson[api.PullEvent](w)
+	last := map[int]int64{} // a pull reports from one goroutine at a time
 	img, err := s.m.PullImage(r.Context(), c, manager.PullRequest{Ref: req.Ref, Name: req.Name, Public: public,
 		Missing: req.Policy == api.PullMissing, Username: req.Username, Password: req.Password}, func(ev manager.PullEvent) {
-		mu.Lock()
 		// About fifty updates a layer are plenty for a progress bar.
-		skip := ev.Status == "downloading" && ev.Total > 0 && ev.Done != ev.Total && (ev.Done-last[ev.Layer])*50 < ev.Total
-		if !skip {
-			last[ev.Layer] = ev.Done
+		if ev.Status == "downloading" && ev.Total > 0 && ev.Done != ev.Total && (ev.Done-last[ev.Layer])*50 < ev.Total {
+			return
 		}
-		mu.Unlock()
-		if !skip {
-			emit(api.PullEvent{Status: ev.Status, Ref: ev.Ref, Digest: ev.Digest, Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total})
-		}
+		last[ev.Layer] = ev.Done
+		emit(api.PullEvent{Status: ev.Status, Ref: ev.Ref, Digest: ev.Digest, Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total})
 	})
 	if err != nil {
 		_, e := s.apiError(r, err)
@@ -223,6 +197,20 @@ func (s *Server) registryLogout(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// ndjson starts a 200 answer of NDJSON events and returns what writes and flushes one.
+func ndjson[E any](w http.ResponseWriter) func(E) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	return func(ev E) {
+		enc.Encode(ev)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
 }
 
 func uploadTooLarge(limit int64) error {
