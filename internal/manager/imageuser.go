@@ -23,44 +23,53 @@ import (
 // maxAccountFile bounds how much of an image's passwd or group file is read.
 const maxAccountFile = 1 << 20
 
-// ImageUser is the uid and gid new processes in sb run as when the caller names none:
-// the user its image's config names, or nil (root).
-func (m *Manager) ImageUser(sb *store.Sandbox) (uid, gid *uint32, err error) {
-	img, err := m.images.ByDigest(sb.ImageDigest)
-	if err != nil {
-		return nil, nil, nil // an image gone since: its sandbox runs as root
-	}
-	return m.imageUser(img)
-}
+// maxUserCache bounds the images whose user is remembered.
+const maxUserCache = 1024
 
-// imageUser returns the uid and gid an image's config names, or nil for root (no user).
-func (m *Manager) imageUser(img *image.Image) (uid, gid *uint32, err error) {
-	spec := img.Config.User
-	if spec == "" {
+// ImageUser is the uid and gid new processes in sb run as when the caller names none:
+// the user its image's config names, or nil (root). It is asked on every execution, so
+// the answer is remembered per image digest, and the image's record is read only once.
+func (m *Manager) ImageUser(sb *store.Sandbox) (uid, gid *uint32, err error) {
+	m.mu.Lock()
+	ids, ok := m.users[sb.ImageDigest]
+	m.mu.Unlock()
+	if !ok {
+		img, err := m.images.ByDigest(sb.ImageDigest)
+		if err != nil {
+			return nil, nil, nil // an image gone since: its sandbox runs as root
+		}
+		if ids, err = imageIDs(m.images.LayerDirs(img), img); err != nil {
+			return nil, nil, err
+		}
+		m.mu.Lock()
+		if len(m.users) >= maxUserCache {
+			clear(m.users)
+		}
+		m.users[sb.ImageDigest] = ids
+		m.mu.Unlock()
+	}
+	if ids == nil {
 		return nil, nil, nil
 	}
-	m.mu.Lock()
-	ids, ok := m.users[img.Digest]
-	m.mu.Unlock()
-	if ok {
-		return &ids[0], &ids[1], nil
+	u, g := ids[0], ids[1] // the caller's own copies, not the remembered ones
+	return &u, &g, nil
+}
+
+// imageIDs resolves the user img's config names in its layers; nil for none (root).
+func imageIDs(layers []string, img *image.Image) (*[2]uint32, error) {
+	spec := img.Config.User
+	if spec == "" {
+		return nil, nil
 	}
 	user, group, _ := strings.Cut(spec, ":")
-	layers := m.images.LayerDirs(img)
-	u, ug, err := lookupID(layers, "etc/passwd", user, 2, 3)
+	u, g, err := lookupID(layers, "etc/passwd", user, 2, 3)
+	if err == nil && group != "" {
+		g, _, err = lookupID(layers, "etc/group", group, 2, -1)
+	}
 	if err != nil {
-		return nil, nil, errdefs.Precondition("the image %s runs as user %q: %v", img.Name, spec, err)
+		return nil, errdefs.Precondition("the image %s runs as user %q: %v", img.Name, spec, err)
 	}
-	g := ug
-	if group != "" {
-		if g, _, err = lookupID(layers, "etc/group", group, 2, -1); err != nil {
-			return nil, nil, errdefs.Precondition("the image %s runs as user %q: %v", img.Name, spec, err)
-		}
-	}
-	m.mu.Lock()
-	m.users[img.Digest] = [2]uint32{u, g}
-	m.mu.Unlock()
-	return &u, &g, nil
+	return &[2]uint32{u, g}, nil
 }
 
 // lookupID resolves name (or a number) to the id in field idField of file's line for

@@ -115,9 +115,9 @@ type Manager struct {
 	images         *image.Store
 	snaps          *snapshot.Store
 	net            Network
-	users          map[string][2]uint32 // image digest -> the uid and gid its config's user names
-	secrets        *secret.Service      // nil: no secrets
-	delivery       *secret.Delivery     // nil: secrets are not delivered
+	users          map[string]*[2]uint32 // image digest -> the uid and gid its config's user names (nil: root)
+	secrets        *secret.Service       // nil: no secrets
+	delivery       *secret.Delivery      // nil: secrets are not delivered
 
 	closePort PortCloser
 	log       *slog.Logger
@@ -152,7 +152,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
-		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), users: map[string][2]uint32{},
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), users: map[string]*[2]uint32{},
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})
 	return m
