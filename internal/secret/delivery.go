@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -32,6 +33,7 @@ type Delivery struct {
 // liveSandbox is what one running sandbox was given.
 type liveSandbox struct {
 	owner  string
+	bound  []Bound           // its bindings, as of the last start or change
 	pinned map[string]int    // secret name -> the version a sandbox-scoped binding delivers
 	files  map[string]string // binding id -> the host file behind its mount
 	subs   []egress.Substitution
@@ -136,6 +138,7 @@ func (d *Delivery) Start(ctx context.Context, owner, sandbox string, uid uint32)
 		ls.files[b.Binding.ID] = file
 		mounts = append(mounts, Mount{Source: file, Destination: b.Binding.Target})
 	}
+	ls.bound = bound
 	ls.subs = d.substitutions(owner, sandbox, ls.pinned, bound)
 	d.mu.Lock()
 	d.live[sandbox] = ls
@@ -201,17 +204,25 @@ func (d *Delivery) substitutions(owner, sandbox string, pinned map[string]int, b
 // ExecEnv is the variables one execution in a sandbox gets from its bindings: the
 // placeholders of proxy deliveries bound to variables, and the values of env
 // deliveries (a sandbox-scoped one at the version the sandbox started with).
+// A running sandbox's bindings are known (kept current by refresh), so an execution
+// reads the store only for the values of env deliveries.
 func (d *Delivery) ExecEnv(ctx context.Context, owner, sandbox string) ([]string, error) {
-	bound, err := d.svc.BindingsOf(ctx, owner, sandbox)
-	if err != nil || len(bound) == 0 {
-		return nil, err
-	}
+	var (
+		bound  []Bound
+		pinned map[string]int
+	)
 	d.mu.Lock()
-	var pinned map[string]int
-	if ls, ok := d.live[sandbox]; ok {
-		pinned = ls.pinned
+	ls, live := d.live[sandbox]
+	if live {
+		bound, pinned = ls.bound, maps.Clone(ls.pinned)
 	}
 	d.mu.Unlock()
+	if !live {
+		var err error
+		if bound, err = d.svc.BindingsOf(ctx, owner, sandbox); err != nil {
+			return nil, err
+		}
+	}
 	var env []string
 	for _, b := range bound {
 		if b.Binding.Target[0] == '/' || b.Revoked && b.Binding.Delivery != DeliverProxy {
@@ -243,16 +254,17 @@ func (d *Delivery) ExecEnv(ctx context.Context, owner, sandbox string) ([]string
 // of owner's running sandboxes): the proxy's substitutions are rebuilt at once, and
 // the file of a binding that is gone, or of a revoked secret, is emptied in place.
 func (d *Delivery) refresh(owner, sandbox string) {
+	ctx := context.Background()
 	d.mu.Lock()
-	var ids []string
+	pinned := map[string]map[string]int{} // sandbox -> its pins, read before the store is
 	for id, ls := range d.live {
 		if ls.owner == owner && (sandbox == "" || sandbox == id) {
-			ids = append(ids, id)
+			pinned[id] = maps.Clone(ls.pinned)
 		}
 	}
 	d.mu.Unlock()
-	for _, id := range ids {
-		bound, err := d.svc.BindingsOf(context.Background(), owner, id)
+	for id, pins := range pinned {
+		bound, err := d.svc.BindingsOf(ctx, owner, id)
 		if err != nil {
 			d.log.Warn("refresh a sandbox's secrets", "sandbox", id, "err", err)
 			continue
@@ -260,27 +272,23 @@ func (d *Delivery) refresh(owner, sandbox string) {
 		keep := map[string]bool{}
 		for _, b := range bound {
 			keep[b.Binding.ID] = !b.Revoked
-		}
-		d.mu.Lock()
-		ls, ok := d.live[id]
-		if !ok {
-			d.mu.Unlock()
-			continue
-		}
-		for bid, file := range ls.files {
-			if !keep[bid] {
-				os.Truncate(file, 0) // in place: the sandbox's mount sees it at once
-				delete(ls.files, bid)
-			}
-		}
-		for _, b := range bound {
-			if _, ok := ls.pinned[b.Secret]; !ok && !b.Revoked {
-				if sec, err := d.svc.Get(context.Background(), owner, b.Secret); err == nil {
-					ls.pinned[b.Secret] = sec.Versions[len(sec.Versions)-1].Version
+			if _, ok := pins[b.Secret]; !ok && !b.Revoked { // a new binding: pin the newest
+				if sec, err := d.svc.Get(ctx, owner, b.Secret); err == nil {
+					pins[b.Secret] = sec.Versions[len(sec.Versions)-1].Version
 				}
 			}
 		}
-		ls.subs = d.substitutions(owner, id, ls.pinned, bound)
+		subs := d.substitutions(owner, id, pins, bound)
+		d.mu.Lock()
+		if ls, ok := d.live[id]; ok {
+			for bid, file := range ls.files {
+				if !keep[bid] {
+					os.Truncate(file, 0) // in place: the sandbox's mount sees it at once
+					delete(ls.files, bid)
+				}
+			}
+			ls.bound, ls.pinned, ls.subs = bound, pins, subs
+		}
 		d.mu.Unlock()
 	}
 }
