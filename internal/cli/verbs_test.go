@@ -650,6 +650,13 @@ func TestSecretVerbs(t *testing.T) {
 	outputs = append(outputs, out, errOut)
 	wantContains(t, "env delivery's warning", errOut, "higher-risk")
 	wantContains(t, "secret get with bindings", run("", "secret", "get", "stripe"), "bound:", "STRIPE_KEY", "env delivery at STRIPE_RAW", "risk high")
+	run("local-value\n", "secret", "create", "--name", "loop", "--type", "token", "--allowed-hosts", "localhost")
+	_, errOut, err = n.run(bg, "", "secret", "bind", "loop", "--sandbox", "payer", "--target", "LOOP")
+	wantExit(t, err, 1)
+	wantContains(t, "a secret whose own host is loopback", errOut, "loopback", "(failed_precondition)")
+	if strings.Contains(run("", "secret", "get", "loop"), "bound:") {
+		t.Error("the refused binding was kept")
+	}
 	_, errOut, err = n.run(bg, "", "secret", "bind", "stripe", "--sandbox", "payer", "--target", "/etc/key", "--delivery", "file", "--scope", "execution")
 	wantExit(t, err, 1)
 	wantContains(t, "file delivery per execution", errOut, "per sandbox", "(invalid_argument)")

@@ -51,7 +51,15 @@ func (m *Manager) BindSecret(ctx context.Context, owner, ref string, req secret.
 		return nil, errdefs.Precondition("sandbox %q is in network mode none, which has no egress proxy to substitute a secret "+
 			"(rule: mode none); deliver it as a file or env, or change the sandbox's network mode", sb.Name)
 	}
-	for _, h := range req.Hosts {
+	hosts := req.Hosts
+	if len(hosts) == 0 { // the binding takes the secret's own hosts
+		sec, err := m.secrets.Get(ctx, owner, req.Secret)
+		if err != nil {
+			return nil, err
+		}
+		hosts = sec.AllowedHosts
+	}
+	for _, h := range hosts {
 		if err := bindableHost(h, pol); err != nil {
 			return nil, err
 		}
@@ -60,12 +68,6 @@ func (m *Manager) BindSecret(ctx context.Context, owner, ref string, req secret.
 	sec, b, err := m.secrets.Bind(ctx, owner, req)
 	if err != nil {
 		return nil, err
-	}
-	for _, h := range b.Hosts { // the secret's own hosts, when the request named none
-		if err := bindableHost(h, pol); err != nil {
-			m.secrets.Unbind(context.WithoutCancel(ctx), owner, sec.Name, sb.ID, b.Target)
-			return nil, err
-		}
 	}
 	res := &BindResult{Secret: sec, Binding: b, Applies: "now"}
 	if strings.HasPrefix(b.Target, "/") && sb.State != Suspended && sb.State != Creating {
