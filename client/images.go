@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // Images lists the images the caller sees: its own private images and the public ones,
@@ -176,4 +177,28 @@ func (c *Client) RegistryLogin(ctx context.Context, req api.RegistryLoginRequest
 // RegistryLogout forgets the caller's credentials for a registry.
 func (c *Client) RegistryLogout(ctx context.Context, registry string) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/registries/" + url.PathEscape(registry)}, nil)
+}
+
+// ExportImage writes the image ref to w as a tar archive: an OCI image layout that
+// `docker load` also reads (for pulled images and OCI imports), a `docker save`
+// archive, or the plain rootfs tarball it was imported from. Importing it gives the
+// same digest. It returns the bytes written; an export that fails part way returns an
+// error, and what w holds then is not an image.
+func (c *Client) ExportImage(ctx context.Context, ref string, w io.Writer) (int64, error) {
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/images/" + url.PathEscape(ref) + "/export"})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		return n, fmt.Errorf("%w: export of %s broke off after %d bytes: %w", errdefs.ErrUnavailable, ref, n, err)
+	}
+	if msg := resp.Trailer.Get("Airlock-Error"); msg != "" {
+		return n, &Error{Status: http.StatusConflict, Code: "failed_precondition", Message: msg}
+	}
+	return n, nil
 }

@@ -23,7 +23,7 @@ var verbList = []*verb{
 	suspendVerb, resumeVerb, eventsVerb,
 	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb,
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
-	opsGetVerb, imageImportVerb, imagePullVerb, imagePrewarmVerb, imageLsVerb, imageInspectVerb, imageRmVerb, imagePruneVerb,
+	opsGetVerb, imageImportVerb, imagePullVerb, imagePrewarmVerb, imageLsVerb, imageInspectVerb, imageExportVerb, imageRmVerb, imagePruneVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
 	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb,
 	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRekeyVerb, secretBindVerb, secretUnbindVerb, registryLoginVerb, registryLogoutVerb, statusVerb, versionVerb,

@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/failpoint"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
@@ -51,6 +52,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return errors.New("airlock serve must run as root (it manages containers, mounts and cgroups)")
 	}
 	unix.Umask(stateUmask)
+	if failpoint.ArmFromEnv(); failpoint.Armed() != nil {
+		log.Warn("crash points are armed: the daemon kills itself when it reaches them", "points", failpoint.Armed(), "env", failpoint.EnvVar)
+	}
 	if set.MemoryTarget > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(set.MemoryTarget)
 	}

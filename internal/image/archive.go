@@ -146,7 +146,19 @@ type plan struct {
 	config    Config
 	tag       string // the name the archive gives its image, if any
 	layers    []layerSource
+	// format is how the image came (formatOCI, formatDocker, formatRootfs), and manifest
+	// and rawConfig the bytes of its manifest and config as they came: the store keeps
+	// them with the layer blobs, so an export gives back the same digests.
+	format              string
+	manifest, rawConfig []byte
 }
+
+// The formats of the images the store keeps, which an export writes back.
+const (
+	formatOCI    = "oci"    // a manifest (pulled, or from an OCI layout): the digest is the manifest's
+	formatDocker = "docker" // a `docker save` image: the digest is the config's
+	formatRootfs = "rootfs" // a plain root filesystem tarball: the digest is its layer's
+)
 
 const (
 	nameAnnotation   = "io.containerd.image.name"
@@ -208,27 +220,33 @@ func blobPath(digest string) string { return "blobs/sha256/" + hexOf(digest) }
 // readJSON decodes the archive file name into v and returns its digest, which must be
 // want unless want is "".
 func readJSON(a archive, name, want string, v any) (string, error) {
+	d, _, err := readJSONRaw(a, name, want, v)
+	return d, err
+}
+
+// readJSONRaw is readJSON that also returns the file's bytes, for the store to keep.
+func readJSONRaw(a archive, name, want string, v any) (string, []byte, error) {
 	rc, _, err := a.open(name)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, maxMetadataBytes+1))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if len(b) > maxMetadataBytes {
-		return "", errdefs.Invalid("archive file %s is larger than %d bytes", name, maxMetadataBytes)
+		return "", nil, errdefs.Invalid("archive file %s is larger than %d bytes", name, maxMetadataBytes)
 	}
 	sum := sha256.Sum256(b)
 	got := "sha256:" + hex.EncodeToString(sum[:])
 	if want != "" && got != want {
-		return "", errdefs.Invalid("archive file %s has digest %s, expected %s", name, got, want)
+		return "", nil, errdefs.Invalid("archive file %s has digest %s, expected %s", name, got, want)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return "", errdefs.Invalid("archive file %s is not valid JSON: %v", name, err)
+		return "", nil, errdefs.Invalid("archive file %s is not valid JSON: %v", name, err)
 	}
-	return got, nil
+	return got, b, nil
 }
 
 // layerSources pairs the layer blobs (archive paths, with their digests where known)
@@ -275,14 +293,16 @@ func inspectOCI(a archive) (*plan, error) {
 		return nil, err
 	}
 	var m ociManifest
-	if _, err := readJSON(a, blobPath(desc.Digest), desc.Digest, &m); err != nil {
+	_, rawManifest, err := readJSONRaw(a, blobPath(desc.Digest), desc.Digest, &m)
+	if err != nil {
 		return nil, err
 	}
 	if !validDigest(m.Config.Digest) {
 		return nil, errdefs.Invalid("manifest %s: config digest %q is not a sha256 digest", desc.Digest, m.Config.Digest)
 	}
 	var cfg imageConfig
-	if _, err := readJSON(a, blobPath(m.Config.Digest), m.Config.Digest, &cfg); err != nil {
+	_, rawConfig, err := readJSONRaw(a, blobPath(m.Config.Digest), m.Config.Digest, &cfg)
+	if err != nil {
 		return nil, err
 	}
 	if len(cfg.RootFS.DiffIDs) == 0 {
@@ -304,7 +324,8 @@ func inspectOCI(a archive) (*plan, error) {
 	if ref := desc.Annotations["org.opencontainers.image.ref.name"]; tag == "" && strings.ContainsAny(ref, ":/") {
 		tag = ref // often only a tag ("latest"); used when it is a whole reference
 	}
-	return &plan{digest: desc.Digest, config: cfg.runConfig(), tag: tag, layers: layers}, nil
+	return &plan{digest: desc.Digest, config: cfg.runConfig(), tag: tag, layers: layers,
+		format: formatOCI, manifest: rawManifest, rawConfig: rawConfig}, nil
 }
 
 // flattenIndex collects the image manifests an index names, descending into nested
@@ -403,7 +424,7 @@ func inspectDocker(a archive, name string) (*plan, error) {
 		return nil, errdefs.Invalid("archive holds %d images; import it under the tag of the one you want", len(ents))
 	}
 	var cfg imageConfig
-	digest, err := readJSON(a, e.Config, "", &cfg)
+	digest, rawConfig, err := readJSONRaw(a, e.Config, "", &cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +432,7 @@ func inspectDocker(a archive, name string) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl := &plan{digest: digest, config: cfg.runConfig(), layers: layers}
+	pl := &plan{digest: digest, config: cfg.runConfig(), layers: layers, format: formatDocker, rawConfig: rawConfig}
 	if len(e.RepoTags) > 0 {
 		pl.tag = e.RepoTags[0]
 	}
@@ -426,6 +447,7 @@ func inspectPlain(f *os.File, size int64) *plan {
 	return &plan{
 		config: Config{Env: []string{defaultPath}},
 		layers: []layerSource{{size: size, open: open}},
+		format: formatRootfs,
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -72,11 +70,6 @@ func gz(t testing.TB, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-func digestOf(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func mustJSON(t testing.TB, v any) []byte {

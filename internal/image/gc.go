@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// collectLocked deletes layers and host skeletons that no record references and no
-// pending pull younger than pendingTTL keeps, the blob notes of deleted layers, older
+// collectLocked deletes layers, kept blobs and host skeletons that no record references
+// and no pending pull younger than pendingTTL keeps, the blob notes of deleted layers, older
 // pending records, and everything in tmp. The caller holds meta.lock; it does nothing
 // while any import or pull runs.
 func (s *Store) collectLocked() {
@@ -35,6 +35,9 @@ func (s *Store) collectLocked() {
 		for _, l := range img.Layers {
 			used["layers/"+hexOf(l)] = true
 		}
+		for _, b := range blobsOf(img) {
+			used["blobs/"+hexOf(b)] = true
+		}
 	}
 	pending, stale, err := s.pendings()
 	if err != nil {
@@ -43,6 +46,9 @@ func (s *Store) collectLocked() {
 	for _, p := range pending {
 		for _, l := range p.Layers {
 			used["layers/"+hexOf(l.DiffID)] = true
+			if l.Blob != "" {
+				used["blobs/"+hexOf(l.Blob)] = true
+			}
 		}
 	}
 	for _, path := range stale {
@@ -60,6 +66,10 @@ func (s *Store) collectLocked() {
 	for _, e := range ents {
 		blob, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok {
+			// A kept blob (see blobs.go), unless a record or a pending pull names it.
+			if validDigest("sha256:"+e.Name()) && !used["blobs/"+e.Name()] {
+				os.Remove(s.path("blobs", e.Name()))
+			}
 			continue
 		}
 		if n, err := s.readBlobNote("sha256:" + blob); err != nil || !used["layers/"+hexOf(n.DiffID)] {

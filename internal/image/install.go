@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/failpoint"
 )
 
 // admit checks what every import and pull must be before it does anything: an owner,
@@ -60,6 +62,36 @@ type installer struct {
 	known map[string]bool // layers sc may reuse: those of the images it sees and of its pending pulls
 	bud   *budget
 	seq   atomic.Int64
+	mu    sync.Mutex
+	blobs map[string]string // diff id -> the digest of the blob kept for it
+	// unpacked, when set, is told of each layer fetchLayer unpacked and checked, with
+	// the directory it is in, before the layer or its blob is visible in the store: a
+	// pull records it as pending there, so a crash after the layer appears keeps it.
+	unpacked func(diffID, blob, dir string) error
+}
+
+// blobFor returns the digest of the blob the store keeps for the layer diffID and this
+// install, or "" when it keeps none.
+func (in *installer) blobFor(l layerSource, diffID string) string {
+	in.mu.Lock()
+	b := in.blobs[diffID]
+	in.mu.Unlock()
+	if b == "" {
+		b = l.blob
+	}
+	if !in.s.hasBlobData(b) {
+		return ""
+	}
+	return b
+}
+
+func (in *installer) noteKept(diffID, blob string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.blobs == nil {
+		in.blobs = map[string]string{}
+	}
+	in.blobs[diffID] = blob
 }
 
 // install is what Import and Pull share. Under gc.lock shared and in a work directory
@@ -118,6 +150,7 @@ func (s *Store) install(ctx context.Context, sc Scope, req ImportRequest,
 	}
 	ids, err := fetch(ctx, in, pl)
 	if err != nil {
+		failpoint.Hit("image.install-failed") // before the cleanup below runs
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -131,6 +164,9 @@ func (s *Store) install(ctx context.Context, sc Scope, req ImportRequest,
 	}
 	if img.Digest == "" {
 		img.Digest = img.Layers[0]
+	}
+	if err := in.keepSources(img, pl, ids); err != nil {
+		return nil, err
 	}
 	img, dropped, err = s.commit(sc, img, name, req, lim)
 	return img, err
@@ -252,6 +288,33 @@ func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim
 	return img, dropped, nil
 }
 
+// keepSources records in img the blobs the store keeps for it (its layers', manifest's
+// and config's), when it keeps every one; an image without them cannot be exported.
+func (in *installer) keepSources(img *Image, pl *plan, ids []string) error {
+	img.Format = pl.format
+	blobs := make([]string, len(ids))
+	for i, id := range ids {
+		if blobs[i] = in.blobFor(pl.layers[i], id); blobs[i] == "" {
+			return nil
+		}
+	}
+	for _, raw := range []struct {
+		b   []byte
+		out *string
+	}{{pl.manifest, &img.Manifest}, {pl.rawConfig, &img.ConfigDigest}} {
+		if raw.b == nil {
+			continue
+		}
+		d, err := in.s.keepMetadata(raw.b)
+		if err != nil {
+			return err
+		}
+		*raw.out = d
+	}
+	img.Blobs = blobs
+	return nil
+}
+
 // have reports whether the layer diffID is unpacked and sc may reuse it as it is.
 func (in *installer) have(diffID string) bool {
 	if diffID == "" || !in.known[diffID] {
@@ -271,7 +334,7 @@ func (in *installer) have(diffID string) bool {
 // granted for naming its digest. The budget and limits bound what it may unpack. A
 // blob pulled from a registry is noted once verified (see noteBlob).
 func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress) (string, error) {
-	if in.have(l.diffID) {
+	if in.have(l.diffID) && in.s.hasBlobData(l.blob) {
 		pr.add(l.size)
 		return l.diffID, nil
 	}
@@ -280,40 +343,44 @@ func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress
 		return "", err
 	}
 	defer rc.Close()
-	tmp := filepath.Join(in.work, fmt.Sprintf("layer-%d", in.seq.Add(1)))
+	seq := in.seq.Add(1)
+	tmp := filepath.Join(in.work, fmt.Sprintf("layer-%d", seq))
 	blobHash, diffHash := sha256.New(), sha256.New()
 	if l.verified {
 		blobHash = nil // the source checks it
 	}
-	src := &countingReader{ctx: ctx, r: rc, pr: pr, max: l.size}
-	if err := in.unpackBlob(ctx, src, blobHash, diffHash, tmp); err != nil {
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
-		if src.err == nil {
-			return "", err
-		}
-		// The blob stream failed, which is the cause, unless it gave all the bytes the
-		// manifest says and they are not the blob it names.
-		if blobHash != nil && l.blob != "" && src.n == l.size {
-			if got := sumOf(blobHash); got != l.blob {
-				return "", blobMismatch(got, l.blob)
-			}
-		}
-		return "", src.err
+	// The blob itself is kept too, for exports; it is written as it streams.
+	blobTmp := filepath.Join(in.work, fmt.Sprintf("blob-%d", seq))
+	bf, err := os.OpenFile(blobTmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
 	}
-	if blobHash != nil && l.blob != "" {
-		if got := sumOf(blobHash); got != l.blob {
-			return "", blobMismatch(got, l.blob)
-		}
+	defer bf.Close()
+	bw := bufio.NewWriterSize(bf, 1<<20)
+	src := &countingReader{ctx: ctx, r: io.TeeReader(rc, bw), pr: pr, max: l.size}
+	id, blob, err := in.checkLayer(ctx, l, src, blobHash, diffHash, tmp)
+	if err != nil {
+		// The crash tests stop here: the layer's work is half done on disk.
+		failpoint.Hit("image.layer-failed")
+		return "", err
 	}
-	id := sumOf(diffHash)
-	if l.diffID != "" && id != l.diffID {
-		return "", errdefs.Invalid("layer has diff id %s, the image config says %s", id, l.diffID)
+	if err := bw.Flush(); err != nil {
+		return "", err
 	}
+	_ = unix.SyncFileRange(int(bf.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	// One sync for the layer and its blob, before either is visible under its digest.
 	if err := syncDir(tmp); err != nil {
 		return "", err
 	}
+	if in.unpacked != nil {
+		if err := in.unpacked(id, blob, tmp); err != nil {
+			return "", err
+		}
+	}
+	if err := in.s.keepBlob(blobTmp, blob); err != nil {
+		return "", err
+	}
+	in.noteKept(id, blob)
 	err = os.Rename(tmp, in.s.path("layers", hexOf(id)))
 	if err != nil && !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENOTEMPTY) {
 		return "", err
@@ -323,6 +390,38 @@ func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress
 		_ = in.s.noteBlob(l.blob, id, l.registry)
 	}
 	return id, nil
+}
+
+// checkLayer unpacks the layer l from src into tmp and returns its diff id and its
+// blob's digest, once both are what l says.
+func (in *installer) checkLayer(ctx context.Context, l layerSource, src *countingReader, blobHash, diffHash hash.Hash, tmp string) (id, blob string, _ error) {
+	if err := in.unpackBlob(ctx, src, blobHash, diffHash, tmp); err != nil {
+		if ctx.Err() != nil {
+			return "", "", ctx.Err()
+		}
+		if src.err == nil {
+			return "", "", err
+		}
+		// The blob stream failed, which is the cause, unless it gave all the bytes the
+		// manifest says and they are not the blob it names.
+		if blobHash != nil && l.blob != "" && src.n == l.size {
+			if got := sumOf(blobHash); got != l.blob {
+				return "", "", blobMismatch(got, l.blob)
+			}
+		}
+		return "", "", src.err
+	}
+	blob = l.blob
+	if blobHash != nil {
+		if blob = sumOf(blobHash); l.blob != "" && blob != l.blob {
+			return "", "", blobMismatch(blob, l.blob)
+		}
+	}
+	id = sumOf(diffHash)
+	if l.diffID != "" && id != l.diffID {
+		return "", "", errdefs.Invalid("layer has diff id %s, the image config says %s", id, l.diffID)
+	}
+	return id, blob, nil
 }
 
 // unpackBlob unpacks the layer blob src into tmp, hashing the blob into blobHash and

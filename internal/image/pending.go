@@ -92,7 +92,8 @@ type pendingPull struct {
 
 type pendingLayer struct {
 	DiffID string `json:"diff_id"`
-	Size   int64  `json:"size"` // unpacked bytes, counted in the owner's quota
+	Blob   string `json:"blob,omitempty"` // the blob the store keeps for it
+	Size   int64  `json:"size"`           // unpacked bytes, counted in the owner's quota
 }
 
 // pendingRecord is the pending record of one pull in progress; its methods are safe
@@ -120,12 +121,13 @@ func (s *Store) openPending(owner, reference string) *pendingRecord {
 	return r
 }
 
-// add records that the pull unpacked the layer diffID, before anything may collect it.
-func (r *pendingRecord) add(diffID string, size int64) error {
+// add records that the pull unpacked the layer diffID from blob, before anything may
+// collect either.
+func (r *pendingRecord) add(diffID, blob string, size int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !slices.ContainsFunc(r.p.Layers, func(l pendingLayer) bool { return l.DiffID == diffID }) {
-		r.p.Layers = append(r.p.Layers, pendingLayer{DiffID: diffID, Size: size})
+		r.p.Layers = append(r.p.Layers, pendingLayer{DiffID: diffID, Blob: blob, Size: size})
 	}
 	r.p.Updated = r.s.now().UTC()
 	b, err := json.Marshal(&r.p)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/failpoint"
 )
 
 // PullRequest says what to pull and under which name.
@@ -131,12 +132,14 @@ func (p *pull) run(ctx context.Context, req ImportRequest) (*Image, error) {
 	p.emit(PullEvent{Status: "resolving"})
 	pl, err := p.reg.resolve(ctx)
 	if err != nil {
+		failpoint.Hit("image.pull-failed")
 		return nil, err
 	}
 	pend := p.s.openPending(p.sc.Owner, pl.reference)
 	open := func(*installer) (*plan, func(), error) { return pl, func() {}, nil }
 	fetch := func(ctx context.Context, in *installer, pl *plan) ([]string, error) {
-		return p.layers(ctx, in, pl, pend)
+		in.unpacked = func(diffID, blob, dir string) error { return pend.add(diffID, blob, dirSize(dir)) }
+		return p.layers(ctx, in, pl)
 	}
 	img, err := p.s.install(ctx, p.sc, req, open, fetch)
 	if err != nil {
@@ -154,13 +157,13 @@ func (p *pull) run(ctx context.Context, req ImportRequest) (*Image, error) {
 
 // layers makes sure every layer of pl is unpacked, maxParallelLayers at a time, and
 // returns their diff ids, lowest first. The first failure stops the others.
-func (p *pull) layers(ctx context.Context, in *installer, pl *plan, pend *pendingRecord) ([]string, error) {
+func (p *pull) layers(ctx context.Context, in *installer, pl *plan) ([]string, error) {
 	ids := make([]string, len(pl.layers))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(maxParallelLayers)
 	for i, l := range pl.layers {
 		g.Go(func() error {
-			id, err := p.layer(gctx, in, i, len(pl.layers), l, pend)
+			id, err := p.layer(gctx, in, i, len(pl.layers), l)
 			if err != nil {
 				return wrapErr(err, "layer %d of %d (%s)", i+1, len(pl.layers), l.blob)
 			}
@@ -175,10 +178,12 @@ func (p *pull) layers(ctx context.Context, in *installer, pl *plan, pend *pendin
 }
 
 // layer makes sure the i-th layer l is unpacked: reused when sc may have it, else
-// downloaded, verified, unpacked, and recorded as pending until the image is committed.
-func (p *pull) layer(ctx context.Context, in *installer, i, n int, l layerSource, pend *pendingRecord) (string, error) {
+// downloaded, verified, unpacked, and recorded as pending (in.unpacked) until the image
+// is committed.
+func (p *pull) layer(ctx context.Context, in *installer, i, n int, l layerSource) (string, error) {
 	ev := PullEvent{Digest: l.blob, Layer: i + 1, Layers: n, Total: l.size}
-	if in.have(l.diffID) || p.reusable(ctx, l) {
+	// A layer is reused only with its blob, which an export needs.
+	if (in.have(l.diffID) || p.reusable(ctx, l)) && p.s.hasBlobData(l.blob) {
 		ev.Status, ev.Done = "cached", l.size
 		p.emit(ev)
 		return l.diffID, nil
@@ -194,9 +199,6 @@ func (p *pull) layer(ctx context.Context, in *installer, i, n int, l layerSource
 	}
 	id, err := in.fetchLayer(ctx, l, &progress{})
 	if err != nil {
-		return "", err
-	}
-	if err := pend.add(id, dirSize(p.s.path("layers", hexOf(id)))); err != nil {
 		return "", err
 	}
 	ev.Status, ev.Done = "done", l.size

@@ -183,6 +183,21 @@ func (r *registryClient) resolve(ctx context.Context) (*plan, error) {
 	if err != nil {
 		return nil, r.fail(err, "the image config")
 	}
+	// Kept with the layer blobs, so an export gives back this manifest's digest.
+	rawManifest, err := img.RawManifest()
+	if err != nil {
+		return nil, r.fail(err, "the image manifest")
+	}
+	if got := digestOf(rawManifest); got != digest.String() {
+		return nil, errdefs.Invalid("the image manifest has digest %s, the registry says %s", got, digest)
+	}
+	rawConfig, err := img.RawConfigFile()
+	if err != nil {
+		return nil, r.fail(err, "the image config")
+	}
+	if got := digestOf(rawConfig); got != m.Config.Digest.String() {
+		return nil, errdefs.Invalid("the image config has digest %s, the manifest says %s", got, m.Config.Digest)
+	}
 	if want := "linux/" + goruntime.GOARCH; cfg.OS != "" && cfg.OS+"/"+cfg.Architecture != want {
 		return nil, errdefs.Invalid("the image is for %s/%s, not %s", cfg.OS, cfg.Architecture, want)
 	}
@@ -192,7 +207,7 @@ func (r *registryClient) resolve(ctx context.Context) (*plan, error) {
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		return nil, errdefs.Invalid("the image config lists %d diff ids for %d layers", len(cfg.RootFS.DiffIDs), len(m.Layers))
 	}
-	pl := &plan{digest: digest.String(), reference: r.ref.Name(), config: Config{
+	pl := &plan{digest: digest.String(), reference: r.ref.Name(), format: formatOCI, manifest: rawManifest, rawConfig: rawConfig, config: Config{
 		Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd,
 		WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User,
 	}}

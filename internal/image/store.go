@@ -40,6 +40,8 @@
 //	<dir>/layers/<hex>/       an unpacked layer, by diff id
 //	<dir>/blobs/<hex>.json    a pulled layer blob, by digest: the diff id it was verified
 //	                          to unpack to, and the registries it was verified from
+//	<dir>/blobs/<hex>         a layer blob as it came (compressed or not), or an image's
+//	                          manifest or config bytes, kept for exports
 //	<dir>/pending/<hex>.json  a pull that has not succeeded: owner, reference, when, and
 //	                          the layers it unpacked, kept for a retry
 //	<dir>/host/<hex>/         the host image's generated skeleton, by image digest
@@ -54,7 +56,9 @@
 // (archives) and archive.go (their formats), pull.go (registries) and registry.go (the
 // go-containerregistry client), install.go (what imports and pulls share: locking,
 // budgets, fetching and verifying a layer, commit), unpack.go (the layer unpacker and
-// its guards), limits.go, pending.go (pending pulls, blob notes), gc.go, host.go.
+// its guards), filedata.go (file contents, holes kept), blobs.go (the blobs kept for
+// exports), export.go, limits.go, pending.go (pending pulls, blob notes), gc.go,
+// host.go, evict.go.
 //
 // The package must not mount anything, touch sandboxes' upper layers, or know about the
 // state of sandboxes beyond the callbacks it is given.
@@ -115,6 +119,15 @@ type Image struct {
 	// Name ("index.docker.io/library/python:3.12-slim"); "" when it was imported. Like
 	// Name it comes from the ref, never from the record every owner's refs share.
 	Reference string `json:"reference,omitempty"`
+	// Format is how the image came ("oci", "docker" or "rootfs"; "" for the host image
+	// and records older than it). Blobs are the digests of the layer blobs the store
+	// keeps, lowest first, and Manifest and ConfigDigest those of its manifest and
+	// config bytes: what an export writes. Blobs is empty when the store does not keep
+	// every layer's blob (records made before it kept them).
+	Format       string   `json:"format,omitempty"`
+	Blobs        []string `json:"blobs,omitempty"`
+	Manifest     string   `json:"manifest,omitempty"`
+	ConfigDigest string   `json:"config_digest,omitempty"`
 	// Owner and Public say whose name Name is: an owner's private image, or one every
 	// owner sees. Records keep neither; they come from the ref the image was found by.
 	Owner  string `json:"-"`

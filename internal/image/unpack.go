@@ -303,7 +303,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		f := os.NewFile(uintptr(fd), name)
-		_, err = io.Copy(f, r)
+		_, err = writeFileData(f, r)
 		if err == nil {
 			err = setMeta(f, hdr)
 		}

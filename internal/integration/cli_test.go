@@ -32,6 +32,7 @@ type daemon struct {
 	config string
 	cmd    *exec.Cmd
 	log    bytes.Buffer
+	env    []string // added to the daemon's environment
 }
 
 func startDaemon(t *testing.T) *daemon { return startDaemonB(t) }
@@ -94,6 +95,7 @@ func (d *daemon) table() string { return "airlock_c" + d.cgroup[len(d.cgroup)-4:
 func (d *daemon) start() {
 	d.t.Helper()
 	d.cmd = exec.Command(d.bin, "serve", "--config", d.config)
+	d.cmd.Env = append(os.Environ(), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = &d.log, &d.log
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)

@@ -57,7 +57,13 @@ func tarLayer(t *testing.T, files map[string]string, order ...string) v1.Layer {
 		tw.Write([]byte(body))
 	}
 	tw.Close()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	return layerOfTar(t, buf.Bytes())
+}
+
+// layerOfTar is the layer whose uncompressed tar stream is b.
+func layerOfTar(t *testing.T, b []byte) v1.Layer {
+	t.Helper()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +181,25 @@ func TestPulledImage(t *testing.T) {
 	}
 	if got, err := n.Client.Get(background, sb.Name); err != nil || got.ImageDigest != first {
 		t.Errorf("get: %+v, %v; want the first digest", got, err)
+	}
+
+	// Air-gapped: the image exported through the API imports on another node with
+	// the same digest, and runs there.
+	var archive bytes.Buffer
+	if _, err := n.Client.ExportImage(background, ref, &archive); err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	other := testenv.NewNode(t)
+	moved, err := other.Client.ImportImage(background, "greeter", &archive, int64(archive.Len()), nil)
+	if err != nil || moved.Digest != second {
+		t.Fatalf("import of the export on another node: %+v, %v; want digest %s", moved, err, second)
+	}
+	other.Create(t, api.CreateSandboxRequest{Name: "moved", Image: "greeter"})
+	if res, err := other.Client.Exec(background, "moved", api.ExecRequest{}); err != nil || !strings.HasSuffix(res.Stdout, "motd=v2") {
+		t.Errorf("the moved image's cmd: %+v, %v", res, err)
+	}
+	if _, err := n.Client.ExportImage(background, "host", io.Discard); err == nil || !strings.Contains(err.Error(), "cannot be exported") {
+		t.Errorf("export of the host image = %v, want a refusal that says why", err)
 	}
 
 	// A registry not on the node's list is refused plain http.

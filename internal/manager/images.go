@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -132,6 +133,12 @@ func (m *Manager) ImageSandboxes(ctx context.Context, owner string) (map[string]
 		}
 	}
 	return out, nil
+}
+
+// ExportImage writes one of the images the caller can use to w as an archive that
+// imports again with the same digest (see image.Store.Export).
+func (m *Manager) ExportImage(call Call, ref string, w io.Writer) error {
+	return m.images.Export(imageScope(call), ref, w)
 }
 
 // InspectImage returns one of the images the caller can use.

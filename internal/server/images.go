@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -218,6 +219,52 @@ func uploadTooLarge(limit int64) error {
 		Msg:     fmt.Sprintf("the image archive is larger than %d bytes, the most this node accepts in one upload", limit),
 		Details: map[string]any{"limit": limit}}
 }
+
+// exportImage streams the image as a tar archive. An error before the first byte is an
+// ordinary error answer; one after it (a stored blob that changed on disk) is the
+// Airlock-Error trailer, which the client checks at the end of the body.
+func (s *Server) exportImage(w http.ResponseWriter, r *http.Request) error {
+	lw := &lazyStream{w: w, contentType: "application/x-tar", trailer: exportErrorTrailer}
+	err := s.m.ExportImage(manager.Call{Owner: owner(r), Admin: isAdmin(r)}, r.PathValue("ref"), lw)
+	if err != nil && lw.started {
+		w.Header().Set(exportErrorTrailer, oneLine(err.Error()))
+		return nil
+	}
+	if err == nil && !lw.started {
+		lw.start()
+	}
+	return err
+}
+
+// exportErrorTrailer carries the error of an export that failed after it began.
+const exportErrorTrailer = "Airlock-Error"
+
+// lazyStream sends the status and headers of a successful answer with the first byte
+// of its body, so an error found before then is still an ordinary error answer.
+type lazyStream struct {
+	w           http.ResponseWriter
+	contentType string
+	trailer     string
+	started     bool
+}
+
+func (l *lazyStream) start() {
+	l.started = true
+	h := l.w.Header()
+	h.Set("Content-Type", l.contentType)
+	h.Set("Trailer", l.trailer)
+	l.w.WriteHeader(http.StatusOK)
+}
+
+func (l *lazyStream) Write(b []byte) (int, error) {
+	if !l.started {
+		l.start()
+	}
+	return l.w.Write(b)
+}
+
+// oneLine keeps a header value to one line.
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) error {
 	if err := s.m.RemoveImage(r.Context(), manager.Call{Owner: owner(r), Admin: isAdmin(r)}, r.PathValue("ref")); err != nil {

@@ -209,6 +209,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/images/pull", s.pullImage, auth.ImageCreate},
 		{"POST /v1/images/prune", s.pruneImages, auth.ImageDelete},
 		{"GET /v1/images/{ref}", s.getImage, auth.ImageRead},
+		{"GET /v1/images/{ref}/export", s.exportImage, auth.ImageRead},
 		{"POST /v1/registries/login", s.registryLogin, auth.SecretCreate},
 		{"DELETE /v1/registries/{registry}", s.registryLogout, auth.SecretCreate},
 		{"DELETE /v1/images/{ref}", s.removeImage, auth.ImageDelete},
