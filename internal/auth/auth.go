@@ -32,7 +32,9 @@ const TokenPrefix = "al_"
 // administrator's token (0600).
 const AdminTokenFile = "admin.token"
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+// nameRE is compiled on first use: its bounded repetition makes a large program, and
+// every airlock process (each CLI call) would otherwise pay for it at start.
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) })
 
 // NameRule says what an identity or role name may be.
 const NameRule = "1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"

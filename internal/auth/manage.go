@@ -29,7 +29,7 @@ func (s *Service) checkRoles(ctx context.Context, roles []string) error {
 // CreateIdentity adds a user or service account with roles, and the local uids that are
 // it over the unix socket.
 func (s *Service) CreateIdentity(ctx context.Context, name, kind string, roles []string, uids []int) (*store.Identity, error) {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return nil, errdefs.Invalid("invalid identity name %q: a name is %s", name, NameRule)
 	}
 	if kind == "" {
@@ -114,7 +114,7 @@ func (s *Service) ListRoles(ctx context.Context) ([]RoleInfo, error) {
 
 // PutRole creates or replaces a custom role.
 func (s *Service) PutRole(ctx context.Context, name string, perms []string) (*store.Role, error) {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return nil, errdefs.Invalid("invalid role name %q: a name is %s", name, NameRule)
 	}
 	if _, ok := BuiltinRoles[name]; ok {

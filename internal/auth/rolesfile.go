@@ -34,7 +34,7 @@ func (s *Service) LoadRolesFile(ctx context.Context, path string) error {
 	roles := map[string][]string{}
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
-		if !nameRE.MatchString(k.Value) {
+		if !nameRE().MatchString(k.Value) {
 			return fmt.Errorf("roles file %s line %d: invalid role name %q: a name is %s", path, k.Line, k.Value, NameRule)
 		}
 		if _, ok := BuiltinRoles[k.Value]; ok {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +43,7 @@ const (
 )
 
 var (
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	envNameRE = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	// reservedEnv are the variables Airlock sets itself or that change how every
 	// program runs; a binding may not take them.
 	reservedEnv = []string{"PATH", "HOME", "USER", "SHELL", "HOSTNAME", "PWD", "LD_PRELOAD", "LD_LIBRARY_PATH",
@@ -106,7 +105,7 @@ func checkBinding(sec *store.Secret, req BindRequest) (BindRequest, error) {
 			return req, errdefs.Invalid("a file target is per sandbox; use --scope sandbox")
 		}
 	} else {
-		if !envNameRE.MatchString(req.Target) {
+		if !envNameRE().MatchString(req.Target) {
 			return req, errdefs.Invalid("invalid target %q: a variable name (letters, digits, '_'; not starting with a digit) or an absolute file path", req.Target)
 		}
 		if slices.Contains(reservedEnv, req.Target) || strings.HasPrefix(req.Target, "AIRLOCK_") {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -13,7 +14,7 @@ import (
 // listed by `secret ls` with a preview of dots), named after the registry; pulls from
 // that registry use it when they bring no credentials of their own.
 
-var registryRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
+var registryRE = lazyRegexp(`^[a-z0-9]([a-z0-9.-]{0,252})(:[0-9]{1,5})?$`)
 
 // RegistryName is the name of the secret that keeps owner's login to registry
 // ("host" or "host:port").
@@ -24,7 +25,7 @@ func RegistryName(registry string) string {
 // Login keeps username and password for registry, replacing an earlier login (a new
 // version).
 func (s *Service) Login(ctx context.Context, owner, registry, username string, password []byte) error {
-	if !registryRE.MatchString(registry) {
+	if !registryRE().MatchString(registry) {
 		return errdefs.Invalid("invalid registry %q: a host name or address, with :port if not 443 (e.g. ghcr.io, registry.local:5000)", registry)
 	}
 	if username == "" || strings.Contains(username, ":") {
@@ -76,4 +77,10 @@ func (s *Service) RegistryLogin(ctx context.Context, owner, registry string) (us
 	defer clear(v)
 	user, pass, _ := strings.Cut(string(v), ":")
 	return user, pass, true, nil
+}
+
+// lazyRegexp compiles expr on first use: bounded repetitions ({0,252}) make large
+// programs, and every airlock process (each CLI call) would otherwise pay at start.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

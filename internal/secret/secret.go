@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -45,8 +44,8 @@ const MaxValue = 64 << 10
 var Types = []string{"token", "password", "certificate"}
 
 var (
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	hostRE = regexp.MustCompile(`^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	nameRE = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	hostRE = lazyRegexp(`^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 )
 
 // keyring is the node's secret keys: the current one seals, every one opens. The
@@ -188,7 +187,7 @@ type CreateRequest struct {
 
 // Create stores a new secret of owner's.
 func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (*store.Secret, error) {
-	if !nameRE.MatchString(req.Name) {
+	if !nameRE().MatchString(req.Name) {
 		return nil, errdefs.Invalid("invalid secret name %q: 1 to 63 letters, digits, '.', '_' or '-'", req.Name)
 	}
 	if !slices.Contains(Types, req.Type) {
@@ -198,7 +197,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, errdefs.Invalid("a secret needs at least one allowed host: the only hosts it is ever sent to")
 	}
 	for _, h := range req.AllowedHosts {
-		if !hostRE.MatchString(h) {
+		if !hostRE().MatchString(h) {
 			return nil, errdefs.Invalid("invalid allowed host %q: a host name such as api.example.com or *.example.com", h)
 		}
 	}
