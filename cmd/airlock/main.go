@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/router"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 )
 
@@ -26,6 +27,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == router.FenceChildCommand {
+		os.Exit(router.FenceChildMain(os.Args[2:], os.Stderr)) // returns only if the command could not start
 	}
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		// The agent handles its own signals: it is PID 1 of the sandbox.

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/router"
+)
+
+var fenceVerb = &verb{
+	name:  "fence",
+	args:  "[--workspace DIR] [--access none|ro|rw] [--no-network] -- CMD [ARG...]",
+	short: "run a command on this host inside a light fence (no daemon)",
+	long: `The command sees the system read-only, the workspace (default: the current
+directory) as --access says, and a scratch directory of its own (its TMPDIR, removed
+afterwards); not the home directory, /tmp, /run or the daemon's socket. With --no-network
+it has only a loopback of its own and may not open TCP connections. Needs Landlock
+(Linux 5.13 or later) and user namespaces; without them nothing runs.
+airlock exits with the command's own exit code, or 125 if the fence could not be put up,
+126 if the command could not be executed, 127 if it was not found inside the fence.`,
+	run: runFence,
+}
+
+func runFence(c *cmd, args []string) error {
+	workspace := c.fs.String("workspace", "", "project `DIR` the command may reach (default: the current directory)")
+	access := c.fs.String("access", "rw", "workspace access: `none`, ro or rw")
+	noNetwork := c.fs.Bool("no-network", false, "no network: only a loopback of its own")
+	_, command, err := c.parse(args, 0, true)
+	if err != nil {
+		return err
+	}
+	if len(command) == 0 {
+		return usagef("missing the command to run (put it after --)")
+	}
+	switch *access {
+	case "none", "ro", "rw":
+	default:
+		return usagef("--access must be none, ro or rw, not %q", *access)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	f := router.Fence{Access: *access, Network: !*noNetwork}
+	if *access != "none" || *workspace != "" {
+		f.Workspace = *workspace
+		if f.Workspace == "" {
+			f.Workspace = wd
+		}
+	}
+	scratch, err := os.MkdirTemp("", "airlock-fence-")
+	if err != nil {
+		return fmt.Errorf("scratch directory: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	f.Scratch = scratch
+	cmd, err := f.Command(c.ctx, command)
+	if errors.Is(err, errdefs.ErrInvalidArgument) {
+		return usagef("%s", strings.TrimPrefix(err.Error(), "fence: "))
+	}
+	if err != nil {
+		return err
+	}
+	cmd.Dir = fenceDir(f, wd)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case c.ctx.Err() != nil:
+		fmt.Fprintln(c.stderr, "airlock: cancelled")
+		return ExitError{exitCancelled}
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ExitError{128 + int(ws.Signal())}
+		}
+		return ExitError{ee.ExitCode()}
+	}
+	return fmt.Errorf("fence: %w", err)
+}
+
+// fenceDir is where the command starts: the current directory when the workspace is
+// visible and holds it, else the workspace, else the scratch directory.
+func fenceDir(f router.Fence, wd string) string {
+	if f.Workspace == "" || f.Access == "none" {
+		return f.Scratch
+	}
+	ws, err := filepath.EvalSymlinks(f.Workspace)
+	if err != nil {
+		return f.Workspace
+	}
+	if rwd, err := filepath.EvalSymlinks(wd); err == nil && (rwd == ws || strings.HasPrefix(rwd, ws+"/")) {
+		return rwd
+	}
+	return ws
+}
