@@ -2,13 +2,26 @@
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: build demo test test-short bench lint deps runsc sdk-cross
+.PHONY: build demo test test-short bench lint deps runsc sdk-cross install install-service
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/airlock ./cmd/airlock
 
 deps:
 	bash scripts/deps.sh
+
+# The binary on PATH: /usr/local/bin/airlock (root). PREFIX=/usr or DESTDIR work as usual.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 bin/airlock $(DESTDIR)$(PREFIX)/bin/airlock
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/airlock"
+
+# The daemon as a systemd service, started now and at boot (root).
+install-service: install
+	install -D -m 0644 dist/airlock.service $(DESTDIR)/etc/systemd/system/airlock.service
+	sed -i 's|/usr/local/bin/airlock|$(PREFIX)/bin/airlock|' $(DESTDIR)/etc/systemd/system/airlock.service
+	if [ -z "$(DESTDIR)" ]; then systemctl daemon-reload && systemctl enable --now airlock.service && \
+		echo "airlock.service is enabled and started; its log: journalctl -u airlock"; fi
 
 # gVisor's runsc, the second runtime, built static from the Go module proxy (root).
 runsc:

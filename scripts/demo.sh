@@ -20,11 +20,20 @@ fi
 bin/airlock status --socket "$sock"
 echo
 echo '$ airlock run -- python3 -c ...'
-exec bin/airlock run --socket "$sock" -- python3 -c '
+status=0
+bin/airlock run --socket "$sock" -- python3 -c '
 import os, platform, time
 print("hello from", platform.node(), "as uid", os.getuid(), flush=True)
 for i in range(1, 4):
     print("step", i, "of 3", flush=True)
     time.sleep(0.3)
 print("sum of squares below 10**6:", sum(i * i for i in range(10**6)))
-'
+' || status=$?
+echo
+if command -v airlock >/dev/null 2>&1 && [ "$(command -v airlock)" != "$PWD/bin/airlock" ]; then
+  echo "The binary just built is $PWD/bin/airlock (the airlock on PATH is $(command -v airlock): run make install to replace it)."
+else
+  echo "The binary is $PWD/bin/airlock: run make install to put it on PATH as /usr/local/bin/airlock,"
+  echo "or make install-service to also run the daemon under systemd."
+fi
+exit $status
