@@ -81,18 +81,21 @@ type NetworkPolicy struct {
 
 // EgressRecord is one egress decision of a sandbox.
 type EgressRecord struct {
-	Seq        int64     `json:"seq"`
-	Generation int64     `json:"generation"`
-	Host       string    `json:"host"`
-	Addr       string    `json:"addr,omitempty"`
-	Port       int       `json:"port"`
-	Method     string    `json:"method"`
-	BytesUp    int64     `json:"bytes_up"`
-	BytesDown  int64     `json:"bytes_down"`
-	Allowed    bool      `json:"allowed"`
-	Rule       string    `json:"rule,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	Time       time.Time `json:"time"`
+	Seq        int64  `json:"seq"`
+	Generation int64  `json:"generation"`
+	Host       string `json:"host"`
+	Addr       string `json:"addr,omitempty"`
+	Port       int    `json:"port"`
+	Method     string `json:"method"`
+	BytesUp    int64  `json:"bytes_up"`
+	BytesDown  int64  `json:"bytes_down"`
+	Allowed    bool   `json:"allowed"`
+	// Decision is allow, deny (the policy or a protected address refused it) or error
+	// (allowed, but it failed: the name did not resolve, the server did not answer).
+	Decision string    `json:"decision"`
+	Rule     string    `json:"rule,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Time     time.Time `json:"time"`
 	// Repeats is how many more identical refusals this record stands for, counted in
 	// the window that began at the first one; Time is the last of them.
 	Repeats int64  `json:"repeats,omitempty"`

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,9 +74,15 @@ var networkSetVerb = &verb{
 		if err != nil {
 			return err
 		}
+		before, _ := cl.Network(c.ctx, pos[0]) // only to say what the change drops
 		resp, err := cl.SetNetwork(c.ctx, pos[0], *pol)
 		if err != nil {
 			return err
+		}
+		if before != nil {
+			if after, err := cl.Network(c.ctx, pos[0]); err == nil {
+				reportDropped(c.stderr, before, after)
+			}
 		}
 		if c.json() {
 			return c.printJSON(resp)
@@ -107,9 +115,11 @@ var egressLogVerb = &verb{
 		tw := newTable(c.stdout)
 		fmt.Fprintln(tw, "TIME\tGEN\tDECISION\tMETHOD\tHOST\tPORT\tADDR\tUP\tDOWN\tRULE/REASON")
 		for _, r := range recs {
-			decision, why := "deny", r.Reason
+			decision, why := r.Decision, r.Reason
 			if r.Allowed {
 				decision, why = "allow", r.Rule
+			} else if decision == "" {
+				decision = "deny"
 			}
 			if r.Repeats > 0 {
 				why = fmt.Sprintf("%s (and %d more like it)", why, r.Repeats)
@@ -214,4 +224,31 @@ var portCloseVerb = &verb{
 		_, err = fmt.Fprintf(c.stdout, "closed port %d\n", port)
 		return err
 	},
+}
+
+// reportDropped says which allow rules and private ranges a policy change removed, so
+// a switch to deny_all or none does not silently lose them.
+func reportDropped(w io.Writer, before, after *api.NetworkPolicy) {
+	gone := func(old, cur []string) []string {
+		var out []string
+		for _, r := range old {
+			if !slices.Contains(cur, r) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	why := ""
+	switch after.Mode {
+	case "deny_all":
+		why = " (deny_all allows no outbound connections)"
+	case "none":
+		why = " (none gives the sandbox no network)"
+	}
+	if d := gone(before.Allow, after.Allow); len(d) > 0 {
+		fmt.Fprintf(w, "dropped allow rules: %s%s\n", termSafe(strings.Join(d, ", ")), why)
+	}
+	if d := gone(before.AllowPrivate, after.AllowPrivate); len(d) > 0 {
+		fmt.Fprintf(w, "dropped private ranges: %s%s\n", termSafe(strings.Join(d, ", ")), why)
+	}
 }

@@ -80,9 +80,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 	rec.Addr, rec.BytesUp, rec.BytesDown = st.addr, up.n.Load(), down.n
 	err := st.err
 	st.mu.Unlock()
-	rec.Allowed = err == nil || !errors.Is(err, errdefs.ErrPermissionDenied)
+	rec.Allowed = err == nil
 	if !rec.Allowed {
-		rec.Reason = errdefs.Message(err)
+		rec.Reason, rec.Decision = errdefs.Message(err), decisionOf(err)
 	}
 	p.cfg.Audit(rec)
 }

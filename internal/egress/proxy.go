@@ -94,8 +94,12 @@ type Record struct {
 	BytesUp    int64  // request body bytes (wire bytes for a tunnel)
 	BytesDown  int64  // response body bytes (wire bytes for a tunnel)
 	Allowed    bool
-	Rule       string // the rule that allowed it
-	Reason     string // why it was refused
+	// Decision is "allow", "deny" (the policy, or a protected address, refused it) or
+	// "error" (allowed, but it failed: the name did not resolve, the server did not
+	// answer). Allowed is true only for "allow".
+	Decision string
+	Rule     string // the rule that allowed it
+	Reason   string // why it was refused or failed
 	// Secrets names the secrets substituted into the request, or whose placeholder was
 	// refused; never their values.
 	Secrets []string
@@ -166,6 +170,18 @@ func NewProxy(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Audit == nil {
 		cfg.Audit = func(Record) {}
+	}
+	sink := cfg.Audit
+	cfg.Audit = func(r Record) {
+		switch {
+		case r.Decision == DecisionError:
+			r.Allowed = false
+		case r.Allowed:
+			r.Decision = DecisionAllow
+		default:
+			r.Decision = DecisionDeny
+		}
+		sink(r)
 	}
 	if cfg.Dialer == nil {
 		cfg.Dialer = &Dialer{}
@@ -359,13 +375,80 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// refuse audits rec as refused (when it concerns a sandbox's egress) and answers err.
+// The decisions of a Record.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+	DecisionError = "error"
+)
+
+// decisionOf is the decision for a request that ended with err: a failure to reach
+// the server (unavailable: the name did not resolve, the server did not answer) is an
+// error, anything else a refusal.
+func decisionOf(err error) string {
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		return DecisionError
+	}
+	return DecisionDeny
+}
+
+// refuse audits rec as refused or failed (when it concerns a sandbox's egress) and
+// answers err. A CONNECT is answered with the reason in its status line too, where
+// the client's error message shows it ("Tunnel connection failed: 403 egress to …").
 func (p *Proxy) refuse(w http.ResponseWriter, rec Record, err error) {
 	if rec.Reason != "" {
-		rec.Allowed = false
+		rec.Allowed, rec.Decision = false, decisionOf(err)
 		p.cfg.Audit(rec)
 	}
+	if rec.Method == http.MethodConnect && p.refuseConnect(w, err) {
+		return
+	}
 	writeError(w, err)
+}
+
+// Headers of a refusal: why, and whether the policy refused or the request failed.
+const (
+	ReasonHeader   = "Airlock-Egress-Reason"
+	DecisionHeader = "Airlock-Egress-Decision"
+)
+
+// refuseConnect answers a refused CONNECT on the raw connection, so the status line
+// can carry the reason; false if the connection cannot be taken over.
+func (p *Proxy) refuseConnect(w http.ResponseWriter, err error) bool {
+	raw, brw, herr := http.NewResponseController(w).Hijack()
+	if herr != nil {
+		return false
+	}
+	defer raw.Close()
+	_, status := errdefs.Code(err)
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		status = http.StatusBadGateway
+	}
+	code, _ := errdefs.Code(err)
+	reason := headerSafe(errdefs.Message(err))
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
+	raw.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	// "403 Forbidden (egress to x:443 refused: …)": clients that show only the status
+	// text (Go's, Python's) show the reason with it.
+	fmt.Fprintf(brw, "HTTP/1.1 %d %s (%s)\r\n%s: %s\r\n%s: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		status, http.StatusText(status), reason, ReasonHeader, reason, DecisionHeader, decisionOf(err), len(body)+1)
+	brw.Write(append(body, '\n'))
+	brw.Flush()
+	return true
+}
+
+// headerSafe makes s fit a status line or header: printable ASCII on one line, at most
+// 300 bytes. The reason names hosts a sandbox chose, so nothing in it may end the line.
+func headerSafe(s string) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s) && len(b) < 300; i++ {
+		if c := s[i]; c >= 0x20 && c < 0x7f {
+			b = append(b, c)
+		} else {
+			b = append(b, '?')
+		}
+	}
+	return string(b)
 }
 
 // writeError answers err in the API's error shape; a failure to reach the upstream
@@ -378,10 +461,13 @@ func writeError(w http.ResponseWriter, err error) {
 	writeErrorStatus(w, err, status)
 }
 
-// writeErrorStatus answers err in the API's error shape with status.
+// writeErrorStatus answers err in the API's error shape with status, and its reason
+// and decision in headers.
 func writeErrorStatus(w http.ResponseWriter, err error, status int) {
 	code, _ := errdefs.Code(err)
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
+	w.Header().Set(ReasonHeader, headerSafe(errdefs.Message(err)))
+	w.Header().Set(DecisionHeader, decisionOf(err))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)

@@ -1,7 +1,9 @@
 package egress
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -130,7 +132,7 @@ func TestProxyAudit(t *testing.T) {
 		port := map[string]int{"http": 80, "https": 443}[scheme]
 		r := e.waitRecord(scheme+" POST", func(r Record) bool { return r.Method == "POST" })
 		want := Record{Sandbox: "sb_audit", Generation: 7, Host: "api.example.com", Addr: "127.0.0.1", Port: port,
-			Method: "POST", BytesUp: 1000, BytesDown: 5000, Allowed: true, Rule: "api.example.com/GET,POST", Time: r.Time}
+			Method: "POST", BytesUp: 1000, BytesDown: 5000, Allowed: true, Decision: DecisionAllow, Rule: "api.example.com/GET,POST", Time: r.Time}
 		if !reflect.DeepEqual(r, want) {
 			t.Errorf("%s POST record = %+v, want %+v", scheme, r, want)
 		}
@@ -270,5 +272,67 @@ func TestProxyCloseWithOpenConnections(t *testing.T) {
 		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("an open connection was not closed by Close: %v", err)
 		}
+	}
+}
+
+// TestProxySaysWhy: a refused or failed CONNECT carries the reason in its status line
+// and headers, where clients that show only the status (pip, Go) show it; a name that
+// does not resolve is an error decision, over https and plain http alike, and a policy
+// refusal a deny.
+func TestProxySaysWhy(t *testing.T) {
+	e := newTestEnv(t, SandboxInfo{ID: "sb_why", Generation: 1, Policy: Policy{
+		Mode: ModeAllowlist, Rules: []Rule{mustRule(t, "nowhere.example"), mustRule(t, "api.example.com")}, AllowPrivate: loopback8}})
+	connect := func(target string) *http.Response {
+		t.Helper()
+		conn, err := net.DialTimeout("tcp", e.proxyAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", target, err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for _, c := range []struct {
+		target, decision, reason string
+		status                   int
+	}{
+		{"nowhere.example:443", DecisionError, "cannot resolve nowhere.example", http.StatusBadGateway},
+		{"other.example.com:443", DecisionDeny, "other.example.com:443 refused", http.StatusForbidden},
+	} {
+		e.resetRecords()
+		resp := connect(c.target)
+		if resp.StatusCode != c.status || !strings.Contains(resp.Status, c.reason) ||
+			resp.Header.Get(DecisionHeader) != c.decision || !strings.Contains(resp.Header.Get(ReasonHeader), c.reason) {
+			t.Errorf("CONNECT %s: status %q, headers %v; want %d with %q in the status line and a %s decision",
+				c.target, resp.Status, resp.Header, c.status, c.reason, c.decision)
+		}
+		r := e.waitRecord("CONNECT "+c.target, func(r Record) bool { return r.Method == http.MethodConnect })
+		if r.Decision != c.decision || r.Allowed {
+			t.Errorf("CONNECT %s record: %+v, want decision %s", c.target, r, c.decision)
+		}
+	}
+	e.resetRecords()
+	c := e.client("127.0.0.1", false)
+	req, _ := http.NewRequest("GET", "http://nowhere.example/", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(DecisionHeader) != DecisionError {
+		t.Errorf("plain http to a name that does not resolve: %d %v, want 502 and an error decision", resp.StatusCode, resp.Header)
+	}
+	if r := e.waitRecord("GET nowhere", func(r Record) bool { return r.Method == "GET" }); r.Decision != DecisionError || r.Allowed {
+		t.Errorf("plain http record %+v, want decision error", r)
+	}
+	// A reason carries hosts a sandbox chose: nothing in it can end the status line.
+	if got := headerSafe("a\r\nInjected: 1\x00é"); strings.ContainsAny(got, "\r\n\x00") {
+		t.Errorf("headerSafe kept control bytes: %q", got)
 	}
 }

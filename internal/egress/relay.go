@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -72,8 +71,8 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 	cancel()
 	if err != nil {
 		// A protected address is a refusal; an upstream that does not answer is an
-		// allowed connection that failed, as for HTTP.
-		rec.Allowed = !errors.Is(err, errdefs.ErrPermissionDenied)
+		// allowed connection that failed (an error), as for HTTP.
+		rec.Allowed, rec.Decision = false, decisionOf(err)
 		reset(errdefs.Message(err))
 		return
 	}

@@ -262,7 +262,8 @@ func TestConnectRawRelay(t *testing.T) {
 }
 
 // TestServeTCPUpstreamDown: an allowed connection whose upstream does not answer is
-// reset and audited as allowed, with why it failed (a refusal is for policy only).
+// reset and audited as an error, with the rule that allowed it and why it failed (a
+// refusal, deny, is for policy only).
 func TestServeTCPUpstreamDown(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -277,7 +278,7 @@ func TestServeTCPUpstreamDown(t *testing.T) {
 		t.Fatalf("read from a relay to a dead upstream: %d, %v; want it closed", n, err)
 	}
 	rec := e.waitRecord("the failed connection", func(r Record) bool { return r.Method == "TCP" })
-	if !rec.Allowed || !strings.Contains(rec.Reason, "cannot connect") || rec.Rule != "127.0.0.0/8" {
-		t.Errorf("record %+v, want an allowed connection that could not connect", rec)
+	if rec.Allowed || rec.Decision != DecisionError || !strings.Contains(rec.Reason, "cannot connect") || rec.Rule != "127.0.0.0/8" {
+		t.Errorf("record %+v, want the error decision of a connection the rule allowed that could not connect", rec)
 	}
 }

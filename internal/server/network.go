@@ -79,6 +79,7 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) error {
 			}
 			var rec struct {
 				Host, Addr, Method, Rule, Reason string
+				Decision                         string
 				Port                             int
 				BytesUp, BytesDown               int64
 				Allowed                          bool
@@ -88,7 +89,8 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) error {
 			json.Unmarshal(ev.Data, &rec)
 			out.Records = append(out.Records, api.EgressRecord{Seq: ev.Seq, Generation: ev.Generation, Host: rec.Host,
 				Addr: rec.Addr, Port: rec.Port, Method: rec.Method, BytesUp: rec.BytesUp, BytesDown: rec.BytesDown,
-				Allowed: rec.Allowed, Rule: rec.Rule, Reason: rec.Reason, Time: ev.Time, Repeats: rec.Repeats, Summary: rec.Summary})
+				Allowed: rec.Allowed, Decision: decisionOf(rec.Decision, rec.Allowed), Rule: rec.Rule, Reason: rec.Reason, Time: ev.Time,
+				Repeats: rec.Repeats, Summary: rec.Summary})
 		}
 		if len(evs) < 1000 || len(out.Records) >= 5000 {
 			break
@@ -268,4 +270,16 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 	}
 	rp.ServeHTTP(w, r)
 	return nil
+}
+
+// decisionOf is a record's decision; records from before decisions were kept have only
+// whether they were allowed.
+func decisionOf(decision string, allowed bool) string {
+	switch {
+	case decision != "":
+		return decision
+	case allowed:
+		return "allow"
+	}
+	return "deny"
 }
