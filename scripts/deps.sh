@@ -5,6 +5,7 @@ set -euo pipefail
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /usr/bin/python3 ] || need+=(python3)
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest) # the Python SDK's tests
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || need+=(nftables)

@@ -1,0 +1,52 @@
+// Command goexec times exec round trips through the Go SDK, for bench/python_exec.sh:
+// it runs `true` (as {"shell": "true"}, what the Python SDK's exec("true") sends) in
+// one running sandbox -warmup times untimed and -n times timed, and prints each timed
+// round trip in microseconds, one per line.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "goexec:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	socket := flag.String("socket", os.Getenv("AIRLOCK_SOCKET"), "the daemon's unix socket")
+	sandbox := flag.String("sandbox", "", "the running sandbox to exec in")
+	n := flag.Int("n", 200, "timed round trips")
+	warmup := flag.Int("warmup", 20, "untimed round trips first")
+	flag.Parse()
+	c, err := client.New(client.Options{Socket: *socket})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	req := api.ExecRequest{Shell: "true"}
+	for i := -*warmup; i < *n; i++ {
+		start := time.Now()
+		res, err := c.Exec(ctx, *sandbox, req)
+		d := time.Since(start)
+		if err != nil {
+			return err
+		}
+		if res.State != api.ExecSucceeded {
+			return fmt.Errorf("exec true: state %s exit %d", res.State, res.ExitCode)
+		}
+		if i >= 0 {
+			fmt.Println(d.Microseconds())
+		}
+	}
+	return nil
+}

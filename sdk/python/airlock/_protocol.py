@@ -1,0 +1,250 @@
+"""The wire side of the SDK, shared by the blocking and the asyncio clients.
+
+It owns where the daemon is (:class:`Target`), how a call becomes an HTTP request
+(:class:`Request`), how an error answer becomes an exception, and how an NDJSON exec
+stream becomes chunks and a result (:class:`EventReader`). It does no I/O.
+"""
+
+import base64
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union
+from urllib.parse import quote, urlencode, urlsplit
+
+from .errors import AirlockError, Internal, InvalidArgument, StreamBroken, Unavailable, code_for_status, error_from_code
+from .types import Chunk, ExecResult
+
+#: Where the daemon listens when neither an argument nor the environment says otherwise.
+DEFAULT_SOCKET = "/run/airlock/airlock.sock"
+
+#: How much of an error answer is read.
+MAX_ERROR_BODY = 64 << 10
+
+#: The longest NDJSON line accepted in a stream (a line is at most 64 KiB of output,
+#: which JSON escaping can grow).
+MAX_EVENT_LINE = 1 << 20
+
+USER_AGENT = "airlock-python/0.1"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The daemon a client reaches: a unix socket path, or a TCP host and port."""
+
+    network: str  # "unix" or "tcp"
+    address: str  # socket path or "host:port"
+    host: str = ""
+    port: int = 0
+    token: str = field(default="", repr=False)
+
+    @property
+    def host_header(self) -> str:
+        return "airlock" if self.network == "unix" else self.address
+
+
+def _parse_url(url: str) -> Tuple[str, int]:
+    raw = url if "://" in url else "http://" + url
+    try:
+        u = urlsplit(raw)
+        port = u.port
+    except ValueError:
+        raise InvalidArgument(f"invalid url {url!r}: give http://HOST:PORT or HOST:PORT") from None
+    if u.scheme != "http" or not u.hostname or u.path not in ("", "/") or u.query:
+        raise InvalidArgument(f"invalid url {url!r}: give http://HOST:PORT or HOST:PORT (plain HTTP; the daemon has no TLS)")
+    return u.hostname, port or 80
+
+
+def resolve_target(socket: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None) -> Target:
+    """Say which daemon to reach, like the Go SDK (client.New) and the CLI.
+
+    In order: ``url``, then ``socket``; then ``$AIRLOCK_URL``, then ``$AIRLOCK_SOCKET``;
+    then, inside an Airlock sandbox, ``$AIRLOCK_API`` with the session credential read
+    from ``$AIRLOCK_SESSION_TOKEN_FILE``; then :data:`DEFAULT_SOCKET`. The token is
+    ``token``, else ``$AIRLOCK_TOKEN`` (else, inside a sandbox, the session credential).
+    """
+    for what, v in (("socket", socket), ("url", url), ("token", token)):
+        if v is not None and not isinstance(v, str):
+            raise InvalidArgument(f"invalid {what} {v!r}: give a str")
+    env = os.environ
+    tok = token if token else env.get("AIRLOCK_TOKEN", "")
+    if not url and not socket:
+        if env.get("AIRLOCK_URL"):
+            url = env["AIRLOCK_URL"]
+        elif env.get("AIRLOCK_SOCKET"):
+            socket = env["AIRLOCK_SOCKET"]
+        elif env.get("AIRLOCK_API"):
+            api = env["AIRLOCK_API"]
+            try:
+                parsed = urlsplit(api)
+                ok = parsed.scheme == "http" and bool(parsed.hostname)
+            except ValueError:
+                ok = False
+            if ok:
+                url = api
+                if not tok and env.get("AIRLOCK_SESSION_TOKEN_FILE"):
+                    try:
+                        with open(env["AIRLOCK_SESSION_TOKEN_FILE"], encoding="utf-8") as f:
+                            tok = f.read().strip()
+                    except OSError:
+                        pass
+    if url:
+        host, port = _parse_url(url)
+        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return Target("tcp", addr, host, port, tok)
+    sock = socket or DEFAULT_SOCKET
+    if "\x00" in sock:
+        raise InvalidArgument(f"invalid socket path {sock!r}")
+    return Target("unix", sock, token=tok)
+
+
+T = TypeVar("T")
+
+
+def no_result(_: Any) -> None:
+    """The parser of an answer that carries nothing the caller needs."""
+    return None
+
+
+@dataclass
+class Request(Generic[T]):
+    """One HTTP call, before it is sent.
+
+    ``json`` is encoded as the body when set; ``body`` is sent raw otherwise.
+    ``stream`` marks an NDJSON exec stream; ``parse`` turns the decoded JSON answer
+    into the result, or with ``raw`` the answer's bytes (a file download).
+    """
+
+    method: str
+    path: str
+    query: Optional[List[Tuple[str, str]]] = None
+    json: Any = None
+    body: Optional[bytes] = None
+    idempotency_key: Optional[str] = None
+    if_match: Optional[int] = None
+    parse: Callable[[Any], T] = no_result  # type: ignore[assignment]
+    stream: bool = False
+    raw: bool = False
+
+    @property
+    def retry_safe(self) -> bool:
+        """Whether sending the request twice cannot do the work twice."""
+        return self.method in ("GET", "HEAD", "DELETE", "PUT") or self.idempotency_key is not None
+
+    def url(self) -> str:
+        u = self.path
+        if self.query:
+            u += "?" + urlencode(self.query, quote_via=quote)
+        return u
+
+    def encode(self, target: Target) -> Tuple[bytes, Dict[str, str]]:
+        """The body and headers to send to target."""
+        headers = {"Host": target.host_header, "User-Agent": USER_AGENT, "Accept": "application/json"}
+        body = b""
+        if self.json is not None:
+            body = json.dumps(self.json, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        elif self.body is not None:
+            body = self.body
+            headers["Content-Type"] = "application/octet-stream"
+        if body or self.method in ("POST", "PUT", "PATCH"):
+            headers["Content-Length"] = str(len(body))
+        if target.token:
+            headers["Authorization"] = "Bearer " + target.token
+        if self.idempotency_key:
+            headers["Idempotency-Key"] = self.idempotency_key
+        if self.if_match is not None:
+            headers["If-Match"] = f'"{self.if_match}"'
+        return body, headers
+
+
+def sandbox_path(ref: str, *rest: str) -> str:
+    """``/v1/sandboxes/{ref}`` followed by the escaped elements of rest."""
+    p = "/v1/sandboxes/" + quote(ref, safe="")
+    for r in rest:
+        p += "/" + quote(r, safe="")
+    return p
+
+
+def decode_error(status: int, body: bytes) -> AirlockError:
+    """The exception for a non-2xx answer; a body that is not the API's error shape
+    (from a proxy, say) still gives one, with a code derived from the status."""
+    try:
+        doc = json.loads(body.decode("utf-8"))
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(err, dict) and err.get("code"):
+            return error_from_code(str(err["code"]), str(err.get("message", "")), status=status, details=err.get("details"))
+    except (ValueError, UnicodeDecodeError):
+        pass
+    msg = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
+    return error_from_code(code_for_status(status), msg, status=status)
+
+
+def decode_answer(req: "Request[T]", body: bytes) -> T:
+    """The result of a 2xx answer."""
+    if req.raw:
+        return req.parse(body)
+    if req.parse is no_result:
+        return req.parse(None)
+    try:
+        doc = json.loads(body.decode("utf-8")) if body else {}
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Internal(f"decode {req.method} {req.path} answer: {e}") from None
+    return req.parse(doc)
+
+
+Event = Union[Chunk, ExecResult]
+
+
+class EventReader:
+    """Turns the lines of an NDJSON exec or send stream into chunks and the result.
+
+    Unknown event types are skipped, so newer daemons can add some; an ``error``
+    event raises its exception.
+    """
+
+    def __init__(self) -> None:
+        self.result: Optional[ExecResult] = None
+
+    def feed(self, line: bytes) -> Optional[Event]:
+        """The chunk or result a line carries, or None for a line to skip."""
+        line = line.strip()
+        if not line:
+            return None
+        try:
+            ev = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise Internal(f"read stream: bad event line: {e}") from None
+        typ = ev.get("type")
+        if typ in ("stdout", "stderr"):
+            if ev.get("bytes"):
+                data = base64.b64decode(ev["bytes"])
+            else:
+                data = (ev.get("data") or "").encode("utf-8")
+            return Chunk(stream=typ, data=data)
+        if typ == "exit":
+            if not isinstance(ev.get("result"), dict):
+                raise Internal("exit event without a result")
+            self.result = ExecResult.from_json(ev["result"])
+            return self.result
+        if typ == "error":
+            err = ev.get("error") or {"code": "internal", "message": "stream error without details"}
+            raise error_from_code(str(err.get("code", "internal")), str(err.get("message", "")), details=err.get("details"))
+        return None
+
+    @staticmethod
+    def broken(target: Target) -> StreamBroken:
+        return StreamBroken(f"airlock at {target.address}: stream ended without a result; how the command ended is unknown")
+
+
+def unavailable(target: Target, err: BaseException) -> AirlockError:
+    """The retryable error for failing to reach target."""
+    what = "socket" if target.network == "unix" else "address"
+    reason = str(err) or type(err).__name__
+    if isinstance(err, FileNotFoundError):
+        reason = "no such socket (is the daemon running?)"
+    elif isinstance(err, ConnectionRefusedError):
+        reason = "connection refused (is the daemon running?)"
+    elif isinstance(err, PermissionError):
+        reason = "permission denied (are you in the airlock group, or root?)"
+    return Unavailable(f"airlock daemon unreachable at {what} {target.address}: {reason}")

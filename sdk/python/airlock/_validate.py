@@ -1,0 +1,271 @@
+"""Argument checks made before anything is sent.
+
+Each function returns the value in its wire form or raises :class:`InvalidArgument`
+(a :class:`ValueError`) saying what is allowed. The daemon checks everything again;
+these checks only make the common mistakes fail early, with a clear message.
+"""
+
+import math
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from .errors import InvalidArgument
+from .types import NETWORK_MODES, SESSION_KINDS, NetworkPolicy
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ID_RE = re.compile(r"^sb_[a-z0-9]{1,64}$")
+_SNAP_RE = re.compile(r"^snap_[a-z0-9]{1,64}$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_RE = re.compile(r"^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$")
+_DURATION_RE = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE_RE = re.compile(r"^([0-9]+)\s*(|k|ki|kb|m|mi|mb|g|gi|gb|t|ti|tb)$", re.IGNORECASE)
+_SIZE_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+NAME_RULE = "1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+
+#: The longest exec timeout the daemon accepts, in seconds.
+MAX_TIMEOUT = 24 * 3600.0
+
+
+def _fail(msg: str) -> InvalidArgument:
+    return InvalidArgument(msg, code="invalid_argument")
+
+
+def name(v: Any, what: str = "sandbox name") -> str:
+    """A new sandbox's name."""
+    if not isinstance(v, str):
+        raise _fail(f"invalid {what} {v!r}: a name is a str of {NAME_RULE}")
+    if not _NAME_RE.match(v):
+        raise _fail(f"invalid {what} {v!r}: a name is {NAME_RULE}")
+    return v
+
+
+def ref(v: Any) -> str:
+    """A reference to an existing sandbox: its name or its id (``sb_…``)."""
+    if isinstance(v, str) and (_NAME_RE.match(v) or _ID_RE.match(v)):
+        return v
+    raise _fail(f"invalid sandbox reference {v!r}: give a sandbox name ({NAME_RULE}) or an id (sb_…)")
+
+
+def snapshot_id(v: Any) -> str:
+    """A snapshot id (``snap_…``)."""
+    if isinstance(v, str) and _SNAP_RE.match(v):
+        return v
+    raise _fail(f"invalid snapshot id {v!r}: a snapshot id looks like snap_…")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def duration_seconds(s: str) -> float:
+    """The length of a Go duration string such as ``"1m30s"``, in seconds."""
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(s))
+
+
+def _go_duration(seconds: float) -> str:
+    ms = round(seconds * 1000)
+    return f"{ms}ms" if ms % 1000 else f"{ms // 1000}s"
+
+
+def timeout(v: Any) -> Optional[str]:
+    """An exec timeout in seconds (None: the daemon's default), as a Go duration."""
+    if v is None:
+        return None
+    if not _number(v) or math.isnan(v) or v <= 0:
+        raise _fail(f"invalid timeout {v!r}: give a positive number of seconds (at most {MAX_TIMEOUT:.0f}), or None")
+    if v > MAX_TIMEOUT:
+        raise _fail(f"timeout {v!r} s is too long: at most {MAX_TIMEOUT:.0f} s (24 h)")
+    if v < 0.001:
+        raise _fail(f"timeout {v!r} s is too short: at least 0.001 s")
+    return _go_duration(float(v))
+
+
+def duration(v: Any, what: str, lo: float, hi: float) -> Optional[str]:
+    """A duration given in seconds or as a Go duration string ("10m"), within [lo, hi]."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        if not _DURATION_RE.match(v):
+            raise _fail(f"invalid {what} {v!r}: give seconds, or a duration such as '10m' or '24h'")
+        secs = duration_seconds(v)
+        wire = v
+    elif _number(v) and not math.isnan(v):
+        secs = float(v)
+        wire = _go_duration(secs)
+    else:
+        raise _fail(f"invalid {what} {v!r}: give seconds, or a duration such as '10m' or '24h'")
+    if secs < lo or secs > hi:
+        raise _fail(f"{what} {v!r} is out of range: from {lo:g} s to {hi:g} s")
+    return wire
+
+
+def cpu(v: Any) -> Optional[float]:
+    """A CPU limit in cores."""
+    if v is None:
+        return None
+    if not _number(v) or math.isnan(v) or v < 0.01:
+        raise _fail(f"invalid cpu {v!r}: give a number of cores, at least 0.01 (e.g. 0.5 or 2)")
+    return float(v)
+
+
+def size(v: Any, what: str, lo: int) -> Optional[int]:
+    """A size in bytes, as an int or a string such as "512Mi" or "2G" (powers of 1024)."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        m = _SIZE_RE.match(v.strip())
+        if not m:
+            raise _fail(f"invalid {what} {v!r}: give bytes as an int, or a size such as '512Mi' or '2Gi'")
+        n = int(m.group(1)) * _SIZE_UNIT[m.group(2)[:1].lower()]
+    elif isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    else:
+        raise _fail(f"invalid {what} {v!r}: give bytes as an int, or a size such as '512Mi' or '2Gi'")
+    if n < lo:
+        raise _fail(f"{what} {v!r} is too small: at least {lo} bytes ({lo >> 20} MiB)")
+    return n
+
+
+def network(v: Any) -> Optional[Dict[str, Any]]:
+    """An egress policy: a mode name, a :class:`NetworkPolicy` or an equivalent dict."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = NetworkPolicy(mode=v)
+    elif isinstance(v, Mapping):
+        unknown = set(v) - {"mode", "allow", "allow_private"}
+        if unknown:
+            raise _fail(f"invalid network policy: unknown keys {sorted(unknown)}; allowed: mode, allow, allow_private")
+        v = NetworkPolicy(mode=v.get("mode", ""), allow=list(v.get("allow") or []), allow_private=list(v.get("allow_private") or []))
+    if not isinstance(v, NetworkPolicy):
+        raise _fail(f"invalid network {v!r}: give a mode ({', '.join(NETWORK_MODES)}) or a NetworkPolicy")
+    if v.mode not in NETWORK_MODES and not (v.mode == "" and v.allow):
+        raise _fail(f"unknown network mode {v.mode!r}: one of {', '.join(NETWORK_MODES)}")
+    for r in list(v.allow) + list(v.allow_private):
+        if not isinstance(r, str) or not r or any(c.isspace() for c in r):
+            raise _fail(f"invalid network rule {r!r}: a rule is HOST[:PORT][/METHODS] without spaces")
+    return v.to_json()
+
+
+def env(v: Any) -> Optional[Dict[str, str]]:
+    """Environment variables: names of letters, digits and '_', values without NUL."""
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        raise _fail(f"invalid env {v!r}: give a dict of str to str")
+    out: Dict[str, str] = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not _ENV_RE.match(k):
+            raise _fail(f"invalid environment variable name {k!r}: use letters, digits and '_', not starting with a digit")
+        if not isinstance(val, str) or "\x00" in val:
+            raise _fail(f"invalid value for environment variable {k}: a str without NUL bytes")
+        out[k] = val
+    return out
+
+
+def labels(v: Any) -> Optional[Dict[str, str]]:
+    """Labels: keys of letters, digits, '.', '_', '/', '-'; values of one line."""
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        raise _fail(f"invalid labels {v!r}: give a dict of str to str")
+    out: Dict[str, str] = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not _LABEL_RE.match(k):
+            raise _fail(f"invalid label key {k!r}: 1 to 64 letters, digits, '.', '_', '/' or '-', starting and ending with a letter or digit")
+        if not isinstance(val, str) or len(val) > 256 or "\n" in val or "\x00" in val:
+            raise _fail(f"invalid value for label {k!r}: a str of at most 256 characters on one line")
+        out[k] = val
+    return out
+
+
+def command(v: Any) -> Dict[str, Any]:
+    """A command: a str runs with ``/bin/sh -c``; a list of str is the argv itself."""
+    if isinstance(v, str):
+        if not v.strip():
+            raise _fail("empty command: give a shell command (str) or an argv (list of str)")
+        if "\x00" in v:
+            raise _fail("invalid command: it contains a NUL byte")
+        return {"shell": v}
+    if isinstance(v, Sequence) and not isinstance(v, (bytes, bytearray)):
+        argv: List[str] = list(v)
+        if not argv:
+            raise _fail("empty argv: give at least the program to run")
+        for a in argv:
+            if not isinstance(a, str) or "\x00" in a:
+                raise _fail(f"invalid argv element {a!r}: each is a str without NUL bytes")
+        if not argv[0]:
+            raise _fail("invalid argv: the program (argv[0]) is empty")
+        return {"argv": argv}
+    raise _fail(f"invalid command {v!r}: give a shell command (str) or an argv (list of str)")
+
+
+def path(v: Any) -> str:
+    """An absolute path inside the sandbox."""
+    if not isinstance(v, str) or not v.startswith("/"):
+        raise _fail(f"invalid path {v!r}: give an absolute path inside the sandbox, e.g. '/home/user/data.txt'")
+    if "\x00" in v:
+        raise _fail(f"invalid path {v!r}: it contains a NUL byte")
+    return v
+
+
+def session_kind(v: Any, argv: Any) -> Optional[List[str]]:
+    """A session's kind and argv (required for ``raw``)."""
+    if v not in SESSION_KINDS:
+        raise _fail(f"unknown session kind {v!r}: one of {', '.join(SESSION_KINDS)}")
+    if argv is None:
+        if v == "raw":
+            raise _fail("a raw session needs argv: the program to run and its arguments")
+        return None
+    out: List[str] = command(list(argv) if not isinstance(argv, str) else [argv])["argv"]
+    return out
+
+
+def uid(v: Any, what: str) -> Optional[int]:
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > 0xFFFFFFFF:
+        raise _fail(f"invalid {what} {v!r}: a non-negative int")
+    return v
+
+
+def text_or_bytes(v: Any, what: str) -> bytes:
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise _fail(f"invalid {what}: give bytes or str, not {type(v).__name__}")
+
+
+def file_mode(v: Any) -> Optional[int]:
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > 0o7777:
+        raise _fail(f"invalid mode {v!r}: Unix permission bits from 0 to 0o7777, e.g. 0o644")
+    return v
+
+
+def image(v: Any) -> Optional[str]:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or any(c.isspace() for c in v):
+        raise _fail(f"invalid image {v!r}: give an image name such as 'host' or 'python:3.12-slim'")
+    return v
+
+
+def idempotency_key(v: Any) -> Optional[str]:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or len(v) > 255 or any(ord(c) < 0x21 or ord(c) > 0x7E for c in v):
+        raise _fail(f"invalid idempotency key {v!r}: 1 to 255 printable ASCII characters without spaces")
+    return v
+
+
+def session_id(v: Any) -> str:
+    if not isinstance(v, str) or not v or "/" in v:
+        raise _fail(f"invalid session id {v!r}")
+    return v
+

@@ -1,0 +1,324 @@
+"""The blocking client: one method per API call, over a kept-alive connection pool.
+
+:class:`Client` mirrors the Go SDK (``client/``): it keeps no sandbox state, every
+call goes to the daemon. Most code uses :class:`airlock.Sandbox` instead, which wraps
+a client and a sandbox's name.
+"""
+
+import threading
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _calls
+from ._protocol import EventReader, Request, T, Target, decode_answer, resolve_target
+from ._transport import LineStream, Transport
+from .errors import InvalidArgument
+from .types import Chunk, ExecResult, FileInfo, NetworkPolicy, Operation, SandboxInfo, SessionInfo, Snapshot
+
+__all__ = ["Client", "ExecStream", "default_client"]
+
+Cmd = Union[str, Sequence[str]]
+
+
+class ExecStream:
+    """The output of a streamed exec or send, chunk by chunk as the sandbox produces it.
+
+    Iterate over it for :class:`~airlock.types.Chunk` values; once it is exhausted,
+    :attr:`result` says how the command ended. Closing it early (or leaving a ``with``
+    block) closes the connection, which cancels the command. Output is not kept: the
+    result's ``stdout`` and ``stderr`` are empty unless :meth:`wait` collected them.
+    """
+
+    def __init__(self, lines: LineStream, target: Target) -> None:
+        self._lines = lines
+        self._iter = iter(lines)
+        self._reader = EventReader()
+        self._target = target
+        #: How the command ended; None until the stream is exhausted.
+        self.result: Optional[ExecResult] = None
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return self
+
+    def __next__(self) -> Chunk:
+        if self.result is not None:
+            raise StopIteration
+        try:
+            for line in self._iter:
+                ev = self._reader.feed(line)
+                if isinstance(ev, Chunk):
+                    return ev
+                if isinstance(ev, ExecResult):
+                    self.result = ev
+                    # The exit event is the last line: reach the end of the answer, so
+                    # that its connection goes back to the pool.
+                    for _ in self._iter:
+                        pass
+                    raise StopIteration
+        except StopIteration:
+            raise
+        except BaseException:
+            self._lines.close()
+            raise
+        self._lines.close()
+        raise EventReader.broken(self._target)
+
+    def wait(self) -> ExecResult:
+        """Read the rest of the stream and return the result, with the output read
+        from here on collected into its ``stdout`` and ``stderr``."""
+        out: Dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        for chunk in self:
+            out[chunk.stream] += chunk.data
+        assert self.result is not None
+        self.result = self.result.with_output(bytes(out["stdout"]), bytes(out["stderr"]))
+        return self.result
+
+    def close(self) -> None:
+        """Stop reading; a command still running is cancelled."""
+        self._lines.close()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Client:
+    """A connection to one Airlock daemon. Safe for use from several threads.
+
+    Args:
+        socket: the daemon's unix socket (default ``$AIRLOCK_SOCKET``, then
+            ``/run/airlock/airlock.sock``).
+        url: ``http://HOST:PORT`` of a daemon listening on TCP (default
+            ``$AIRLOCK_URL``); it wins over ``socket``.
+        token: the bearer token for TCP (default ``$AIRLOCK_TOKEN``).
+        timeout: seconds to wait on any one read from the daemon (default None: as long
+            as the call takes, which for an exec is as long as the command runs).
+
+    Inside an Airlock sandbox, with none of these set, the client reaches the API
+    through ``$AIRLOCK_API`` with the sandbox's session credential, as the Go SDK does.
+    """
+
+    def __init__(
+        self,
+        socket: Optional[str] = None,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> None:
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
+            raise InvalidArgument(f"invalid timeout {timeout!r}: a positive number of seconds, or None")
+        self.target = resolve_target(socket, url, token)
+        self._tr = Transport(self.target, timeout)
+
+    def __repr__(self) -> str:
+        return f"Client({self.target.network}:{self.target.address})"
+
+    @property
+    def address(self) -> str:
+        """The daemon this client reaches: a socket path or host:port."""
+        return self.target.address
+
+    def close(self) -> None:
+        """Close the idle connections (a later call opens new ones)."""
+        self._tr.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # The plumbing: every method below builds a request in _calls and sends it here.
+
+    def _do(self, req: Request[T]) -> T:
+        _, body = self._tr.call(req)
+        return decode_answer(req, body)
+
+    def _stream(self, req: Request[Any]) -> ExecStream:
+        return ExecStream(self._tr.lines(req), self.target)
+
+    # Daemon.
+
+    def status(self) -> Dict[str, Any]:
+        """The daemon's version and health checks."""
+        return self._do(_calls.status())
+
+    def operation(self, op_id: str) -> Operation:
+        """The durable record of a mutating call, to learn how a call whose answer was
+        lost ended."""
+        return self._do(_calls.operation(op_id))
+
+    # Sandboxes.
+
+    def create(
+        self,
+        name: str,
+        *,
+        image: Optional[str] = None,
+        cpu: Optional[float] = None,
+        memory: Union[int, str, None] = None,
+        disk: Union[int, str, None] = None,
+        network: Union[str, NetworkPolicy, Mapping[str, Any], None] = None,
+        idle_suspend: Union[float, str, None] = None,
+        max_lifetime: Union[float, str, None] = None,
+        ttl: Union[float, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        runtime: Optional[str] = None,
+        role: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> SandboxInfo:
+        """Make a sandbox; answers once it is running. See :meth:`Sandbox.create`."""
+        return self._do(
+            _calls.create(
+                name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
+                max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def get(self, ref: str) -> SandboxInfo:
+        """A sandbox by name or id."""
+        return self._do(_calls.get(ref))
+
+    def list(self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None) -> List[SandboxInfo]:
+        """The sandboxes in one of states (any, if None) that carry every label given."""
+        return self._do(_calls.list_sandboxes(states, labels))
+
+    def terminate(self, ref: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> SandboxInfo:
+        """End a sandbox and delete what it owns; its handle remains as a tombstone."""
+        return self._do(_calls.terminate(ref, if_match=if_match, idempotency_key=idempotency_key))
+
+    def suspend(self, ref: str, *, idempotency_key: Optional[str] = None) -> SandboxInfo:
+        """Stop a sandbox's compute, keeping its handle and writable layer. Idempotent."""
+        return self._do(_calls.lifecycle(ref, "suspend", idempotency_key=idempotency_key))
+
+    def resume(self, ref: str, *, idempotency_key: Optional[str] = None) -> SandboxInfo:
+        """Start a suspended sandbox in a fresh container (generation + 1)."""
+        return self._do(_calls.lifecycle(ref, "resume", idempotency_key=idempotency_key))
+
+    # Exec and sessions.
+
+    def exec(
+        self,
+        ref: str,
+        cmd: Cmd,
+        *,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        uid: Optional[int] = None,
+        gid: Optional[int] = None,
+    ) -> ExecResult:
+        """Run a command to completion and return its collected output."""
+        return self._do(_calls.exec_(ref, cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin, uid=uid, gid=gid))
+
+    def exec_stream(
+        self,
+        ref: str,
+        cmd: Cmd,
+        *,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        uid: Optional[int] = None,
+        gid: Optional[int] = None,
+    ) -> ExecStream:
+        """Run a command and stream its output as it is produced."""
+        return self._stream(_calls.exec_(ref, cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin, uid=uid, gid=gid, stream=True))
+
+    def start_session(
+        self,
+        ref: str,
+        kind: str = "python",
+        *,
+        argv: Optional[Sequence[str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+    ) -> SessionInfo:
+        """Start a long-lived process: kind ``python``, ``shell`` or ``raw`` (with argv)."""
+        return self._do(_calls.start_session(ref, kind, argv=argv, env=env, cwd=cwd))
+
+    def sessions(self, ref: str) -> List[SessionInfo]:
+        """The sandbox's live sessions."""
+        return self._do(_calls.list_sessions(ref))
+
+    def send(self, ref: str, session_id: str, input: str) -> ExecResult:
+        """Give input to a session and return the reply's collected output."""
+        return self._do(_calls.send(ref, session_id, input))
+
+    def send_stream(self, ref: str, session_id: str, input: str) -> ExecStream:
+        """Give input to a session and stream the reply as it arrives."""
+        return self._stream(_calls.send(ref, session_id, input, stream=True))
+
+    def close_session(self, ref: str, session_id: str) -> None:
+        """End a session and its process."""
+        self._do(_calls.close_session(ref, session_id))
+
+    # Files.
+
+    def upload(self, ref: str, path: str, data: Union[bytes, str], *, mode: Optional[int] = None) -> FileInfo:
+        """Write data to path in the sandbox, replacing any file there."""
+        return self._do(_calls.upload(ref, path, data, mode))
+
+    def download(self, ref: str, path: str) -> bytes:
+        """The content of the file at path in the sandbox."""
+        return self._do(_calls.download(ref, path))
+
+    def list_files(self, ref: str, path: str) -> List[FileInfo]:
+        """The entries of the directory at path."""
+        return self._do(_calls.list_files(ref, path))
+
+    def stat(self, ref: str, path: str) -> FileInfo:
+        """The file at path."""
+        return self._do(_calls.stat(ref, path))
+
+    def mkdir(self, ref: str, path: str, *, parents: bool = False) -> None:
+        """Make a directory (with parents, missing parents too)."""
+        self._do(_calls.mkdir(ref, path, parents))
+
+    def remove(self, ref: str, path: str, *, recursive: bool = False) -> None:
+        """Delete a file or an empty directory (with recursive, any directory)."""
+        self._do(_calls.remove(ref, path, recursive))
+
+    # Snapshots and forks.
+
+    def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
+        """Snapshot a running (crash-consistent) or suspended sandbox's writable layer."""
+        return self._do(_calls.snapshot(ref, labels, idempotency_key=idempotency_key))
+
+    def snapshots(self, ref: Optional[str] = None) -> List[Snapshot]:
+        """The snapshots, of one sandbox when ref is given."""
+        return self._do(_calls.snapshots(ref))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Remove a snapshot (refused while a sandbox depends on it)."""
+        self._do(_calls.delete_snapshot(snapshot_id))
+
+    def restore(self, ref: str, snapshot_id: str, *, safety_snapshot: bool = True, idempotency_key: Optional[str] = None) -> SandboxInfo:
+        """Replace a suspended sandbox's writable layer with a snapshot's."""
+        return self._do(_calls.restore(ref, snapshot_id, safety_snapshot=safety_snapshot, idempotency_key=idempotency_key))
+
+    def fork(self, src: str, name: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> SandboxInfo:
+        """Make a new sandbox from src: a sandbox name or id, or a snapshot id (``snap_…``)."""
+        return self._do(_calls.fork(src, name, labels, idempotency_key=idempotency_key))
+
+
+_defaults: Dict[Tuple[str, str, str], Client] = {}
+_defaults_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The shared client for the environment's daemon ($AIRLOCK_URL, $AIRLOCK_SOCKET,
+    ...), made on first use; a change of those variables gives another one."""
+    t = resolve_target()
+    key = (t.network, t.address, t.token)
+    with _defaults_lock:
+        c = _defaults.get(key)
+        if c is None:
+            c = _defaults[key] = Client()
+        return c

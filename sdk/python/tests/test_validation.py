@@ -1,0 +1,154 @@
+"""Arguments are checked before anything is sent, and a daemon that cannot be reached
+is a retryable error naming where it was looked for."""
+
+import socket
+
+import pytest
+
+import airlock
+from airlock import Client, Sandbox
+from airlock._protocol import resolve_target
+
+
+@pytest.fixture
+def nowhere(tmp_path):
+    """A client whose daemon does not exist: a call that sent anything would fail
+    with Unavailable, so an InvalidArgument proves nothing was sent."""
+    return Client(socket=str(tmp_path / "nobody.sock"))
+
+
+BAD_CREATES = [
+    ({"name": "Bad_Name"}, "sandbox name"),
+    ({"name": "-dash"}, "sandbox name"),
+    ({"name": "x" * 64}, "sandbox name"),
+    ({"name": ""}, "sandbox name"),
+    ({"name": 42}, "sandbox name"),
+    ({"name": "ok", "network": "open"}, "network mode"),
+    ({"name": "ok", "network": {"mode": "none", "deny": []}}, "unknown keys"),
+    ({"name": "ok", "cpu": -1}, "cpu"),
+    ({"name": "ok", "cpu": "2"}, "cpu"),
+    ({"name": "ok", "memory": 1024}, "memory"),
+    ({"name": "ok", "memory": "lots"}, "memory"),
+    ({"name": "ok", "idle_suspend": 10}, "idle_suspend"),
+    ({"name": "ok", "idle_suspend": "soon"}, "idle_suspend"),
+    ({"name": "ok", "env": {"1BAD": "x"}}, "environment variable"),
+    ({"name": "ok", "labels": {"bad key": "x"}}, "label"),
+    ({"name": "ok", "image": ""}, "image"),
+]
+
+
+@pytest.mark.parametrize("kwargs,says", BAD_CREATES)
+def test_create_validates_before_sending(nowhere, kwargs, says):
+    name = kwargs.pop("name")
+    with pytest.raises(airlock.InvalidArgument) as ei:
+        Sandbox.create(name, client=nowhere, **kwargs)
+    assert says in str(ei.value)
+    assert isinstance(ei.value, ValueError) and ei.value.status == 0
+
+
+def _sb(client):
+    return Sandbox(airlock.SandboxInfo.from_json({"id": "sb_abc", "name": "abc"}), client)
+
+
+BAD_CALLS = [
+    (lambda sb: sb.exec("true", timeout=-1), "timeout"),
+    (lambda sb: sb.exec("true", timeout=0), "timeout"),
+    (lambda sb: sb.exec("true", timeout=float("nan")), "timeout"),
+    (lambda sb: sb.exec("true", timeout=90000), "too long"),
+    (lambda sb: sb.exec(""), "empty command"),
+    (lambda sb: sb.exec([]), "empty argv"),
+    (lambda sb: sb.exec(["ls", 3]), "argv"),
+    (lambda sb: sb.exec(b"ls"), "command"),
+    (lambda sb: sb.exec("true", cwd="relative"), "absolute path"),
+    (lambda sb: sb.exec("true", env={"A-B": "1"}), "environment variable"),
+    (lambda sb: sb.exec_stream("true", timeout=-5), "timeout"),
+    (lambda sb: sb.session("ruby"), "session kind"),
+    (lambda sb: sb.session("raw"), "needs argv"),
+    (lambda sb: sb.files.write("notabs", b"x"), "absolute path"),
+    (lambda sb: sb.files.write("/x", 12), "bytes or str"),
+    (lambda sb: sb.files.write("/x", b"x", mode=0o17777), "mode"),
+    (lambda sb: sb.files.read("x"), "absolute path"),
+    (lambda sb: sb.files.list(""), "absolute path"),
+    (lambda sb: sb.files.remove("a/b"), "absolute path"),
+    (lambda sb: sb.fork("Not Valid"), "sandbox name"),
+    (lambda sb: sb.restore("snapshot-1"), "snapshot id"),
+    (lambda sb: Sandbox.get("../etc", client=sb.client), "sandbox reference"),
+    (lambda sb: Sandbox.from_snapshot("nope", "ok", client=sb.client), "snapshot id"),
+]
+
+
+@pytest.mark.parametrize("call,says", BAD_CALLS)
+def test_calls_validate_before_sending(nowhere, call, says):
+    with pytest.raises(ValueError) as ei:
+        call(_sb(nowhere))
+    assert isinstance(ei.value, airlock.InvalidArgument)
+    assert says in str(ei.value)
+
+
+def test_bad_client_arguments():
+    with pytest.raises(airlock.InvalidArgument):
+        Client(url="https://example.com:443")
+    with pytest.raises(airlock.InvalidArgument):
+        Client(url="http://host:99999")
+    with pytest.raises(airlock.InvalidArgument):
+        Client(socket="/tmp/x.sock", timeout=-1)
+
+
+def test_missing_socket_is_retryable_unavailable(tmp_path):
+    path = str(tmp_path / "gone.sock")
+    c = Client(socket=path)
+    with pytest.raises(airlock.Unavailable) as ei:
+        Sandbox.get("anything", client=c)
+    e = ei.value
+    assert e.retryable and e.code == "unavailable" and isinstance(e, airlock.AirlockError)
+    assert path in str(e) and "daemon" in str(e)
+
+
+def test_refusing_socket_is_retryable_unavailable(tmp_path):
+    # A socket file nobody accepts on (a daemon that died): connection refused.
+    path = str(tmp_path / "dead.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    try:
+        with pytest.raises(airlock.Unavailable) as ei:
+            Client(socket=path).exec("sb_abc", "true")
+    finally:
+        s.close()
+    assert ei.value.retryable and path in str(ei.value)
+
+
+def test_unreachable_tcp_is_retryable_unavailable():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens on the port now
+    with pytest.raises(airlock.Unavailable) as ei:
+        Client(url=f"http://127.0.0.1:{port}", token="t").status()
+    assert f"127.0.0.1:{port}" in str(ei.value) and ei.value.retryable
+
+
+def test_target_precedence(monkeypatch, tmp_path):
+    for k in ("AIRLOCK_SOCKET", "AIRLOCK_URL", "AIRLOCK_TOKEN", "AIRLOCK_API", "AIRLOCK_SESSION_TOKEN_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    assert resolve_target().address == "/run/airlock/airlock.sock"
+    monkeypatch.setenv("AIRLOCK_SOCKET", "/env.sock")
+    assert resolve_target().address == "/env.sock"
+    assert resolve_target(socket="/arg.sock").address == "/arg.sock"
+    monkeypatch.setenv("AIRLOCK_URL", "http://10.0.0.1:7070")
+    monkeypatch.setenv("AIRLOCK_TOKEN", "tok")
+    t = resolve_target()
+    assert (t.network, t.address, t.token) == ("tcp", "10.0.0.1:7070", "tok")
+    assert resolve_target(socket="/arg.sock").network == "unix"  # an argument beats the environment
+    t = resolve_target(url="host.example:81", socket="/arg.sock", token="mine")
+    assert (t.network, t.address, t.token) == ("tcp", "host.example:81", "mine")
+    assert "tok" not in repr(t)
+
+    # Inside a sandbox: $AIRLOCK_API with the session credential from its file.
+    for k in ("AIRLOCK_SOCKET", "AIRLOCK_URL", "AIRLOCK_TOKEN"):
+        monkeypatch.delenv(k)
+    tok = tmp_path / "token"
+    tok.write_text("session-cred\n")
+    monkeypatch.setenv("AIRLOCK_API", "http://airlock.internal")
+    monkeypatch.setenv("AIRLOCK_SESSION_TOKEN_FILE", str(tok))
+    t = resolve_target()
+    assert (t.network, t.address, t.token) == ("tcp", "airlock.internal:80", "session-cred")
