@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/router"
@@ -21,7 +19,8 @@ var fenceVerb = &verb{
 directory) as --access says, and a scratch directory of its own (its TMPDIR, removed
 afterwards); not the home directory, /tmp, /run or the daemon's socket. With --no-network
 it has only a loopback of its own and may not open TCP connections. Needs Landlock
-(Linux 5.13 or later) and user namespaces; without them nothing runs.
+(Linux 5.13 or later), and user namespaces unless run as root; without them nothing
+runs. Run as root, the command gets no capabilities.
 airlock exits with the command's own exit code, or 125 if the fence could not be put up,
 126 if the command could not be executed, 127 if it was not found inside the fence.`,
 	run: runFence,
@@ -69,19 +68,20 @@ func runFence(c *cmd, args []string) error {
 	}
 	cmd.Dir = fenceDir(f, wd)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
-	err = cmd.Run()
-	var ee *exec.ExitError
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(c.stderr, "airlock %v\n", err) // "airlock fence: …", as the fence's child says it
+		return ExitError{router.FenceExitSetup}
+	}
+	err = cmd.Wait()
+	var fe *router.FenceExitError
 	switch {
 	case err == nil:
 		return nil
 	case c.ctx.Err() != nil:
 		fmt.Fprintln(c.stderr, "airlock: cancelled")
 		return ExitError{exitCancelled}
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return ExitError{128 + int(ws.Signal())}
-		}
-		return ExitError{ee.ExitCode()}
+	case errors.As(err, &fe):
+		return ExitError{fe.Code}
 	}
 	return fmt.Errorf("fence: %w", err)
 }

@@ -1,23 +1,31 @@
 package router
 
-// The host fence runs one command on the host at the cost of a fork and an exec, walled in
-// by the kernel rather than by a container:
+// The host fence runs one command on the host, walled in by the kernel rather than by a
+// container. It is put up one of two ways (FenceWay), with the same walls:
 //
-//	parent (Fence.Command)            child (/proc/self/exe FenceChildCommand SPEC -- CMD…)
-//	  validate, resolve paths           in fresh user, mount (and net) namespaces:
-//	  check Landlock is there           hide /run, /tmp, /var/tmp, homes, /dev/shm, secrets
-//	  clone with the namespaces   ──►   bind back the workspace, scratch and extra paths
-//	                                    bring loopback up (no network)
-//	                                    Landlock on this thread, then execve(CMD)
+//	FenceReexec, for anyone:           child (/proc/self/exe FenceChildCommand SPEC -- CMD…)
+//	  validate, resolve paths            in fresh user, mount (and net) namespaces:
+//	  check Landlock is there            hide /run, /tmp, /var/tmp, homes, /dev/shm, secrets
+//	  clone with the namespaces   ──►    bind back the workspace, scratch and extra paths
+//	                                     bring loopback up (no network)
+//	                                     Landlock on this thread, then execve(CMD)
+//
+//	FenceThread, when this process may make namespaces (root): the child's steps on a
+//	locked thread of this process, which then drops every capability and forks and execs
+//	CMD; the thread ends after (fence_thread.go). It saves the binary starting again,
+//	which costs far more than the command's own fork and exec.
 //
 // Landlock does the file walls (read-only system, writable workspace and scratch, nothing
 // else) and, from ABI 4, refuses TCP bind and connect. The mount namespace hides what
 // Landlock cannot wall before ABI 9 — UNIX sockets such as the daemon's under /run/airlock,
 // an ssh-agent's under /tmp, a container engine's under /run — and a few secret files
-// (/etc/shadow, SSH host keys) that a fenced root could otherwise read. The network
+// (/etc/shadow, SSH host keys) that a fenced root could otherwise read; its mounts are
+// read-only but for the workspace, scratch and extra write paths, which walls what
+// Landlock does not: chmod, chown, utimes and extended attributes. The network
 // namespace, with only loopback, is the network wall; Landlock's TCP rules are the second.
 // The user namespace lets an unprivileged caller make the others, and keeps a fenced root's
-// capabilities inside the fence.
+// capabilities inside the fence; FenceThread, which cannot make one, gives the command no
+// capabilities at all.
 //
 // The fence fails closed and has no weaker mode: without Landlock, or when a namespace or
 // a mount cannot be made, the command does not run. Whoever wants a command to run anyway
@@ -25,10 +33,8 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -80,6 +86,8 @@ type Fence struct {
 	// read, or read and write. The rules of Workspace about "/", the home directory and
 	// the daemon's directory apply to them too.
 	ExtraRead, ExtraWrite []string
+
+	forceReexec bool // tests: take FenceReexec even when FenceThread is possible
 }
 
 // fenceSpec is what the parent hands the child: the Fence with every path made absolute
@@ -96,13 +104,13 @@ type fenceSpec struct {
 }
 
 // Command returns a command that runs argv on the host inside the fence. The caller may
-// set its Stdin, Stdout, Stderr, Env and Dir (Dir must be visible inside the fence: the
-// workspace or the scratch directory) and then starts it; its exit code is the command's,
-// or FenceExitSetup, FenceExitNoExec or FenceExitNotFound. argv[0] is looked up on the
-// PATH the command gets, inside the fence. Command refuses invalid input with
+// set its Stdin, Stdout, Stderr, Env and Dir and then starts it; its exit code is the
+// command's, or FenceExitSetup, FenceExitNoExec or FenceExitNotFound. argv[0] is looked
+// up on the PATH the command gets, inside the fence. Command refuses invalid input with
 // errdefs.ErrInvalidArgument and a host without Landlock with ErrFenceUnavailable; in
-// both cases nothing runs.
-func (f Fence) Command(ctx context.Context, argv []string) (*exec.Cmd, error) {
+// both cases nothing runs. It picks FenceThread when this process may make namespaces,
+// else FenceReexec.
+func (f Fence) Command(ctx context.Context, argv []string) (*FenceCmd, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errdefs.Invalid("fence: empty command")
 	}
@@ -110,18 +118,15 @@ func (f Fence) Command(ctx context.Context, argv []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := fenceABI(); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(spec)
+	abi, err := fenceABI()
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{FenceChildCommand, string(b), "--"}, argv...)
-	cmd := exec.CommandContext(ctx, "/proc/self/exe", args...)
-	cmd.Args[0] = "airlock-fence"
-	cmd.SysProcAttr = fenceSysProcAttr(spec.Network)
-	return cmd, nil
+	c := &FenceCmd{ctx: ctx, argv: slices.Clone(argv), spec: spec, abi: abi, way: FenceReexec}
+	if !f.forceReexec && fenceThreadCapable() {
+		c.way = FenceThread
+	}
+	return c, nil
 }
 
 // fenceSysProcAttr asks for the child's namespaces. A user namespace always: it lets an

@@ -92,7 +92,54 @@ func fenceMounts(spec fenceSpec) (shm bool, err error) {
 		}
 		shm = true
 	}
+	if err := fenceReadOnly(spec, shm); err != nil {
+		return false, err
+	}
 	return shm, nil
+}
+
+// fenceReadOnly makes every mount read-only but where the command may write. Landlock
+// walls writes, but not chmod, chown, utimes nor extended attributes: without this a
+// fenced root could make a host binary setuid or give /etc/passwd to a user, and anyone
+// could loosen the modes of their own files outside the workspace.
+func fenceReadOnly(spec fenceSpec, shm bool) error {
+	var write []string
+	if spec.Access == "rw" && spec.Workspace != "" {
+		write = append(write, spec.Workspace)
+	}
+	if spec.Scratch != "" {
+		write = append(write, spec.Scratch)
+	}
+	write = append(write, spec.ExtraWrite...)
+	if shm {
+		write = append(write, "/dev/shm")
+	}
+	write = fenceSortedOutermost(write)
+	hostRO := make([]bool, len(write))
+	for i, p := range write {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err != nil {
+			return fmt.Errorf("statfs %s: %w", p, err)
+		}
+		hostRO[i] = st.Flags&unix.ST_RDONLY != 0
+	}
+	ro := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	if err := unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, &ro); err != nil {
+		return fmt.Errorf("make the host read-only: %w", err)
+	}
+	rw := unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}
+	for i, p := range write {
+		if hostRO[i] {
+			continue // read-only outside the fence too
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s to make it writable: %w", p, err)
+		}
+		if err := unix.MountSetattr(unix.AT_FDCWD, p, unix.AT_RECURSIVE, &rw); err != nil {
+			return fmt.Errorf("make %s writable: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // fenceKeepPaths lists the paths the command may reach, leaving out any that lies inside

@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +58,8 @@ func probe(args []string) error {
 		return err
 	case "write":
 		return os.WriteFile(args[1], []byte("fenced"), 0o644)
+	case "chmod":
+		return os.Chmod(args[1], 0o4777)
 	case "tcp", "unix":
 		c, err := net.DialTimeout(args[0], args[1], 2*time.Second)
 		if err == nil {
@@ -113,9 +115,36 @@ func newFenceDirs(t *testing.T) fenceDirs {
 	return d
 }
 
+// fenceWays runs body as a subtest for each way of putting the fence up: FenceThread
+// (which needs root) and FenceReexec.
+func fenceWays(t *testing.T, body func(t *testing.T, reexec bool)) {
+	t.Run(string(FenceThread), func(t *testing.T) {
+		requireFenceThread(t)
+		body(t, false)
+	})
+	t.Run(string(FenceReexec), func(t *testing.T) { body(t, true) })
+}
+
 // fenceRun runs the probe (or, with op "", argv as it is) inside f and returns what it
 // printed and its exit code.
 func fenceRun(t *testing.T, f Fence, argv ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd, out, errOut := fenceStart(t, f, argv...)
+	err := cmd.Wait()
+	var fe *FenceExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &fe):
+		code = fe.Code
+	default:
+		t.Fatalf("run %q: %v", argv, err)
+	}
+	t.Logf("%q (%s): exit %d, stderr %q", argv[min(len(argv)-1, 2):], cmd.Way(), code, errOut.String())
+	return out.String(), errOut.String(), code
+}
+
+// fenceStart starts what fenceRun runs.
+func fenceStart(t *testing.T, f Fence, argv ...string) (cmd *FenceCmd, stdout, stderr *bytes.Buffer) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -125,226 +154,251 @@ func fenceRun(t *testing.T, f Fence, argv ...string) (stdout, stderr string, cod
 		argv = append([]string{self}, argv...)
 		f.ExtraRead = append(f.ExtraRead, filepath.Dir(self)) // the probe is this binary
 	}
-	cmd, err := f.Command(context.Background(), argv)
+	cmd, err = f.Command(context.Background(), argv)
 	if err != nil {
 		t.Fatalf("Command(%q): %v", argv, err)
+	}
+	if want := map[bool]FenceWay{true: FenceReexec, false: FenceThread}[f.forceReexec]; cmd.Way() != want && fenceThreadCapable() {
+		t.Fatalf("Command(%q) takes %s, want %s", argv, cmd.Way(), want)
 	}
 	if f.Workspace != "" && f.Access != "none" {
 		cmd.Dir = f.Workspace
 	} else {
 		cmd.Dir = "/"
 	}
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatalf("run %q: %v", argv, err)
+	stdout, stderr = new(bytes.Buffer), new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %q (%s): %v", argv, cmd.Way(), err)
 	}
-	t.Logf("%q: exit %d, stderr %q", argv[min(len(argv)-1, 2):], code, errOut.String())
-	return out.String(), errOut.String(), code
+	return cmd, stdout, stderr
 }
 
 func TestFenceFiles(t *testing.T) {
 	requireFence(t)
-	d := newFenceDirs(t)
-	f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch}
-	outside := fmt.Sprintf("/tmp/airlock-fence-test-%d", os.Getpid())
-	t.Cleanup(func() { os.Remove(outside) })
-	tests := []struct {
-		name   string
-		op     string
-		path   string
-		wantOK bool
-	}{
-		{"read the workspace", "read", filepath.Join(d.ws, "README"), true},
-		{"write the workspace", "write", filepath.Join(d.ws, "out"), true},
-		{"write the scratch directory", "write", filepath.Join(d.scratch, "out"), true},
-		{"write a private /dev/shm", "write", "/dev/shm/out", true},
-		{"write /dev/null", "write", "/dev/null", true},
-		{"read the system", "read", "/etc/os-release", true},
-		{"read an SSH key in the home", "read", d.key, false},
-		{"read an SSH key by a relative path", "read", "../home/.ssh/id_rsa", false},
-		{"read the real home", "read", "/root/.bashrc", false},
-		{"write a sibling of the workspace", "write", filepath.Join(d.sibling, "out"), false},
-		{"write the home", "write", filepath.Join(d.home, "out"), false},
-		{"write /etc", "write", "/etc/airlock-fence-test", false},
-		{"write /usr", "write", "/usr/airlock-fence-test", false},
-		{"write /tmp outside the scratch directory", "write", outside, false},
-		{"write /var/tmp", "write", "/var/tmp/airlock-fence-test", false},
-		{"open a device outside the set", "open", "/dev/kmsg", false},
-		{"open the daemon's directory", "open", FenceDaemonDir, false},
-		{"open the D-Bus socket directory", "open", "/run/dbus", false},
-		{"read /etc/shadow", "read", "/etc/shadow", true}, // readable, but empty: checked below
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			stdout, stderr, code := fenceRun(t, f, fenceProbe, tt.op, tt.path)
-			if gotOK := code == 0; gotOK != tt.wantOK {
-				t.Errorf("%s %s: exit %d (%s), want success %v", tt.op, tt.path, code, strings.TrimSpace(stderr), tt.wantOK)
-			}
-			if strings.Contains(stdout, "PRIVATE KEY") || (tt.path == "/etc/shadow" && stdout != "") {
-				t.Errorf("%s %s printed %q, want nothing of it", tt.op, tt.path, stdout)
-			}
-		})
-	}
-	for _, p := range []string{filepath.Join(d.sibling, "out"), filepath.Join(d.home, "out"), "/etc/airlock-fence-test", outside} {
-		if _, err := os.Lstat(p); err == nil {
-			t.Errorf("%s exists on the host after a fenced write", p)
-			os.Remove(p)
+
+	fenceWays(t, func(t *testing.T, reexec bool) {
+		d := newFenceDirs(t)
+		f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, forceReexec: reexec}
+		outside := fmt.Sprintf("/tmp/airlock-fence-test-%d", os.Getpid())
+		t.Cleanup(func() { os.Remove(outside) })
+		tests := []struct {
+			name   string
+			op     string
+			path   string
+			wantOK bool
+		}{
+			{"read the workspace", "read", filepath.Join(d.ws, "README"), true},
+			{"write the workspace", "write", filepath.Join(d.ws, "out"), true},
+			{"write the scratch directory", "write", filepath.Join(d.scratch, "out"), true},
+			{"write a private /dev/shm", "write", "/dev/shm/out", true},
+			{"write /dev/null", "write", "/dev/null", true},
+			{"read the system", "read", "/etc/os-release", true},
+			{"read an SSH key in the home", "read", d.key, false},
+			{"read an SSH key by a relative path", "read", "../home/.ssh/id_rsa", false},
+			{"read the real home", "read", "/root/.bashrc", false},
+			{"write a sibling of the workspace", "write", filepath.Join(d.sibling, "out"), false},
+			{"write the home", "write", filepath.Join(d.home, "out"), false},
+			{"write /etc", "write", "/etc/airlock-fence-test", false},
+			{"write /usr", "write", "/usr/airlock-fence-test", false},
+			{"write /tmp outside the scratch directory", "write", outside, false},
+			{"write /var/tmp", "write", "/var/tmp/airlock-fence-test", false},
+			{"open a device outside the set", "open", "/dev/kmsg", false},
+			{"open the daemon's directory", "open", FenceDaemonDir, false},
+			{"open the D-Bus socket directory", "open", "/run/dbus", false},
+			{"read /etc/shadow", "read", "/etc/shadow", true}, // readable, but empty: checked below
 		}
-	}
-	if b, err := os.ReadFile(filepath.Join(d.ws, "out")); err != nil || string(b) != "fenced" {
-		t.Errorf("the workspace holds %q, %v; want the fenced write", b, err)
-	}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				stdout, stderr, code := fenceRun(t, f, fenceProbe, tt.op, tt.path)
+				if gotOK := code == 0; gotOK != tt.wantOK {
+					t.Errorf("%s %s: exit %d (%s), want success %v", tt.op, tt.path, code, strings.TrimSpace(stderr), tt.wantOK)
+				}
+				if strings.Contains(stdout, "PRIVATE KEY") || (tt.path == "/etc/shadow" && stdout != "") {
+					t.Errorf("%s %s printed %q, want nothing of it", tt.op, tt.path, stdout)
+				}
+			})
+		}
+		for _, p := range []string{filepath.Join(d.sibling, "out"), filepath.Join(d.home, "out"), "/etc/airlock-fence-test", outside} {
+			if _, err := os.Lstat(p); err == nil {
+				t.Errorf("%s exists on the host after a fenced write", p)
+				os.Remove(p)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(d.ws, "out")); err != nil || string(b) != "fenced" {
+			t.Errorf("the workspace holds %q, %v; want the fenced write", b, err)
+		}
+	})
 }
 
-// TestFenceLandlockAlone checks the Landlock wall where the mount namespace hides
-// nothing: beside a workspace outside /tmp and the homes — under /var/lib as root (the
+// TestFenceLandlockAlone checks the walls where the mount namespace hides nothing
+// (Landlock's, and the read-only mounts): beside a workspace outside /tmp and the homes — under /var/lib as root (the
 // source tree may itself be in /tmp), else in the source tree.
 func TestFenceLandlockAlone(t *testing.T) {
 	requireFence(t)
-	parent := "/var/lib"
-	if os.Geteuid() != 0 {
-		parent = "testdata"
-		if err := os.MkdirAll(parent, 0o755); err != nil {
+
+	fenceWays(t, func(t *testing.T, reexec bool) {
+		parent := "/var/lib"
+		if os.Geteuid() != 0 {
+			parent = "testdata"
+			if err := os.MkdirAll(parent, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		root, err := os.MkdirTemp(parent, "airlock-fence-test-")
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	root, err := os.MkdirTemp(parent, "airlock-fence-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		os.RemoveAll(root)
-		if parent == "testdata" {
-			os.Remove("testdata") // only if nothing else is in it
+		t.Cleanup(func() {
+			os.RemoveAll(root)
+			if parent == "testdata" {
+				os.Remove("testdata") // only if nothing else is in it
+			}
+		})
+		root, _ = filepath.Abs(root)
+		ws, sibling := filepath.Join(root, "ws"), filepath.Join(root, "sibling")
+		secret := filepath.Join(sibling, "credentials")
+		for _, dir := range []string{ws, sibling} {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(secret, []byte("PRIVATE KEY"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "tool"), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f := Fence{Workspace: ws, Access: "rw", forceReexec: reexec}
+		for _, op := range []struct{ op, path, want string }{
+			{"read", secret, "permission denied"},
+			// A read-only mount refuses the writes before Landlock does.
+			{"write", filepath.Join(sibling, "out"), "read-only file system"},
+			{"write", secret, "read-only file system"},
+			// Landlock does not wall chmod: the read-only mount does.
+			{"chmod", secret, "read-only file system"},
+			{"chmod", filepath.Join(ws, "tool"), ""},
+		} {
+			stdout, stderr, code := fenceRun(t, f, fenceProbe, op.op, op.path)
+			if (code == 0) != (op.want == "") || !strings.Contains(stderr, op.want) || stdout != "" {
+				t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want %q", op.op, op.path, code, stdout, stderr, cmp.Or(op.want, "success"))
+			}
+		}
+		if b, _ := os.ReadFile(secret); string(b) != "PRIVATE KEY" {
+			t.Errorf("the sibling's file holds %q after fenced writes", b)
+		}
+		if fi, err := os.Stat(secret); err != nil || fi.Mode() != 0o644 {
+			t.Errorf("the sibling's file after a fenced chmod: %v, %v; want -rw-r--r--", fi.Mode(), err)
 		}
 	})
-	root, _ = filepath.Abs(root)
-	ws, sibling := filepath.Join(root, "ws"), filepath.Join(root, "sibling")
-	secret := filepath.Join(sibling, "credentials")
-	for _, dir := range []string{ws, sibling} {
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(secret, []byte("PRIVATE KEY"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f := Fence{Workspace: ws, Access: "rw"}
-	for _, op := range []struct{ op, path string }{{"read", secret}, {"write", filepath.Join(sibling, "out")}, {"write", secret}} {
-		stdout, stderr, code := fenceRun(t, f, fenceProbe, op.op, op.path)
-		if code == 0 || !strings.Contains(stderr, "permission denied") || stdout != "" {
-			t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want permission denied", op.op, op.path, code, stdout, stderr)
-		}
-	}
-	if b, _ := os.ReadFile(secret); string(b) != "PRIVATE KEY" {
-		t.Errorf("the sibling's file holds %q after fenced writes", b)
-	}
 }
 
 func TestFenceWorkspaceAccess(t *testing.T) {
 	requireFence(t)
-	d := newFenceDirs(t)
-	readme := filepath.Join(d.ws, "README")
-	tests := []struct {
-		access          string
-		readOK, writeOK bool
-	}{
-		{"rw", true, true},
-		{"ro", true, false},
-		{"none", false, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.access, func(t *testing.T) {
-			f := Fence{Workspace: d.ws, Access: tt.access, Scratch: d.scratch}
-			_, stderr, code := fenceRun(t, f, fenceProbe, "read", readme)
-			if gotOK := code == 0; gotOK != tt.readOK {
-				t.Errorf("read: exit %d (%s), want success %v", code, strings.TrimSpace(stderr), tt.readOK)
-			}
-			out := filepath.Join(d.ws, "out-"+tt.access)
-			_, stderr, code = fenceRun(t, f, fenceProbe, "write", out)
-			if gotOK := code == 0; gotOK != tt.writeOK {
-				t.Errorf("write: exit %d (%s), want success %v", code, strings.TrimSpace(stderr), tt.writeOK)
-			}
-			if _, err := os.Stat(out); (err == nil) != tt.writeOK {
-				t.Errorf("after the write, stat %s: %v; want it to exist: %v", out, err, tt.writeOK)
-			}
-		})
-	}
+
+	fenceWays(t, func(t *testing.T, reexec bool) {
+		d := newFenceDirs(t)
+		readme := filepath.Join(d.ws, "README")
+		tests := []struct {
+			access          string
+			readOK, writeOK bool
+		}{
+			{"rw", true, true},
+			{"ro", true, false},
+			{"none", false, false},
+		}
+		for _, tt := range tests {
+			t.Run(tt.access, func(t *testing.T) {
+				f := Fence{Workspace: d.ws, Access: tt.access, Scratch: d.scratch, forceReexec: reexec}
+				_, stderr, code := fenceRun(t, f, fenceProbe, "read", readme)
+				if gotOK := code == 0; gotOK != tt.readOK {
+					t.Errorf("read: exit %d (%s), want success %v", code, strings.TrimSpace(stderr), tt.readOK)
+				}
+				out := filepath.Join(d.ws, "out-"+tt.access)
+				_, stderr, code = fenceRun(t, f, fenceProbe, "write", out)
+				if gotOK := code == 0; gotOK != tt.writeOK {
+					t.Errorf("write: exit %d (%s), want success %v", code, strings.TrimSpace(stderr), tt.writeOK)
+				}
+				if _, err := os.Stat(out); (err == nil) != tt.writeOK {
+					t.Errorf("after the write, stat %s: %v; want it to exist: %v", out, err, tt.writeOK)
+				}
+			})
+		}
+	})
 }
 
 func TestFenceNetwork(t *testing.T) {
 	requireFence(t)
-	d := newFenceDirs(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
+
+	fenceWays(t, func(t *testing.T, reexec bool) {
+		d := newFenceDirs(t)
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	sock := filepath.Join(d.sibling, "agent.sock")
-	uln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uln.Close()
-	tests := []struct {
-		name    string
-		network bool
-		op      string
-		addr    string
-		wantOK  bool
-	}{
-		{"tcp to a host listener without network", false, "tcp", ln.Addr().String(), false},
-		{"tcp to a host listener with network", true, "tcp", ln.Addr().String(), true},
-		{"a host UNIX socket without network", false, "unix", sock, false},
-		{"a host UNIX socket with network", true, "unix", sock, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, Network: tt.network}
-			_, stderr, code := fenceRun(t, f, fenceProbe, tt.op, tt.addr)
-			if gotOK := code == 0; gotOK != tt.wantOK {
-				t.Errorf("dial %s %s: exit %d (%s), want success %v", tt.op, tt.addr, code, strings.TrimSpace(stderr), tt.wantOK)
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
 			}
-		})
-	}
+		}()
+		sock := filepath.Join(d.sibling, "agent.sock")
+		uln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer uln.Close()
+		tests := []struct {
+			name    string
+			network bool
+			op      string
+			addr    string
+			wantOK  bool
+		}{
+			{"tcp to a host listener without network", false, "tcp", ln.Addr().String(), false},
+			{"tcp to a host listener with network", true, "tcp", ln.Addr().String(), true},
+			{"a host UNIX socket without network", false, "unix", sock, false},
+			{"a host UNIX socket with network", true, "unix", sock, false},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, Network: tt.network, forceReexec: reexec}
+				_, stderr, code := fenceRun(t, f, fenceProbe, tt.op, tt.addr)
+				if gotOK := code == 0; gotOK != tt.wantOK {
+					t.Errorf("dial %s %s: exit %d (%s), want success %v", tt.op, tt.addr, code, strings.TrimSpace(stderr), tt.wantOK)
+				}
+			})
+		}
+	})
 }
 
 func TestFenceExitCodes(t *testing.T) {
 	requireFence(t)
-	d := newFenceDirs(t)
-	f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch}
-	tests := []struct {
-		argv []string
-		want int
-	}{
-		{[]string{"true"}, 0},
-		{[]string{"sh", "-c", "exit 7"}, 7},
-		{[]string{"sh", "-c", `test "$TMPDIR" = "$1"`, "sh", d.scratch}, 0},
-		{[]string{"airlock-no-such-command"}, FenceExitNotFound},
-		{[]string{filepath.Join(d.ws, "README")}, FenceExitNoExec},
-	}
-	for _, tt := range tests {
-		_, stderr, code := fenceRun(t, f, tt.argv...)
-		if code != tt.want {
-			t.Errorf("%q: exit %d (%s), want %d", tt.argv, code, strings.TrimSpace(stderr), tt.want)
+
+	fenceWays(t, func(t *testing.T, reexec bool) {
+		d := newFenceDirs(t)
+		f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, forceReexec: reexec}
+		tests := []struct {
+			argv []string
+			want int
+		}{
+			{[]string{"true"}, 0},
+			{[]string{"sh", "-c", "exit 7"}, 7},
+			{[]string{"sh", "-c", `test "$TMPDIR" = "$1"`, "sh", d.scratch}, 0},
+			{[]string{"airlock-no-such-command"}, FenceExitNotFound},
+			{[]string{filepath.Join(d.ws, "README")}, FenceExitNoExec},
 		}
-	}
+		for _, tt := range tests {
+			_, stderr, code := fenceRun(t, f, tt.argv...)
+			if code != tt.want {
+				t.Errorf("%q: exit %d (%s), want %d", tt.argv, code, strings.TrimSpace(stderr), tt.want)
+			}
+		}
+	})
 }
 
 func TestFenceRefuses(t *testing.T) {
@@ -381,52 +435,6 @@ func TestFenceRefuses(t *testing.T) {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("Command(%+v, %q) = %v, %v; want an invalid argument error", tt.f, tt.argv, cmd, err)
 			}
-		})
-	}
-}
-
-// BenchmarkFence compares a fenced true with a plain exec of /bin/true and with the
-// fence's floor (the binary starting again), and reports each run's median as p50-ns.
-func BenchmarkFence(b *testing.B) {
-	requireFence(b)
-	dir := b.TempDir()
-	ws, scratch := filepath.Join(dir, "ws"), filepath.Join(dir, "scratch")
-	for _, p := range []string{ws, scratch} {
-		if err := os.Mkdir(p, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cases := []struct {
-		name string
-		cmd  func() (*exec.Cmd, error)
-	}{
-		{"plain", func() (*exec.Cmd, error) { return exec.Command("/bin/true"), nil }},
-		// The floor of a re-exec fence: this binary starting and doing nothing.
-		{"reexec", func() (*exec.Cmd, error) { return exec.Command("/proc/self/exe", fenceProbe, "open", "/"), nil }},
-		{"fenced", func() (*exec.Cmd, error) {
-			return Fence{Workspace: ws, Access: "rw", Scratch: scratch}.Command(context.Background(), []string{"true"})
-		}},
-		{"fenced-network", func() (*exec.Cmd, error) {
-			return Fence{Workspace: ws, Access: "rw", Scratch: scratch, Network: true}.Command(context.Background(), []string{"true"})
-		}},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			var took []time.Duration
-			for b.Loop() {
-				start := time.Now()
-				cmd, err := c.cmd()
-				if err != nil {
-					b.Fatal(err)
-				}
-				cmd.Dir = ws
-				if out, err := cmd.CombinedOutput(); err != nil {
-					b.Fatalf("%v: %s", err, out)
-				}
-				took = append(took, time.Since(start))
-			}
-			slices.Sort(took)
-			b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
 		})
 	}
 }

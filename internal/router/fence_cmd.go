@@ -1,0 +1,133 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// FenceWay is how a fence is put up around a command.
+type FenceWay string
+
+const (
+	// FenceThread puts the walls up on a locked OS thread of this process, which then
+	// starts the command and ends. It needs the capabilities to make mount and network
+	// namespaces (root, in practice), and costs about what a plain fork and exec costs.
+	FenceThread FenceWay = "thread"
+	// FenceReexec starts this binary again in new user, mount and network namespaces
+	// (FenceChildMain), which puts the walls up and execs the command. Any user can, at
+	// the cost of the binary starting again.
+	FenceReexec FenceWay = "reexec"
+)
+
+// FenceCmd is a command that runs inside a fence. Set its fields as an exec.Cmd's, then
+// Run it, or Start it and Wait.
+type FenceCmd struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Env is the command's environment; nil means this process's. The fence sets TMPDIR
+	// to the scratch directory, and looks argv[0] up on Env's PATH.
+	Env []string
+	// Dir is the working directory, which must be visible inside the fence (the
+	// workspace or the scratch directory); empty means the current directory.
+	Dir string
+	// WaitDelay bounds how long Wait waits, once the command has ended or its context is
+	// done, for its output to close, as exec.Cmd.WaitDelay does.
+	WaitDelay time.Duration
+
+	ctx  context.Context
+	argv []string
+	spec fenceSpec
+	abi  int
+	way  FenceWay
+
+	cmd    *exec.Cmd
+	failed *FenceExitError // the command could not be executed (FenceThread)
+	tid    int             // the thread that put the fence up (FenceThread), for tests
+}
+
+// FenceExitError is what Wait returns when the fenced command did not exit 0.
+type FenceExitError struct {
+	// Code is the command's exit code, FenceExitSetup, FenceExitNoExec or
+	// FenceExitNotFound, or 128 plus the signal that ended the command.
+	Code int
+	// Signal is the signal that ended the command, or 0.
+	Signal syscall.Signal
+}
+
+func (e *FenceExitError) Error() string {
+	if e.Signal != 0 {
+		return "fenced command: " + e.Signal.String()
+	}
+	return "fenced command: exit status " + strconv.Itoa(e.Code)
+}
+
+// ExitCode returns e.Code.
+func (e *FenceExitError) ExitCode() int { return e.Code }
+
+// Way reports how the fence is put up for this command.
+func (c *FenceCmd) Way() FenceWay { return c.way }
+
+// Start puts up the fence and starts the command in it. When Start returns an error the
+// command did not run; with FenceThread that includes a fence that could not be put up
+// (with FenceReexec, Wait reports it as FenceExitSetup). A command that is not found or
+// cannot be executed inside the fence is reported by Wait, as FenceExitNotFound or
+// FenceExitNoExec, after a line on Stderr.
+func (c *FenceCmd) Start() error {
+	if c.cmd != nil || c.failed != nil {
+		return errors.New("fence: already started")
+	}
+	if c.way == FenceThread {
+		return c.startThread()
+	}
+	b, err := json.Marshal(c.spec)
+	if err != nil {
+		return err
+	}
+	args := append([]string{FenceChildCommand, string(b), "--"}, c.argv...)
+	cmd := exec.CommandContext(c.ctx, "/proc/self/exe", args...)
+	cmd.Args[0] = "airlock-fence"
+	cmd.SysProcAttr = fenceSysProcAttr(c.spec.Network)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env, cmd.Dir = c.Stdin, c.Stdout, c.Stderr, c.Env, c.Dir
+	cmd.WaitDelay = c.WaitDelay
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
+	c.cmd = cmd
+	return nil
+}
+
+// Wait waits for the command to end. It returns nil when it exited 0, a *FenceExitError
+// when it exited otherwise or could not be executed, and another error when copying its
+// input or output failed.
+func (c *FenceCmd) Wait() error {
+	if c.failed != nil {
+		return c.failed
+	}
+	if c.cmd == nil {
+		return errors.New("fence: not started")
+	}
+	err := c.cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return &FenceExitError{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}
+	}
+	return &FenceExitError{Code: ee.ExitCode()}
+}
+
+// Run starts the command and waits for it.
+func (c *FenceCmd) Run() error {
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Wait()
+}

@@ -1,0 +1,229 @@
+package router
+
+// FenceThread: the walls of FenceChildMain, put up on one OS thread of this process
+// instead of in a fresh copy of the binary. Namespaces, no_new_privs, the Landlock domain
+// and capabilities all belong to a thread, and a fork from that thread inherits them:
+//
+//	goroutine, LockOSThread (never unlocked: the thread ends with the goroutine;
+//	                         never the main thread, which Go keeps)
+//	  unshare(CLONE_NEWNS [|CLONE_NEWNET])   mount namespace (and CLONE_FS) of its own
+//	  fenceMounts, chdir, loopback up         as the child does
+//	  no_new_privs, landlock_restrict_self    this thread only, not the process
+//	  drop every capability                   bounding set, ambient, effective, permitted
+//	  fork and exec the command               it inherits all of the above
+//
+// A threaded process may unshare a mount or network namespace for one thread but not a
+// user namespace, so this way needs the capabilities to make them, and the command runs
+// with the caller's ids and no capabilities at all where FenceReexec gives it its
+// capabilities inside a user namespace of its own. Go starts new threads from a template
+// thread while a goroutine is locked, so no other thread inherits any of it.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// fenceThreadCaps are the capabilities FenceThread needs in this process: to make the
+// namespaces and mounts, to bring loopback up, and to drop the bounding set.
+var fenceThreadCaps = []uint{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
+
+// fenceThreadCapable reports whether the calling thread holds fenceThreadCaps.
+func fenceThreadCapable() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	for _, c := range fenceThreadCaps {
+		if data[c/32].Effective&(1<<(c%32)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// startThread puts the fence up on a new locked thread and starts the command from it.
+func (c *FenceCmd) startThread() error {
+	done := make(chan error, 1)
+	go c.onFenceThread(done)
+	return <-done
+}
+
+// onFenceThread locks its goroutine to its thread and, unless that is the main thread,
+// puts the fence up there. It never unlocks a thread it fenced: when the goroutine
+// returns, Go ends the thread, and with it the namespaces, the Landlock domain and the
+// dropped capabilities it holds.
+func (c *FenceCmd) onFenceThread(done chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// Go never ends the main thread (it parks it for good), and /proc/self shows
+		// the main thread's namespaces: leave it untouched, and hold it while another
+		// goroutine, which then runs elsewhere, puts the fence up.
+		defer runtime.UnlockOSThread()
+		inner := make(chan error, 1)
+		go c.onFenceThread(inner)
+		done <- <-inner
+		return
+	}
+	c.tid = unix.Gettid()
+	done <- c.fenceThread()
+}
+
+// fenceThread runs on the locked thread. Any error leaves the command unstarted.
+func (c *FenceCmd) fenceThread() error {
+	spec := c.spec
+	dir := c.Dir
+	if dir == "" {
+		wd, err := unix.Getwd()
+		if err != nil {
+			return fmt.Errorf("fence: working directory: %w", err)
+		}
+		dir = wd
+	}
+	flags := unix.CLONE_NEWNS // implies CLONE_FS: this thread's root and cwd become its own
+	if !spec.Network {
+		flags |= unix.CLONE_NEWNET
+	}
+	if err := unix.Unshare(flags); err != nil {
+		return fmt.Errorf("fence: new namespaces for the fence thread: %w", err)
+	}
+	shm, err := fenceMounts(spec)
+	if err != nil {
+		return fmt.Errorf("fence: hide the host: %w", err)
+	}
+	// Enter the working directory through the new mounts, as the child does.
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("fence: working directory %s is not visible inside the fence (run the command from the workspace)", dir)
+	}
+	if !spec.Network {
+		if err := fenceLoopbackUp(); err != nil {
+			return fmt.Errorf("fence: loopback: %w", err)
+		}
+	}
+	fd, lflags, err := fenceRuleset(spec, c.abi, shm)
+	if err != nil {
+		return fmt.Errorf("fence: Landlock ruleset: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("fence: no_new_privs: %w", err)
+	}
+	if err := llsys.LandlockRestrictSelf(fd, lflags); err != nil { // this thread only
+		return fmt.Errorf("fence: Landlock: %w", err)
+	}
+	if err := fenceDropCaps(); err != nil {
+		return fmt.Errorf("fence: drop capabilities: %w", err)
+	}
+	env := c.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if spec.Scratch != "" {
+		env = append(slices.Clip(env), "TMPDIR="+spec.Scratch) // exec keeps the last of a name
+	}
+	stderr := c.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	path, code, err := fenceLookPath(c.argv[0], env)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock fence: %v\n", err)
+		c.failed = &FenceExitError{Code: code}
+		return nil
+	}
+	cmd := exec.CommandContext(c.ctx, path, c.argv[1:]...)
+	cmd.Args = c.argv
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.WaitDelay = c.WaitDelay
+	if err := cmd.Start(); err != nil {
+		var pe *fs.PathError
+		if !errors.As(err, &pe) || pe.Op != "fork/exec" {
+			return fmt.Errorf("fence: %w", err)
+		}
+		code := FenceExitNoExec
+		if errors.Is(pe.Err, unix.ENOENT) {
+			code = FenceExitNotFound
+		}
+		fmt.Fprintf(stderr, "airlock fence: %s: %v\n", c.argv[0], pe.Err)
+		c.failed = &FenceExitError{Code: code}
+		return nil
+	}
+	c.cmd = cmd
+	return nil
+}
+
+// fenceLookPath finds name as exec.LookPath does, but on the PATH of env, and returns
+// the exit code that goes with a failure.
+func fenceLookPath(name string, env []string) (string, int, error) {
+	if strings.Contains(name, "/") {
+		return name, 0, nil
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() || unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS) != nil {
+			continue
+		}
+		if !filepath.IsAbs(p) {
+			return "", FenceExitNoExec, fmt.Errorf("%s: %w", name, exec.ErrDot)
+		}
+		return p, 0, nil
+	}
+	return "", FenceExitNotFound, fmt.Errorf("%s: not found", name)
+}
+
+// Securebits (linux/securebits.h): uid 0 gains no capabilities at exec, nor may any be
+// made ambient, and neither may be changed back.
+const (
+	secbitNoroot                  = 1 << 0
+	secbitNorootLocked            = 1 << 1
+	secbitNoCapAmbientRaise       = 1 << 6
+	secbitNoCapAmbientRaiseLocked = 1 << 7
+)
+
+// fenceDropCaps leaves the calling thread, and whatever it execs, without capabilities.
+func fenceDropCaps() error {
+	for c := 0; ; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the last capability this kernel knows
+		}
+		if err != nil {
+			return fmt.Errorf("bounding set: %w", err)
+		}
+	}
+	bits := secbitNoroot | secbitNorootLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientRaiseLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("ambient: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil { // this thread only
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
