@@ -176,7 +176,9 @@ type Operation struct {
 type OperationResponse struct {
 	Operation Operation `json:"operation"`
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
-	Snapshot  *Snapshot `json:"snapshot,omitempty"`
+	// Snapshot is the snapshot the call took: a snapshot create's, or a restore's
+	// safety snapshot of the state it replaced.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
 }
 
 // Snapshot is an immutable copy of a sandbox's writable layer.
@@ -481,6 +483,10 @@ type GCResult struct {
 // DefaultSocket is the daemon's unix socket unless its configuration or a client says
 // otherwise.
 const DefaultSocket = "/run/airlock/airlock.sock"
+
+// SocketHost is the host of URLs served through the daemon's unix socket: an exposed
+// port's URL has it when the daemon has no TCP listener (curl --unix-socket reaches it).
+const SocketHost = "airlock"
 
 // User is an identity: a user or a service account, with its roles.
 type User struct {

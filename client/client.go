@@ -30,7 +30,7 @@ import (
 const DefaultSocket = api.DefaultSocket
 
 // socketHost is the URL host of every request sent over the unix socket.
-const socketHost = "airlock"
+const socketHost = api.SocketHost
 
 // Options says how to reach the daemon.
 type Options struct {

@@ -31,7 +31,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == router.FenceChildCommand {
 		os.Exit(router.FenceChildMain(os.Args[2:], os.Stderr)) // returns only if the command could not start
 	}
-	if len(os.Args) > 1 && os.Args[1] == "agent" {
+	if len(os.Args) > 1 && os.Args[1] == "agent" && !helpAsked(os.Args[2:]) {
 		// The agent handles its own signals: it is PID 1 of the sandbox.
 		if err := agent.Main(context.Background(), os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "airlock agent:", err)
@@ -49,13 +49,30 @@ func main() {
 func Run(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve":
-			return serve(ctx, args[1:])
-		case "check-config":
+		case "serve", "check-config":
+			if helpAsked(args[1:]) {
+				break // the CLI has their help
+			}
+			if args[0] == "serve" {
+				return serve(ctx, args[1:])
+			}
 			return checkConfig(args[1:])
 		}
 	}
 	return cli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// helpAsked reports whether args ask for help (-h, -help or --help before "--").
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 func exitCode(err error) int {

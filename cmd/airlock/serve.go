@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
+	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
 )
@@ -17,11 +20,13 @@ func serve(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "directory for the database, images and sandboxes (default /var/lib/airlock)")
 	socket := fs.String("socket", "", "unix socket of the API (default /run/airlock/airlock.sock)")
 	listen := fs.String("listen", "", "also serve the API on TCP HOST:PORT (needs tokens in the config)")
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
+		cli.PrintFlagError(os.Stderr, "serve", fs, err)
 		return &exitErr{2}
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "airlock serve: unexpected argument %q\n", fs.Arg(0))
+		cli.PrintFlagError(os.Stderr, "serve", fs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 		return &exitErr{2}
 	}
 	cfg := config.Default()
@@ -56,7 +61,7 @@ func serve(ctx context.Context, args []string) error {
 
 func checkConfig(args []string) error {
 	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: airlock check-config FILE")
+		cli.PrintFlagError(os.Stderr, "check-config", flag.NewFlagSet("check-config", flag.ContinueOnError), errors.New("want one FILE"))
 		return &exitErr{2}
 	}
 	if _, err := config.Load(args[0]); err != nil {

@@ -237,14 +237,29 @@ func TestProgressBar(t *testing.T) {
 	var b strings.Builder
 	bar := &progressBar{w: &b}
 	bar.update(api.ImportEvent{Phase: "upload", Done: 512, Total: 1024})
-	bar.update(api.ImportEvent{Phase: "upload", Done: 512, Total: 1024}) // unchanged: no redraw
-	bar.update(api.ImportEvent{Phase: "upload", Done: 1024, Total: 1024})
+	bar.update(api.ImportEvent{Phase: "upload", Done: 512, Total: 1024})  // unchanged: no redraw
+	bar.update(api.ImportEvent{Phase: "upload", Done: 1024, Total: 1024}) // sent: a status line until the daemon reports
 	bar.update(api.ImportEvent{Phase: "unpack", Done: 2048})
 	bar.finish()
+	bar.finish() // once is enough
 	want := "\rupload   [===============>              ]  50%  512B / 1KiB\x1b[K" +
 		"\rupload   [==============================] 100%  1KiB / 1KiB\x1b[K\n" +
+		"\runpack   unpacking…\x1b[K" +
 		"\runpack   2KiB\x1b[K\n"
 	if b.String() != want {
 		t.Errorf("progress output =\n%q\nwant\n%q", b.String(), want)
+	}
+
+	// An upload of unknown size ends at its reader's end; a status line nothing replaced
+	// is cleared, so what follows starts on a clean line.
+	b.Reset()
+	bar = &progressBar{w: &b}
+	r := eofReader{r: strings.NewReader("data"), atEOF: bar.sent}
+	bar.update(api.ImportEvent{Phase: "upload", Done: 4})
+	io.ReadAll(r)
+	bar.finish()
+	want = "\rupload   4B\x1b[K\n\runpack   unpacking…\x1b[K\r\x1b[K"
+	if b.String() != want {
+		t.Errorf("progress output of an upload of unknown size =\n%q\nwant\n%q", b.String(), want)
 	}
 }

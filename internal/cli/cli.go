@@ -56,17 +56,28 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			printGroupUsage(stdout, name)
 			return nil
 		}
-		if sub == "" || verbs[name+" "+sub] == nil {
-			fmt.Fprintf(stderr, "airlock %s: unknown or missing subcommand %q\n\n", name, sub)
+		if sub == "" {
+			fmt.Fprintf(stderr, "airlock %s: missing subcommand\n\n", name)
 			printGroupUsage(stderr, name)
+			return ExitError{2}
+		}
+		if verbs[name+" "+sub] == nil {
+			var subs []string
+			for _, v := range verbList {
+				if s, ok := strings.CutPrefix(v.name, name+" "); ok {
+					subs = append(subs, s)
+				}
+			}
+			unknownCommand(stderr, "airlock "+name, sub, subs)
+			fmt.Fprintf(stderr, "see 'airlock %s --help'\n", name)
 			return ExitError{2}
 		}
 		name, rest = name+" "+sub, subRest
 	}
-	v := verbs[name]
+	v := lookupVerb(name)
 	if v == nil {
-		fmt.Fprintf(stderr, "airlock: unknown command %q\n\n", name)
-		printHelp(stderr)
+		unknownCommand(stderr, "airlock", name, verbNames())
+		fmt.Fprintln(stderr, "see 'airlock help'")
 		return ExitError{2}
 	}
 	c := newCmd(ctx, v, stdin, stdout, stderr)
@@ -112,6 +123,10 @@ func newCmd(ctx context.Context, v *verb, stdin io.Reader, stdout, stderr io.Wri
 	c := &cmd{ctx: ctx, verb: v, stdin: stdin, stdout: stdout, stderr: stderr}
 	c.fs = flag.NewFlagSet("airlock "+v.name, flag.ContinueOnError)
 	c.fs.SetOutput(io.Discard)
+	if v.daemon { // its own flags only: serve has a --socket of its own
+		c.output = "table"
+		return c
+	}
 	c.fs.StringVar(&c.socket, "socket", "", "daemon `path` (default $AIRLOCK_SOCKET or "+client.DefaultSocket+")")
 	c.fs.StringVar(&c.addr, "addr", "", "daemon `host:port` over TCP instead of the socket")
 	c.fs.StringVar(&c.token, "token", "", "bearer `token` for --addr (default $AIRLOCK_TOKEN)")
@@ -120,7 +135,7 @@ func newCmd(ctx context.Context, v *verb, stdin io.Reader, stdout, stderr io.Wri
 	return c
 }
 
-// usageError is a bad invocation: Run prints it with the verb's usage and exits 2.
+// usageError is a bad invocation: Run prints it with the verb's synopsis and exits 2.
 type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -133,7 +148,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 func (c *cmd) parse(args []string, npos int, withCmd bool) (pos, command []string, err error) {
 	for {
 		if err := c.fs.Parse(args); err != nil {
-			return nil, nil, usageError{err}
+			return nil, nil, usageError{flagError(c.fs, err)}
 		}
 		rest := c.fs.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
@@ -252,8 +267,7 @@ func (c *cmd) report(err error) error {
 		printUsage(c.stdout, c.verb, c.fs)
 		return nil
 	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "airlock %s: %v\n\n", c.verb.name, ue.err)
-		printUsage(c.stderr, c.verb, c.fs)
+		printUsageError(c.stderr, c.verb, ue.err)
 		return ExitError{2}
 	case errors.Is(err, context.Canceled) && c.ctx.Err() != nil:
 		fmt.Fprintln(c.stderr, "airlock: cancelled")

@@ -101,16 +101,16 @@ func runCreate(c *cmd, args []string) error {
 	if *maxLifetime < 0 {
 		return usagef("--max-lifetime must be positive")
 	}
-	if *maxLifetime > 0 {
+	if c.isSet("max-lifetime") { // even 0, which the daemon refuses with the allowed range
 		req.MaxLifetime = maxLifetime.String()
 	}
 	if *idle < 0 || *ttl < 0 {
 		return usagef("--idle-suspend and --ttl must be positive")
 	}
-	if *idle > 0 {
+	if c.isSet("idle-suspend") {
 		req.IdleSuspend = idle.String()
 	}
-	if *ttl > 0 {
+	if c.isSet("ttl") {
 		req.TTL = ttl.String()
 	}
 	cl, err := c.client()

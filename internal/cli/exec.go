@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -21,7 +22,8 @@ var execVerb = &verb{
 	args:  "NAME [--timeout D] [--env K=V]... [--cwd DIR] [--stdin] -- CMD [ARG...]",
 	short: "run a command in a sandbox, streaming its output",
 	long: exitCodesHelp + `
---stdin reads all of standard input first and gives it to the command.
+--stdin reads all of standard input first and gives it to the command; without it,
+standard input is not read (a pipe or a file there gets a one-line warning on stderr).
 With -o json nothing streams: the result, with the collected output, is printed as JSON.`,
 	run: runExec,
 }
@@ -47,12 +49,35 @@ func runExec(c *cmd, args []string) error {
 			return fmt.Errorf("read stdin: %w", err)
 		}
 		req.Stdin = string(b)
+	} else if stdinHasInput(c.stdin) {
+		fmt.Fprintln(c.stderr, "airlock: standard input is not passed to the command without --stdin")
 	}
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
 	return execute(c, cl, pos[0], req)
+}
+
+// stdinHasInput reports whether r is a pipe, or a file with data, that the user may
+// have meant for the command: not a terminal, not /dev/null, not an empty file. It
+// reads nothing.
+func stdinHasInput(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	switch mode := fi.Mode(); {
+	case mode&os.ModeNamedPipe != 0:
+		return true
+	case mode.IsRegular():
+		return fi.Size() > 0
+	}
+	return false // a terminal, /dev/null or a socket
 }
 
 // execRequest checks the command and timeout that exec and run share.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -43,6 +44,8 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 		{"memory", orDash(sb.Limits.Memory, formatSize)},
 		{"pids", orDash(sb.Limits.PIDs, formatInt)},
 		{"open_files", orDash(sb.Limits.OpenFiles, formatInt)},
+		{"disk", orDash(sb.Limits.Disk, formatSize)},
+		{"network", networkSummary(sb.Network)},
 		{"labels", formatMap(sb.Labels)},
 		{"env", formatMap(sb.Env)},
 		{"created", formatTime(sb.CreatedAt)},
@@ -58,4 +61,20 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 		f = append(f, [2]string{"failure", sb.Failure})
 	}
 	return f
+}
+
+// networkSummary is an egress policy on one line: "allowlist (allow a.example b.example)".
+func networkSummary(p api.NetworkPolicy) string {
+	s := orNone(p.Mode)
+	var more []string
+	if len(p.Allow) > 0 {
+		more = append(more, "allow "+strings.Join(p.Allow, " "))
+	}
+	if len(p.AllowPrivate) > 0 {
+		more = append(more, "allow_private "+strings.Join(p.AllowPrivate, " "))
+	}
+	if len(more) > 0 {
+		s += " (" + strings.Join(more, "; ") + ")"
+	}
+	return s
 }

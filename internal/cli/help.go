@@ -15,6 +15,9 @@ type verb struct {
 	short string // one line for the command list
 	long  string // more help, shown with the verb's usage
 	run   func(c *cmd, args []string) error
+	// daemon marks a verb main runs itself (serve, agent, check-config): it has its own
+	// flags and none of the global ones.
+	daemon bool
 }
 
 // verbList is every verb Run dispatches, in the order help lists them.
@@ -107,7 +110,7 @@ func printUsage(w io.Writer, v *verb, fs *flag.FlagSet) {
 	}
 	header := "\nFlags:"
 	fs.VisitAll(func(f *flag.Flag) {
-		if globalFlags[f.Name] {
+		if globalFlags[f.Name] && !v.daemon {
 			return
 		}
 		if header != "" {
@@ -120,9 +123,11 @@ func printUsage(w io.Writer, v *verb, fs *flag.FlagSet) {
 		default:
 			usage += " (default " + f.DefValue + ")"
 		}
-		fmt.Fprintf(w, "  %-24s %s\n", strings.TrimSpace("--"+f.Name+" "+arg), usage)
+		fmt.Fprintf(w, "  %-24s %s\n", strings.TrimSpace(dashed(f.Name)+" "+arg), usage)
 	})
-	fmt.Fprintln(w, "\nGlobal flags: --socket PATH, --addr HOST:PORT, --token T, -o/--output table|json (see airlock help).")
+	if !v.daemon {
+		fmt.Fprintln(w, "\nGlobal flags: --socket PATH, --addr HOST:PORT, --token T, -o/--output table|json (see airlock help).")
+	}
 }
 
 // printGroupUsage lists the subcommands of a group such as image.
@@ -158,10 +163,10 @@ func runHelp(ctx context.Context, name string, args []string, stdout, stderr io.
 		printGroupUsage(stdout, topic)
 		return nil
 	}
-	v := verbs[topic]
+	v := lookupVerb(topic)
 	if v == nil {
-		fmt.Fprintf(stderr, "airlock help: unknown command %q\n\n", topic)
-		printHelp(stderr)
+		unknownCommand(stderr, "airlock help", topic, verbNames())
+		fmt.Fprintln(stderr, "see 'airlock help'")
 		return ExitError{2}
 	}
 	c := newCmd(ctx, v, nil, stdout, stderr)

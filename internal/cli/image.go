@@ -89,16 +89,17 @@ func runImageImport(c *cmd, args []string) error {
 		return err
 	}
 	var progress func(api.ImportEvent)
+	bar := &progressBar{w: c.stderr}
 	if _, ok := terminalFd(c.stderr); ok {
-		bar := &progressBar{w: c.stderr}
-		defer bar.finish()
 		progress = bar.update
+		r = eofReader{r: r, atEOF: bar.sent}
 	}
 	importImage := cl.ImportImage
 	if *public {
 		importImage = cl.ImportPublicImage
 	}
 	img, err := importImage(c.ctx, *name, r, size, progress)
+	bar.finish() // the bars end before the answer is printed
 	if err != nil {
 		return err
 	}
@@ -139,6 +140,9 @@ func printImages(w io.Writer, imgs []api.Image) error {
 		}
 		name, owner, vis := img.Name, img.Owner, img.Visibility
 		if name == "" {
+			name = img.Reference
+		}
+		if name == "" { // kept by digest only, for the sandboxes that run on it (as docker shows it)
 			name = "<none>"
 		}
 		if owner == "" {

@@ -2,9 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -48,53 +45,4 @@ func runLifecycle(c *cmd, args []string, do lifecycleCall) error {
 		return c.printJSON(resp)
 	}
 	return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
-}
-
-var eventsVerb = &verb{
-	name:  "events",
-	args:  "[NAME] [--follow] [--after SEQ]",
-	short: "show state changes and limit hits",
-	long:  `With --follow, events are printed as they happen until interrupted.`,
-	run:   runEvents,
-}
-
-func runEvents(c *cmd, args []string) error {
-	follow := c.fs.Bool("follow", false, "keep printing new events")
-	after := c.fs.Int64("after", 0, "only events after sequence number `SEQ`")
-	ref, cl, err := c.connectOptional(args)
-	if err != nil {
-		return err
-	}
-	print := func(ev api.Event) error {
-		if c.json() {
-			return c.printJSON(ev)
-		}
-		data := ""
-		if len(ev.Data) > 0 {
-			data = fmt.Sprint(ev.Data)
-		}
-		_, err := fmt.Fprintf(safeWriter{c.stdout}, "%s  %-6s %s  gen %-3s %-14s %-14s %s\n", ev.Time.Local().Format("2006-01-02 15:04:05"),
-			strconv.FormatInt(ev.Seq, 10), ev.SandboxID, strconv.FormatInt(ev.Generation, 10), ev.Type, ev.Cause, data)
-		return err
-	}
-	if !*follow {
-		evs, err := cl.Events(c.ctx, ref, *after)
-		if err != nil {
-			return err
-		}
-		if c.json() {
-			return c.printJSON(evs)
-		}
-		for _, ev := range evs {
-			if err := print(ev); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	err = cl.FollowEvents(c.ctx, ref, *after, print)
-	if errors.Is(err, c.ctx.Err()) && c.ctx.Err() != nil {
-		return nil // interrupted: the normal end of --follow
-	}
-	return err
 }

@@ -9,10 +9,11 @@ import (
 
 var lsVerb = &verb{
 	name:  "ls",
-	args:  "[--state S]... [--label K=V]...",
+	args:  "[-a] [--state S]... [--label K=V]...",
 	short: "list sandboxes",
-	long:  "Repeated --state flags match any of the states; repeated --label flags must all match.",
-	run:   runLs,
+	long: `Terminated sandboxes are left out unless -a (--all) or --state asks for them.
+Repeated --state flags match any of the states; repeated --label flags must all match.`,
+	run: runLs,
 }
 
 func runLs(c *cmd, args []string) error {
@@ -20,6 +21,8 @@ func runLs(c *cmd, args []string) error {
 	labels := kvFlag{}
 	c.fs.Var(&states, "state", "only sandboxes in state `S` (repeatable)")
 	c.fs.Var(labels, "label", "only sandboxes with label `K=V` (repeatable)")
+	all := c.fs.Bool("all", false, "show terminated sandboxes too")
+	c.fs.BoolVar(all, "a", false, "short for --all")
 	if _, _, err := c.parse(args, 0, false); err != nil {
 		return err
 	}
@@ -31,8 +34,17 @@ func runLs(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !*all && len(states) == 0 {
+		live := list[:0]
+		for _, sb := range list {
+			if sb.State != api.StateTerminated {
+				live = append(live, sb)
+			}
+		}
+		list = live
+	}
 	if c.json() {
-		if list == nil {
+		if len(list) == 0 {
 			list = []api.Sandbox{}
 		}
 		return c.printJSON(list)

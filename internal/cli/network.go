@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,48 +94,11 @@ var networkSetVerb = &verb{
 
 var egressLogVerb = &verb{
 	name:  "egress log",
-	args:  "NAME [--after SEQ]",
+	args:  "NAME [--follow] [--after SEQ]",
 	short: "show a sandbox's egress decisions",
-	run: func(c *cmd, args []string) error {
-		after := c.fs.Int64("after", 0, "only records after sequence number `SEQ`")
-		pos, cl, err := c.connect(args, 1)
-		if err != nil {
-			return err
-		}
-		page, err := cl.EgressLogPage(c.ctx, pos[0], *after)
-		if err != nil {
-			return err
-		}
-		recs := page.Records
-		if c.json() {
-			if recs == nil {
-				recs = []api.EgressRecord{}
-			}
-			return c.printJSON(recs)
-		}
-		tw := newTable(c.stdout)
-		fmt.Fprintln(tw, "TIME\tGEN\tDECISION\tMETHOD\tHOST\tPORT\tADDR\tUP\tDOWN\tRULE/REASON")
-		for _, r := range recs {
-			decision, why := r.Decision, r.Reason
-			if r.Allowed {
-				decision, why = "allow", r.Rule
-			} else if decision == "" {
-				decision = "deny"
-			}
-			if r.Repeats > 0 {
-				why = fmt.Sprintf("%s (and %d more like it)", why, r.Repeats)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", r.Time.Local().Format("15:04:05"), r.Generation,
-				decision, r.Method, r.Host, r.Port, orNone(r.Addr), r.BytesUp, r.BytesDown, why)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if page.Dropped > 0 {
-			fmt.Fprintf(c.stdout, "%d records were not stored: the sandbox went over its audit rate (see its records_dropped events)\n", page.Dropped)
-		}
-		return nil
-	},
+	long: `With --follow, decisions are printed as they happen until interrupted; with -o json
+as well, one JSON object a line.`,
+	run: runEgressLog,
 }
 
 var portExposeVerb = &verb{
@@ -165,6 +129,14 @@ var portExposeVerb = &verb{
 		fields := [][2]string{{"port", strconv.Itoa(p.Port)}, {"url", p.URL}, {"public", strconv.FormatBool(p.Public)}}
 		if p.Token != "" {
 			fields = append(fields, [2]string{"token", p.Token + "  (header X-Airlock-Port-Token, or ?airlock_token=)"})
+		}
+		if u, err := url.Parse(p.URL); err == nil && u.Host == api.SocketHost && c.addr == "" {
+			// The daemon has no TCP listener: the URL works through its socket.
+			curl := "curl --unix-socket " + shellQuote(cl.Target())
+			if p.Token != "" {
+				curl += " -H " + shellQuote("X-Airlock-Port-Token: "+p.Token)
+			}
+			fields = append(fields, [2]string{"try", curl + " " + shellQuote(p.URL)})
 		}
 		return printFields(c.stdout, fields)
 	},

@@ -140,7 +140,13 @@ func runRestore(c *cmd, args []string) error {
 	if c.json() {
 		return c.printJSON(resp)
 	}
-	return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
+	if err := printOperation(c.stdout, &resp.Operation, resp.Sandbox); err != nil {
+		return err
+	}
+	if s := resp.Snapshot; s != nil {
+		_, err = fmt.Fprintf(c.stdout, "safety snapshot %s keeps the state before the restore (airlock restore %s %s undoes it)\n", s.ID, pos[0], s.ID)
+	}
+	return err
 }
 
 func runFork(c *cmd, args []string) error {

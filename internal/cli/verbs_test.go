@@ -370,7 +370,7 @@ func TestRmAndOps(t *testing.T) {
 	_, errOut, err := n.run(bg, "", "rm", "box", "--if-match", strconv.FormatInt(v+7, 10))
 	wantExit(t, err, 1)
 	wantContains(t, "stderr", errOut, "(version_conflict)")
-	out := n.must(t, "rm", "box", "--if-match", strconv.FormatInt(v, 10))
+	out := n.must(t, "rm", "-v", "box", "--if-match", strconv.FormatInt(v, 10))
 	wantContains(t, "rm", out, "operation:", "op_", "terminate", "terminated")
 	if st := n.sandbox(t, "box").State; st != api.StateTerminated {
 		t.Errorf("rm left the sandbox %s", st)

@@ -41,6 +41,11 @@ type Config struct {
 	DefaultLimits store.Limits
 	// MaxLimits bound what a create may ask for.
 	MaxLimits store.Limits
+	// HostCPU (cores) and HostMemory (bytes) are the host's size: a create asking for
+	// more is refused with these figures. Zero is not checked; the daemon sets them
+	// from HostSize.
+	HostCPU    float64
+	HostMemory int64
 	// DefaultMaxLifetime and MaxMaxLifetime bound a sandbox's lifetime.
 	DefaultMaxLifetime, MaxMaxLifetime time.Duration
 	// DefaultIdleSuspend, MinIdleSuspend: how long without inbound traffic before a

@@ -156,11 +156,12 @@ type RestoreRequest struct {
 
 // Restore replaces a suspended sandbox's upper layer with a snapshot's, after checking
 // the snapshot's integrity and image, and after a safety snapshot unless told not to.
-func (m *Manager) Restore(ctx context.Context, call Call, ref string, req RestoreRequest) (*store.Operation, *store.Sandbox, error) {
+// It returns the safety snapshot (nil without one), which the operation's result names.
+func (m *Manager) Restore(ctx context.Context, call Call, ref string, req RestoreRequest) (*store.Operation, *store.Sandbox, *snapshot.Manifest, error) {
 	if _, err := m.SnapshotOwned(ctx, call.Owner, req.Snapshot); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return m.lifecycleOpBody(ctx, call, ref, "restore", req, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+	op, sb, err := m.lifecycleOpBody(ctx, call, ref, "restore", req, func(ctx context.Context, sb *store.Sandbox, op *store.Operation) error {
 		stg, err := m.storage(sb)
 		if err != nil {
 			return err
@@ -185,6 +186,7 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 				return err
 			}
 			m.event(sb, "safety_snapshot", "restore", map[string]any{"snapshot": safety.ID})
+			op.Result, _ = json.Marshal(safety.ID)
 		}
 		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
 			return m.snaps.Restore(ctx, man.ID, upper, sb.UIDBase)
@@ -199,6 +201,13 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		m.event(sb, "restored", "restore", map[string]any{"snapshot": man.ID})
 		return nil
 	})
+	var safety *snapshot.Manifest
+	if err == nil && op != nil && len(op.Result) > 0 { // the first answer or a replay
+		var id string
+		json.Unmarshal(op.Result, &id)
+		safety, _ = m.snaps.Get(id) // deleted since a replayed restore: none to report
+	}
+	return op, sb, safety, err
 }
 
 func corruptErr(err error) error {

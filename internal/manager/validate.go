@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/units"
 )
 
 var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
@@ -64,24 +65,37 @@ func validateLabels(labels map[string]string) error {
 	return nil
 }
 
-// resolveLimits fills defaults and checks bounds.
+// resolveLimits fills defaults and checks bounds: the configured maxima and, for CPU
+// and memory, the host's size. A refusal says what is allowed.
 func (m *Manager) resolveLimits(l store.Limits) (store.Limits, error) {
 	d, mx := m.cfg.DefaultLimits, m.cfg.MaxLimits
+	size := units.FormatSize
+	cpuMax, memMax := mx.CPU, mx.Memory
+	if h := m.cfg.HostCPU; h > 0 {
+		cpuMax = min(cpuMax, h)
+	}
+	if h := m.cfg.HostMemory; h > 0 {
+		memMax = min(memMax, h)
+	}
 	switch {
 	case l.CPU < 0 || l.Memory < 0 || l.PIDs < 0 || l.OpenFiles < 0 || l.Disk < 0:
 		return l, errdefs.Invalid("limits cannot be negative (cpu %g, memory %d, pids %d, open_files %d, disk %d)", l.CPU, l.Memory, l.PIDs, l.OpenFiles, l.Disk)
 	case l.Disk > mx.Disk:
-		return l, errdefs.Invalid("disk %d bytes is more than the allowed %d", l.Disk, mx.Disk)
+		return l, errdefs.Invalid("disk %s is more than the allowed %s", size(l.Disk), size(mx.Disk))
 	case l.Disk != 0 && l.Disk < 64<<20:
-		return l, errdefs.Invalid("disk %d bytes is below the minimum of 64 MiB", l.Disk)
+		return l, errdefs.Invalid("disk %s is below the minimum of 64MiB", size(l.Disk))
+	case l.CPU > m.cfg.HostCPU && m.cfg.HostCPU > 0:
+		return l, errdefs.Invalid("cpu %g is more than this host has: %g cores; ask for 0.01 to %g", l.CPU, m.cfg.HostCPU, cpuMax)
 	case l.CPU > mx.CPU:
-		return l, errdefs.Invalid("cpu %g is more than the allowed %g cores", l.CPU, mx.CPU)
+		return l, errdefs.Invalid("cpu %g is more than the allowed %g cores; ask for 0.01 to %g", l.CPU, mx.CPU, cpuMax)
 	case l.CPU != 0 && l.CPU < 0.01:
-		return l, errdefs.Invalid("cpu %g is below the minimum of 0.01 cores", l.CPU)
+		return l, errdefs.Invalid("cpu %g is below the minimum of 0.01 cores; ask for 0.01 to %g", l.CPU, cpuMax)
+	case l.Memory > m.cfg.HostMemory && m.cfg.HostMemory > 0:
+		return l, errdefs.Invalid("memory %s is more than this host has: %s; ask for 16MiB to %s", size(l.Memory), size(m.cfg.HostMemory), size(memMax))
 	case l.Memory > mx.Memory:
-		return l, errdefs.Invalid("memory %d bytes is more than the allowed %d", l.Memory, mx.Memory)
+		return l, errdefs.Invalid("memory %s is more than the allowed %s; ask for 16MiB to %s", size(l.Memory), size(mx.Memory), size(memMax))
 	case l.Memory != 0 && l.Memory < 16<<20:
-		return l, errdefs.Invalid("memory %d bytes is below the minimum of 16 MiB", l.Memory)
+		return l, errdefs.Invalid("memory %s is below the minimum of 16MiB; ask for 16MiB to %s", size(l.Memory), size(memMax))
 	case l.PIDs > mx.PIDs:
 		return l, errdefs.Invalid("pids %d is more than the allowed %d", l.PIDs, mx.PIDs)
 	case l.PIDs != 0 && l.PIDs < 8:
@@ -118,7 +132,7 @@ func (m *Manager) resolveLifetime(s string) (time.Duration, error) {
 		return 0, errdefs.Invalid("invalid max_lifetime %q: use a duration such as 30m or 8h", s)
 	}
 	if d < m.cfg.MinMaxLifetime || d > m.cfg.MaxMaxLifetime {
-		return 0, errdefs.Invalid("max_lifetime %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
+		return 0, errdefs.Invalid("max_lifetime %s is out of range: from %s to %s (%s when not given)", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime, m.cfg.DefaultMaxLifetime)
 	}
 	return d, nil
 }

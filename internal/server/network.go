@@ -103,7 +103,7 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) portURL(sandboxID string, port int) string {
 	base := s.opts.PublicURL
 	if base == "" {
-		base = "http://airlock"
+		base = "http://" + api.SocketHost // reached through the unix socket
 	}
 	return fmt.Sprintf("%s/v1/ports/%s/%d/", strings.TrimRight(base, "/"), sandboxID, port)
 }
@@ -265,7 +265,12 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 			},
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.writeError(w, r, errdefs.Unavailable("nothing answered on port %d in the sandbox", port).WithCause(err))
+			// Nothing listening (yet) is the sandbox's business, not a daemon failure: the
+			// caller hears why, and the log says so at debug level only.
+			s.log.Debug("exposed port did not answer", "sandbox", id, "port", port, "err", err)
+			e := errdefs.Unavailable("nothing answered on port %d in the sandbox: is a server listening there?", port)
+			code, status := errdefs.Code(e)
+			writeJSON(w, status, api.ErrorBody{Error: api.Error{Code: code, Message: errdefs.Message(e)}})
 		},
 	}
 	rp.ServeHTTP(w, r)

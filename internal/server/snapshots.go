@@ -81,8 +81,13 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	op, sb, err := s.m.Restore(r.Context(), c, r.PathValue("ref"), manager.RestoreRequest{Snapshot: req.Snapshot, NoSafety: req.NoSafetySnapshot})
-	return s.opResult(w, r, http.StatusOK, op, sb, err)
+	op, sb, safety, err := s.m.Restore(r.Context(), c, r.PathValue("ref"), manager.RestoreRequest{Snapshot: req.Snapshot, NoSafety: req.NoSafetySnapshot})
+	if err != nil || safety == nil || sb == nil {
+		return s.opResult(w, r, http.StatusOK, op, sb, err)
+	}
+	w.Header().Set("ETag", etag(sb.Version))
+	writeJSON(w, http.StatusOK, api.OperationResponse{Operation: toAPIOperation(op), Sandbox: toAPISandbox(sb), Snapshot: toAPISnapshot(safety, false)})
+	return nil
 }
 
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {

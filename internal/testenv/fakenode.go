@@ -44,6 +44,8 @@ type FakeOptions struct {
 	Owners  []string // owners who reach the node over TCP with a token of their own
 	// Config, if set, adjusts the manager's configuration.
 	Config func(*manager.Config)
+	// Logger, if set, is the node's log (default: errors only, to the test's log).
+	Logger *slog.Logger
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -55,7 +57,10 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) }) // runs last, even when the start fails
 	n := &FakeNode{Dir: dir, Socket: filepath.Join(dir, "api.sock"), tokens: map[string]string{}}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
 	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
 		t.Fatal(err)
 	}

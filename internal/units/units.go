@@ -57,3 +57,16 @@ func ParseSize(s string) (int64, error) {
 	}
 	return int64(v), nil
 }
+
+// FormatSize writes a size the way ParseSize reads it back, in powers of 1024:
+// 512MiB, 1.5GiB, 100B.
+func FormatSize(n int64) string {
+	names := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	f, i := float64(n), 0
+	for (f >= 1024 || f <= -1024) && i < len(names)-1 {
+		f /= 1024
+		i++
+	}
+	s := strconv.FormatFloat(f, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + names[i]
+}
