@@ -669,3 +669,46 @@ type RotateSecretRequest struct {
 type RekeyResult struct {
 	Secrets int `json:"secrets"`
 }
+
+// RouteRequest is the body of POST /v1/route: one shell command or code snippet whose
+// place the daemon's router decides. Nothing runs.
+type RouteRequest struct {
+	// Command is a shell command line, scored as it is; Argv is one command's words,
+	// scored as their shell-quoted join. A command request sets exactly one of them.
+	Command string   `json:"command,omitempty"`
+	Argv    []string `json:"argv,omitempty"`
+	// Kind is "command" (the default) or "code": a snippet, which is never scored.
+	Kind string `json:"kind,omitempty"`
+	// Language is the snippet's language (python, node or bash); code only.
+	Language string `json:"language,omitempty"`
+	// Profile is off, safe or strict; empty means the daemon's router.profile.
+	Profile string `json:"profile,omitempty"`
+	// WorkspaceAccess (none, ro or rw) and Network, when set, replace the profile's.
+	WorkspaceAccess string `json:"workspace_access,omitempty"`
+	Network         *bool  `json:"network,omitempty"`
+}
+
+// RouteReason is one thing the risk scorer found in a command.
+type RouteReason struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
+}
+
+// RouteDecision is the answer of POST /v1/route.
+type RouteDecision struct {
+	// Place is host (unfenced), fence (the host inside the fence) or sandbox; empty when
+	// no profile applies (Profile empty): the caller runs the work as it would without
+	// the router.
+	Place  string `json:"place"`
+	Reason string `json:"reason"`
+	// Score and Reasons are the command's risk (0 and none for code).
+	Score   float64       `json:"score"`
+	Reasons []RouteReason `json:"reasons"`
+	// Profile is the profile the decision was made under (custom when WorkspaceAccess or
+	// Network changed one of its fields), or empty.
+	Profile   string  `json:"profile"`
+	Threshold float64 `json:"threshold"`
+	// WorkspaceAccess and Network are what the fence or sandbox gives the work.
+	WorkspaceAccess string `json:"workspace_access"`
+	Network         bool   `json:"network"`
+}

@@ -10,16 +10,25 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/router"
 )
 
 var runVerb = &verb{
 	name:  "run",
-	args:  "[--image IMG] [--cpu N] [--memory SIZE] [--env K=V]... [--timeout D] [--detach [--name NAME] [--idle-suspend D]] -- CMD [ARG...]",
-	short: "run a command in a new sandbox, then terminate it",
+	args:  "[--image IMG] [--cpu N] [--memory SIZE] [--env K=V]... [--timeout D] [--profile P [--workspace DIR] [--access none|ro|rw] [--artifacts DIR]] [--detach [--name NAME] [--idle-suspend D]] -- CMD [ARG...]",
+	short: "run a command in a new sandbox (or where a profile says), then terminate it",
 	long: `The sandbox is named run-<random> and is terminated when the command ends, fails
 or is interrupted. With --detach the sandbox stays: the command starts in the background
 (as a raw session) and the sandbox's name is printed; it suspends after 24h without
 inbound traffic unless --idle-suspend says otherwise.
+With --profile (or the daemon's router.profile) the daemon decides where the command
+runs: off on the host, safe on the host inside the fence unless its risk score reaches
+the threshold, strict always in a sandbox without network. One argument after -- is shell
+text (run with sh -c), several are the command's words. The command works in a scratch
+directory (on the host: the artifacts directory; in a sandbox: /work, whose new files are
+copied to the artifacts directory) or, with --workspace, on a project: in a sandbox it is
+a copy at /workspace, whose new and changed files come back when access is rw (deletions
+do not). A line on stderr says where it ran and why. See docs/router.md.
 ` + exitCodesHelp,
 	run: runRun,
 }
@@ -27,19 +36,34 @@ inbound traffic unless --idle-suspend says otherwise.
 // terminateTimeout bounds the clean-up of an ephemeral sandbox after the command.
 const terminateTimeout = 30 * time.Second
 
-func runRun(c *cmd, args []string) (retErr error) {
+func runRun(c *cmd, args []string) error {
 	var lim limitFlags
 	lim.register(c, false)
 	timeout := c.fs.Duration("timeout", 0, "stop the command after `D`, e.g. 30s")
 	detach := c.fs.Bool("detach", false, "keep the sandbox and run the command in the background")
 	detachName := c.fs.String("name", "", "with --detach, the sandbox's `NAME` (default run-<random>)")
 	idle := c.fs.Duration("idle-suspend", 24*time.Hour, "with --detach, suspend after `D` without inbound traffic")
+	var rf routeFlags
+	rf.register(c)
 	_, command, err := c.parse(args, 0, true)
 	if err != nil {
 		return err
 	}
+	if err := rf.check(); err != nil {
+		return err
+	}
 	if *detach {
+		if rf.profile != "" || rf.used() {
+			return usagef("--detach runs in a sandbox that stays: it takes no --profile, --workspace, --access or --artifacts")
+		}
 		return runDetached(c, &lim, command, *detachName, *idle)
+	}
+	if len(command) > 0 {
+		if routed, err := runRoutedCommand(c, &rf, &lim, command, *timeout); routed {
+			return err
+		}
+	} else if rf.profile != "" || rf.used() {
+		return usagef("missing the command to run (put it after --)")
 	}
 	var req api.ExecRequest
 	if len(command) == 0 && lim.image != "" && *timeout >= 0 {
@@ -59,6 +83,13 @@ func runRun(c *cmd, args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
+	return withEphemeral(c, cl, &lim, create, func() error { return execute(c, cl, name, req) })
+}
+
+// withEphemeral creates the sandbox create asks for, calls use, and terminates the
+// sandbox afterwards, whatever happened.
+func withEphemeral(c *cmd, cl *client.Client, lim *limitFlags, create api.CreateSandboxRequest, use func() error) (retErr error) {
+	name := create.Name
 	if err := lim.pullFirst(c, cl); err != nil {
 		return err
 	}
@@ -84,7 +115,43 @@ func runRun(c *cmd, args []string) (retErr error) {
 	if sb := resp.Sandbox; sb != nil && sb.State == api.StateFailed {
 		return fmt.Errorf("sandbox %s failed: %s", name, sb.Failure)
 	}
-	return execute(c, cl, name, req)
+	return use()
+}
+
+// runRoutedCommand asks the daemon where command runs and runs it there. routed is
+// false when no profile applies (none given, none configured): run then goes on as it
+// always has, in a sandbox.
+func runRoutedCommand(c *cmd, rf *routeFlags, lim *limitFlags, command []string, timeout time.Duration) (routed bool, err error) {
+	cl, err := c.client()
+	if err != nil {
+		return true, err
+	}
+	req := api.RouteRequest{Kind: string(router.KindCommand), Argv: command}
+	if len(command) == 1 {
+		req = api.RouteRequest{Kind: string(router.KindCommand), Command: command[0]}
+	}
+	d, err := c.route(cl, rf, req)
+	if err != nil {
+		return true, err
+	}
+	if d == nil {
+		if rf.used() {
+			return true, usageError{fmt.Errorf("--workspace, --access and --artifacts: %w", errNoProfile)}
+		}
+		return false, nil
+	}
+	argv, shell, err := shellArgv(command)
+	if err != nil {
+		return true, err
+	}
+	if timeout < 0 {
+		return true, usagef("--timeout must be positive")
+	}
+	w := &work{name: ephemeralName(), argv: argv, shell: shell, timeout: timeout, env: lim.env, decision: d}
+	if err := w.prepare(rf); err != nil {
+		return true, err
+	}
+	return true, c.runRouted(cl, lim, w)
 }
 
 // ephemeralName is "run-" and 12 random hex digits.

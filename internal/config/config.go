@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -175,6 +177,26 @@ type Config struct {
 	// garbage harder instead of growing (default 192MiB; "0" turns it off). GOMEMLIMIT
 	// in the environment wins.
 	MemoryTarget string `yaml:"memory_target"`
+	// Router is the command router's defaults (POST /v1/route, airlock run --profile).
+	Router Router `yaml:"router"`
+}
+
+// RouterProfiles and DefaultRouterThreshold are the router's profiles and default
+// threshold, named here because this package imports no other (the manager's tests
+// check they match the router's).
+var RouterProfiles = []string{"off", "safe", "strict"}
+
+const DefaultRouterThreshold = 0.5
+
+// Router configures the command router.
+type Router struct {
+	// Profile is the profile a route request that names none is decided under: off,
+	// safe or strict; empty (the default) means none, and such a request runs as
+	// asked, in a sandbox.
+	Profile string `yaml:"profile"`
+	// Threshold is the risk score at or above which the safe profile runs a command in
+	// a sandbox (default 0.5).
+	Threshold float64 `yaml:"threshold"`
 }
 
 // Default is the embedded default configuration.
@@ -200,6 +222,7 @@ func Default() Config {
 		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
 		Audit: Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h",
 			LogMaxRecords: 10_000_000},
+		Router: Router{Threshold: DefaultRouterThreshold},
 	}
 }
 
@@ -408,6 +431,12 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if c.LiveCap < 1 {
 		errs = append(errs, fmt.Errorf("live_cap %d must be at least 1", c.LiveCap))
+	}
+	if c.Router.Profile != "" && !slices.Contains(RouterProfiles, c.Router.Profile) {
+		errs = append(errs, fmt.Errorf("router.profile %q must be %s, or empty for none", c.Router.Profile, strings.Join(RouterProfiles, ", ")))
+	}
+	if t := c.Router.Threshold; math.IsNaN(t) || t <= 0 || t > 1 {
+		errs = append(errs, fmt.Errorf("router.threshold %v must be a risk score above 0 and at most 1, such as 0.5", t))
 	}
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)

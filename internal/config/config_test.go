@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,5 +28,43 @@ func TestSettingsAreTypedOnce(t *testing.T) {
 	c.DefaultLimits.Disk = "1GB"
 	if s, err := c.Settings(); err != nil || s.DefaultDisk != 1<<30 {
 		t.Errorf("1GB: %d, %v; want 1GiB, as docker reads it", s.DefaultDisk, err)
+	}
+}
+
+func TestRouterConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+		wantProfile         string
+		wantThreshold       float64
+	}{
+		{"default", "", "", "", 0.5},
+		{"profile and threshold", "router: {profile: strict, threshold: 0.7}\n", "", "strict", 0.7},
+		{"no default profile", "router: {profile: \"\"}\n", "", "", 0.5},
+		{"unknown profile", "router: {profile: paranoid}\n", `router.profile "paranoid" must be off, safe, strict`, "", 0},
+		{"custom is no profile to set", "router: {profile: custom}\n", `router.profile "custom"`, "", 0},
+		{"threshold zero", "router: {threshold: 0}\n", "router.threshold 0 must be", "", 0},
+		{"threshold above one", "router: {threshold: 1.5}\n", "router.threshold 1.5 must be", "", 0},
+		{"unknown key", "router: {profil: safe}\n", "field profil not found", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(path)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Load: %v; want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if c.Router.Profile != tc.wantProfile || c.Router.Threshold != tc.wantThreshold {
+				t.Errorf("router = %+v; want profile %q, threshold %v", c.Router, tc.wantProfile, tc.wantThreshold)
+			}
+		})
 	}
 }

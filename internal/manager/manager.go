@@ -82,6 +82,8 @@ type Config struct {
 	// ImageCacheMax caps the unpacked bytes of the image store (0: no cap): after a pull,
 	// pulled images no sandbox runs on are evicted, least recently used first.
 	ImageCacheMax int64
+	// Router is the command router's defaults (route.go).
+	Router RouterConfig
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.

@@ -165,6 +165,7 @@ func (s *Server) routes() []route {
 	return []route{
 		{"GET /v1/status", s.status, anyone},
 		{"GET /v1/openapi.yaml", s.openapi, anyone},
+		{"POST /v1/route", s.route, auth.SandboxRead},
 		{"POST /v1/sandboxes", s.createSandbox, auth.SandboxCreate},
 		{"GET /v1/sandboxes", s.listSandboxes, auth.SandboxRead},
 		{"GET /v1/sandboxes/{ref}", s.getSandbox, auth.SandboxRead},

@@ -1,0 +1,138 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The command router end to end: the airlock binary asks a real daemon where each command
+// runs and runs it there — the host fence, or a runc sandbox — with the file model of
+// docs/router.md.
+
+// routedRun is what airlock run -o json prints for a routed run.
+type routedRun struct {
+	RanIn           string  `json:"ran_in"`
+	Sandbox         string  `json:"sandbox"`
+	Reason          string  `json:"reason"`
+	Score           float64 `json:"score"`
+	Profile         string  `json:"profile"`
+	WorkspaceAccess string  `json:"workspace_access"`
+	Network         bool    `json:"network"`
+	ExitCode        int     `json:"exit_code"`
+	State           string  `json:"state"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	Artifacts       []struct {
+		Path     string `json:"path"`
+		HostPath string `json:"host_path"`
+		Size     int64  `json:"size"`
+	} `json:"artifacts"`
+}
+
+func (d *daemon) routed(t *testing.T, stdin string, args ...string) routedRun {
+	t.Helper()
+	out, errOut, code := d.airlockIn(stdin, append([]string{"-o", "json"}, args...)...)
+	var r routedRun
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+		t.Fatalf("airlock %s: exit %d, %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, err, out, errOut)
+	}
+	return r
+}
+
+func TestRouterCLI(t *testing.T) {
+	d := startDaemonB(t)
+	arts := filepath.Join(t.TempDir(), "arts")
+
+	t.Run("a harmless command runs in the fence", func(t *testing.T) {
+		r := d.routed(t, "", "run", "--profile", "safe", "--artifacts", arts, "--", "ls")
+		if r.RanIn != "fence" || r.Sandbox != "" || r.Score != 0 || r.State != "succeeded" {
+			t.Errorf("ls under safe: %+v; want the fence", r)
+		}
+		_, errOut, code := d.airlock("run", "--profile", "safe", "--artifacts", arts, "--", "ls")
+		if code != 0 || !strings.Contains(errOut, "airlock: ran on the host in the fence (safe: risk 0.00)") {
+			t.Errorf("ls under safe: exit %d, stderr %q; want where it ran", code, errOut)
+		}
+	})
+
+	t.Run("a deletion runs in a sandbox and does not reach the workspace", func(t *testing.T) {
+		ws := t.TempDir()
+		os.MkdirAll(filepath.Join(ws, "build"), 0o755)
+		os.WriteFile(filepath.Join(ws, "build", "obj.o"), []byte("obj"), 0o644)
+		r := d.routed(t, "", "run", "--profile", "safe", "--workspace", ws, "--artifacts", arts, "--", "rm -rf build && test ! -e build && echo gone")
+		if r.RanIn != "sandbox" || r.WorkspaceAccess != "rw" || r.Stdout != "gone\n" || !strings.Contains(r.Reason, "deletes files") {
+			t.Errorf("rm -rf build under safe: %+v; want a sandbox where build is gone", r)
+		}
+		if b, err := os.ReadFile(filepath.Join(ws, "build", "obj.o")); err != nil || string(b) != "obj" {
+			t.Errorf("the host's build/obj.o: %q, %v; want it untouched (deletions are not copied back)", b, err)
+		}
+	})
+
+	t.Run("a file made in /work comes back as an artifact", func(t *testing.T) {
+		r := d.routed(t, "", "run", "--profile", "safe", "--artifacts", arts, "--", "printf 'made in a sandbox\n' > /work/out.txt")
+		if r.RanIn != "sandbox" || len(r.Artifacts) != 1 || r.Artifacts[0].Path != "/work/out.txt" || r.Artifacts[0].Size != 18 {
+			t.Fatalf("result %+v; want /work/out.txt, 18 bytes", r)
+		}
+		if b, err := os.ReadFile(r.Artifacts[0].HostPath); err != nil || string(b) != "made in a sandbox\n" {
+			t.Errorf("%s holds %q, %v", r.Artifacts[0].HostPath, b, err)
+		}
+	})
+
+	t.Run("strict runs in a sandbox without network", func(t *testing.T) {
+		interfaces := "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+		r := d.routed(t, "", "run", "--profile", "strict", "--artifacts", arts, "--", interfaces)
+		if r.RanIn != "sandbox" || r.Network || r.Stdout != "lo\n" {
+			t.Errorf("the interfaces under strict: %+v; want a sandbox with loopback only", r)
+		}
+		// The same command contained under safe has the network.
+		r = d.routed(t, "", "run", "--profile", "safe", "--artifacts", arts, "--", "rm -rf x; "+interfaces)
+		if r.RanIn != "sandbox" || !r.Network || r.Stdout == "lo\n" {
+			t.Errorf("the interfaces contained under safe: %+v; want more than loopback", r)
+		}
+	})
+
+	t.Run("run-code runs python in a sandbox", func(t *testing.T) {
+		r := d.routed(t, "print(6 * 7)\nopen('result.txt', 'w').write('42')\n", "run-code", "--lang", "python", "--profile", "safe", "--artifacts", arts, "-")
+		if r.RanIn != "sandbox" || r.Stdout != "42\n" || len(r.Artifacts) != 1 || r.Artifacts[0].Size != 2 {
+			t.Errorf("python under safe: %+v; want 42 from a sandbox and result.txt", r)
+		}
+	})
+
+	if list := d.must("ls", "-o", "json"); strings.Contains(list, `"running"`) {
+		t.Errorf("sandboxes still running after the routed runs: %s", list)
+	}
+}
+
+// BenchmarkRouterContained: a contained `airlock run --profile safe -- rm -rf x` (route,
+// create, lay out, run, list what it made, terminate) against a plain `airlock run --
+// rm -rf x` (create, run, terminate), both through the CLI binary against one daemon, in
+// turn so both see the same load (target: at most 1.2x).
+//
+//	go test ./internal/integration -run '^$' -bench RouterContained -benchtime 1x
+func BenchmarkRouterContained(b *testing.B) {
+	d := startDaemonB(b)
+	arts := b.TempDir()
+	const n = 20
+	var routed, plain []time.Duration
+	time1 := func(args ...string) time.Duration {
+		t0 := time.Now()
+		if out, errOut, code := d.airlock(args...); code != 0 {
+			b.Fatalf("airlock %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return time.Since(t0)
+	}
+	time1("run", "--", "true") // the first sandbox warms the host image
+	for i := 0; i < n; i++ {
+		routed = append(routed, time1("run", "--profile", "safe", "--artifacts", arts, "--", "rm -rf x"))
+		plain = append(plain, time1("run", "--", "rm", "-rf", "x"))
+	}
+	r, p := p50(routed), p50(plain)
+	b.ReportMetric(r, "routed-p50-ms")
+	b.ReportMetric(p, "plain-p50-ms")
+	b.ReportMetric(r/p, "ratio")
+	fmt.Printf("router: contained rm -rf x p50 %.1f ms, plain run p50 %.1f ms, ratio %.2fx (target ≤ 1.2x)\n", r, p, r/p)
+}
