@@ -102,6 +102,11 @@ type Images struct {
 	// Devices is what becomes of device nodes in layers: skip (default; devices come
 	// from the runtime, never from an image) or refuse.
 	Devices string `yaml:"devices"`
+	// KeepPulledBlobs keeps each pulled layer's blob as the registry sent it, beside the
+	// unpacked layer, so airlock image export writes pulled images with their digests
+	// (default false: pulls are faster and the cache half the size; imported images
+	// always keep theirs).
+	KeepPulledBlobs bool `yaml:"keep_pulled_blobs"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and

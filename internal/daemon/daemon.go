@@ -79,6 +79,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	var lim image.Limits
 	lim.Upload, lim.Unpacked, lim.Quota = set.ImageUpload, set.ImageUnpacked, set.ImageQuota
 	lim.Ratio, lim.Setuid, lim.Devices = cfg.Images.MaxRatio, cfg.Images.Setuid, cfg.Images.Devices
+	lim.KeepPulledBlobs = cfg.Images.KeepPulledBlobs
 	images.SetLimits(lim)
 	agentBin, err := installAgent(filepath.Join(cfg.StateDir, "bin"))
 	if err != nil {

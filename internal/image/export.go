@@ -34,8 +34,11 @@ func (s *Store) Export(sc Scope, ref string, w io.Writer) error {
 		return errdefs.Invalid("the %s image is made from this node's own /usr and cannot be exported; export an image that was pulled or imported", img.Name)
 	}
 	if len(img.Blobs) != len(img.Layers) {
-		return &errdefs.Error{Class: errdefs.ErrFailedPrecondition,
-			Msg: fmt.Sprintf("image %s (%s) was stored without the blobs it came as, so it cannot be exported with its digest; pull or import it again", ref, img.Digest)}
+		msg := fmt.Sprintf("image %s (%s) was stored without the blobs it came as, so it cannot be exported with its digest; import it again", ref, img.Digest)
+		if img.Reference != "" || img.Format == formatOCI {
+			msg = fmt.Sprintf("image %s (%s) was pulled without keeping its layers' blobs, so it cannot be exported with its digest: set images.keep_pulled_blobs: true in the daemon's configuration and pull it again with --pull always", ref, img.Digest)
+		}
+		return &errdefs.Error{Class: errdefs.ErrFailedPrecondition, Msg: msg}
 	}
 	// Held shared, so no collection removes a blob while it is read.
 	unlock, err := s.lock("gc.lock", unix.LOCK_SH)

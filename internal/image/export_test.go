@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -26,8 +27,19 @@ func TestExportRoundTrips(t *testing.T) {
 	ref := reg.pushImage(t, "team/app:1", testImage(t, v1.Config{Env: []string{"A=1"}, WorkingDir: "/srv"}, baseLayer(t), topLayer(t)))
 	ctx := context.Background()
 	s := newStore(t)
+	// Without keep_pulled_blobs a pulled image cannot be exported, and says how it can.
 	if _, err := s.Pull(ctx, alice, PullRequest{Ref: ref, Name: "pulled", Insecure: true}, nil); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Export(alice, "pulled", &bytes.Buffer{}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "keep_pulled_blobs") {
+		t.Fatalf("export of an image pulled without its blobs = %v, want failed precondition naming keep_pulled_blobs", err)
+	}
+	lim := s.Limits()
+	lim.KeepPulledBlobs = true
+	s.SetLimits(lim)
+	// Pulled again, the layers already unpacked are fetched once more for their blobs.
+	if img, err := s.Pull(ctx, alice, PullRequest{Ref: ref, Name: "pulled", Insecure: true}, nil); err != nil || len(img.Blobs) != 2 {
+		t.Fatalf("pull with keep_pulled_blobs: %+v, %v; want the image with its two blobs", img, err)
 	}
 	dir := t.TempDir()
 	layoutFiles, _ := ociLayout(t, baseLayer(t), topLayer(t))

@@ -29,7 +29,7 @@ func writeFileData(f *os.File, r io.Reader) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
-	var off int64
+	var off, since int64 // bytes in the file; of them, since writeback was last asked for
 	holeAtEnd := false
 	for {
 		n, rerr := io.ReadFull(r, buf)
@@ -38,6 +38,10 @@ func writeFileData(f *os.File, r io.Reader) (int64, error) {
 				return off, err
 			}
 			off += int64(n)
+			if since += int64(n); since >= writebackChunk {
+				_ = unix.SyncFileRange(int(f.Fd()), off-since, since, unix.SYNC_FILE_RANGE_WRITE)
+				since = 0
+			}
 			holeAtEnd = n >= holeBlock && bytes.Equal(buf[n-holeBlock:n], zeroBlock[:])
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
@@ -52,9 +56,9 @@ func writeFileData(f *os.File, r io.Reader) (int64, error) {
 			return off, err
 		}
 	}
-	if off > 0 {
+	if since > 0 {
 		// Only a hint: a file system without it syncs the data later all the same.
-		_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		_ = unix.SyncFileRange(int(f.Fd()), off-since, since, unix.SYNC_FILE_RANGE_WRITE)
 	}
 	return off, nil
 }
@@ -87,4 +91,25 @@ func writeSparse(f *os.File, b []byte, off int64) error {
 		start = i + holeBlock
 	}
 	return flush(len(b))
+}
+
+// writebackFile writes a large file front to back, asking the kernel to start writing
+// back every writebackChunk bytes as they are written, so the sync that makes the file
+// durable finds little left to do and the disk works while the data still streams in.
+type writebackFile struct {
+	f        *os.File
+	off, run int64 // bytes written; of them, since the last request
+}
+
+const writebackChunk = 8 << 20
+
+func (w *writebackFile) Write(b []byte) (int, error) {
+	n, err := w.f.Write(b)
+	w.off += int64(n)
+	if w.run += int64(n); w.run >= writebackChunk {
+		// Only a hint: a file system without it syncs the data later all the same.
+		_ = unix.SyncFileRange(int(w.f.Fd()), w.off-w.run, w.run, unix.SYNC_FILE_RANGE_WRITE)
+		w.run = 0
+	}
+	return n, err
 }

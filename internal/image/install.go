@@ -243,6 +243,13 @@ func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim
 	r := ref{Owner: sc.Owner, Name: name, Digest: img.Digest, Public: req.Public, Reference: img.Reference}
 	created := false
 	if old, err := s.readRecord(img.Digest); err == nil {
+		if len(old.Blobs) == 0 && len(img.Blobs) > 0 {
+			// Stored before without its blobs: the record keeps them now.
+			old.Blobs, old.Manifest, old.ConfigDigest, old.Format = img.Blobs, img.Manifest, img.ConfigDigest, img.Format
+			if err := s.rewriteRecord(old); err != nil {
+				return nil, false, err
+			}
+		}
 		img = old
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, false, err
@@ -287,6 +294,10 @@ func (s *Store) commit(sc Scope, img *Image, name string, req ImportRequest, lim
 	img.setRef(r)
 	return img, dropped, nil
 }
+
+// keeps says whether the store keeps the blob of layer l: always for an import, for a
+// pull when the limits say so.
+func (in *installer) keeps(l layerSource) bool { return l.registry == "" || in.lim.KeepPulledBlobs }
 
 // keepSources records in img the blobs the store keeps for it (its layers', manifest's
 // and config's), when it keeps every one; an image without them cannot be exported.
@@ -334,7 +345,8 @@ func (in *installer) have(diffID string) bool {
 // granted for naming its digest. The budget and limits bound what it may unpack. A
 // blob pulled from a registry is noted once verified (see noteBlob).
 func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress) (string, error) {
-	if in.have(l.diffID) && in.s.hasBlobData(l.blob) {
+	keep := in.keeps(l)
+	if in.have(l.diffID) && (!keep || in.s.hasBlobData(l.blob)) {
 		pr.add(l.size)
 		return l.diffID, nil
 	}
@@ -349,25 +361,34 @@ func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress
 	if l.verified {
 		blobHash = nil // the source checks it
 	}
-	// The blob itself is kept too, for exports; it is written as it streams.
-	blobTmp := filepath.Join(in.work, fmt.Sprintf("blob-%d", seq))
-	bf, err := os.OpenFile(blobTmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", err
+	// The blob itself is kept too, for exports, when it is to be: written as it streams.
+	var (
+		blobTmp string
+		bf      *os.File
+		bw      *bufio.Writer
+		blobSrc io.Reader = rc
+	)
+	if keep {
+		blobTmp = filepath.Join(in.work, fmt.Sprintf("blob-%d", seq))
+		if bf, err = os.OpenFile(blobTmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return "", err
+		}
+		defer bf.Close()
+		bw = bufio.NewWriterSize(&writebackFile{f: bf}, 1<<20)
+		blobSrc = io.TeeReader(rc, bw)
 	}
-	defer bf.Close()
-	bw := bufio.NewWriterSize(bf, 1<<20)
-	src := &countingReader{ctx: ctx, r: io.TeeReader(rc, bw), pr: pr, max: l.size}
+	src := &countingReader{ctx: ctx, r: blobSrc, pr: pr, max: l.size}
 	id, blob, err := in.checkLayer(ctx, l, src, blobHash, diffHash, tmp)
 	if err != nil {
 		// The crash tests stop here: the layer's work is half done on disk.
 		failpoint.Hit("image.layer-failed")
 		return "", err
 	}
-	if err := bw.Flush(); err != nil {
-		return "", err
+	if bw != nil {
+		if err := bw.Flush(); err != nil {
+			return "", err
+		}
 	}
-	_ = unix.SyncFileRange(int(bf.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	// One sync for the layer and its blob, before either is visible under its digest.
 	if err := syncDir(tmp); err != nil {
 		return "", err
@@ -377,10 +398,12 @@ func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress
 			return "", err
 		}
 	}
-	if err := in.s.keepBlob(blobTmp, blob); err != nil {
-		return "", err
+	if keep {
+		if err := in.s.keepBlob(blobTmp, blob); err != nil {
+			return "", err
+		}
+		in.noteKept(id, blob)
 	}
-	in.noteKept(id, blob)
 	err = os.Rename(tmp, in.s.path("layers", hexOf(id)))
 	if err != nil && !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENOTEMPTY) {
 		return "", err

@@ -35,6 +35,10 @@ type Limits struct {
 	// Devices is what becomes of device nodes in a layer: DevicesSkip (the default; a
 	// sandbox's devices come from its runtime, never from an image) or DevicesRefuse.
 	Devices string
+	// KeepPulledBlobs keeps the blobs of pulled layers as they came, beside the
+	// unpacked layers, so a pulled image can be exported with its digest. It costs the
+	// disk space and the writes of every blob again. Imported images always keep theirs.
+	KeepPulledBlobs bool
 }
 
 // What a store does with device nodes in layers.

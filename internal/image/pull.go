@@ -182,8 +182,8 @@ func (p *pull) layers(ctx context.Context, in *installer, pl *plan) ([]string, e
 // is committed.
 func (p *pull) layer(ctx context.Context, in *installer, i, n int, l layerSource) (string, error) {
 	ev := PullEvent{Digest: l.blob, Layer: i + 1, Layers: n, Total: l.size}
-	// A layer is reused only with its blob, which an export needs.
-	if (in.have(l.diffID) || p.reusable(ctx, l)) && p.s.hasBlobData(l.blob) {
+	// A layer is reused only with its blob when the store keeps blobs for exports.
+	if (in.have(l.diffID) || p.reusable(ctx, l)) && (!in.keeps(l) || p.s.hasBlobData(l.blob)) {
 		ev.Status, ev.Done = "cached", l.size
 		p.emit(ev)
 		return l.diffID, nil

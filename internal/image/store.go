@@ -461,6 +461,12 @@ func (s *Store) writeRecord(img *Image) error {
 	if _, err := os.Stat(s.recordPath(img.Digest)); err == nil {
 		return nil
 	}
+	return s.rewriteRecord(img)
+}
+
+// rewriteRecord writes img's record whether or not there is one; the caller holds
+// meta.lock.
+func (s *Store) rewriteRecord(img *Image) error {
 	c := *img
 	c.Name, c.Owner, c.Public, c.Reference = "", "", false, ""
 	b, err := json.MarshalIndent(&c, "", "  ")

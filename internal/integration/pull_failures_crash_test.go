@@ -193,7 +193,10 @@ func checkImageStore(t *testing.T, what, store string) {
 			add(rec.Blobs...)
 			add(rec.Manifest, rec.ConfigDigest)
 			var ids []string
-			var pend []struct{ DiffID, Blob string }
+			var pend []struct {
+				DiffID string `json:"diff_id"`
+				Blob   string `json:"blob"`
+			}
 			if json.Unmarshal(rec.Layers, &ids) == nil {
 				add(ids...)
 			} else if json.Unmarshal(rec.Layers, &pend) == nil {

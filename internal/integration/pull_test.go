@@ -185,7 +185,18 @@ func TestPulledImage(t *testing.T) {
 
 	// Air-gapped: the image exported through the API imports on another node with
 	// the same digest, and runs there.
+	// A pull keeps no blobs unless the node says so; then a pull again keeps them.
 	var archive bytes.Buffer
+	if _, err := n.Client.ExportImage(background, ref, &archive); err == nil || !strings.Contains(err.Error(), "keep_pulled_blobs") {
+		t.Fatalf("export of an image pulled without its blobs = %v, want a refusal naming images.keep_pulled_blobs", err)
+	}
+	lim := n.Images.Limits()
+	lim.KeepPulledBlobs = true
+	n.Images.SetLimits(lim)
+	if _, err := n.Client.PullImage(background, api.PullRequest{Ref: ref, Policy: api.PullAlways}, nil); err != nil {
+		t.Fatal(err)
+	}
+	archive.Reset()
 	if _, err := n.Client.ExportImage(background, ref, &archive); err != nil {
 		t.Fatalf("export: %v", err)
 	}
