@@ -1,9 +1,12 @@
-// Package cli owns Airlock's command-line verbs (create, ls, get, exec, run, shell, cp, rm,
-// ops, image, status, version, help): parsing their arguments, calling the daemon through
-// the public Go SDK (package client) and printing answers as tables or JSON. It is a thin
+// Package cli owns Airlock's command-line verbs (create, ls, get, exec, run, run-code,
+// shell, cp, rm, events, snapshots, network, image, identities, secrets, risk, fence,
+// mcp, status, version, help): parsing their arguments, calling the daemon through the
+// public Go SDK (package client) and printing answers as tables or JSON. It is a thin
 // layer: it must not import the daemon's packages (server, manager, store, runtime, agent
 // internals) nor reach the daemon any way but the HTTP API, and it never calls os.Exit —
-// Run returns an ExitError that main turns into the process's exit code.
+// Run returns an ExitError that main turns into the process's exit code. The verbs that
+// run on the caller's own machine (risk, fence, and run's host and fence routes) use
+// package router; mcp serves package mcp's tools.
 //
 // Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in
 // events and egress records) reaches the user's terminal only through termSafe, which

@@ -11,12 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testenv"
 )
 
 // What a user meets in the first minutes: help for every verb, usage errors short
@@ -353,24 +353,6 @@ func TestPortExposeThroughTheSocket(t *testing.T) {
 	wantContains(t, "port expose", out, "curl --unix-socket "+n.Socket+" -H 'X-Airlock-Port-Token: ", "http://airlock/v1/ports/")
 }
 
-// syncBuffer collects what a follow prints while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFollowPrintsOneLineAnEvent: events --follow and egress log --follow, in table and
 // JSON (one object a line), end quietly on an interrupt.
 func TestFollowPrintsOneLineAnEvent(t *testing.T) {
@@ -385,7 +367,7 @@ func TestFollowPrintsOneLineAnEvent(t *testing.T) {
 		{[]string{"egress", "log", "box", "--follow"}, "DECISION"},
 	} {
 		ctx, cancel := context.WithCancel(bg)
-		var out, errOut syncBuffer
+		var out, errOut testenv.LockedBuffer
 		done := make(chan error, 1)
 		go func() { done <- Run(ctx, append([]string{"--socket", n.Socket}, tc.args...), nil, &out, &errOut) }()
 		deadline := time.Now().Add(10 * time.Second)

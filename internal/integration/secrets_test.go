@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
@@ -21,24 +20,6 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
-
-// syncBuffer is a log sink safe for the node's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
 
 // leakForms are the ways a value could be written down: in the clear, in base64 (std
 // and URL alphabets) and in hex.
@@ -74,7 +55,7 @@ func shaHex(s string) string {
 func TestSecretsAndSessionCredential(t *testing.T) {
 	w := newNetWorld(t)
 	netRequireHostNetns(t)
-	logs := &syncBuffer{}
+	logs := &testenv.LockedBuffer{}
 	n := testenv.NewNode(t, testenv.Options{Network: true, UpstreamDNS: w.dns.addr, ExtraCAs: []string{w.caFile}, LogTo: logs})
 	var answers [][]byte // every API answer the test got, scanned at the end
 	keep := func(v any) {

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,35 +8,16 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
-// lockedBuffer is a log destination the server's goroutines share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestPortWithNothingListening: a request to an exposed port nobody listens on is
 // answered unavailable with a message that says so, and is no error in the daemon's log.
 func TestPortWithNothingListening(t *testing.T) {
-	var logBuf lockedBuffer
+	var logBuf testenv.LockedBuffer
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{Logger: slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	c := n.Client
 	if _, err := c.Create(bg, api.CreateSandboxRequest{Name: "box"}); err != nil {
