@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Airlock needs on a Debian 12 host and is not there yet: runc (the OCI
-# runtime), python3 (the demo's code runs on the host image's /usr), iproute2 and curl.
+# runtime), python3 (the demo's code runs on the host image's /usr), iproute2 and curl,
+# and for the tests python3-pytest and npm.
 set -euo pipefail
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
@@ -10,6 +11,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm) # the MCP test drives airlock mcp with an npm client
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
