@@ -272,13 +272,23 @@ type SessionRequest struct {
 	Argv []string          `json:"argv,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
 	Cwd  string            `json:"cwd,omitempty"`
+	// Background (raw sessions) keeps the process's output in a bounded log (the last
+	// MiB) that GET …/sessions/{id}/logs reads and follows, instead of handing it to
+	// sends; such a session takes no input.
+	Background bool `json:"background,omitempty"`
 }
 
-// Session is a live session.
+// Session is a session: a live one, or a background one whose process has ended and
+// whose log can still be read (Exited, with its ExitCode).
 type Session struct {
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	PID  int    `json:"pid"`
+	ID         string `json:"id"`
+	Kind       string `json:"kind"`
+	PID        int    `json:"pid"`
+	Background bool   `json:"background,omitempty"`
+	Exited     bool   `json:"exited,omitempty"`
+	ExitCode   int    `json:"exit_code,omitempty"`
+	// Started is when the session started (sessions of older agents have none).
+	Started *time.Time `json:"started,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sandboxes/{ref}/sessions.

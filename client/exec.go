@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -66,6 +68,21 @@ func (c *Client) Send(ctx context.Context, ref, sid, input string) (*api.ExecRes
 func (c *Client) SendStream(ctx context.Context, ref, sid, input string, stdout, stderr io.Writer) (*api.ExecResult, error) {
 	r := request{method: http.MethodPost, path: sandboxPath(ref, "sessions", sid, "send"), in: api.SendRequest{Input: input, Stream: true}}
 	return c.stream(ctx, r, stdout, stderr)
+}
+
+// SessionLogs streams the log of background session sid (see api.SessionRequest's
+// Background) into stdout and stderr: its last tail lines (0: all it keeps) and, with
+// follow, what the process writes after, until it ends or ctx does. The result's state
+// is running or exited, with the exit code.
+func (c *Client) SessionLogs(ctx context.Context, ref, sid string, tail int, follow bool, stdout, stderr io.Writer) (*api.ExecResult, error) {
+	q := url.Values{}
+	if tail > 0 {
+		q.Set("tail", strconv.Itoa(tail))
+	}
+	if follow {
+		q.Set("follow", "true")
+	}
+	return c.stream(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "sessions", sid, "logs"), query: q}, stdout, stderr)
 }
 
 // CloseSession ends a session and its process.

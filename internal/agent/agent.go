@@ -49,6 +49,10 @@ type server struct {
 	procs    map[*proc]struct{}
 	conns    map[net.Conn]struct{}
 	sessions map[string]*session
+	// endedLogs keeps the ended background sessions whose logs may still be read,
+	// endedOrder in the order they ended (sessionlog.go).
+	endedLogs  map[string]*session
+	endedOrder []string
 	wg       sync.WaitGroup // connection handlers and session watchers
 
 	calls    atomic.Int64 // connections accepted, each one call
@@ -403,6 +407,8 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		return s.handleSessionClose(fw, req.SessionID)
 	case agentproto.OpSessionList:
 		return fw.json(agentproto.FrameResult, s.listSessions())
+	case agentproto.OpSessionLogs:
+		return s.handleSessionLogs(c, fw, req)
 	case agentproto.OpFileUpload:
 		return s.handleUpload(c, fw, req)
 	case agentproto.OpFileDownload:

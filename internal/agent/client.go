@@ -358,6 +358,22 @@ func (c *Client) Send(ctx context.Context, id, input string, stdout, stderr io.W
 	return &res, nil
 }
 
+// SessionLogs streams the log of background session id into stdout and stderr: its
+// last tail lines (0: all it keeps) and, with follow, what the process writes after,
+// until it ends or ctx does.
+func (c *Client) SessionLogs(ctx context.Context, id string, tail int, follow bool, stdout, stderr io.Writer) (*agentproto.LogsResult, error) {
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpSessionLogs, SessionID: id, Tail: tail, Follow: follow})
+	if err != nil {
+		return nil, err
+	}
+	defer k.conn.Close()
+	var res agentproto.LogsResult
+	if err := k.stream(ctx, stdout, stderr, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // CloseSession kills session id.
 func (c *Client) CloseSession(ctx context.Context, id string) error {
 	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionClose, SessionID: id}, nil)

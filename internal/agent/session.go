@@ -50,6 +50,7 @@ type session struct {
 	sem      chan struct{} // holds one token while a send runs
 	draining atomic.Bool   // the running send was cancelled and is consuming its reply
 	readers  sync.WaitGroup
+	log      *sessionLog // a background session's output; nil for the others
 }
 
 func sessionArgv(spec *agentproto.SessionSpec) ([]string, error) {
@@ -118,12 +119,15 @@ func (s *server) handleSessionStart(fw *frameWriter, spec *agentproto.SessionSpe
 		return err
 	}
 	ss := &session{
-		info:  agentproto.SessionInfo{ID: "ses_" + randomHex(8), Kind: spec.Kind, PID: p.pid},
+		info:  agentproto.SessionInfo{ID: "ses_" + randomHex(8), Kind: spec.Kind, PID: p.pid, StartedMS: time.Now().UnixMilli()},
 		p:     p,
 		stdin: files[1],
 		out:   make(chan chunk, 16),
 		sem:   make(chan struct{}, 1),
 		stop:  make(chan struct{}),
+	}
+	if spec.Log {
+		ss.log, ss.info.Log = newSessionLog(), true
 	}
 	s.mu.Lock()
 	s.sessions[ss.info.ID] = ss
@@ -148,6 +152,15 @@ func (ss *session) read(f *os.File, t agentproto.FrameType) {
 			_ = f.SetReadDeadline(d)
 		}
 		n, err := f.Read(buf)
+		if ss.log != nil {
+			if n > 0 {
+				ss.log.add(t, bytes.Clone(buf[:n]))
+			}
+			if err != nil {
+				return
+			}
+			continue
+		}
 		c := chunk{t: t, b: bytes.Clone(buf[:n]), eof: err != nil}
 		if n > 0 || c.eof {
 			select {
@@ -186,6 +199,10 @@ func (s *server) watchSession(ss *session, outR, errR *os.File) {
 	s.untrack(ss.p)
 	s.mu.Lock()
 	delete(s.sessions, ss.info.ID)
+	if ss.log != nil {
+		ss.log.close()
+		s.keepEndedLog(ss)
+	}
 	s.mu.Unlock()
 }
 
@@ -217,6 +234,9 @@ func (s *server) listSessions() []agentproto.SessionInfo {
 		if !ss.ended() {
 			out = append(out, ss.info)
 		}
+	}
+	for _, ss := range s.endedLogs {
+		out = append(out, ss.infoNow())
 	}
 	slices.SortFunc(out, func(a, b agentproto.SessionInfo) int { return strings.Compare(a.ID, b.ID) })
 	return out
@@ -269,6 +289,9 @@ func (s *server) handleSessionSend(c net.Conn, fw *frameWriter, req *agentproto.
 	ss, err := s.session(req.SessionID)
 	if err != nil {
 		return err
+	}
+	if ss.log != nil {
+		return errdefs.Invalid("session %q runs in the background: its output is in its log (airlock logs), and it takes no input", req.SessionID)
 	}
 	if err := ss.acquire(); err != nil {
 		return err

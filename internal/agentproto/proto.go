@@ -107,6 +107,7 @@ const (
 	OpSessionSend  = "session.send"
 	OpSessionClose = "session.close"
 	OpSessionList  = "session.list"
+	OpSessionLogs  = "session.logs"
 	OpFileUpload   = "file.upload"
 	OpFileDownload = "file.download"
 	OpFileList     = "file.list"
@@ -132,6 +133,10 @@ type Request struct {
 	Recursive bool         `json:"recursive,omitempty"`
 	Parents   bool         `json:"parents,omitempty"`
 	Port      int          `json:"port,omitempty"`
+	// Tail (session.logs) is how many of the last lines to send first (0: all kept);
+	// Follow keeps the call open for new output until the process ends.
+	Tail   int  `json:"tail,omitempty"`
+	Follow bool `json:"follow,omitempty"`
 }
 
 // ExecSpec describes one process to run.
@@ -152,10 +157,14 @@ type ExecSpec struct {
 type SessionSpec struct {
 	Kind string   `json:"kind"`           // SessionPython, SessionShell or SessionRaw
 	Argv []string `json:"argv,omitempty"` // raw: the command; others: an override
-	Env  []string `json:"env,omitempty"`
-	Cwd  string   `json:"cwd,omitempty"`
-	UID  *uint32  `json:"uid,omitempty"`
-	GID  *uint32  `json:"gid,omitempty"`
+	// Log makes a background session: its output is kept in a bounded log that
+	// session.logs reads (and follows), not handed to sends; the session's log stays
+	// readable for a while after the process ends.
+	Log bool     `json:"log,omitempty"`
+	Env []string `json:"env,omitempty"`
+	Cwd string   `json:"cwd,omitempty"`
+	UID *uint32  `json:"uid,omitempty"`
+	GID *uint32  `json:"gid,omitempty"`
 }
 
 // Exec and send states.
@@ -195,6 +204,21 @@ type SessionInfo struct {
 	ID   string `json:"id"`
 	Kind string `json:"kind"`
 	PID  int    `json:"pid"`
+	// Log marks a background session; Exited and ExitCode say how its process ended,
+	// once it has (a background session is listed for a while after).
+	Log      bool `json:"log,omitempty"`
+	Exited   bool `json:"exited,omitempty"`
+	ExitCode int  `json:"exit_code,omitempty"`
+	// StartedMS is when the session started, in Unix milliseconds.
+	StartedMS int64 `json:"started_ms,omitempty"`
+}
+
+// LogsResult ends a session.logs call: the process's state then (running or exited,
+// with its exit code) and how many bytes the log had dropped before what was sent.
+type LogsResult struct {
+	State    string `json:"state"` // running or exited
+	ExitCode int    `json:"exit_code"`
+	Dropped  int64  `json:"dropped,omitempty"`
 }
 
 // SendResult is how one session.send ended.

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -30,6 +31,8 @@ type limitFlags struct {
 	disk      sizeFlag
 	env       kvFlag
 	net       networkFlags
+	// also, if set, adds to every request made (run's lifecycle flags).
+	also func(*api.CreateSandboxRequest) error
 }
 
 func (l *limitFlags) register(c *cmd, all bool) {
@@ -53,14 +56,20 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 	if l.cpu < 0 || l.pids < 0 || l.openFiles < 0 {
 		return api.CreateSandboxRequest{}, usagef("--cpu, --pids and --open-files must not be negative")
 	}
-	return api.CreateSandboxRequest{
+	req := api.CreateSandboxRequest{
 		Name:    name,
 		Image:   l.image,
 		Runtime: l.runtime, Role: l.role,
 		Limits:  api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles, Disk: int64(l.disk)},
 		Env:     l.env.orNil(),
 		Network: l.net.policy(),
-	}, nil
+	}
+	if l.also != nil {
+		if err := l.also(&req); err != nil {
+			return api.CreateSandboxRequest{}, err
+		}
+	}
+	return req, nil
 }
 
 // pullFirst pulls the image from its registry before a create, as the --pull policy
@@ -85,9 +94,8 @@ func runCreate(c *cmd, args []string) error {
 	lim.register(c, true)
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
-	maxLifetime := c.fs.Duration("max-lifetime", 0, "maximum lifetime `D`, e.g. 2h (default 8h)")
-	idle := c.fs.Duration("idle-suspend", 0, "suspend after `D` without inbound traffic (default 10m, at least 1m)")
-	ttl := c.fs.Duration("ttl", 0, "terminate after `D` suspended (default 168h)")
+	var life lifecycleFlags
+	life.register(c)
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
@@ -98,20 +106,8 @@ func runCreate(c *cmd, args []string) error {
 		return err
 	}
 	req.Labels = labels.orNil()
-	if *maxLifetime < 0 {
-		return usagef("--max-lifetime must be positive")
-	}
-	if c.isSet("max-lifetime") { // even 0, which the daemon refuses with the allowed range
-		req.MaxLifetime = maxLifetime.String()
-	}
-	if *idle < 0 || *ttl < 0 {
-		return usagef("--idle-suspend and --ttl must be positive")
-	}
-	if c.isSet("idle-suspend") {
-		req.IdleSuspend = idle.String()
-	}
-	if c.isSet("ttl") {
-		req.TTL = ttl.String()
+	if err := life.apply(c, &req); err != nil {
+		return err
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -138,6 +134,33 @@ func runCreate(c *cmd, args []string) error {
 	if sb := resp.Sandbox; sb != nil && sb.State == api.StateFailed {
 		fmt.Fprintf(c.stderr, "airlock: sandbox %s failed: %s\n", sb.Name, termSafe(sb.Failure))
 		return ExitError{1}
+	}
+	return nil
+}
+
+// lifecycleFlags are the lifetime flags of create and run.
+type lifecycleFlags struct{ maxLifetime, idle, ttl *time.Duration }
+
+func (l *lifecycleFlags) register(c *cmd) {
+	l.maxLifetime = c.fs.Duration("max-lifetime", 0, "maximum lifetime `D`, e.g. 2h (default 8h)")
+	l.idle = c.fs.Duration("idle-suspend", 0, "suspend after `D` without inbound traffic (default 10m, at least 1m)")
+	l.ttl = c.fs.Duration("ttl", 0, "terminate after `D` suspended (default 168h)")
+}
+
+// apply puts the flags that were given in req; one given as 0 is sent too, and the
+// daemon refuses it with the allowed range.
+func (l *lifecycleFlags) apply(c *cmd, req *api.CreateSandboxRequest) error {
+	if *l.maxLifetime < 0 || *l.idle < 0 || *l.ttl < 0 {
+		return usagef("--max-lifetime, --idle-suspend and --ttl must be positive")
+	}
+	if c.isSet("max-lifetime") {
+		req.MaxLifetime = l.maxLifetime.String()
+	}
+	if c.isSet("idle-suspend") {
+		req.IdleSuspend = l.idle.String()
+	}
+	if c.isSet("ttl") {
+		req.TTL = l.ttl.String()
 	}
 	return nil
 }

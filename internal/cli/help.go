@@ -22,7 +22,7 @@ type verb struct {
 
 // verbList is every verb Run dispatches, in the order help lists them.
 var verbList = []*verb{
-	createVerb, lsVerb, getVerb, execVerb, runVerb, runCodeVerb, shellVerb, cpVerb, rmVerb,
+	createVerb, lsVerb, getVerb, execVerb, runVerb, runCodeVerb, logsVerb, shellVerb, cpVerb, rmVerb,
 	suspendVerb, resumeVerb, eventsVerb,
 	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb,
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,

@@ -15,12 +15,13 @@ import (
 
 var runVerb = &verb{
 	name:  "run",
-	args:  "[--image IMG] [--cpu N] [--memory SIZE] [--env K=V]... [--timeout D] [--profile P [--workspace DIR] [--access none|ro|rw] [--artifacts DIR]] [--detach [--name NAME] [--idle-suspend D]] -- CMD [ARG...]",
+	args:  "[--image IMG] [--cpu N] [--memory SIZE] [--env K=V]... [--timeout D] [--max-lifetime D] [--idle-suspend D] [--ttl D] [--profile P [--workspace DIR] [--access none|ro|rw] [--artifacts DIR]] [--detach [--name NAME]] -- CMD [ARG...]",
 	short: "run a command in a new sandbox (or where a profile says), then terminate it",
 	long: `The sandbox is named run-<random> and is terminated when the command ends, fails
 or is interrupted. With --detach the sandbox stays: the command starts in the background
-(as a raw session) and the sandbox's name is printed; it suspends after 24h without
-inbound traffic unless --idle-suspend says otherwise.
+and the sandbox's name is printed; airlock logs NAME [--follow] shows its output. The
+lifetime flags are create's, with its defaults: a detached sandbox suspends after 10m
+without inbound traffic (--idle-suspend) and ends after 8h (--max-lifetime).
 With --profile (or the daemon's router.profile) the daemon decides where the command
 runs: off on the host, safe on the host inside the fence unless its risk score reaches
 the threshold, strict always in a sandbox without network. One argument after -- is shell
@@ -42,7 +43,9 @@ func runRun(c *cmd, args []string) error {
 	timeout := c.fs.Duration("timeout", 0, "stop the command after `D`, e.g. 30s")
 	detach := c.fs.Bool("detach", false, "keep the sandbox and run the command in the background")
 	detachName := c.fs.String("name", "", "with --detach, the sandbox's `NAME` (default run-<random>)")
-	idle := c.fs.Duration("idle-suspend", 24*time.Hour, "with --detach, suspend after `D` without inbound traffic")
+	var life lifecycleFlags
+	life.register(c)
+	lim.also = func(r *api.CreateSandboxRequest) error { return life.apply(c, r) }
 	var rf routeFlags
 	rf.register(c)
 	_, command, err := c.parse(args, 0, true)
@@ -56,7 +59,7 @@ func runRun(c *cmd, args []string) error {
 		if rf.profile != "" || rf.used() {
 			return usagef("--detach runs in a sandbox that stays: it takes no --profile, --workspace, --access or --artifacts")
 		}
-		return runDetached(c, &lim, command, *detachName, *idle)
+		return runDetached(c, &lim, command, *detachName)
 	}
 	if len(command) > 0 {
 		if routed, err := runRoutedCommand(c, &rf, &lim, command, *timeout); routed {
@@ -163,7 +166,7 @@ func ephemeralName() string {
 
 // runDetached creates a sandbox that stays, starts command in it as a background
 // session and prints the sandbox's name.
-func runDetached(c *cmd, lim *limitFlags, command []string, name string, idle time.Duration) error {
+func runDetached(c *cmd, lim *limitFlags, command []string, name string) error {
 	if len(command) == 0 {
 		return usagef("a command is required after --")
 	}
@@ -174,7 +177,6 @@ func runDetached(c *cmd, lim *limitFlags, command []string, name string, idle ti
 	if err != nil {
 		return err
 	}
-	create.IdleSuspend = idle.String()
 	cl, err := c.client()
 	if err != nil {
 		return err
@@ -186,7 +188,7 @@ func runDetached(c *cmd, lim *limitFlags, command []string, name string, idle ti
 	if err != nil {
 		return err
 	}
-	ses, err := cl.StartSession(c.ctx, name, api.SessionRequest{Kind: "raw", Argv: command})
+	ses, err := cl.StartSession(c.ctx, name, api.SessionRequest{Kind: "raw", Argv: command, Background: true})
 	if err != nil {
 		return fmt.Errorf("sandbox %s was created but the command did not start: %w", name, err)
 	}

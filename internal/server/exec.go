@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/api"
@@ -157,6 +159,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch req.Kind {
 	case agentproto.SessionPython, agentproto.SessionShell:
+		if req.Background {
+			return errdefs.Invalid("a %s session takes input; only a raw session runs in the background", req.Kind)
+		}
 	case agentproto.SessionRaw:
 		if len(req.Argv) == 0 {
 			return errdefs.Invalid("a raw session needs argv")
@@ -180,12 +185,59 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, UID: uid, GID: gid})
+	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, UID: uid, GID: gid,
+		Log: req.Background})
 	if err != nil {
 		return s.m.AgentFailed(sb, err)
 	}
-	writeJSON(w, http.StatusCreated, api.Session{ID: info.ID, Kind: info.Kind, PID: info.PID})
+	writeJSON(w, http.StatusCreated, apiSession(*info))
 	return nil
+}
+
+func apiSession(i agentproto.SessionInfo) api.Session {
+	s := api.Session{ID: i.ID, Kind: i.Kind, PID: i.PID, Background: i.Log, Exited: i.Exited, ExitCode: i.ExitCode}
+	if i.StartedMS > 0 {
+		t := time.UnixMilli(i.StartedMS).UTC()
+		s.Started = &t
+	}
+	return s
+}
+
+// sessionLogs streams a background session's log: its last ?tail lines (all it keeps
+// when 0 or absent) and, with ?follow=true, what comes after until the process ends.
+// The result event says whether it is running or exited, and its exit code.
+func (s *Server) sessionLogs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	tail := 0
+	if v := q.Get("tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errdefs.Invalid("tail %q must be a number of lines, 0 or more", v)
+		}
+		tail = n
+	}
+	follow := false
+	if v := q.Get("follow"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errdefs.Invalid("follow %q must be true or false", v)
+		}
+		follow = b
+	}
+	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	st := newStream(w)
+	res, err := cl.SessionLogs(r.Context(), r.PathValue("sid"), tail, follow, st.writer("stdout"), st.writer("stderr"))
+	if err != nil {
+		err = s.m.AgentFailed(sb, err)
+	}
+	var out *api.ExecResult
+	if res != nil {
+		out = &api.ExecResult{State: res.State, ExitCode: res.ExitCode}
+	}
+	return st.finish(s, r, out, err)
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
@@ -199,7 +251,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.SessionList{Sessions: []api.Session{}}
 	for _, i := range list {
-		out.Sessions = append(out.Sessions, api.Session{ID: i.ID, Kind: i.Kind, PID: i.PID})
+		out.Sessions = append(out.Sessions, apiSession(i))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
