@@ -15,10 +15,16 @@ for p in "${pkgs[@]}"; do
 done
 for p in "${pkgs[@]}"; do
   t="$bin/$(basename "$p").test"
+  # Each runs in a directory of its own holding a copy of its package's testdata (golden
+  # files), as go test runs it in the package's directory.
+  dir="$bin/$(basename "$p").dir"
+  mkdir -p "$dir"
+  if [ -d "$p/testdata" ]; then cp -r "$p/testdata" "$dir/"; fi
+  chmod -R a+rX "$dir"
   echo "rootless: $p"
   if [ "$(id -u)" = 0 ]; then
-    (cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$t" -test.count=1)
+    (cd "$dir" && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$t" -test.count=1)
   else
-    (cd /tmp && "$t" -test.count=1)
+    (cd "$dir" && "$t" -test.count=1)
   fi
 done

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -192,7 +193,22 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	d.mu.Lock()
 	delete(d.handlers, id)
 	d.mu.Unlock()
-	return os.RemoveAll(d.sandboxDir(id))
+	return removeTree(d.sandboxDir(id))
+}
+
+// removeTree removes dir even where the sandbox's commands (which run as the test's
+// user here, not as root in a user namespace) took away the write bit of a directory.
+func removeTree(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
 }
 
 // Status implements runtime.Driver.
