@@ -39,7 +39,6 @@ func TestGoldenLifecycle(t *testing.T) {
 	step("network-set.txt", "network", "set", "two", "--network", "allowlist", "--allow", "pypi.org")
 	step("run.txt", "run", "--", "echo", "hi")
 	step("image-ls.txt", "image", "ls")
-	step("image-ls.json", "image", "ls", "-o", "json")
 	step("user-ls.txt", "user", "ls")
 	step("token-ls.json", "token", "ls", "-o", "json")
 	step("run-detach.txt", "run", "--detach", "--name", "bg", "--", "echo", "from the background")
