@@ -16,7 +16,7 @@ import (
 func TestGoldenRest(t *testing.T) {
 	n := newNode(t)
 	var norm normalizer
-	vary := regexp.MustCompile(`("duration_ms": ?|"generation": ?|"version": ?)\d+|\b(tok_|al_|pt_)[0-9A-Za-z_-]+|hmac-sha256:[0-9a-f]+|token=[0-9A-Za-z_-]+|X-Airlock-Port-Token: [0-9A-Za-z_-]+|"token": "[0-9a-f]+|\bbnd_[0-9a-f]+`)
+	vary := regexp.MustCompile(`("duration_ms": ?|"generation": ?|"version": ?)\d+|\b(tok_|al_|pt_)[0-9A-Za-z_-]+|hmac-sha256:[0-9a-f]+|token=[0-9A-Za-z_-]+|X-Airlock-Port-Token: [0-9A-Za-z_-]+|"token": "[0-9a-f]+|\bbnd_[0-9a-f]+|unix uid \d+`)
 	step := func(file, stdin string, args ...string) string {
 		t.Helper()
 		out, errOut, err := n.run(bg, stdin, args...)
@@ -61,7 +61,7 @@ func TestGoldenRest(t *testing.T) {
 	step("secret-bind.txt", "", "secret", "bind", "api", "--sandbox", "box", "--target", "API_TOKEN", "--delivery", "env")
 	step("secret-unbind.txt", "", "secret", "unbind", "api", "--sandbox", "box", "--yes")
 	step("secret-revoke.txt", "", "secret", "revoke", "api", "--yes")
-	step("audit-ls.json", "", "audit", "ls", "--action", "secret.revoke", "-o", "json")
+	step("audit-ls.json", "", "audit", "ls", "--action", "DELETE /v1/secrets/{name}", "-o", "json")
 	step("image-rm-none.txt", "", "image", "prune", "--yes")
 	if out := n.must(t, "version"); !strings.HasPrefix(out, "client: ") || !strings.Contains(out, "\nserver: ") {
 		t.Errorf("version = %q, want the client's and the server's", out)
