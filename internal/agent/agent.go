@@ -53,7 +53,7 @@ type server struct {
 	// endedOrder in the order they ended (sessionlog.go).
 	endedLogs  map[string]*session
 	endedOrder []string
-	wg       sync.WaitGroup // connection handlers and session watchers
+	wg         sync.WaitGroup // connection handlers and session watchers
 
 	calls    atomic.Int64 // connections accepted, each one call
 	lastDone atomic.Int64 // when the last call ended, in unix nanoseconds

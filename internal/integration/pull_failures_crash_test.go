@@ -36,10 +36,9 @@ import (
 func TestPullFailuresSurviveAKilledDaemon(t *testing.T) {
 	good := rawTarLayer(t, []tar.Header{{Typeflag: tar.TypeReg, Name: "etc/good", Mode: 0o644}}, "fine")
 	type kind struct {
-		name  string
-		bad   v1.Layer // nil: the image is good; the failure is in the registry or the reference
-		ref   string   // the repository and tag pulled ("" : crash/NAME:1)
-		serve func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
+		name string
+		bad  v1.Layer // nil: the image is good; the failure is in the registry or the reference
+		ref  string   // the repository and tag pulled ("" : crash/NAME:1)
 	}
 	var (
 		mu       sync.Mutex
