@@ -161,6 +161,7 @@ def start_session(
     argv: Optional[Sequence[str]] = None,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[str] = None,
+    background: bool = False,
 ) -> Request[SessionInfo]:
     body: Dict[str, Any] = {"kind": kind}
     a = v.session_kind(kind, argv)
@@ -170,7 +171,28 @@ def start_session(
         body["env"] = v.env(env)
     if cwd is not None:
         body["cwd"] = v.path(cwd)
+    if background:
+        if kind != "raw":
+            raise InvalidArgument(f"a {kind} session takes input; only a raw session (with argv) runs in the background")
+        body["background"] = True
     return Request("POST", sandbox_path(v.ref(ref), "sessions"), json=body, parse=SessionInfo.from_json)
+
+
+def session_logs(ref: str, session_id: str, *, tail: int = 0, follow: bool = False) -> Request[ExecResult]:
+    if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
+        raise InvalidArgument(f"invalid tail {tail!r}: give a number of lines, 0 (all kept) or more")
+    query = []
+    if tail:
+        query.append(("tail", str(tail)))
+    if follow:
+        query.append(("follow", "true"))
+    return Request(
+        "GET",
+        sandbox_path(v.ref(ref), "sessions", v.session_id(session_id), "logs"),
+        query=query,
+        stream=True,
+        parse=ExecResult.from_json,
+    )
 
 
 def list_sessions(ref: str) -> Request[List[SessionInfo]]:

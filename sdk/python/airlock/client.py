@@ -239,9 +239,18 @@ class Client:
         argv: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        background: bool = False,
     ) -> SessionInfo:
-        """Start a long-lived process: kind ``python``, ``shell`` or ``raw`` (with argv)."""
-        return self._do(_calls.start_session(ref, kind, argv=argv, env=env, cwd=cwd))
+        """Start a long-lived process: kind ``python``, ``shell`` or ``raw`` (with argv).
+        A ``background`` raw session keeps its output in a log (the last MiB), read with
+        :meth:`session_logs`, and takes no input."""
+        return self._do(_calls.start_session(ref, kind, argv=argv, env=env, cwd=cwd, background=background))
+
+    def session_logs(self, ref: str, session_id: str, *, tail: int = 0, follow: bool = False) -> ExecStream:
+        """Stream a background session's log: its last ``tail`` lines (0: all it keeps)
+        and, with ``follow``, what the process writes after, until it ends. The stream's
+        result has state ``running`` or ``exited`` and the exit code."""
+        return self._stream(_calls.session_logs(ref, session_id, tail=tail, follow=follow))
 
     def sessions(self, ref: str) -> List[SessionInfo]:
         """The sandbox's live sessions."""

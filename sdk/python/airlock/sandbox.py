@@ -95,6 +95,12 @@ class Session:
         """Send a message and stream the reply as it arrives."""
         return self._sb.client.send_stream(self._sb._ref, self.id, input)
 
+    def logs(self, *, tail: int = 0, follow: bool = False) -> ExecStream:
+        """A background session's output: its last ``tail`` lines (0: all kept) and,
+        with ``follow``, what comes after until the process ends. Iterate the stream
+        for chunks; its ``result`` says ``running`` or ``exited`` and the exit code."""
+        return self._sb.client.session_logs(self._sb._ref, self.id, tail=tail, follow=follow)
+
     def close(self) -> None:
         """End the session and its process (a session already gone is not an error)."""
         try:
@@ -283,10 +289,13 @@ class Sandbox:
         argv: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        background: bool = False,
     ) -> Session:
         """Start a session: ``python`` (a REPL), ``shell`` (``/bin/sh``, or argv) or
-        ``raw`` (argv, any program; a reply ends when its output goes quiet)."""
-        return Session(self, self.client.start_session(self._ref, kind, argv=argv, env=env, cwd=cwd))
+        ``raw`` (argv, any program; a reply ends when its output goes quiet). A
+        ``background`` raw session (a server, a long job) takes no input; its output is
+        kept in a log that :meth:`Session.logs` reads."""
+        return Session(self, self.client.start_session(self._ref, kind, argv=argv, env=env, cwd=cwd, background=background))
 
     def sessions(self) -> List[Session]:
         """The sandbox's live sessions."""

@@ -237,15 +237,26 @@ class FileInfo:
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """A live session: its id, kind (one of :data:`SESSION_KINDS`) and pid."""
+    """A session: its id, kind (one of :data:`SESSION_KINDS`) and pid; for a background
+    session, whether its process has exited and with which code."""
 
     id: str
     kind: str
     pid: int
+    background: bool = False
+    exited: bool = False
+    exit_code: int = 0
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SessionInfo":
-        return cls(id=d.get("id", ""), kind=d.get("kind", ""), pid=int(d.get("pid", 0)))
+        return cls(
+            id=d.get("id", ""),
+            kind=d.get("kind", ""),
+            pid=int(d.get("pid", 0)),
+            background=bool(d.get("background", False)),
+            exited=bool(d.get("exited", False)),
+            exit_code=int(d.get("exit_code", 0)),
+        )
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,19 @@ def test_exec_stream_close_cancels(sandbox):
     assert time.monotonic() - t0 < 10
 
 
+def test_background_session_logs(sandbox):
+    ses = sandbox.session("raw", argv=["sh", "-c", "echo up; echo warn >&2; sleep 0.3; echo done; exit 5"], background=True)
+    assert ses.info.background
+    res = ses.logs(follow=True).wait()
+    assert (res.state, res.exit_code) == ("exited", 5)
+    assert res.stdout == "up\ndone\n" and res.stderr == "warn\n"
+    assert ses.logs(tail=1).wait().stdout == "done\n"
+    ended = [s for s in sandbox.sessions() if s.id == ses.id]
+    assert ended and ended[0].info.exited and ended[0].info.exit_code == 5
+    with pytest.raises(airlock.InvalidArgument):
+        sandbox.session("python", background=True)
+
+
 def test_session_round_trip(sandbox):
     with sandbox.session("python") as ses:
         assert ses.kind == "python" and ses.id and ses.pid > 0
