@@ -196,7 +196,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/sandboxes/{ref}/sessions", s.startSession, auth.SandboxExec},
 		{"GET /v1/sandboxes/{ref}/sessions", s.listSessions, auth.SandboxRead},
 		{"POST /v1/sandboxes/{ref}/sessions/{sid}/send", s.send, auth.SandboxExec},
-		{"GET /v1/sandboxes/{ref}/sessions/{sid}/logs", s.sessionLogs, auth.SandboxRead},
+		{"GET /v1/sandboxes/{ref}/sessions/{sid}/logs", s.sessionLogs, auth.SandboxExec}, // a process's output, like an exec's
 		{"DELETE /v1/sandboxes/{ref}/sessions/{sid}", s.closeSession, auth.SandboxExec},
 		{"PUT /v1/sandboxes/{ref}/files", s.upload, auth.SandboxFiles},
 		{"GET /v1/sandboxes/{ref}/files", s.download, auth.SandboxFiles},
