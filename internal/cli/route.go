@@ -43,7 +43,7 @@ func (f *routeFlags) register(c *cmd) {
 	c.fs.StringVar(&f.profile, "profile", "", "isolation `profile`: off, safe or strict (default: the daemon's router.profile, if any)")
 	c.fs.StringVar(&f.workspace, "workspace", "", "project `DIR` the command works on (default: none, a scratch directory)")
 	c.fs.StringVar(&f.access, "access", "", "workspace access: `none`, ro or rw (default: the profile's)")
-	c.fs.StringVar(&f.artifacts, "artifacts", "", "`DIR` for the files the command makes (default ./airlock-artifacts/RUN-NAME)")
+	c.fs.StringVar(&f.artifacts, "artifacts", "", "`DIR` for the files the command makes (default ./airlock-artifacts/RUN-NAME, or under $TMPDIR when that is in the workspace)")
 }
 
 // check refuses flag values that are wrong before anything is asked or run.
@@ -150,6 +150,11 @@ func (w *work) prepare(f *routeFlags) error {
 	w.artifacts = f.artifacts
 	if w.artifacts == "" {
 		w.artifacts = filepath.Join("airlock-artifacts", w.name)
+		if abs, err := filepath.Abs(w.artifacts); err == nil && w.workspace != "" && within(abs, w.workspace) {
+			// The usual case, --workspace . from the project: the default goes beside
+			// the workspace's copy, not into it.
+			w.artifacts = filepath.Join(os.TempDir(), "airlock-artifacts", w.name)
+		}
 	}
 	abs, err := filepath.Abs(w.artifacts)
 	if err != nil {
