@@ -565,6 +565,9 @@ type CreateTokenRequest struct {
 	User    string `json:"user"`
 	Name    string `json:"name,omitempty"`
 	Expires string `json:"expires,omitempty"` // a lifetime such as 720h; empty: until revoked
+	// Format is the secret's shape: "airlock" (al_…, the default) or "e2b" (e2b_ and 40
+	// hex digits, for E2B's SDKs); either works wherever a token does.
+	Format string `json:"format,omitempty"`
 }
 
 // WhoAmI is the body of GET /v1/whoami: the caller and what it may do.

@@ -20,6 +20,7 @@ func serve(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "directory for the database, images and sandboxes (default /var/lib/airlock)")
 	socket := fs.String("socket", "", "unix socket of the API (default /run/airlock/airlock.sock)")
 	listen := fs.String("listen", "", "also serve the API on TCP HOST:PORT (needs tokens in the config)")
+	e2bListen := fs.String("e2b-listen", "", "also serve the E2B-compatible control plane on TCP HOST:PORT (API keys: airlock token create --format e2b)")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		cli.PrintFlagError(os.Stderr, "serve", fs, err)
@@ -44,6 +45,9 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
+	}
+	if *e2bListen != "" {
+		cfg.E2BListen = *e2bListen
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

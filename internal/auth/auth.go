@@ -112,15 +112,42 @@ func randomString(n int) string {
 // CreateToken makes a token for identity, valid for ttl (0: until revoked), and returns
 // its secret, shown this once.
 func (s *Service) CreateToken(ctx context.Context, identity, name string, ttl time.Duration) (string, *store.Token, error) {
+	return s.CreateTokenFormat(ctx, identity, name, TokenFormatAirlock, ttl)
+}
+
+// The formats a token's secret can take. Either is the same kind of token, kept the
+// same way (a SHA-256 hash) and accepted wherever a token is: as a bearer token on the
+// API and as the X-API-Key of the E2B-compatible control plane.
+const (
+	TokenFormatAirlock = "airlock" // al_ and 52 base32 characters
+	TokenFormatE2B     = "e2b"     // e2b_ and 40 hex digits, the shape E2B's SDKs expect of an API key
+)
+
+// E2BTokenPrefix starts every token of the e2b format.
+const E2BTokenPrefix = "e2b_"
+
+// CreateTokenFormat is CreateToken with the secret in format ("" is the Airlock format).
+func (s *Service) CreateTokenFormat(ctx context.Context, identity, name, format string, ttl time.Duration) (string, *store.Token, error) {
 	if ttl < 0 {
 		return "", nil, errdefs.Invalid("a token's lifetime cannot be negative")
+	}
+	var secret string
+	switch format {
+	case "", TokenFormatAirlock:
+		secret = TokenPrefix + randomString(32)
+	case TokenFormatE2B:
+		b := make([]byte, 20)
+		rand.Read(b)
+		secret = E2BTokenPrefix + hex.EncodeToString(b)
+	default:
+		return "", nil, errdefs.Invalid("unknown token format %q: %s or %s", format, TokenFormatAirlock, TokenFormatE2B)
 	}
 	if _, err := s.st.GetIdentity(ctx, identity); err != nil {
 		return "", nil, err
 	}
-	secret := TokenPrefix + randomString(32)
+	pfx := secret[:strings.Index(secret, "_")+1]
 	t := &store.Token{ID: "tok_" + randomString(10), Identity: identity, Name: name, Hash: hashToken(secret),
-		Prefix: secret[:len(TokenPrefix)+6], CreatedAt: s.now().UTC()}
+		Prefix: secret[:len(pfx)+6], CreatedAt: s.now().UTC()}
 	if ttl > 0 {
 		t.ExpiresAt = t.CreatedAt.Add(ttl)
 	}

@@ -40,9 +40,12 @@ var roleRmVerb = &verb{name: "role rm", args: "NAME", short: "remove a custom ro
 
 var tokenCreateVerb = &verb{
 	name:  "token create",
-	args:  "--user NAME [--name N] [--expires 720h]",
+	args:  "--user NAME [--name N] [--expires 720h] [--format airlock|e2b]",
 	short: "make an API token; it is shown this once (admin)",
-	run:   runTokenCreate,
+	long: `--format e2b makes the secret look like an E2B API key (e2b_ and 40 hex digits), for
+E2B's SDKs pointed at the daemon's E2B-compatible listener (e2b_listen); it is the same
+kind of token and works as a bearer token on Airlock's API too.`,
+	run: runTokenCreate,
 }
 
 var tokenLsVerb = &verb{name: "token ls", args: "[--user NAME]", short: "list API tokens, never their secrets (admin)", run: runTokenLs}
@@ -235,17 +238,21 @@ func runTokenCreate(c *cmd, args []string) error {
 	user := c.fs.String("user", "", "the identity `NAME` the token is for")
 	name := c.fs.String("name", "", "a `label` for the token")
 	expires := c.fs.String("expires", "", "lifetime `D` such as 720h (default: until revoked)")
+	format := c.fs.String("format", "airlock", "the secret's `shape`: airlock (al_...) or e2b (e2b_ and 40 hex digits, an E2B API key)")
 	if _, _, err := c.parse(args, 0, false); err != nil {
 		return err
 	}
 	if *user == "" {
 		return usagef("--user is required")
 	}
+	if *format != "airlock" && *format != "e2b" {
+		return usagef("--format is airlock or e2b, not %q", *format)
+	}
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
-	t, err := cl.CreateToken(c.ctx, api.CreateTokenRequest{User: *user, Name: *name, Expires: *expires})
+	t, err := cl.CreateToken(c.ctx, api.CreateTokenRequest{User: *user, Name: *name, Expires: *expires, Format: *format})
 	if err != nil {
 		return err
 	}

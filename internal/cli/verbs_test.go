@@ -692,3 +692,21 @@ func TestSecretVerbs(t *testing.T) {
 		})
 	}
 }
+
+func TestTokenCreateFormatE2B(t *testing.T) {
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"seed"}})}
+	n.must(t, "user", "create", "carol", "--role", "developer")
+	secret := strings.TrimSpace(n.must(t, "token", "create", "--user", "carol", "--format", "e2b"))
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(secret) {
+		t.Fatalf("token create --format e2b printed %q; want e2b_ and 40 hex digits", secret)
+	}
+	// The same kind of token: it is a bearer token on Airlock's API too.
+	var out, errOut bytes.Buffer
+	if err := Run(bg, []string{"whoami", "--addr", n.Addr, "--token", secret}, nil, &out, &errOut); err != nil {
+		t.Fatalf("whoami with the e2b token: %v\n%s", err, errOut.String())
+	}
+	wantContains(t, "whoami with the e2b token", out.String(), "carol (roles: developer)")
+	var stdout, stderr bytes.Buffer
+	wantExit(t, Run(bg, []string{"token", "create", "--user", "carol", "--format", "xyz"}, nil, &stdout, &stderr), 2)
+	wantContains(t, "token create --format xyz", stderr.String(), "airlock or e2b")
+}

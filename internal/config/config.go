@@ -139,6 +139,9 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	Socket   string `yaml:"socket"`
 	Listen   string `yaml:"listen"`
+	// E2BListen, if set, is the HOST:PORT of the E2B-compatible control plane (plain
+	// HTTP; every request needs an API key in X-API-Key). See docs/e2b.md.
+	E2BListen string `yaml:"e2b_listen"`
 	// SecretsDir is where secrets delivered as files live while their sandboxes run: a
 	// tmpfs the daemon mounts, outside the state directory, so no delivered value is
 	// ever written to disk, a snapshot or a fork.
@@ -294,6 +297,13 @@ func (c Config) Settings() (Settings, error) {
 	if c.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("listen %q must be HOST:PORT", c.Listen))
+		}
+	}
+	if c.E2BListen != "" {
+		if _, port, err := net.SplitHostPort(c.E2BListen); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("e2b_listen %q must be HOST:PORT", c.E2BListen))
+		} else if c.E2BListen == c.Listen {
+			errs = append(errs, fmt.Errorf("e2b_listen %q must differ from listen", c.E2BListen))
 		}
 	}
 	for i, t := range c.Tokens {

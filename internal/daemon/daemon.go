@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/failpoint"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -197,7 +198,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- hs.Serve(ul) }()
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
@@ -207,6 +208,22 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		}
 		go func() { errc <- hs.Serve(tl) }()
 		log.Info("listening", "tcp", tl.Addr().String())
+	}
+	if cfg.E2BListen != "" {
+		el, err := net.Listen("tcp", cfg.E2BListen)
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("e2b_listen: %w", err)
+		}
+		es := &http.Server{Handler: e2b.NewControl(m, e2b.Options{Authenticate: authSvc.Authenticate, Log: log, AuditLog: chain}),
+			ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- es.Serve(el) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			es.Shutdown(sctx)
+		}()
+		log.Info("listening", "e2b", el.Addr().String())
 	}
 	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "version", version.String())
 	select {

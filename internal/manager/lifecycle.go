@@ -198,3 +198,32 @@ func (m *Manager) Sweep(ctx context.Context) { m.sweep(ctx) }
 
 // sweepEvery is how often the timers run.
 const sweepEvery = 5 * time.Second
+
+// SetLifetime moves the end of a sandbox's maximum lifetime to d from now (the E2B
+// "timeout"). A running sandbox's agent enforces the end it was started with on its own
+// clock, so a running sandbox's lifetime can be shortened but not extended; a suspended
+// sandbox's can be either, and its next start carries the new end.
+func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time.Duration) (*store.Operation, *store.Sandbox, error) {
+	if d < m.cfg.MinMaxLifetime || d > m.cfg.MaxMaxLifetime {
+		return nil, nil, errdefs.Invalid("a lifetime of %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
+	}
+	return m.lifecycleOpBody(ctx, call, ref, "lifetime", d.String(), func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+		end := m.now().Add(d)
+		switch sb.State {
+		case Suspended:
+		case Running:
+			if end.After(sb.ExpiresAt) {
+				return errdefs.Precondition("sandbox %q is running and ends at %s: a running sandbox's lifetime can be shortened, not extended (suspend it, then set the lifetime and resume)",
+					sb.Name, sb.ExpiresAt.UTC().Format(time.RFC3339)).WithDetails(map[string]any{"expires_at": sb.ExpiresAt, "reason": "lifetime_extend_running"})
+			}
+		default:
+			return errdefs.Precondition("sandbox %q is %s; only a running or suspended sandbox's lifetime can be changed", sb.Name, sb.State)
+		}
+		sb.ExpiresAt = end
+		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			return err
+		}
+		m.event(sb, "lifetime", "set_lifetime", map[string]any{"expires_at": end})
+		return nil
+	})
+}

@@ -128,7 +128,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return errdefs.Invalid("expires %q: %v", req.Expires, err)
 	}
-	secret, t, err := s.opts.Auth.CreateToken(r.Context(), req.User, req.Name, ttl)
+	secret, t, err := s.opts.Auth.CreateTokenFormat(r.Context(), req.User, req.Name, req.Format, ttl)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,240 @@
+// Package e2b owns Airlock's E2B-compatible control plane: the HTTP API that E2B's SDKs
+// call to create, list, pause, resume and kill sandboxes (point them at it with
+// E2B_API_URL). It maps each E2B call onto manager calls — a template is an Airlock
+// image, the timeout is the sandbox's maximum lifetime, metadata are labels, pause is
+// suspend, resume and connect are resume, kill is terminate — and answers in E2B's
+// shapes, errors included ({"code": <HTTP status>, "message": "..."}). What Airlock
+// cannot do the E2B way is refused with a message saying what Airlock does instead.
+// The in-sandbox (envd) plane is not here yet.
+//
+// Hostile surfaces it guards: every request carries an API key (X-API-Key) that the
+// caller's authenticator turns into an identity, and that identity's permissions are
+// checked as on Airlock's own API; a sandbox id resolves only among the caller's own
+// sandboxes (another identity's is "not found"); bodies are capped at 1 MiB and bad
+// input is refused before anything changes.
+//
+// It holds no sandbox rules (those are the manager's) and must not import the server,
+// the store or the runtime.
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+)
+
+// maxBody bounds every JSON request body.
+const maxBody = 1 << 20
+
+// ClientID is what the control plane reports as every sandbox's (deprecated) clientID.
+const ClientID = "airlock"
+
+// EnvdVersion is the envd version reported for every sandbox: E2B's SDKs refuse a
+// sandbox whose envd is older than they support. Airlock has no envd plane yet.
+const EnvdVersion = "0.2.0"
+
+// Options configure the control plane.
+type Options struct {
+	// Authenticate returns the identity an API key (the X-API-Key header) stands for.
+	Authenticate func(ctx context.Context, apiKey string) (*auth.Principal, error)
+	// Domain, if set, is reported as every sandbox's domain.
+	Domain string
+	// Log receives the causes of internal errors (default: slog.Default()).
+	Log *slog.Logger
+	// AuditLog, if set, records every request as Airlock's own API does (action
+	// "E2B <route>"), and while it cannot be written calls that change anything are
+	// refused.
+	AuditLog *audit.Chain
+}
+
+// Control is the E2B-compatible control plane.
+type Control struct {
+	m    *manager.Manager
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// handler writes its answer, or returns the error that refuses the request.
+type handler func(w http.ResponseWriter, r *http.Request, p *auth.Principal) error
+
+// NewControl builds the control plane over m.
+func NewControl(m *manager.Manager, opts Options) *Control {
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Control{m: m, opts: opts, log: log.With("component", "e2b"), mux: http.NewServeMux()}
+	for _, rt := range []struct {
+		pattern string
+		perm    auth.Permission
+		h       handler
+	}{
+		{"POST /sandboxes", auth.SandboxCreate, c.create},
+		{"GET /sandboxes", auth.SandboxRead, c.listV1},
+		{"GET /v2/sandboxes", auth.SandboxRead, c.listV2},
+		{"GET /sandboxes/{id}", auth.SandboxRead, c.get},
+		{"DELETE /sandboxes/{id}", auth.SandboxCreate, c.kill},
+		{"POST /sandboxes/{id}/timeout", auth.SandboxCreate, c.setTimeout},
+		{"POST /sandboxes/{id}/pause", auth.SandboxCreate, c.pause},
+		{"POST /sandboxes/{id}/resume", auth.SandboxCreate, c.resume},
+		{"POST /sandboxes/{id}/connect", auth.SandboxCreate, c.connect},
+	} {
+		c.mux.HandleFunc(rt.pattern, c.adapt(rt.pattern, rt.perm, rt.h))
+	}
+	c.mux.HandleFunc("/", c.adapt("", "", func(w http.ResponseWriter, r *http.Request, _ *auth.Principal) error {
+		return errdefs.NotFound("%s %s is not part of Airlock's E2B-compatible control plane (see docs/e2b.md for what is)", r.Method, r.URL.Path)
+	}))
+	return c
+}
+
+// ServeHTTP authenticates the API key and dispatches.
+func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// adapt authenticates the caller, checks perm ("" for any authenticated caller) and is
+// the one place a handler's error becomes E2B's error shape.
+func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		p, err := c.authenticate(r)
+		if err == nil && perm != "" && !p.Can(perm) {
+			err = &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+				Msg: fmt.Sprintf("this call needs the %s permission, which the roles of %q (%s) do not grant", perm, p.Identity, strings.Join(p.Roles, ", "))}
+		}
+		if err == nil && r.Method != http.MethodGet && c.opts.AuditLog != nil {
+			err = c.opts.AuditLog.Healthy() // nothing changes that the audit log cannot record
+		}
+		if err == nil {
+			r = r.WithContext(manager.WithActor(r.Context(), p.Identity))
+			err = h(rec, r, p)
+		}
+		if err != nil {
+			c.writeError(rec, r, err)
+		}
+		c.audit(r, pattern, p, rec.status, err, start)
+	}
+}
+
+// audit records the request in the audit log, as Airlock's own API records its own.
+func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, status int, err error, start time.Time) {
+	if c.opts.AuditLog == nil {
+		return
+	}
+	if pattern == "" {
+		pattern = r.Method + " " + r.URL.Path // the caller's choice: clipped below
+	}
+	result := strconv.Itoa(status)
+	if err != nil {
+		code, _ := errdefs.Code(err)
+		result += " " + code
+	}
+	e := audit.Entry{Action: audit.Clip("E2B " + pattern), Result: result, Source: "e2b tcp " + r.RemoteAddr,
+		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
+	if p != nil {
+		e.Identity = p.Identity
+	}
+	if id := r.PathValue("id"); id != "" {
+		e.Resource = audit.Clip("id=" + id)
+	}
+	if aerr := c.opts.AuditLog.Append(r.Context(), e); aerr != nil {
+		c.log.Error("audit log", "err", aerr)
+	}
+}
+
+// statusRecorder remembers the status a handler answered with, for the audit log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (c *Control) authenticate(r *http.Request) (*auth.Principal, error) {
+	key := r.Header.Get("X-API-Key")
+	if key == "" {
+		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated,
+			Msg: "an API key is required in the X-API-Key header (an administrator makes one: airlock token create --user NAME --format e2b)"}
+	}
+	if c.opts.Authenticate == nil {
+		return nil, errdefs.Unavailable("this control plane has no authentication")
+	}
+	p, err := c.opts.Authenticate(r.Context(), key)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnauthenticated) {
+			return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the API key is not valid (wrong, expired or revoked)"}
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// apiError is E2B's error shape.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// errTooLarge marks an oversize body (413).
+var errTooLarge = errors.New("request body too large")
+
+func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, status := errdefs.Code(err)
+	if errors.Is(err, errTooLarge) {
+		status = http.StatusRequestEntityTooLarge
+	}
+	msg := errdefs.Message(err)
+	if code == "internal" {
+		c.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error; the daemon's log has the cause"
+	}
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// decode reads a JSON body of at most maxBody bytes. Fields this plane does not know
+// are ignored (E2B's SDKs add fields over time); an empty body is allowed when
+// optional, and leaves v as it was.
+func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: fmt.Sprintf("request body is larger than %d bytes", maxBody), Cause: errTooLarge}
+		case errors.Is(err, io.EOF):
+			if optional {
+				return nil
+			}
+			return errdefs.Invalid("request body is empty; a JSON object is required")
+		default:
+			return errdefs.Invalid("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+	}
+	if dec.More() {
+		return errdefs.Invalid("invalid request body: more than one JSON value")
+	}
+	return nil
+}

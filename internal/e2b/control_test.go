@@ -1,0 +1,217 @@
+package e2b_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+type fixture struct {
+	t    *testing.T
+	url  string
+	node *testenv.FakeNode
+}
+
+// do sends one request with key and returns the status, the body and the headers.
+func (f fixture) do(method, path, key, body string) (int, []byte, http.Header) {
+	f.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, f.url+path, rd)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// want checks the status, and for an error E2B's shape with the same code.
+func (f fixture) want(what string, got int, body []byte, want int) {
+	f.t.Helper()
+	if got != want {
+		f.t.Fatalf("%s: status %d, want %d; body %s", what, got, want, body)
+	}
+	if want >= 400 {
+		var e struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || e.Code != want || e.Message == "" {
+			f.t.Fatalf("%s: body %s is not E2B's error shape with code %d", what, body, want)
+		}
+	}
+}
+
+func newFixture(t *testing.T) (fixture, string, string) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	ctx := context.Background()
+	alice, _, err := n.Auth.CreateTokenFormat(ctx, "alice", "e2b", "e2b", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(alice) {
+		t.Fatalf("e2b token %q is not e2b_ and 40 hex digits", alice)
+	}
+	bob, _, err := n.Auth.CreateTokenFormat(ctx, "bob", "e2b", "e2b", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Authenticate: n.Auth.Authenticate, AuditLog: n.AuditLog}))
+	t.Cleanup(srv.Close)
+	return fixture{t: t, url: srv.URL, node: n}, alice, bob
+}
+
+// TestControlPlaneIsAudited: calls through the E2B plane are in the audit log, with the
+// identity the key stands for, as calls to Airlock's own API are.
+func TestControlPlaneIsAudited(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
+	f.want("create", st, body, 201)
+	st, body, _ = f.do("GET", "/sandboxes", "", "")
+	f.want("no key", st, body, 401)
+	recs, err := f.node.AuditLog.List(context.Background(), store.AuditFilter{Action: "E2B POST /sandboxes"})
+	if err != nil || len(recs) != 1 || recs[0].Identity != "alice" || !strings.Contains(string(recs[0].Doc), `"result":"201"`) {
+		t.Fatalf("audit records of the create: %v %+v", err, recs)
+	}
+	recs, _ = f.node.AuditLog.List(context.Background(), store.AuditFilter{Action: "E2B GET /sandboxes"})
+	if len(recs) != 1 || !strings.Contains(string(recs[0].Doc), "401") {
+		t.Errorf("the refused call is not audited as refused: %+v", recs)
+	}
+}
+
+func TestControlPlaneLifecycle(t *testing.T) {
+	f, alice, bob := newFixture(t)
+
+	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base","timeout":3600,"metadata":{"team":"a","n":"1"},"envVars":{"FOO":"bar"}}`)
+	f.want("create", st, body, 201)
+	var sb struct{ SandboxID, TemplateID, ClientID, EnvdVersion string }
+	json.Unmarshal(body, &sb)
+	if !strings.HasPrefix(sb.SandboxID, "sb_") || sb.TemplateID != "base" || sb.ClientID != e2b.ClientID || sb.EnvdVersion == "" {
+		t.Fatalf("create answered %s", body)
+	}
+	id := sb.SandboxID
+	for i := 2; i <= 3; i++ {
+		st, body, _ = f.do("POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"team":"a","n":"`+string(rune('0'+i))+`"}}`)
+		f.want("create more", st, body, 201)
+	}
+	st, body, _ = f.do("POST", "/sandboxes", alice, `{"metadata":{"team":"b"}}`)
+	f.want("create team b", st, body, 201)
+
+	// list: metadata filter and pagination
+	q := "/v2/sandboxes?metadata=" + url.QueryEscape("team=a") + "&limit=2"
+	st, body, h := f.do("GET", q, alice, "")
+	f.want("list page 1", st, body, 200)
+	var page []struct {
+		SandboxID, State string
+		Metadata         map[string]string
+	}
+	json.Unmarshal(body, &page)
+	if len(page) != 2 || page[0].SandboxID != id || page[0].State != "running" || page[0].Metadata["n"] != "1" || h.Get("X-Next-Token") == "" {
+		t.Fatalf("page 1: %s (next %q)", body, h.Get("X-Next-Token"))
+	}
+	st, body, h = f.do("GET", q+"&nextToken="+h.Get("X-Next-Token"), alice, "")
+	f.want("list page 2", st, body, 200)
+	json.Unmarshal(body, &page)
+	if len(page) != 1 || page[0].Metadata["team"] != "a" || h.Get("X-Next-Token") != "" {
+		t.Fatalf("page 2: %s (next %q)", body, h.Get("X-Next-Token"))
+	}
+	st, body, _ = f.do("GET", "/sandboxes", bob, "")
+	f.want("bob's list", st, body, 200)
+	if strings.TrimSpace(string(body)) != "[]" {
+		t.Fatalf("bob sees %s", body)
+	}
+
+	// get
+	st, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
+	f.want("get", st, body, 200)
+	if !strings.Contains(string(body), `"state":"running"`) || !strings.Contains(string(body), `"endAt"`) {
+		t.Fatalf("get: %s", body)
+	}
+
+	// timeout: shortening is allowed, extending a running sandbox is refused
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/timeout", alice, `{"timeout":600}`)
+	f.want("shorten", st, body, 204)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/timeout", alice, `{"timeout":7200}`)
+	f.want("extend running", st, body, 409)
+
+	// pause, pause again, connect (resumes), connect again (already running), resume while running
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/pause", alice, "")
+	f.want("pause", st, body, 204)
+	st, body, _ = f.do("GET", "/v2/sandboxes?state=paused", alice, "")
+	if !strings.Contains(string(body), id) {
+		t.Fatalf("paused list lacks %s: %s", id, body)
+	}
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/pause", alice, "")
+	f.want("pause again", st, body, 409)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, `{"timeout":7200}`)
+	f.want("connect paused", st, body, 201)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, `{"timeout":60}`)
+	f.want("connect running", st, body, 200)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/resume", alice, `{"timeout":60}`)
+	f.want("resume running", st, body, 409)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/pause", alice, "")
+	f.want("pause 2", st, body, 204)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/resume", alice, "")
+	f.want("resume", st, body, 201)
+
+	// another identity's sandbox is not found
+	st, body, _ = f.do("GET", "/sandboxes/"+id, bob, "")
+	f.want("bob gets alice's", st, body, 404)
+	st, body, _ = f.do("DELETE", "/sandboxes/"+id, bob, "")
+	f.want("bob kills alice's", st, body, 404)
+
+	// kill
+	st, body, _ = f.do("DELETE", "/sandboxes/"+id, alice, "")
+	f.want("kill", st, body, 204)
+	st, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
+	f.want("get killed", st, body, 404)
+}
+
+func TestControlPlaneRefusesBadInput(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	for _, c := range []struct {
+		what, method, path, key, body string
+		want                          int
+	}{
+		{"no key", "GET", "/sandboxes", "", "", 401},
+		{"wrong key", "GET", "/sandboxes", "e2b_" + strings.Repeat("0", 40), "", 401},
+		{"unknown template", "POST", "/sandboxes", alice, `{"templateID":"nosuch"}`, 400},
+		{"negative timeout", "POST", "/sandboxes", alice, `{"templateID":"base","timeout":-5}`, 400},
+		{"timeout under the minimum", "POST", "/sandboxes", alice, `{"templateID":"base","timeout":5}`, 400},
+		{"bad metadata", "POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"bad key!":"x"}}`, 400},
+		{"bad env", "POST", "/sandboxes", alice, `{"templateID":"base","envVars":{"1X":"x"}}`, 400},
+		{"autoPause", "POST", "/sandboxes", alice, `{"templateID":"base","autoPause":true}`, 400},
+		{"too large", "POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"a":"` + strings.Repeat("x", 1<<20) + `"}}`, 413},
+		{"not json", "POST", "/sandboxes", alice, `{`, 400},
+		{"bad limit", "GET", "/v2/sandboxes?limit=500", alice, "", 400},
+		{"bad state", "GET", "/v2/sandboxes?state=dead", alice, "", 400},
+		{"bad nextToken", "GET", "/v2/sandboxes?nextToken=zzz", alice, "", 400},
+		{"unknown sandbox", "GET", "/sandboxes/sb_nosuch", alice, "", 404},
+		{"unknown route", "GET", "/templates", alice, "", 404},
+	} {
+		st, body, _ := f.do(c.method, c.path, c.key, c.body)
+		f.want(c.what, st, body, c.want)
+	}
+	st, body, _ := f.do("GET", "/v2/sandboxes", alice, "")
+	f.want("list after refusals", st, body, 200)
+	if strings.TrimSpace(string(body)) != "[]" {
+		t.Fatalf("a refused create left a sandbox: %s", body)
+	}
+}

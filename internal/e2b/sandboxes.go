@@ -1,0 +1,440 @@
+package e2b
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/manager"
+)
+
+// BaseTemplate is E2B's default template; here it is the host image.
+const BaseTemplate = "base"
+
+// newSandbox is E2B's NewSandbox body.
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	AutoPause           bool              `json:"autoPause"`
+	AutoResume          *struct{}         `json:"autoResume"` // Airlock resumes a paused sandbox on use anyway
+	Secure              bool              `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             map[string]any    `json:"network"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	MCP                 map[string]any    `json:"mcp"`
+	VolumeMounts        []any             `json:"volumeMounts"`
+}
+
+// sandbox is E2B's Sandbox answer.
+type sandbox struct {
+	TemplateID  string  `json:"templateID"`
+	SandboxID   string  `json:"sandboxID"`
+	Alias       string  `json:"alias,omitempty"`
+	ClientID    string  `json:"clientID"`
+	EnvdVersion string  `json:"envdVersion"`
+	Domain      *string `json:"domain"`
+}
+
+// listedSandbox is E2B's ListedSandbox, and with the domain its SandboxDetail.
+type listedSandbox struct {
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int64             `json:"memoryMB"`
+	DiskSizeMB  int64             `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+	Domain      *string           `json:"domain,omitempty"`
+}
+
+// E2B's two states.
+const (
+	stateRunning = "running"
+	statePaused  = "paused"
+)
+
+// e2bState is a sandbox's E2B state; "" for one E2B would not list (ended or failed).
+func e2bState(s manager.State) string {
+	switch s {
+	case manager.Running, manager.Creating, manager.Resuming:
+		return stateRunning
+	case manager.Suspended, manager.Suspending:
+		return statePaused
+	}
+	return ""
+}
+
+func templateOf(sb *manager.Sandbox) string {
+	if sb.Image == image.HostName {
+		return BaseTemplate
+	}
+	return sb.Image
+}
+
+func (c *Control) domain() *string {
+	if c.opts.Domain == "" {
+		return nil
+	}
+	d := c.opts.Domain
+	return &d
+}
+
+func (c *Control) toSandbox(sb *manager.Sandbox) sandbox {
+	t := templateOf(sb)
+	return sandbox{TemplateID: t, Alias: t, SandboxID: sb.ID, ClientID: ClientID, EnvdVersion: EnvdVersion, Domain: c.domain()}
+}
+
+func toListed(sb *manager.Sandbox) listedSandbox {
+	t := templateOf(sb)
+	md := sb.Labels
+	if md == nil {
+		md = map[string]string{}
+	}
+	return listedSandbox{TemplateID: t, Alias: t, SandboxID: sb.ID, ClientID: ClientID,
+		StartedAt: sb.CreatedAt.UTC(), EndAt: sb.ExpiresAt.UTC(),
+		CPUCount: max(1, int(sb.Limits.CPU+0.999)), MemoryMB: sb.Limits.Memory >> 20, DiskSizeMB: sb.Limits.Disk >> 20,
+		Metadata: md, State: e2bState(sb.State), EnvdVersion: EnvdVersion}
+}
+
+// call is a manager call by p; E2B sends no idempotency keys or versions.
+func call(p *auth.Principal) manager.Call {
+	return manager.Call{Owner: p.Identity, Admin: p.Can(auth.Admin)}
+}
+
+// timeout reads an E2B timeout (seconds) as a lifetime.
+func timeout(field string, secs int64) (time.Duration, error) {
+	if secs <= 0 {
+		return 0, errdefs.Invalid("%s must be a positive number of seconds, not %d", field, secs)
+	}
+	if secs > int64(365*24*time.Hour/time.Second) {
+		return 0, errdefs.Invalid("%s of %d seconds is more than a year; Airlock's maximum lifetime is far shorter", field, secs)
+	}
+	return time.Duration(secs) * time.Second, nil
+}
+
+func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	var req newSandbox
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	switch {
+	case req.AutoPause:
+		return errdefs.Invalid("autoPause is not supported: Airlock ends a sandbox when its timeout (maximum lifetime) is reached, and suspends it on its own after 10 minutes without calls; leave autoPause false")
+	case req.Network != nil:
+		return errdefs.Invalid("network is not supported here: set a sandbox's egress policy with Airlock's API (airlock network set); allow_internet_access is supported")
+	case req.MCP != nil:
+		return errdefs.Invalid("mcp is not supported by Airlock")
+	case len(req.VolumeMounts) > 0:
+		return errdefs.Invalid("volumeMounts are not supported here: attach volumes with Airlock's API")
+	}
+	cr := manager.CreateRequest{Name: newName(), Env: req.EnvVars, Labels: req.Metadata}
+	if req.TemplateID != "" && req.TemplateID != BaseTemplate {
+		if _, err := c.m.InspectImage(call(p), req.TemplateID); err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
+				return errdefs.Invalid("template %q not found: a template is the name of an Airlock image you can use (airlock image ls), or %q for the host image", req.TemplateID, BaseTemplate)
+			}
+			return err
+		}
+		cr.Image = req.TemplateID
+	}
+	if req.Timeout != nil {
+		d, err := timeout("timeout", *req.Timeout)
+		if err != nil {
+			return err
+		}
+		cr.MaxLifetime = d.String()
+	}
+	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+		cr.Network = &manager.NetworkPolicy{Mode: "deny_all"}
+	}
+	_, sb, err := c.m.Create(r.Context(), call(p), cr)
+	if err != nil {
+		return fieldNames(err)
+	}
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	return nil
+}
+
+// fieldNames rewords the manager's refusals in E2B's field names.
+func fieldNames(err error) error {
+	var e *errdefs.Error
+	if errors.As(err, &e) && errors.Is(err, errdefs.ErrInvalidArgument) {
+		r := strings.NewReplacer("max_lifetime", "timeout (the sandbox's maximum lifetime)", "label", "metadata", "environment variable", "envVars entry")
+		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: r.Replace(e.Msg), Cause: err}
+	}
+	return err
+}
+
+// newName names a sandbox E2B made; E2B sandboxes have no names of their own.
+func newName() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "e2b-" + hex.EncodeToString(b[:])
+}
+
+// resolve finds one of p's sandboxes that E2B would still see.
+func (c *Control) resolve(r *http.Request, p *auth.Principal) (*manager.Sandbox, error) {
+	id := r.PathValue("id")
+	if !strings.HasPrefix(id, "sb_") {
+		return nil, errdefs.NotFound("sandbox %q not found (Airlock sandbox ids start with sb_)", id)
+	}
+	sb, err := c.m.Resolve(r.Context(), p.Identity, id)
+	if err != nil {
+		return nil, err
+	}
+	if e2bState(sb.State) == "" {
+		return nil, errdefs.NotFound("sandbox %q not found: it is %s", id, sb.State)
+	}
+	return sb, nil
+}
+
+func (c *Control) get(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	sb, err := c.resolve(r, p)
+	if err != nil {
+		return err
+	}
+	out := toListed(sb)
+	out.Domain = c.domain()
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (c *Control) kill(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	sb, err := c.resolve(r, p)
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.m.Terminate(r.Context(), call(p), sb.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (c *Control) setTimeout(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Timeout == nil {
+		return errdefs.Invalid("timeout is required: the number of seconds from now after which the sandbox ends")
+	}
+	d, err := timeout("timeout", *req.Timeout)
+	if err != nil {
+		return err
+	}
+	sb, err := c.resolve(r, p)
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.m.SetLifetime(r.Context(), call(p), sb.ID, d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (c *Control) pause(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	sb, err := c.resolve(r, p)
+	if err != nil {
+		return err
+	}
+	if e2bState(sb.State) == statePaused {
+		return errdefs.Precondition("sandbox %q is already paused", sb.ID)
+	}
+	if _, _, err := c.m.Suspend(r.Context(), call(p), sb.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resumeBody is E2B's ResumedSandbox and ConnectSandbox.
+type resumeBody struct {
+	Timeout   *int64 `json:"timeout"`
+	AutoPause bool   `json:"autoPause"`
+}
+
+func (c *Control) resume(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	var req resumeBody
+	if err := decode(w, r, &req, true); err != nil {
+		return err
+	}
+	sb, err := c.resolve(r, p)
+	if err != nil {
+		return err
+	}
+	if e2bState(sb.State) == stateRunning {
+		return errdefs.Precondition("sandbox %q is already running", sb.ID)
+	}
+	sb, err = c.wake(r, p, sb, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	return nil
+}
+
+// connect resumes a paused sandbox (201) or answers for a running one (200). A running
+// sandbox keeps its lifetime: Airlock cannot extend it while it runs (see SetLifetime).
+func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	var req resumeBody
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	if req.Timeout == nil {
+		return errdefs.Invalid("timeout is required: the number of seconds from now after which the sandbox ends")
+	}
+	sb, err := c.resolve(r, p)
+	if err != nil {
+		return err
+	}
+	if e2bState(sb.State) == stateRunning {
+		writeJSON(w, http.StatusOK, c.toSandbox(sb))
+		return nil
+	}
+	sb, err = c.wake(r, p, sb, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	return nil
+}
+
+// wake sets a paused sandbox's lifetime (when asked) and resumes it.
+func (c *Control) wake(r *http.Request, p *auth.Principal, sb *manager.Sandbox, req resumeBody) (*manager.Sandbox, error) {
+	if req.AutoPause {
+		return nil, errdefs.Invalid("autoPause is not supported: Airlock ends a sandbox when its timeout is reached; leave autoPause false")
+	}
+	if req.Timeout != nil {
+		d, err := timeout("timeout", *req.Timeout)
+		if err != nil {
+			return nil, err
+		}
+		if _, _, err := c.m.SetLifetime(r.Context(), call(p), sb.ID, d); err != nil {
+			return nil, err
+		}
+	}
+	_, sb, err := c.m.Resume(r.Context(), call(p), sb.ID)
+	return sb, err
+}
+
+func (c *Control) listV1(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "metadata" {
+			return errdefs.Invalid("unknown query parameter %q; GET /sandboxes takes metadata (GET /v2/sandboxes also takes state, limit and nextToken)", k)
+		}
+	}
+	list, err := c.list(r, p, []string{stateRunning})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (c *Control) listV2(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
+	q := r.URL.Query()
+	for k := range q {
+		if !slices.Contains([]string{"metadata", "state", "limit", "nextToken"}, k) {
+			return errdefs.Invalid("unknown query parameter %q; use metadata, state, limit and nextToken", k)
+		}
+	}
+	states := []string{stateRunning, statePaused}
+	if vs := q["state"]; len(vs) > 0 {
+		states = nil
+		for _, v := range vs {
+			for _, s := range strings.Split(v, ",") {
+				if s != stateRunning && s != statePaused {
+					return errdefs.Invalid("unknown state %q; states are running and paused", s)
+				}
+				states = append(states, s)
+			}
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return errdefs.Invalid("invalid limit %q: from 1 to 100", v)
+		}
+		limit = n
+	}
+	offset := 0
+	if v := q.Get("nextToken"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "o"))
+		if err != nil || aerr != nil || n < 0 || !strings.HasPrefix(string(b), "o") {
+			return errdefs.Invalid("invalid nextToken %q: pass the x-next-token of the previous page", v)
+		}
+		offset = n
+	}
+	list, err := c.list(r, p, states)
+	if err != nil {
+		return err
+	}
+	offset = min(offset, len(list))
+	end := min(offset+limit, len(list))
+	if end < len(list) {
+		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("o%d", end))))
+	}
+	writeJSON(w, http.StatusOK, list[offset:end])
+	return nil
+}
+
+// list returns p's sandboxes in the given E2B states that carry the metadata the
+// request's metadata query asks for ("k1=v1&k2=v2", URL-encoded), oldest first.
+func (c *Control) list(r *http.Request, p *auth.Principal, states []string) ([]listedSandbox, error) {
+	f := manager.SandboxFilter{Owner: p.Identity}
+	if v := r.URL.Query().Get("metadata"); v != "" {
+		md, err := url.ParseQuery(v)
+		if err != nil {
+			return nil, errdefs.Invalid("invalid metadata filter %q: use key=value pairs joined by &, URL-encoded", v)
+		}
+		f.Labels = map[string]string{}
+		for k, vs := range md {
+			if k == "" || len(vs) != 1 {
+				return nil, errdefs.Invalid("invalid metadata filter %q: each key once, as key=value", v)
+			}
+			f.Labels[k] = vs[0]
+		}
+	}
+	for _, s := range []manager.State{manager.Running, manager.Creating, manager.Resuming, manager.Suspended, manager.Suspending} {
+		if slices.Contains(states, e2bState(s)) {
+			f.States = append(f.States, s)
+		}
+	}
+	all, err := c.m.List(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(all, func(a, b *manager.Sandbox) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	out := make([]listedSandbox, 0, len(all))
+	for _, sb := range all {
+		out = append(out, toListed(sb))
+	}
+	return out, nil
+}
