@@ -155,6 +155,7 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/pause", alice, "")
 	f.want("pause", st, body, 204)
 	st, body, _ = f.do("GET", "/v2/sandboxes?state=paused", alice, "")
+	f.want("list paused", st, body, 200)
 	if !strings.Contains(string(body), id) {
 		t.Fatalf("paused list lacks %s: %s", id, body)
 	}
