@@ -34,7 +34,13 @@ type Options struct {
 	// owner a call names: an agent without the privilege to give files away (the fake
 	// runtime's, in tests that run without root).
 	KeepOwner bool
+	// Lifetime is when the agent stops on its own clock (nil: never, until moved by a
+	// lifetime.set call).
+	Lifetime *Lifetime
 }
+
+// errLifetimeOver is why the agent stops at the end of its lifetime.
+var errLifetimeOver = errors.New("the sandbox's maximum lifetime is over")
 
 // requestTimeout bounds how long a new connection may take to send its request.
 const requestTimeout = 30 * time.Second
@@ -88,11 +94,10 @@ func Main(ctx context.Context, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The agent's own clock: a timer, so the limit holds with the daemon down.
+	var lifetime *Lifetime
 	if *deadline > 0 {
-		// The agent's own clock: a timer, so the limit holds with the daemon down.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Until(time.Unix(*deadline, 0)))
-		defer cancel()
+		lifetime = NewLifetime(time.Unix(*deadline, 0))
 	}
 
 	var ln net.Listener
@@ -123,10 +128,11 @@ func Main(ctx context.Context, args []string) error {
 	logw := newRateLimitedWriter(os.Stderr, 16<<10, 256<<10)
 	logger := slog.New(slog.NewTextHandler(logw, nil)).With("component", "agent")
 	return Serve(ctx, ln, Options{
-		Root:    *root,
-		Workdir: *workdir,
-		Env:     mergeEnv(os.Environ(), env),
-		Logger:  logger,
+		Root:     *root,
+		Workdir:  *workdir,
+		Env:      mergeEnv(os.Environ(), env),
+		Logger:   logger,
+		Lifetime: lifetime,
 	})
 }
 
@@ -197,6 +203,13 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	defer unix.Close(rootFD)
 	theReaper.acquire()
 	defer theReaper.release()
+	if opts.Lifetime == nil {
+		opts.Lifetime = NewLifetime(time.Time{})
+	}
+	ctx, endLifetime := context.WithCancelCause(ctx)
+	defer endLifetime(nil)
+	opts.Lifetime.start(func() { endLifetime(errLifetimeOver) })
+	defer opts.Lifetime.stop()
 
 	s := &server{
 		opts:     opts,
@@ -409,6 +422,13 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		return fw.json(agentproto.FrameResult, s.listSessions())
 	case agentproto.OpSessionLogs:
 		return s.handleSessionLogs(c, fw, req)
+	case agentproto.OpSetLifetime:
+		var end time.Time
+		if req.Deadline > 0 {
+			end = time.Unix(req.Deadline, 0)
+		}
+		s.opts.Lifetime.Set(end)
+		return fw.json(agentproto.FrameResult, struct{}{})
 	case agentproto.OpFileUpload:
 		return s.handleUpload(c, fw, req)
 	case agentproto.OpFileDownload:

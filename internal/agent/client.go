@@ -374,6 +374,16 @@ func (c *Client) SessionLogs(ctx context.Context, id string, tail int, follow bo
 	return &res, nil
 }
 
+// SetLifetime moves the end of the agent's lifetime, when it stops everything on its own
+// clock, to end (zero: never).
+func (c *Client) SetLifetime(ctx context.Context, end time.Time) error {
+	var d int64
+	if !end.IsZero() {
+		d = end.Unix()
+	}
+	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpSetLifetime, Deadline: d}, nil)
+}
+
 // CloseSession kills session id.
 func (c *Client) CloseSession(ctx context.Context, id string) error {
 	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionClose, SessionID: id}, nil)

@@ -108,6 +108,7 @@ const (
 	OpSessionClose = "session.close"
 	OpSessionList  = "session.list"
 	OpSessionLogs  = "session.logs"
+	OpSetLifetime  = "lifetime.set"
 	OpFileUpload   = "file.upload"
 	OpFileDownload = "file.download"
 	OpFileList     = "file.list"
@@ -137,6 +138,8 @@ type Request struct {
 	// Follow keeps the call open for new output until the process ends.
 	Tail   int  `json:"tail,omitempty"`
 	Follow bool `json:"follow,omitempty"`
+	// Deadline (lifetime.set) is the Unix time in seconds the agent stops at; 0: never.
+	Deadline int64 `json:"deadline,omitempty"`
 }
 
 // ExecSpec describes one process to run.

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/store"
@@ -145,11 +146,16 @@ func TestControlPlaneLifecycle(t *testing.T) {
 		t.Fatalf("get: %s", body)
 	}
 
-	// timeout: shortening is allowed, extending a running sandbox is refused
+	// timeout: a running sandbox's lifetime is shortened and extended, its agent told
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/timeout", alice, `{"timeout":600}`)
 	f.want("shorten", st, body, 204)
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/timeout", alice, `{"timeout":7200}`)
-	f.want("extend running", st, body, 409)
+	f.want("extend running", st, body, 204)
+	var got struct{ EndAt time.Time }
+	_, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
+	if json.Unmarshal(body, &got); time.Until(got.EndAt) < 7000*time.Second {
+		t.Fatalf("after the extension the sandbox ends at %v, want about 2 h from now (%s)", got.EndAt, body)
+	}
 
 	// pause, pause again, connect (resumes), connect again (already running), resume while running
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/pause", alice, "")

@@ -295,8 +295,8 @@ func (c *Control) resume(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	return nil
 }
 
-// connect resumes a paused sandbox (201) or answers for a running one (200). A running
-// sandbox keeps its lifetime: Airlock cannot extend it while it runs (see SetLifetime).
+// connect resumes a paused sandbox (201) or answers for a running one (200); either way
+// the sandbox then ends timeout seconds from now.
 func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
 	var req resumeBody
 	if err := decode(w, r, &req, false); err != nil {
@@ -310,6 +310,13 @@ func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		return err
 	}
 	if e2bState(sb.State) == stateRunning {
+		d, err := timeout("timeout", *req.Timeout)
+		if err != nil {
+			return err
+		}
+		if _, sb, err = c.m.SetLifetime(r.Context(), call(p), sb.ID, d); err != nil {
+			return err
+		}
 		writeJSON(w, http.StatusOK, c.toSandbox(sb))
 		return nil
 	}

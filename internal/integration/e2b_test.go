@@ -55,6 +55,11 @@ func TestE2BControlPlane(t *testing.T) {
 	if got := call("GET", "/sandboxes/"+sb.SandboxID, "", 200); !strings.Contains(string(got), `"via":"e2b"`) {
 		t.Errorf("get: %s, want its metadata", got)
 	}
+	// The lifetime moves later while it runs: the agent in the container takes it.
+	call("POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":7200}`, 204)
+	if out := d.must("exec", sb.SandboxID, "--", "echo", "still"); strings.TrimSpace(out) != "still" {
+		t.Errorf("after the extension the sandbox runs %q", out)
+	}
 	call("POST", "/sandboxes/"+sb.SandboxID+"/pause", "", 204)
 	call("POST", "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":600}`, 201)
 	if out := d.must("exec", sb.SandboxID, "--", "echo", "alive"); strings.TrimSpace(out) != "alive" {

@@ -3,8 +3,10 @@ package manager
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -200,9 +202,8 @@ func (m *Manager) Sweep(ctx context.Context) { m.sweep(ctx) }
 const sweepEvery = 5 * time.Second
 
 // SetLifetime moves the end of a sandbox's maximum lifetime to d from now (the E2B
-// "timeout"). A running sandbox's agent enforces the end it was started with on its own
-// clock, so a running sandbox's lifetime can be shortened but not extended; a suspended
-// sandbox's can be either, and its next start carries the new end.
+// "timeout"), earlier or later. A running sandbox's agent, which enforces the end on its
+// own clock, is told first; a suspended sandbox's next start carries the new end.
 func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time.Duration) (*store.Operation, *store.Sandbox, error) {
 	if d < m.cfg.MinMaxLifetime || d > m.cfg.MaxMaxLifetime {
 		return nil, nil, errdefs.Invalid("a lifetime of %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
@@ -212,9 +213,11 @@ func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time
 		switch sb.State {
 		case Suspended:
 		case Running:
-			if end.After(sb.ExpiresAt) {
-				return errdefs.Precondition("sandbox %q is running and ends at %s: a running sandbox's lifetime can be shortened, not extended (suspend it, then set the lifetime and resume)",
-					sb.Name, sb.ExpiresAt.UTC().Format(time.RFC3339)).WithDetails(map[string]any{"expires_at": sb.ExpiresAt, "reason": "lifetime_extend_running"})
+			id, drv := sb.ID, m.driver(sb)
+			cl := &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return drv.DialAgent(ctx, id) }}
+			// Rounded up to the second, as the agent's start-up deadline is.
+			if err := cl.SetLifetime(ctx, end.Add(time.Second-1)); err != nil {
+				return errdefs.Unavailable("sandbox %q: its agent did not take the new lifetime; nothing changed", sb.Name).WithCause(err)
 			}
 		default:
 			return errdefs.Precondition("sandbox %q is %s; only a running or suspended sandbox's lifetime can be changed", sb.Name, sb.State)
