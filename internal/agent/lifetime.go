@@ -45,13 +45,6 @@ func (l *Lifetime) Set(end time.Time) {
 	l.arm()
 }
 
-// End is the current end (zero: none).
-func (l *Lifetime) End() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.end
-}
-
 func (l *Lifetime) stop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

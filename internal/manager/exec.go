@@ -47,6 +47,12 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, sb, err
 	}
+	return m.agentClient(sb), sb, nil
+}
+
+// agentClient is a client for sb's agent; every connection it holds open counts as work
+// in progress (see beginWork).
+func (m *Manager) agentClient(sb *store.Sandbox) *agent.Client {
 	id, drv := sb.ID, m.driver(sb)
 	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
 		conn, err := drv.DialAgent(ctx, id)
@@ -54,7 +60,7 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 			return nil, err
 		}
 		return &workConn{Conn: conn, end: m.beginWork(id)}, nil
-	}}, sb, nil
+	}}
 }
 
 // workConn is an agent connection that counts as work in progress until it is closed.

@@ -3,10 +3,8 @@ package manager
 import (
 	"context"
 	"errors"
-	"net"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -213,10 +211,8 @@ func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time
 		switch sb.State {
 		case Suspended:
 		case Running:
-			id, drv := sb.ID, m.driver(sb)
-			cl := &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return drv.DialAgent(ctx, id) }}
 			// Rounded up to the second, as the agent's start-up deadline is.
-			if err := cl.SetLifetime(ctx, end.Add(time.Second-1)); err != nil {
+			if err := m.agentClient(sb).SetLifetime(ctx, end.Add(time.Second-1)); err != nil {
 				return errdefs.Unavailable("sandbox %q: its agent did not take the new lifetime; nothing changed", sb.Name).WithCause(err)
 			}
 		default:
