@@ -5,8 +5,6 @@ import (
 	"io"
 	"os"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // holeBlock is the unit writeFileData checks for zeros: a block of zeros aligned to it
@@ -23,13 +21,12 @@ var (
 // writeFileData copies r into the new, empty file f and returns how many bytes it
 // holds. Aligned blocks of zeros are skipped rather than written, so a sparse file in a
 // layer (and any file with long runs of zeros) stays sparse on disk, as the OCI image
-// spec asks; the file's size is set at the end. Once the data is in, the kernel is asked
-// to start writing it back, so the sync that makes the layer durable finds little left.
+// spec asks; the file's size is set at the end.
 func writeFileData(f *os.File, r io.Reader) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
-	var off, since int64 // bytes in the file; of them, since writeback was last asked for
+	var off int64
 	holeAtEnd := false
 	for {
 		n, rerr := io.ReadFull(r, buf)
@@ -38,10 +35,6 @@ func writeFileData(f *os.File, r io.Reader) (int64, error) {
 				return off, err
 			}
 			off += int64(n)
-			if since += int64(n); since >= writebackChunk {
-				_ = unix.SyncFileRange(int(f.Fd()), off-since, since, unix.SYNC_FILE_RANGE_WRITE)
-				since = 0
-			}
 			holeAtEnd = n >= holeBlock && bytes.Equal(buf[n-holeBlock:n], zeroBlock[:])
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
@@ -55,10 +48,6 @@ func writeFileData(f *os.File, r io.Reader) (int64, error) {
 		if err := f.Truncate(off); err != nil {
 			return off, err
 		}
-	}
-	if since > 0 {
-		// Only a hint: a file system without it syncs the data later all the same.
-		_ = unix.SyncFileRange(int(f.Fd()), off-since, since, unix.SYNC_FILE_RANGE_WRITE)
 	}
 	return off, nil
 }
@@ -91,25 +80,4 @@ func writeSparse(f *os.File, b []byte, off int64) error {
 		start = i + holeBlock
 	}
 	return flush(len(b))
-}
-
-// writebackFile writes a large file front to back, asking the kernel to start writing
-// back every writebackChunk bytes as they are written, so the sync that makes the file
-// durable finds little left to do and the disk works while the data still streams in.
-type writebackFile struct {
-	f        *os.File
-	off, run int64 // bytes written; of them, since the last request
-}
-
-const writebackChunk = 8 << 20
-
-func (w *writebackFile) Write(b []byte) (int, error) {
-	n, err := w.f.Write(b)
-	w.off += int64(n)
-	if w.run += int64(n); w.run >= writebackChunk {
-		// Only a hint: a file system without it syncs the data later all the same.
-		_ = unix.SyncFileRange(int(w.f.Fd()), w.off-w.run, w.run, unix.SYNC_FILE_RANGE_WRITE)
-		w.run = 0
-	}
-	return n, err
 }

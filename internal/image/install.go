@@ -374,7 +374,7 @@ func (in *installer) fetchLayer(ctx context.Context, l layerSource, pr *progress
 			return "", err
 		}
 		defer bf.Close()
-		bw = bufio.NewWriterSize(&writebackFile{f: bf}, 1<<20)
+		bw = bufio.NewWriterSize(bf, 1<<20)
 		blobSrc = io.TeeReader(rc, bw)
 	}
 	src := &countingReader{ctx: ctx, r: blobSrc, pr: pr, max: l.size}
