@@ -209,13 +209,16 @@ func (n *Node) listen() error {
 	if b, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(b, &saved) // unreadable: start afresh
 	}
+	// Every socket carries the mark by which the rules keep all but sandboxes out.
+	lc := net.ListenConfig{Control: sandboxlink.MarkSocket}
+	ctx := context.Background()
 	listen := func(want int) (net.Listener, int, error) {
 		if want != 0 {
-			if l, err := net.Listen("tcp4", "0.0.0.0:"+strconv.Itoa(want)); err == nil {
+			if l, err := lc.Listen(ctx, "tcp4", "0.0.0.0:"+strconv.Itoa(want)); err == nil {
 				return l, want, nil
 			}
 		}
-		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		l, err := lc.Listen(ctx, "tcp4", "0.0.0.0:0")
 		if err != nil {
 			return nil, 0, err
 		}
@@ -242,7 +245,7 @@ func (n *Node) listen() error {
 		if err != nil {
 			return err
 		}
-		pc, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(port))
+		pc, err := lc.ListenPacket(ctx, "udp4", "0.0.0.0:"+strconv.Itoa(port))
 		if err != nil {
 			l.Close()
 			continue

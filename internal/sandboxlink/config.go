@@ -4,13 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // Config says where a Manager puts its namespaces, which addresses it hands out and
@@ -153,6 +156,27 @@ func (c Config) netnsPath(id string) string { return filepath.Join(c.RunDir, id)
 
 // sandboxIf is the name of the sandbox-side veth inside its namespace.
 const sandboxIf = "eth0"
+
+// ListenerMark is the SO_MARK the node's proxy and DNS sockets carry (MarkSocket), by
+// which the rules keep every other interface from opening connections to them. The
+// mark also rides on those sockets' replies to sandboxes; its bits are clear of the
+// ones Kubernetes, Calico, Cilium and Tailscale test in their routing marks.
+const ListenerMark = 0x10ac
+
+// MarkSocket sets ListenerMark on a socket before it binds: use it as the Control of
+// a net.ListenConfig.
+func MarkSocket(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, ListenerMark)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("netns: mark the listening socket: %w", serr)
+	}
+	return nil
+}
 
 // aliasPrefix labels a host-side veth as Airlock's; the sandbox id follows it.
 const aliasPrefix = "airlock:"

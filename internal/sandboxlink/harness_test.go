@@ -233,19 +233,28 @@ func startServices(t testing.TB, n *testNode) *services {
 		s.wg.Wait()
 	})
 	err := inNetns(n.path, func() error {
+		// The node's own sockets carry the mark, as the daemon's do; the others do not.
+		lc := func(name string) net.ListenConfig {
+			if name == "forbidden" {
+				return net.ListenConfig{}
+			}
+			return net.ListenConfig{Control: MarkSocket}
+		}
 		for port, name := range map[int]string{proxyPort: "proxy", dnsPort: "dns", httpPort: "http", tlsPort: "tls", tcpPort: "tcp", forbiddenPort: "forbidden"} {
-			l, err := net.ListenTCP("tcp4", &net.TCPAddr{Port: port})
+			lc := lc(name)
+			l, err := lc.Listen(context.Background(), "tcp4", fmt.Sprintf(":%d", port))
 			if err != nil {
 				return err
 			}
-			s.serveTCP(l, name)
+			s.serveTCP(l.(*net.TCPListener), name)
 		}
 		for port, name := range map[int]string{dnsPort: "dns", forbiddenPort: "forbidden"} {
-			c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+			lc := lc(name)
+			c, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf(":%d", port))
 			if err != nil {
 				return err
 			}
-			s.serveUDP(c, name)
+			s.serveUDP(c.(*net.UDPConn), name)
 		}
 		return nil
 	})

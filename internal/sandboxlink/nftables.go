@@ -28,8 +28,7 @@ import (
 //	  meta nfproto ipv4 iifname @sandbox_ifs tcp redirect to :TransparentTCPPort }
 //	chain input   { type filter hook input priority filter
 //	  iifname @sandbox_ifs goto sandbox_in
-//	  ct state new tcp dport { the five ports } drop
-//	  ct state new udp dport DNSPort drop }
+//	  ct state new socket mark ListenerMark drop }
 //	chain sandbox_in {
 //	  ct state established,related accept
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport ProxyPort accept
@@ -54,8 +53,12 @@ import (
 // whatever its destination (the proxy decides it), UDP only to DNS, and nothing else
 // anywhere. The base chains accept by default, so the table never touches traffic of
 // other interfaces, except that no other interface may open a connection to the proxy's
-// and DNS server's ports: they serve sandboxes only. Rejecting (rather than dropping)
-// makes a forbidden connection fail at once inside the sandbox instead of hanging.
+// and DNS server's sockets: they serve sandboxes only. Those sockets carry ListenerMark
+// (SO_MARK), and the rule matches the socket a packet would reach, not a port number:
+// the table outlives the daemon (sandboxes keep their rules across a restart), and a
+// rule naming ports would then black-hole whatever other program later got one of them.
+// Rejecting (rather than dropping) makes a forbidden connection fail at once inside the
+// sandbox instead of hanging.
 const (
 	tableName   = "airlock"
 	setIfs      = "sandbox_ifs"
@@ -134,7 +137,7 @@ func (m *Manager) ensureTable() error {
 		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), redirect(cfg.TransparentTCPPort))},
 
 		{input, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainIn))},
-		{input, cat(ctState(expr.CtStateBitNEW), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictDrop, ""))},
+		{input, cat(ctState(expr.CtStateBitNEW), socketMark(ListenerMark), verdict(expr.VerdictDrop, ""))},
 
 		{in, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept, ""))},
@@ -153,9 +156,6 @@ func (m *Manager) ensureTable() error {
 
 		{reject, cat(l4(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}})},
 		{reject, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}},
-	}
-	for _, port := range []int{cfg.ProxyPort, cfg.TransparentHTTPPort, cfg.TransparentTLSPort, cfg.TransparentTCPPort, cfg.DNSPort} {
-		rules = append(rules, rule{input, cat(ctState(expr.CtStateBitNEW), l4(unix.IPPROTO_TCP), dport(port), verdict(expr.VerdictDrop, ""))})
 	}
 	for _, r := range rules {
 		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})
@@ -299,6 +299,15 @@ func dport(port int) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(port)},
+	}
+}
+
+// socketMark matches packets whose local socket (the one they would be delivered to)
+// has SO_MARK mark.
+func socketMark(mark uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Socket{Key: expr.SocketKeyMark, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
 	}
 }
 

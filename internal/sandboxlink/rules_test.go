@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -143,6 +144,35 @@ func TestEgressRules(t *testing.T) {
 		}
 		if got, err := udpFrom(node.path, ap(otherAddr, dnsPort)); err == nil || got != "" {
 			t.Errorf("udp dns from the node: got %q, %v; want no answer", got, err)
+		}
+	})
+	t.Run("allowed/any other program's port", func(t *testing.T) {
+		// The rules match the node's marked sockets, not port numbers: a port of another
+		// program stays reachable, even one a rule would have named had the node had it
+		// before (the table outlives the daemon).
+		var port int
+		err := inNetns(node.path, func() error {
+			l, err := net.ListenTCP("tcp4", &net.TCPAddr{})
+			if err == nil {
+				port = l.Addr().(*net.TCPAddr).Port
+				svc.serveTCP(l, "other")
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A node that had that port as its proxy's rewrites the rules, as a daemon does
+		// when it starts; then the first config's rules come back.
+		stale := node.config()
+		stale.ProxyPort = port
+		openManager(t, stale).Close()
+		defer func() { openManager(t, node.config()).Close() }()
+		if got, err := tcpFrom(node.world, ap(nodeUp, port)); err != nil || got != "other" {
+			t.Errorf("tcp %v from the world: got %q, %v; want the other program", ap(nodeUp, port), got, err)
+		}
+		if got, err := tcpFrom(node.path, ap(otherAddr, port)); err != nil || got != "other" {
+			t.Errorf("tcp %v from the node: got %q, %v; want the other program", ap(otherAddr, port), got, err)
 		}
 	})
 	t.Run("allowed/the other sandbox's own proxy", func(t *testing.T) {
