@@ -59,7 +59,8 @@ type server struct {
 	// endedOrder in the order they ended (sessionlog.go).
 	endedLogs  map[string]*session
 	endedOrder []string
-	wg         sync.WaitGroup // connection handlers and session watchers
+	table      procTable      // processes that outlive their calls (proc.go)
+	wg         sync.WaitGroup // connection handlers, session watchers and table processes
 
 	calls    atomic.Int64 // connections accepted, each one call
 	lastDone atomic.Int64 // when the last call ended, in unix nanoseconds
@@ -443,6 +444,26 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		return s.handleRemove(fw, req)
 	case agentproto.OpPortDial:
 		return s.handlePortDial(c, fw, req.Port)
+	case agentproto.OpProcStart:
+		return s.handleProcStart(c, fw, req.Proc)
+	case agentproto.OpProcAttach:
+		return s.handleProcAttach(c, fw, req)
+	case agentproto.OpProcList:
+		return s.handleProcList(fw)
+	case agentproto.OpProcInput:
+		return s.handleProcInput(c, fw, req)
+	case agentproto.OpProcCloseStdin:
+		return s.handleProcCloseStdin(fw, req)
+	case agentproto.OpProcSignal:
+		return s.handleProcSignal(fw, req)
+	case agentproto.OpProcResize:
+		return s.handleProcResize(fw, req)
+	case agentproto.OpFileRename:
+		return s.handleRename(fw, req)
+	case agentproto.OpFileWatch:
+		return s.handleFileWatch(c, fw, req)
+	case agentproto.OpUserLookup:
+		return s.handleUserLookup(fw, req.User)
 	}
 	return errdefs.Invalid("unknown op %q", req.Op)
 }

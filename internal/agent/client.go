@@ -494,6 +494,9 @@ func (c *Client) List(ctx context.Context, path string) ([]agentproto.FileInfo, 
 		if err := out[i].Check(false); err != nil {
 			return nil, err
 		}
+		if err := checkOwner(&out[i]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -505,6 +508,9 @@ func (c *Client) Stat(ctx context.Context, path string) (*agentproto.FileInfo, e
 		return nil, err
 	}
 	if err := fi.Check(true); err != nil {
+		return nil, err
+	}
+	if err := checkOwner(&fi); err != nil {
 		return nil, err
 	}
 	return &fi, nil

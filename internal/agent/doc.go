@@ -1,7 +1,9 @@
 // Package agent owns the in-sandbox agent — the process that runs as PID 1 inside every
 // sandbox — speaking the wire protocol of internal/agentproto: checksummed frames over a
-// unix socket, one connection per call. The agent reaps zombies, enforces the sandbox's deadline on its own clock and
-// serves exec, PTYs, sessions and file operations (confined to its root with openat2).
+// unix socket, one connection per call. The agent reaps zombies, enforces the sandbox's
+// deadline on its own clock and serves exec, PTYs, sessions, a table of processes that
+// outlive the calls that start and watch them (proc.*), file operations (confined to
+// its root with openat2), directory watches (inotify) and user lookups.
 // Client is the host side the daemon uses. The package must not touch the daemon's state,
 // the store, images or the runtime driver: it knows only its socket, its root and the
 // processes it started.

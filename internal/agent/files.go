@@ -82,7 +82,20 @@ func fileInfo(name string, st *unix.Stat_t) agentproto.FileInfo {
 		IsDir:     typ == unix.S_IFDIR,
 		IsSymlink: typ == unix.S_IFLNK,
 		MTime:     st.Mtim.Sec,
+		UID:       st.Uid,
+		GID:       st.Gid,
 	}
+}
+
+// readlink returns the target of the symlink name in dirfd ("" with an O_PATH fd of
+// the link itself), or "" if it is none.
+func readlink(dirfd int, name string) string {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil || n >= len(buf) {
+		return ""
+	}
+	return string(buf[:n])
 }
 
 func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Request) error {
@@ -232,8 +245,13 @@ func (s *server) handleList(fw *frameWriter, req *agentproto.Request) error {
 			}
 			return fsError(path.Join(req.Path, name), err)
 		}
-		out = append(out, fileInfo(name, &st))
+		fi := fileInfo(name, &st)
+		if fi.IsSymlink {
+			fi.Target = readlink(fd, name)
+		}
+		out = append(out, fi)
 	}
+	s.nameOwners(out)
 	return fw.json(agentproto.FrameResult, out)
 }
 
@@ -255,7 +273,14 @@ func (s *server) handleStat(fw *frameWriter, req *agentproto.Request) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fsError(req.Path, err)
 	}
-	return fw.json(agentproto.FrameResult, fileInfo(path.Base(req.Path), &st))
+	fi := []agentproto.FileInfo{fileInfo(path.Base(req.Path), &st)}
+	s.nameOwners(fi)
+	// The link itself, when the path names one: what it points to.
+	if lfd, err := s.openat(rel, unix.O_PATH|unix.O_NOFOLLOW, 0); err == nil {
+		fi[0].Target = readlink(lfd, "")
+		unix.Close(lfd)
+	}
+	return fw.json(agentproto.FrameResult, fi[0])
 }
 
 func (s *server) handleMkdir(fw *frameWriter, req *agentproto.Request) error {
@@ -383,4 +408,47 @@ func removeAll(parent int, name string) error {
 			return err
 		}
 	}
+}
+
+// handleRename moves Path to Dest as rename(2) does, both resolved in the root: an
+// existing destination is replaced unless it is a non-empty directory; missing parent
+// directories are not created.
+func (s *server) handleRename(fw *frameWriter, req *agentproto.Request) error {
+	from, err := checkPath(req.Path)
+	if err != nil {
+		return err
+	}
+	to, err := checkPath(req.Dest)
+	if err != nil {
+		return err
+	}
+	if from == "." || to == "." {
+		return errdefs.Invalid("cannot rename / or rename onto it")
+	}
+	fromDir, fromBase := splitRel(from)
+	fromFD, err := s.openat(fromDir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fsError(req.Path, err)
+	}
+	defer unix.Close(fromFD)
+	var st unix.Stat_t
+	if err := unix.Fstatat(fromFD, fromBase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fsError(req.Path, err)
+	}
+	toDir, toBase := splitRel(to)
+	toFD, err := s.openat(toDir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fsError(req.Dest, err)
+	}
+	defer unix.Close(toFD)
+	switch err := unix.Renameat(fromFD, fromBase, toFD, toBase); err {
+	case nil:
+	case unix.ENOTEMPTY, unix.EEXIST:
+		return errdefs.Precondition("%s: a directory that is not empty is in the way", req.Dest)
+	case unix.ENOENT:
+		return fsError(req.Path, err) // the source went away meanwhile
+	default:
+		return fsError(req.Dest, err)
+	}
+	return fw.json(agentproto.FrameResult, struct{}{})
 }

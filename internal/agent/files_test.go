@@ -232,3 +232,147 @@ func TestSymlinksStayInRoot(t *testing.T) {
 		t.Errorf("removing the link /in removed its target: %v", err)
 	}
 }
+
+func TestRename(t *testing.T) {
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "secret"), "secret")
+	writeFile(t, filepath.Join(root, "a", "x"), "x")
+	writeFile(t, filepath.Join(root, "a", "other"), "other")
+	writeFile(t, filepath.Join(root, "full", "f"), "f")
+	if err := os.Mkdir(filepath.Join(root, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name, from, to string
+		code           string // "" means success
+	}{
+		{"file", "/a/x", "/a/y", ""},
+		{"over a file", "/a/y", "/a/other", ""},
+		{"missing source", "/a/x", "/a/z", "not_found"},
+		{"missing parent of the destination", "/a/other", "/nodir/z", "not_found"},
+		{"onto a non-empty directory", "/empty", "/full", "failed_precondition"},
+		{"directory onto an empty one", "/full", "/empty", ""},
+		{"dot-dot", "/a/../etc", "/b", "invalid_argument"},
+		{"root", "/", "/b", "invalid_argument"},
+		{"through a symlink out of the root", "/out/secret", "/stolen", "not_found"},
+		{"into a symlink out of the root", "/a/other", "/out/planted", "not_found"},
+		{"the symlink itself", "/out", "/out2", ""},
+	}
+	for _, st := range steps {
+		err := c.Rename(ctx, st.from, st.to)
+		if st.code == "" {
+			if err != nil {
+				t.Errorf("%s: Rename(%s, %s): %v", st.name, st.from, st.to, err)
+			}
+			continue
+		}
+		wantCode(t, st.name, err, st.code)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "a", "other")); err != nil || string(b) != "x" {
+		t.Errorf("/a/other: got %q, %v; want the renamed file's %q", b, err, "x")
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "empty", "f")); err != nil || string(b) != "f" {
+		t.Errorf("/empty/f: got %q, %v; want the moved directory's file", b, err)
+	}
+	for _, p := range []string{"nodir", "stolen", "out"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("/%s exists after the renames (%v), want it absent", p, err)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(root, "out2")); err != nil || target != outside {
+		t.Errorf("/out2: got link to %q, %v; want the moved link to %q", target, err, outside)
+	}
+	ents, err := os.ReadDir(outside)
+	if err != nil || len(ents) != 1 || ents[0].Name() != "secret" {
+		t.Errorf("the directory outside the root changed: %v, %v", ents, err)
+	}
+}
+
+func TestStatOwnerAndTarget(t *testing.T) {
+	require(t, os.Geteuid() == 0, "chown needs root")
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	writeFile(t, filepath.Join(root, "etc", "passwd"), "root:x:0:0:root:/root:/bin/sh\nalice:x:1234:1234::/home/alice:/bin/sh\n")
+	writeFile(t, filepath.Join(root, "etc", "group"), "root:x:0:\nstaff:x:5678:alice\n")
+	writeFile(t, filepath.Join(root, "d", "owned"), "x")
+	writeFile(t, filepath.Join(root, "d", "strange"), "x")
+	if err := os.Chown(filepath.Join(root, "d", "owned"), 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(root, "d", "strange"), 4321, 8765); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("owned", filepath.Join(root, "d", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../nowhere", filepath.Join(root, "d", "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	type owner struct {
+		uid, gid     uint32
+		owner, group string
+		symlink      bool
+		target       string
+	}
+	of := func(fi agentproto.FileInfo) owner {
+		return owner{fi.UID, fi.GID, fi.Owner, fi.Group, fi.IsSymlink, fi.Target}
+	}
+	stats := map[string]owner{
+		"/d/owned":    {1234, 5678, "alice", "staff", false, ""},
+		"/d/strange":  {4321, 8765, "4321", "8765", false, ""},
+		"/d/link":     {1234, 5678, "alice", "staff", false, "owned"}, // followed, and its target named
+		"/d/dangling": {0, 0, "root", "root", true, "../nowhere"},
+	}
+	for p, want := range stats {
+		fi, err := c.Stat(ctx, p)
+		if err != nil {
+			t.Errorf("Stat(%s): %v", p, err)
+			continue
+		}
+		if got := of(*fi); got != want {
+			t.Errorf("Stat(%s): got %+v, want %+v", p, got, want)
+		}
+	}
+	list, err := c.List(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantList := map[string]owner{
+		"owned":    stats["/d/owned"],
+		"strange":  stats["/d/strange"],
+		"link":     {0, 0, "root", "root", true, "owned"}, // not followed
+		"dangling": stats["/d/dangling"],
+	}
+	if len(list) != len(wantList) {
+		t.Errorf("List: got %d entries, want %d", len(list), len(wantList))
+	}
+	for _, fi := range list {
+		if got, want := of(fi), wantList[fi.Name]; got != want {
+			t.Errorf("List entry %s: got %+v, want %+v", fi.Name, got, want)
+		}
+	}
+}
+
+// FuzzParseAccounts: whatever the sandbox writes to /etc/passwd or /etc/group, the
+// parser yields only names of 1 to maxAccountName bytes without separators.
+func FuzzParseAccounts(f *testing.F) {
+	f.Add([]byte("root:x:0:0:root:/root:/bin/sh\nalice:x:1234:1235::/home/alice:/bin/sh\n"), true)
+	f.Add([]byte("root:x:0:\nstaff:x:50:alice,bob\n+nis::::\n"), false)
+	f.Add([]byte("a:x:99999999999:0::/:\n::0:0::/:\nb:x:-1:0::/:"), true)
+	f.Fuzz(func(t *testing.T, b []byte, passwd bool) {
+		parseAccounts(bytes.NewReader(b), passwd, func(a account) bool {
+			if a.name == "" || len(a.name) > maxAccountName || strings.ContainsAny(a.name, ":\n") {
+				t.Errorf("parsed the name %q", a.name)
+			}
+			if strings.ContainsAny(a.home, ":\n") {
+				t.Errorf("parsed the home %q", a.home)
+			}
+			return true
+		})
+	})
+}

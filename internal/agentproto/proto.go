@@ -140,6 +140,18 @@ type Request struct {
 	Follow bool `json:"follow,omitempty"`
 	// Deadline (lifetime.set) is the Unix time in seconds the agent stops at; 0: never.
 	Deadline int64 `json:"deadline,omitempty"`
+	// Proc (proc.start) is the process to start. PID names a process of the table, or
+	// Tag does when PID is 0; Signal (proc.signal) is a signal number; Rows and Cols
+	// (proc.resize) a terminal's new size.
+	Proc   *ProcSpec `json:"proc,omitempty"`
+	PID    int       `json:"pid,omitempty"`
+	Tag    string    `json:"tag,omitempty"`
+	Signal int       `json:"signal,omitempty"`
+	Rows   uint16    `json:"rows,omitempty"`
+	Cols   uint16    `json:"cols,omitempty"`
+	// Dest (file.rename) is where Path moves to; User (user.lookup) a user name.
+	Dest string `json:"dest,omitempty"`
+	User string `json:"user,omitempty"`
 }
 
 // ExecSpec describes one process to run.
@@ -239,6 +251,15 @@ type FileInfo struct {
 	IsDir     bool   `json:"is_dir"`
 	IsSymlink bool   `json:"is_symlink,omitempty"`
 	MTime     int64  `json:"mtime"` // Unix seconds
+	// UID and GID own the file; Owner and Group are their names in the sandbox's
+	// /etc/passwd and /etc/group, or the numbers as text.
+	UID   uint32 `json:"uid"`
+	GID   uint32 `json:"gid"`
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+	// Target is what a symlink points to, as readlink gives it. A stat follows a
+	// symlink to describe its target, and still says here what the link points to.
+	Target string `json:"target,omitempty"`
 }
 
 // SizeResult is the result of an upload or download.
@@ -316,4 +337,88 @@ func (fi *FileInfo) Check(stat bool) error {
 		return fmt.Errorf("%w: the sandbox's agent described a file with %s", ErrBadReply, why)
 	}
 	return nil
+}
+
+// FrameStarted is the first frame of a proc.start or proc.attach reply (agent→client):
+// JSON ProcStarted.
+const FrameStarted FrameType = 'S'
+
+// Ops of the agent's process table, file renames and watches, and user lookups.
+//
+// proc.start and proc.attach answer FrameStarted, then Stdout and Stderr frames as the
+// process writes, then a Result (ExitResult) once it has exited and all its output was
+// sent; the process outlives the call. proc.input carries its bytes in one Data frame
+// after the request. file.watch answers Data frames of one JSON WatchEvent each, the
+// first of them empty (the watch is in place), until the client hangs up or the
+// directory is removed (then a Result).
+const (
+	OpProcStart      = "proc.start"
+	OpProcAttach     = "proc.attach"
+	OpProcList       = "proc.list"
+	OpProcInput      = "proc.input"
+	OpProcCloseStdin = "proc.stdin_close"
+	OpProcSignal     = "proc.signal"
+	OpProcResize     = "proc.resize"
+	OpFileRename     = "file.rename"
+	OpFileWatch      = "file.watch"
+	OpUserLookup     = "user.lookup"
+)
+
+// ProcSpec describes a process for the agent's process table.
+type ProcSpec struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"` // K=V on top of the base environment and the user's
+	Cwd  string   `json:"cwd,omitempty"` // "": the user's home if it exists, else "/"
+	// User is a user name in the sandbox's /etc/passwd; "" runs the process as exec
+	// runs one without a uid (the agent's user, environment and working directory).
+	User string `json:"user,omitempty"`
+	PTY  bool   `json:"pty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"` // PTY only; 0: 24
+	Cols uint16 `json:"cols,omitempty"` // PTY only; 0: 80
+	// Tag names the process for attach, input and signals, unique among live processes.
+	Tag string `json:"tag,omitempty"`
+	// Stdin gives the process a pipe that proc.input writes to; without it stdin is
+	// /dev/null. A PTY process always reads its terminal.
+	Stdin bool `json:"stdin,omitempty"`
+}
+
+// ProcStarted is the payload of a Started frame.
+type ProcStarted struct {
+	PID int `json:"pid"`
+}
+
+// ProcInfo describes a live process of the table. Env is what its ProcSpec asked for,
+// Cwd where it started. A listing too large for one frame leaves Argv, Env and Cwd out
+// of its last entries.
+type ProcInfo struct {
+	PID  int      `json:"pid"`
+	Tag  string   `json:"tag,omitempty"`
+	Argv []string `json:"argv,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	PTY  bool     `json:"pty,omitempty"`
+}
+
+// Watch event operations.
+const (
+	WatchCreate = "create"
+	WatchWrite  = "write"
+	WatchRemove = "remove"
+	WatchRename = "rename" // the entry moved away from Name
+	WatchChmod  = "chmod"
+)
+
+// WatchEvent is one change under a watched directory. Name is the path relative to
+// the watched directory.
+type WatchEvent struct {
+	Name string `json:"name,omitempty"`
+	Op   string `json:"op,omitempty"`
+}
+
+// UserInfo describes a user of the sandbox.
+type UserInfo struct {
+	Name string `json:"name"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Home string `json:"home"`
 }
