@@ -20,7 +20,8 @@ func serve(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "", "directory for the database, images and sandboxes (default /var/lib/airlock)")
 	socket := fs.String("socket", "", "unix socket of the API (default /run/airlock/airlock.sock)")
 	listen := fs.String("listen", "", "also serve the API on TCP HOST:PORT (needs tokens in the config)")
-	e2bListen := fs.String("e2b-listen", "", "also serve the E2B-compatible control plane on TCP HOST:PORT (API keys: airlock token create --format e2b)")
+	e2bListen := fs.String("e2b-listen", "", "also serve the E2B-compatible API on TCP HOST:PORT (API keys: airlock token create --format e2b)")
+	e2bDomain := fs.String("e2b-domain", "", "with --e2b-listen: host names PORT-SANDBOXID.`DOMAIN` reach a sandbox's ports")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		cli.PrintFlagError(os.Stderr, "serve", fs, err)
@@ -48,6 +49,9 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *e2bListen != "" {
 		cfg.E2BListen = *e2bListen
+	}
+	if *e2bDomain != "" {
+		cfg.E2BDomain = *e2bDomain
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

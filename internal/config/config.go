@@ -139,9 +139,13 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	Socket   string `yaml:"socket"`
 	Listen   string `yaml:"listen"`
-	// E2BListen, if set, is the HOST:PORT of the E2B-compatible control plane (plain
-	// HTTP; every request needs an API key in X-API-Key). See docs/e2b.md.
+	// E2BListen, if set, is the HOST:PORT of the E2B-compatible API (plain HTTP): the
+	// control plane, whose requests need an API key in X-API-Key, and the in-sandbox
+	// plane, whose requests carry a sandbox's access token. See docs/e2b.md.
 	E2BListen string `yaml:"e2b_listen"`
+	// E2BDomain, if set, is the domain under which PORT-SANDBOXID.DOMAIN host names on
+	// the E2B listener reach a sandbox's port; it is reported as every sandbox's domain.
+	E2BDomain string `yaml:"e2b_domain"`
 	// SecretsDir is where secrets delivered as files live while their sandboxes run: a
 	// tmpfs the daemon mounts, outside the state directory, so no delivered value is
 	// ever written to disk, a snapshot or a fork.
@@ -256,6 +260,10 @@ func Load(path string) (Config, error) {
 var (
 	cgroupRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`) })
 	ownerRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) })
+	// e2bDomainRE: dot-separated labels of letters, digits and inner hyphens.
+	e2bDomainRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+	})
 )
 
 // Settings are the configuration's sizes and durations in their types, each parsed
@@ -298,6 +306,9 @@ func (c Config) Settings() (Settings, error) {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("listen %q must be HOST:PORT", c.Listen))
 		}
+	}
+	if c.E2BDomain != "" && (len(c.E2BDomain) > 253 || !e2bDomainRE().MatchString(c.E2BDomain)) {
+		errs = append(errs, fmt.Errorf("e2b_domain %q must be a DNS name such as sandboxes.example.com (letters, digits, hyphens, dots)", c.E2BDomain))
 	}
 	if c.E2BListen != "" {
 		if _, port, err := net.SplitHostPort(c.E2BListen); err != nil || port == "" {

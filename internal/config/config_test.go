@@ -68,3 +68,25 @@ func TestRouterConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestE2BConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, yaml, wantErr string }{
+		{"listen and domain", "e2b_listen: 127.0.0.1:3000\ne2b_domain: sandboxes.example.com\n", ""},
+		{"one-label domain", "e2b_domain: localhost\n", ""},
+		{"domain with a port", "e2b_domain: example.com:80\n", `e2b_domain "example.com:80" must be a DNS name`},
+		{"domain with a leading dot", "e2b_domain: .example.com\n", `e2b_domain ".example.com" must be a DNS name`},
+		{"listen without a port", "e2b_listen: 127.0.0.1\n", `e2b_listen "127.0.0.1" must be HOST:PORT`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Load: %v; want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -11,10 +11,12 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/failpoint"
 	"github.com/airlockhq/airlock/internal/image"
@@ -210,13 +213,23 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		log.Info("listening", "tcp", tl.Addr().String())
 	}
 	if cfg.E2BListen != "" {
+		key, err := e2bTokenKey(cfg.StateDir)
+		if err != nil {
+			hs.Close()
+			return err
+		}
 		el, err := net.Listen("tcp", cfg.E2BListen)
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("e2b_listen: %w", err)
 		}
-		es := &http.Server{Handler: e2b.NewControl(m, e2b.Options{Authenticate: authSvc.Authenticate, Log: log, AuditLog: chain}),
+		es := &http.Server{Handler: e2b.NewControl(m, e2b.Options{Authenticate: authSvc.Authenticate, Log: log, AuditLog: chain,
+			TokenKey: key, Domain: cfg.E2BDomain}),
 			ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		// HTTP/2 without TLS too: the SDKs' streaming input needs it.
+		es.Protocols = new(http.Protocols)
+		es.Protocols.SetHTTP1(true)
+		es.Protocols.SetUnencryptedHTTP2(true)
 		go func() { errc <- es.Serve(el) }()
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -417,4 +430,26 @@ func pruneAuditLog(ctx context.Context, chain *audit.Chain, maxAge time.Duration
 		case <-t.C:
 		}
 	}
+}
+
+// e2bTokenKey is the node's key for the E2B-compatible plane's sandbox access tokens:
+// 32 random bytes in the state directory, made on first use, so tokens stay valid
+// across restarts.
+func e2bTokenKey(stateDir string) ([]byte, error) {
+	path := filepath.Join(stateDir, "e2b-token.key")
+	key, err := os.ReadFile(path)
+	if err == nil && len(key) == 32 {
+		return key, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("e2b token key: %w", err)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := durable.WriteFile(path, key, 0o600); err != nil {
+		return nil, fmt.Errorf("e2b token key: %w", err)
+	}
+	return key, nil
 }

@@ -5,7 +5,7 @@
 // suspend, resume and connect are resume, kill is terminate — and answers in E2B's
 // shapes, errors included ({"code": <HTTP status>, "message": "..."}). What Airlock
 // cannot do the E2B way is refused with a message saying what Airlock does instead.
-// The in-sandbox (envd) plane is not here yet.
+// The same listener serves the in-sandbox (envd) plane: see envd.go.
 //
 // Hostile surfaces it guards: every request carries an API key (X-API-Key) that the
 // caller's authenticator turns into an identity, and that identity's permissions are
@@ -41,9 +41,12 @@ const maxBody = 1 << 20
 // ClientID is what the control plane reports as every sandbox's (deprecated) clientID.
 const ClientID = "airlock"
 
-// EnvdVersion is the envd version reported for every sandbox: E2B's SDKs refuse a
-// sandbox whose envd is older than they support. Airlock has no envd plane yet.
-const EnvdVersion = "0.2.0"
+// EnvdVersion is the envd version reported for every sandbox. E2B's SDKs choose what
+// they send by it: from 0.4.0 a call without a user is the sandbox's default user's,
+// from 0.5.2 stdin can be closed, from 0.5.7 uploads may be a plain byte stream; from
+// 0.6.2 on they would send file metadata, which Airlock does not keep, so the SDKs
+// refuse that themselves.
+const EnvdVersion = "0.5.7"
 
 // Options configure the control plane.
 type Options struct {
@@ -57,6 +60,10 @@ type Options struct {
 	// "E2B <route>"), and while it cannot be written calls that change anything are
 	// refused.
 	AuditLog *audit.Chain
+	// TokenKey is the node's key for the sandboxes' envd and traffic access tokens;
+	// without it the in-sandbox plane refuses every request. Keep it across restarts,
+	// or the tokens the SDKs hold stop working.
+	TokenKey []byte
 }
 
 // Control is the E2B-compatible control plane.
@@ -65,6 +72,7 @@ type Control struct {
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
+	envd *http.ServeMux
 }
 
 // handler writes its answer, or returns the error that refuses the request.
@@ -83,6 +91,7 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 		h       handler
 	}{
 		{"POST /sandboxes", auth.SandboxCreate, c.create},
+		{"POST /v2/sandboxes", auth.SandboxCreate, c.create},
 		{"GET /sandboxes", auth.SandboxRead, c.listV1},
 		{"GET /v2/sandboxes", auth.SandboxRead, c.listV2},
 		{"GET /sandboxes/{id}", auth.SandboxRead, c.get},
@@ -91,17 +100,30 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 		{"POST /sandboxes/{id}/pause", auth.SandboxCreate, c.pause},
 		{"POST /sandboxes/{id}/resume", auth.SandboxCreate, c.resume},
 		{"POST /sandboxes/{id}/connect", auth.SandboxCreate, c.connect},
+		{"POST /v2/sandboxes/{id}/connect", auth.SandboxCreate, c.connect},
 	} {
 		c.mux.HandleFunc(rt.pattern, c.adapt(rt.pattern, rt.perm, rt.h))
 	}
 	c.mux.HandleFunc("/", c.adapt("", "", func(w http.ResponseWriter, r *http.Request, _ *auth.Principal) error {
 		return errdefs.NotFound("%s %s is not part of Airlock's E2B-compatible control plane (see docs/e2b.md for what is)", r.Method, r.URL.Path)
 	}))
+	c.envd = c.envdMux()
 	return c
 }
 
-// ServeHTTP authenticates the API key and dispatches.
-func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+// ServeHTTP sends a request that names a sandbox to the in-sandbox plane and any other
+// to the control plane.
+func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port, ok, err := c.sandboxAddr(r)
+	switch {
+	case err != nil:
+		c.writeError(w, r, err)
+	case ok:
+		c.serveSandbox(w, r, id, port)
+	default:
+		c.mux.ServeHTTP(w, r)
+	}
+}
 
 // adapt authenticates the caller, checks perm ("" for any authenticated caller) and is
 // the one place a handler's error becomes E2B's error shape.
@@ -164,6 +186,12 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
 }
+
+// Flush passes on a flush: streamed answers need it.
+func (s *statusRecorder) Flush() { http.NewResponseController(s.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the connection (hijacking for upgrades).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (c *Control) authenticate(r *http.Request) (*auth.Principal, error) {
 	key := r.Header.Get("X-API-Key")

@@ -171,6 +171,20 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	f.want("connect paused", st, body, 201)
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, `{"timeout":60}`)
 	f.want("connect running", st, body, 200)
+	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, ``)
+	f.want("connect (version 1) without a timeout", st, body, 400)
+	// Version 2's timeout is optional (300 s) and does not shorten a running sandbox's.
+	st, body, _ = f.do("POST", "/v2/sandboxes/"+id+"/connect", alice, `{"timeout":3600}`)
+	f.want("connect v2 running", st, body, 200)
+	st, body, _ = f.do("POST", "/v2/sandboxes/"+id+"/connect", alice, `{}`)
+	f.want("connect v2 running, no timeout", st, body, 200)
+	st, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
+	f.want("get after connect", st, body, 200)
+	var detail struct{ EndAt time.Time }
+	json.Unmarshal(body, &detail)
+	if left := time.Until(detail.EndAt); left < 50*time.Minute {
+		t.Errorf("a connect without a timeout left %v of the hour, want it untouched", left)
+	}
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/resume", alice, `{"timeout":60}`)
 	f.want("resume running", st, body, 409)
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/pause", alice, "")

@@ -36,6 +36,7 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars"`
 	MCP                 map[string]any    `json:"mcp"`
 	VolumeMounts        []any             `json:"volumeMounts"`
+	IAM                 map[string]any    `json:"iam"`
 }
 
 // sandbox is E2B's Sandbox answer.
@@ -46,6 +47,10 @@ type sandbox struct {
 	ClientID    string  `json:"clientID"`
 	EnvdVersion string  `json:"envdVersion"`
 	Domain      *string `json:"domain"`
+	// EnvdAccessToken opens the sandbox's in-sandbox plane (X-Access-Token), and
+	// TrafficAccessToken its other ports (E2b-Traffic-Access-Token).
+	EnvdAccessToken    string `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // listedSandbox is E2B's ListedSandbox, and with the domain its SandboxDetail.
@@ -99,7 +104,11 @@ func (c *Control) domain() *string {
 
 func (c *Control) toSandbox(sb *manager.Sandbox) sandbox {
 	t := templateOf(sb)
-	return sandbox{TemplateID: t, Alias: t, SandboxID: sb.ID, ClientID: ClientID, EnvdVersion: EnvdVersion, Domain: c.domain()}
+	out := sandbox{TemplateID: t, Alias: t, SandboxID: sb.ID, ClientID: ClientID, EnvdVersion: EnvdVersion, Domain: c.domain()}
+	if len(c.opts.TokenKey) > 0 {
+		out.EnvdAccessToken, out.TrafficAccessToken = c.envdToken(sb.ID), c.trafficToken(sb.ID)
+	}
+	return out
 }
 
 func toListed(sb *manager.Sandbox) listedSandbox {
@@ -144,6 +153,8 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 		return errdefs.Invalid("mcp is not supported by Airlock")
 	case len(req.VolumeMounts) > 0:
 		return errdefs.Invalid("volumeMounts are not supported here: attach volumes with Airlock's API")
+	case len(req.IAM) > 0:
+		return errdefs.Invalid("iam tokens are not supported: hand a sandbox secrets with Airlock's secret brokering (airlock secret)")
 	}
 	cr := manager.CreateRequest{Name: newName(), Env: req.EnvVars, Labels: req.Metadata}
 	if req.TemplateID != "" && req.TemplateID != BaseTemplate {
@@ -270,6 +281,9 @@ func (c *Control) pause(w http.ResponseWriter, r *http.Request, p *auth.Principa
 }
 
 // resumeBody is E2B's ResumedSandbox and ConnectSandbox.
+// defaultConnectTimeout is the lifetime a version-2 connect gives when it names none.
+const defaultConnectTimeout = 300 * time.Second
+
 type resumeBody struct {
 	Timeout   *int64 `json:"timeout"`
 	AutoPause bool   `json:"autoPause"`
@@ -299,11 +313,19 @@ func (c *Control) resume(w http.ResponseWriter, r *http.Request, p *auth.Princip
 // the sandbox then ends timeout seconds from now.
 func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
 	var req resumeBody
-	if err := decode(w, r, &req, false); err != nil {
+	v2 := strings.HasPrefix(r.URL.Path, "/v2/")
+	if err := decode(w, r, &req, v2); err != nil {
 		return err
 	}
+	// Version 2 makes the timeout optional: 300 seconds, which never shortens the
+	// lifetime of a running sandbox.
+	onlyLonger := false
 	if req.Timeout == nil {
-		return errdefs.Invalid("timeout is required: the number of seconds from now after which the sandbox ends")
+		if !v2 {
+			return errdefs.Invalid("timeout is required: the number of seconds from now after which the sandbox ends")
+		}
+		secs := int64(defaultConnectTimeout / time.Second)
+		req.Timeout, onlyLonger = &secs, true
 	}
 	sb, err := c.resolve(r, p)
 	if err != nil {
@@ -313,6 +335,10 @@ func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		d, err := timeout("timeout", *req.Timeout)
 		if err != nil {
 			return err
+		}
+		if onlyLonger && !sb.ExpiresAt.IsZero() && !time.Now().Add(d).After(sb.ExpiresAt) {
+			writeJSON(w, http.StatusOK, c.toSandbox(sb))
+			return nil
 		}
 		if _, sb, err = c.m.SetLifetime(r.Context(), call(p), sb.ID, d); err != nil {
 			return err

@@ -27,6 +27,9 @@ var forbidden = map[string][]string{
 	"internal/failpoint":  {"airlock:"},
 	"internal/router":     {"airlock:internal/errdefs"},
 	"internal/mcp":        {"airlock:api,client,internal/errdefs"},
+	// The E2B-compatible protocol's generated code knows nothing of Airlock.
+	"internal/e2b/envdpb/processpb":    {"airlock:"},
+	"internal/e2b/envdpb/filesystempb": {"airlock:"},
 	"internal/server": {mod + "internal/store", mod + "internal/runtime", mod + "internal/sandboxlink", mod + "internal/network",
 		mod + "internal/snapshot", mod + "internal/image", mod + "internal/agent", mod + "internal/daemon", "golang.org/x/sys/unix"},
 	"internal/manager": {mod + "internal/server", "net/http", mod + "internal/runtime/oci", mod + "internal/store/sqlite",

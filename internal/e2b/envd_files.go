@@ -1,0 +1,232 @@
+package e2b
+
+// The /files routes of the in-sandbox plane: envd's plain HTTP download and upload,
+// over the sandbox's agent.
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// maxUploadSize bounds each file of an upload, after decompression (a variable for
+// tests).
+var maxUploadSize int64 = 1 << 30
+
+// maxUploadParts bounds the parts of a multipart upload.
+const maxUploadParts = 1000
+
+// download answers GET /files?path=: the file's bytes. What can go wrong is checked
+// before the first byte, while the status can still say so.
+func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) error {
+	ctx := r.Context()
+	p, err := t.resolvePath(ctx, r.URL.Query().Get("path"))
+	if err != nil {
+		return err
+	}
+	fi, err := t.ag.Stat(ctx, p)
+	if err != nil {
+		return agentErr(err)
+	}
+	if fi.IsDir {
+		return errdefs.Invalid("%s is a directory; download its files one by one", p)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	disposition := mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)})
+	if disposition == "" {
+		disposition = "attachment"
+	}
+	h.Set("Content-Disposition", disposition)
+	h.Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	out := &sentWriter{w: w}
+	n, err := t.ag.Download(ctx, p, out)
+	switch {
+	case err == nil:
+	case !out.sent:
+		h.Del("Content-Disposition")
+		h.Del("Content-Length")
+		return agentErr(err)
+	case ctx.Err() == nil: // not the client going away
+		// The status is gone; the length the client was promised tells it the file is
+		// short.
+		c.log.Warn("download cut short", "sandbox", t.id, "path", p, "sent", n, "err", err)
+	}
+	return nil
+}
+
+// sentWriter says whether anything was written through it.
+type sentWriter struct {
+	w    io.Writer
+	sent bool
+}
+
+func (s *sentWriter) Write(b []byte) (int, error) {
+	s.sent = true
+	return s.w.Write(b)
+}
+
+// uploaded is one file an upload wrote, as envd describes it.
+type uploaded struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// upload answers POST /files?path=: the body is one file (application/octet-stream), or
+// multipart/form-data whose "file" parts are files, each written to path or, without
+// it, to the part's file name. Either may be gzip-compressed (Content-Encoding). Files
+// are the request user's, mode 0644; missing parent directories are made.
+func (c *Control) upload(w http.ResponseWriter, r *http.Request, t *target) error {
+	ctx := r.Context()
+	q := r.URL.Query()
+	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (mediaType != "application/octet-stream" && mediaType != "multipart/form-data") {
+		return errdefs.Invalid("Content-Type %.64q is neither application/octet-stream (one file) nor multipart/form-data", r.Header.Get("Content-Type"))
+	}
+	raw := io.Reader(r.Body)
+	if mediaType == "application/octet-stream" {
+		// One file: no real gzip stream of a file within the bound is much larger.
+		raw = &limitReader{r: r.Body, n: maxUploadSize + 1<<20}
+	}
+	body, err := decodedBody(r.Header.Get("Content-Encoding"), raw)
+	if err != nil {
+		return err
+	}
+	u, err := t.lookupUser(ctx)
+	if err != nil {
+		return err
+	}
+	out := []uploaded{}
+	write := func(name string, rd io.Reader) error {
+		dst, err := resolveIn(name, u.Home)
+		if err != nil {
+			return err
+		}
+		for _, f := range out {
+			if f.Path == dst {
+				return errdefs.Invalid("more than one file of the upload goes to %s; the first was written", dst)
+			}
+		}
+		if err := t.put(ctx, u, dst, rd); err != nil {
+			return err
+		}
+		out = append(out, uploaded{Name: path.Base(dst), Type: "file", Path: dst})
+		return nil
+	}
+
+	if mediaType == "application/octet-stream" {
+		if !q.Has("path") {
+			return errdefs.Invalid("the path query parameter is required with a body of one file (application/octet-stream)")
+		}
+		if err := write(q.Get("path"), body); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+	if params["boundary"] == "" {
+		return errdefs.Invalid("the multipart/form-data Content-Type names no boundary")
+	}
+	mr := multipart.NewReader(body, params["boundary"])
+	for parts := 0; ; parts++ {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return errdefs.Invalid("reading the multipart body: %v", err)
+		}
+		if parts == maxUploadParts {
+			return errdefs.Invalid("the upload has more than %d parts, the most one takes", maxUploadParts)
+		}
+		if part.FormName() != "file" {
+			continue
+		}
+		name := q.Get("path")
+		if !q.Has("path") {
+			// The raw file name: the SDKs send the destination path there, which
+			// part.FileName would cut to its last element.
+			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			if name = dp["filename"]; name == "" {
+				return errdefs.Invalid("part %d names no file (its filename) and the request no path", parts+1)
+			}
+		}
+		if err := write(name, part); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// decodedBody is body decompressed as the Content-Encoding enc says.
+func decodedBody(enc string, body io.Reader) (io.Reader, error) {
+	switch enc {
+	case "", "identity":
+		return body, nil
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return nil, errdefs.Invalid("the body is not gzip, as its Content-Encoding says: %v", err)
+		}
+		return zr, nil
+	default:
+		return nil, errdefs.Invalid("Content-Encoding %.64q is not one this plane decodes: gzip or none", enc)
+	}
+}
+
+// put writes rd to the file at dst, owned by u with mode 0644, at most maxUploadSize
+// bytes. The agent writes a temporary file beside dst and renames it into place, so a
+// failed upload leaves what was there.
+func (t *target) put(ctx context.Context, u *agentproto.UserInfo, dst string, rd io.Reader) error {
+	lr := &limitReader{r: rd, n: maxUploadSize}
+	_, err := t.ag.Upload(ctx, dst, 0o644, int(u.UID), int(u.GID), lr)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(lr.err, errTooLarge):
+		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errTooLarge,
+			Msg: fmt.Sprintf("%s: a file of an upload is at most %d bytes; nothing was written", dst, maxUploadSize)}
+	case lr.err != nil:
+		return errdefs.Invalid("%s: reading the upload: %v; nothing was written", dst, lr.err)
+	}
+	return agentErr(err)
+}
+
+// limitReader reads r and fails with errTooLarge past n bytes. err keeps the first
+// error of r other than io.EOF, so a failed upload can tell the body's fault from the
+// sandbox's.
+type limitReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (l *limitReader) Read(b []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	if int64(len(b)) > l.n+1 {
+		b = b[:l.n+1]
+	}
+	k, err := l.r.Read(b)
+	if l.n -= int64(k); l.n < 0 {
+		l.err = errTooLarge
+		return 0, l.err
+	}
+	if err != nil && err != io.EOF {
+		l.err = err
+	}
+	return k, err
+}

@@ -1,0 +1,387 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// keepAliveEvery is how often an idle process stream carries a keep-alive event, so
+// proxies between the SDK and the node do not close it.
+var keepAliveEvery = 30 * time.Second
+
+// Bounds of what a process call may ask for.
+const (
+	maxArgs     = 4096
+	maxEnvs     = 1024
+	maxPTYSide  = 4096
+	maxInputLen = agentproto.MaxPayload
+)
+
+// processService is the envd process service over the sandbox's agent, whose process
+// table keeps the processes: they outlive the calls that started or watched them.
+type processService struct{ c *Control }
+
+func (s *processService) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
+	t := targetOf(ctx)
+	spec, err := procSpec(ctx, t, req.Msg)
+	if err != nil {
+		return err
+	}
+	// The process ends at the call's timeout (the SDKs send one per command), not
+	// when the caller goes: a command run in the background outlives its stream.
+	deadline, hasDeadline := ctx.Deadline()
+	p, err := t.ag.ProcStart(context.WithoutCancel(ctx), spec)
+	if err != nil {
+		return err
+	}
+	if hasDeadline {
+		stop := killAt(t.ag, p.PID, deadline)
+		defer stop()
+	}
+	return relay(ctx, p, spec.PTY, func(ev *processpb.ProcessEvent) error {
+		return stream.Send(&processpb.StartResponse{Event: ev})
+	})
+}
+
+func (s *processService) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
+	t := targetOf(ctx)
+	pid, tag, err := selector(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	p, err := t.ag.ProcAttach(ctx, pid, tag)
+	if err != nil {
+		return err
+	}
+	pty := false
+	if list, err := t.ag.ProcList(ctx); err == nil {
+		for _, info := range list {
+			if info.PID == p.PID {
+				pty = info.PTY
+			}
+		}
+	}
+	return relay(ctx, p, pty, func(ev *processpb.ProcessEvent) error {
+		return stream.Send(&processpb.ConnectResponse{Event: ev})
+	})
+}
+
+func (s *processService) List(ctx context.Context, req *connect.Request[processpb.ListRequest]) (*connect.Response[processpb.ListResponse], error) {
+	t := targetOf(ctx)
+	list, err := t.ag.ProcList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) > 4096 {
+		list = list[:4096] // the agent's own bound is lower; never trust it
+	}
+	out := &processpb.ListResponse{}
+	for _, info := range list {
+		pi := &processpb.ProcessInfo{Pid: uint32(info.PID), Config: &processpb.ProcessConfig{Envs: map[string]string{}}}
+		if len(info.Argv) > 0 {
+			pi.Config.Cmd, pi.Config.Args = info.Argv[0], info.Argv[1:]
+		}
+		for _, kv := range info.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			pi.Config.Envs[k] = v
+		}
+		if info.Cwd != "" {
+			pi.Config.Cwd = &info.Cwd
+		}
+		if info.Tag != "" {
+			pi.Tag = &info.Tag
+		}
+		out.Processes = append(out.Processes, pi)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *processService) Update(ctx context.Context, req *connect.Request[processpb.UpdateRequest]) (*connect.Response[processpb.UpdateResponse], error) {
+	t := targetOf(ctx)
+	pid, tag, err := selector(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	size := req.Msg.GetPty().GetSize()
+	if size == nil {
+		return connect.NewResponse(&processpb.UpdateResponse{}), nil // nothing to change
+	}
+	rows, cols, err := ptySize(size)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.ag.ProcResize(ctx, pid, tag, rows, cols); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&processpb.UpdateResponse{}), nil
+}
+
+func (s *processService) SendInput(ctx context.Context, req *connect.Request[processpb.SendInputRequest]) (*connect.Response[processpb.SendInputResponse], error) {
+	t := targetOf(ctx)
+	pid, tag, err := selector(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := sendInput(ctx, t.ag, pid, tag, req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&processpb.SendInputResponse{}), nil
+}
+
+func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[processpb.StreamInputRequest]) (*connect.Response[processpb.StreamInputResponse], error) {
+	t := targetOf(ctx)
+	var (
+		pid     int
+		tag     string
+		started bool
+	)
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *processpb.StreamInputRequest_Start:
+			var err error
+			if pid, tag, err = selector(ev.Start.GetProcess()); err != nil {
+				return nil, err
+			}
+			started = true
+		case *processpb.StreamInputRequest_Data:
+			if !started {
+				return nil, errdefs.Invalid("input before the start event that names the process")
+			}
+			if err := sendInput(ctx, t.ag, pid, tag, ev.Data.GetInput()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&processpb.StreamInputResponse{}), nil
+}
+
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[processpb.SendSignalRequest]) (*connect.Response[processpb.SendSignalResponse], error) {
+	t := targetOf(ctx)
+	pid, tag, err := selector(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	var sig syscall.Signal
+	switch req.Msg.GetSignal() {
+	case processpb.Signal_SIGNAL_SIGKILL:
+		sig = unix.SIGKILL
+	case processpb.Signal_SIGNAL_SIGTERM:
+		sig = unix.SIGTERM
+	default:
+		return nil, errdefs.Invalid("signal %v is not one to send: SIGNAL_SIGTERM or SIGNAL_SIGKILL", req.Msg.GetSignal())
+	}
+	if err := t.ag.ProcSignal(ctx, pid, tag, sig); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
+}
+
+func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[processpb.CloseStdinRequest]) (*connect.Response[processpb.CloseStdinResponse], error) {
+	t := targetOf(ctx)
+	pid, tag, err := selector(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.ag.ProcCloseStdin(ctx, pid, tag); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&processpb.CloseStdinResponse{}), nil
+}
+
+// procSpec turns a start request into the agent's process spec, checking its bounds.
+func procSpec(ctx context.Context, t *target, req *processpb.StartRequest) (agentproto.ProcSpec, error) {
+	cfg := req.GetProcess()
+	if cfg.GetCmd() == "" {
+		return agentproto.ProcSpec{}, errdefs.Invalid("process.cmd is empty; name the program to run")
+	}
+	if len(cfg.GetArgs()) > maxArgs || len(cfg.GetEnvs()) > maxEnvs {
+		return agentproto.ProcSpec{}, errdefs.Invalid("a process takes at most %d arguments and %d environment variables", maxArgs, maxEnvs)
+	}
+	spec := agentproto.ProcSpec{
+		Argv:  append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+		User:  t.user,
+		Tag:   req.GetTag(),
+		Stdin: req.Stdin == nil || req.GetStdin(),
+	}
+	for _, k := range slices.Sorted(maps.Keys(cfg.GetEnvs())) {
+		if k == "" {
+			return agentproto.ProcSpec{}, errdefs.Invalid("an environment variable has an empty name")
+		}
+		spec.Env = append(spec.Env, k+"="+cfg.GetEnvs()[k])
+	}
+	if cfg.Cwd != nil {
+		cwd, err := t.resolvePath(ctx, cfg.GetCwd())
+		if err != nil {
+			return agentproto.ProcSpec{}, err
+		}
+		spec.Cwd = cwd
+	}
+	if req.Pty != nil {
+		spec.PTY, spec.Rows, spec.Cols = true, 24, 80
+		if size := req.GetPty().GetSize(); size != nil {
+			var err error
+			if spec.Rows, spec.Cols, err = ptySize(size); err != nil {
+				return agentproto.ProcSpec{}, err
+			}
+		}
+	}
+	return spec, nil
+}
+
+func ptySize(size *processpb.PTY_Size) (rows, cols uint16, err error) {
+	if size.GetRows() < 1 || size.GetRows() > maxPTYSide || size.GetCols() < 1 || size.GetCols() > maxPTYSide {
+		return 0, 0, errdefs.Invalid("terminal size %dx%d (cols x rows) is out of range: each side 1-%d", size.GetCols(), size.GetRows(), maxPTYSide)
+	}
+	return uint16(size.GetRows()), uint16(size.GetCols()), nil
+}
+
+// selector returns the pid or tag a ProcessSelector names.
+func selector(sel *processpb.ProcessSelector) (pid int, tag string, err error) {
+	switch s := sel.GetSelector().(type) {
+	case *processpb.ProcessSelector_Pid:
+		if s.Pid == 0 || s.Pid > 1<<22 {
+			return 0, "", errdefs.Invalid("pid %d is not a process id", s.Pid)
+		}
+		return int(s.Pid), "", nil
+	case *processpb.ProcessSelector_Tag:
+		if s.Tag == "" {
+			return 0, "", errdefs.Invalid("the process tag is empty")
+		}
+		return 0, s.Tag, nil
+	}
+	return 0, "", errdefs.Invalid("no process named: give its pid or its tag")
+}
+
+func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *processpb.ProcessInput) error {
+	var data []byte
+	switch v := in.GetInput().(type) {
+	case *processpb.ProcessInput_Stdin:
+		data = v.Stdin
+	case *processpb.ProcessInput_Pty:
+		data = v.Pty
+	default:
+		return errdefs.Invalid("no input given: stdin or pty bytes")
+	}
+	if len(data) > maxInputLen {
+		return errdefs.Invalid("input of %d bytes is more than one call takes (%d); send it in pieces", len(data), maxInputLen)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	return ag.ProcInput(ctx, pid, tag, data)
+}
+
+// killAt kills process pid at deadline unless stop is called first.
+func killAt(ag *agent.Client, pid int, deadline time.Time) (stop func()) {
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ag.ProcSignal(ctx, pid, "", unix.SIGKILL) // gone already: nothing to do
+	})
+	return func() { timer.Stop() }
+}
+
+// relay sends a process's events to send until it ends or ctx is done: the start
+// event with its pid, its output, keep-alives while it is quiet, and its end. The
+// process keeps running when ctx ends first.
+func relay(ctx context.Context, p *agent.Proc, pty bool, send func(*processpb.ProcessEvent) error) error {
+	defer p.Close()
+	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
+		return err
+	}
+	type recv struct {
+		out agent.ProcOutput
+		err error
+	}
+	outs := make(chan recv)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			out, err := p.Recv()
+			select {
+			case outs <- recv{out, err}:
+			case <-done:
+				return
+			}
+			if err != nil || out.End != nil {
+				return
+			}
+		}
+	}()
+	keepAlive := time.NewTicker(keepAliveEvery)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-keepAlive.C:
+			if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Keepalive{Keepalive: &processpb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case r := <-outs:
+			if r.err != nil {
+				if errors.Is(r.err, io.EOF) {
+					return errdefs.Unavailable("the sandbox's agent ended the stream of process %d without its end", p.PID)
+				}
+				return r.err
+			}
+			if r.out.End != nil {
+				return send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: endEvent(r.out.End)}})
+			}
+			if len(r.out.Data) == 0 {
+				continue
+			}
+			data := &processpb.ProcessEvent_DataEvent{}
+			switch {
+			case pty:
+				data.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: r.out.Data}
+			case r.out.Stderr:
+				data.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: r.out.Data}
+			default:
+				data.Output = &processpb.ProcessEvent_DataEvent_Stdout{Stdout: r.out.Data}
+			}
+			if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: data}}); err != nil {
+				return err
+			}
+			keepAlive.Reset(keepAliveEvery)
+		}
+	}
+}
+
+// endEvent describes how a process ended as a Go program would: exited with its code
+// and "exit status N", or killed by a signal with code -1 and "signal: NAME".
+func endEvent(r *agentproto.ExitResult) *processpb.ProcessEvent_EndEvent {
+	ev := &processpb.ProcessEvent_EndEvent{ExitCode: int32(r.ExitCode), Exited: true, Status: fmt.Sprintf("exit status %d", r.ExitCode)}
+	if r.Signal != "" {
+		ev.ExitCode, ev.Exited = -1, false
+		name := r.Signal
+		if n := unix.SignalNum(r.Signal); n != 0 {
+			name = n.String()
+		}
+		ev.Status = "signal: " + name
+	}
+	if r.Error != "" {
+		msg := r.Error
+		ev.Error = &msg
+	}
+	return ev
+}

@@ -1,0 +1,353 @@
+package e2b_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
+	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb/processpbconnect"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// envdFixture is a control plane with a token key over a node of the fake runtime,
+// whose sandboxes run a real agent, and one sandbox of alice's.
+type envdFixture struct {
+	fixture
+	id, token, traffic string
+}
+
+func newEnvdFixture(t *testing.T) envdFixture {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	alice, _, err := n.Auth.CreateTokenFormat(context.Background(), "alice", "e2b", "e2b", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Authenticate: n.Auth.Authenticate,
+		AuditLog: n.AuditLog, TokenKey: []byte("0123456789abcdef0123456789abcdef"), Domain: "sandboxes.test"}))
+	t.Cleanup(srv.Close)
+	f := envdFixture{fixture: fixture{t: t, url: srv.URL, node: n}}
+	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base","envVars":{"GREETING":"hi"}}`)
+	f.want("create", st, body, 201)
+	var sb struct{ SandboxID, EnvdAccessToken, TrafficAccessToken string }
+	json.Unmarshal(body, &sb)
+	if sb.EnvdAccessToken == "" || sb.TrafficAccessToken == "" || sb.EnvdAccessToken == sb.TrafficAccessToken {
+		t.Fatalf("create answered %s; want two different access tokens", body)
+	}
+	f.id, f.token, f.traffic = sb.SandboxID, sb.EnvdAccessToken, sb.TrafficAccessToken
+	return f
+}
+
+// headers names the sandbox as the SDKs do with E2B_SANDBOX_URL set.
+func (f envdFixture) headers(h http.Header, id, token string) {
+	h.Set("E2b-Sandbox-Id", id)
+	h.Set("E2b-Sandbox-Port", "49983")
+	if token != "" {
+		h.Set("X-Access-Token", token)
+	}
+}
+
+func (f envdFixture) process(id, token string) processpbconnect.ProcessClient {
+	return processpbconnect.NewProcessClient(http.DefaultClient, f.url, connect.WithInterceptors(headerInterceptor(func(h http.Header) {
+		f.headers(h, id, token)
+	})))
+}
+
+type headerInterceptor func(http.Header)
+
+func (h headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		h(req.Header())
+		return next(ctx, req)
+	}
+}
+
+func (h headerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		h(conn.RequestHeader())
+		return conn
+	}
+}
+
+func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// run starts argv and collects its events until the end.
+func run(t *testing.T, c processpbconnect.ProcessClient, req *processpb.StartRequest) (pid uint32, stdout, stderr string, end *processpb.ProcessEvent_EndEvent) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var out, errb strings.Builder
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().GetEvent().(type) {
+		case *processpb.ProcessEvent_Start:
+			pid = ev.Start.GetPid()
+		case *processpb.ProcessEvent_Data:
+			out.Write(ev.Data.GetStdout())
+			errb.Write(ev.Data.GetStderr())
+			out.Write(ev.Data.GetPty())
+		case *processpb.ProcessEvent_End:
+			end = ev.End
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("start %v: %v", req.GetProcess(), err)
+	}
+	return pid, out.String(), errb.String(), end
+}
+
+// TestEnvdProcessStart: a command's output streams as stdout and stderr events between
+// a start event with its pid and an end event with its exit code, as a Go program
+// would describe it.
+func TestEnvdProcessStart(t *testing.T) {
+	f := newEnvdFixture(t)
+	c := f.process(f.id, f.token)
+	pid, out, errs, end := run(t, c, &processpb.StartRequest{Process: &processpb.ProcessConfig{
+		Cmd: "/bin/sh", Args: []string{"-c", "echo out; echo err >&2; echo $GREETING $EXTRA; exit 3"},
+		Envs: map[string]string{"EXTRA": "there"}}})
+	if pid == 0 || out != "out\nhi there\n" || errs != "err\n" {
+		t.Errorf("pid %d, stdout %q, stderr %q; want a pid, %q and %q", pid, out, errs, "out\nhi there\n", "err\n")
+	}
+	if end == nil || end.GetExitCode() != 3 || !end.GetExited() || end.GetStatus() != "exit status 3" {
+		t.Errorf("end %v, want exit code 3, exited, status %q", end, "exit status 3")
+	}
+
+	// A background process is listed, signalled and ends killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tag := "sleeper"
+	stream, err := c.Start(ctx, connect.NewRequest(&processpb.StartRequest{Tag: &tag,
+		Process: &processpb.ProcessConfig{Cmd: "sleep", Args: []string{"300"}}}))
+	if err != nil || !stream.Receive() || stream.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("start sleep: %v %v", err, stream.Err())
+	}
+	sleepPID := stream.Msg().GetEvent().GetStart().GetPid()
+	stream.Close() // the process keeps running
+	list, err := c.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range list.Msg.GetProcesses() {
+		found = found || p.GetPid() == sleepPID && p.GetTag() == tag && p.GetConfig().GetCmd() == "sleep"
+	}
+	if !found {
+		t.Fatalf("list %v does not show the sleep (pid %d, tag %s)", list.Msg.GetProcesses(), sleepPID, tag)
+	}
+	conn, err := c.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: tag}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !conn.Receive() || conn.Msg().GetEvent().GetStart().GetPid() != sleepPID {
+		t.Fatalf("connect by tag: %v %v", conn.Msg(), conn.Err())
+	}
+	if _, err := c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Signal: processpb.Signal_SIGNAL_SIGKILL,
+		Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: sleepPID}}})); err != nil {
+		t.Fatal(err)
+	}
+	var killed *processpb.ProcessEvent_EndEvent
+	for conn.Receive() {
+		if e := conn.Msg().GetEvent().GetEnd(); e != nil {
+			killed = e
+		}
+	}
+	if killed == nil || killed.GetExited() || killed.GetExitCode() != -1 || killed.GetStatus() != "signal: killed" {
+		t.Errorf("the killed sleep ended with %v, want not exited, -1, %q", killed, "signal: killed")
+	}
+
+	// Bad input is refused with the code that says so.
+	_, err = c.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Signal: processpb.Signal_SIGNAL_SIGTERM,
+		Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: sleepPID}}}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("signal to an ended process: %v, want not_found", err)
+	}
+	stream, err = c.Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{}}))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("start with no command: %v, want invalid_argument", err)
+	}
+}
+
+// TestEnvdRefusesWithoutToken: the in-sandbox plane answers only with the sandbox's own
+// token; a token of another sandbox, a made-up one or none is refused alike, and the
+// traffic token opens only other ports.
+func TestEnvdRefusesWithoutToken(t *testing.T) {
+	f := newEnvdFixture(t)
+	for name, tc := range map[string]struct{ id, token string }{
+		"no token":         {f.id, ""},
+		"made-up token":    {f.id, "AAAA"},
+		"traffic token":    {f.id, f.traffic},
+		"unknown sandbox":  {"sb_nosuchsandbox", f.token},
+		"no such, made up": {"sb_nosuchsandbox", "AAAA"},
+	} {
+		_, err := f.process(tc.id, tc.token).List(context.Background(), connect.NewRequest(&processpb.ListRequest{}))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s: %v, want unauthenticated", name, err)
+		}
+	}
+	req, _ := http.NewRequest("GET", f.url+"/health", nil)
+	f.headers(req.Header, f.id, "")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	f.want("health without a token", resp.StatusCode, body, 401)
+
+	// A bad port header is refused before anything else.
+	req, _ = http.NewRequest("GET", f.url+"/health", nil)
+	req.Header.Set("E2b-Sandbox-Id", f.id)
+	req.Header.Set("E2b-Sandbox-Port", "99999")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	f.want("port 99999", resp.StatusCode, body, 400)
+}
+
+// signature is how E2B's SDKs sign a /files URL.
+func signature(path, op, user, token string, exp int64) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	if exp != 0 {
+		raw += ":" + strconv.FormatInt(exp, 10)
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+}
+
+// TestEnvdSignedURL: a /files URL signed with the sandbox's token works without the
+// token header, for its operation and until it expires.
+func TestEnvdSignedURL(t *testing.T) {
+	f := newEnvdFixture(t)
+	put := url.Values{"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "write", "", f.token, 0)}}
+	req, _ := http.NewRequest("POST", f.url+"/files?"+put.Encode(), strings.NewReader("signed\n"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	f.headers(req.Header, f.id, "")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"path":"/tmp/s.txt"`) {
+		t.Fatalf("signed upload: %d %s", resp.StatusCode, body)
+	}
+	get := func(q url.Values) (int, string) {
+		req, _ := http.NewRequest("GET", f.url+"/files?"+q.Encode(), nil)
+		f.headers(req.Header, f.id, "")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	q := url.Values{"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "read", "", f.token, exp)},
+		"signature_expiration": {fmt.Sprint(exp)}}
+	if st, body := get(q); st != 200 || body != "signed\n" {
+		t.Errorf("signed download: %d %q", st, body)
+	}
+	past := time.Now().Add(-time.Minute).Unix()
+	for name, q := range map[string]url.Values{
+		"expired":         {"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "read", "", f.token, past)}, "signature_expiration": {fmt.Sprint(past)}},
+		"write signature": {"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "write", "", f.token, 0)}},
+		"other path":      {"path": {"/etc/passwd"}, "signature": {signature("/tmp/s.txt", "read", "", f.token, 0)}},
+		"traffic token":   {"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "read", "", f.traffic, 0)}},
+	} {
+		if st, body := get(q); st != 401 {
+			t.Errorf("%s: %d %q, want 401", name, st, body)
+		}
+	}
+}
+
+// TestEnvdPortByHost: PORT-ID.DOMAIN reaches that port on the sandbox's loopback with
+// the traffic token (or the envd one), which the sandbox never sees; without a token,
+// or with another sandbox's, nothing is passed on.
+func TestEnvdPortByHost(t *testing.T) {
+	f := newEnvdFixture(t)
+	seen := make(chan http.Header, 4)
+	// The fake runtime's sandboxes share the host's loopback.
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		fmt.Fprintf(w, "app %s %s", r.Method, r.URL.Path)
+	}))
+	defer app.Close()
+	port := app.Listener.Addr().(*net.TCPAddr).Port
+	get := func(host string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("GET", f.url+"/hello", nil)
+		req.Host = host
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	host := fmt.Sprintf("%d-%s.sandboxes.test", port, f.id)
+	for name, hdr := range map[string]map[string]string{
+		"traffic token": {"E2b-Traffic-Access-Token": f.traffic},
+		"envd token":    {"X-Access-Token": f.token},
+	} {
+		st, body := get(host, hdr)
+		if st != 200 || body != "app GET /hello" {
+			t.Fatalf("%s: %d %q, want the app's answer", name, st, body)
+		}
+		h := <-seen
+		for _, k := range []string{"X-Access-Token", "E2b-Traffic-Access-Token", "E2b-Sandbox-Id"} {
+			if h.Get(k) != "" {
+				t.Errorf("%s: the sandbox saw %s", name, k)
+			}
+		}
+	}
+	for name, hdr := range map[string]map[string]string{
+		"no token":      {},
+		"made-up token": {"E2b-Traffic-Access-Token": "AAAA"},
+	} {
+		if st, body := get(host, hdr); st != 401 {
+			t.Errorf("%s: %d %q, want 401", name, st, body)
+		}
+	}
+	if st, body := get("notaport-"+f.id+".sandboxes.test", nil); st != 404 {
+		t.Errorf("a host with no port: %d %q, want 404", st, body)
+	}
+	select {
+	case h := <-seen:
+		t.Errorf("a refused request reached the app: %v", h)
+	default:
+	}
+}
