@@ -1,7 +1,8 @@
-// Command goexec times exec round trips through the Go SDK, for bench/python_exec.sh:
-// it runs `true` (as {"shell": "true"}, what the Python SDK's exec("true") sends) in
-// one running sandbox -warmup times untimed and -n times timed, and prints each timed
-// round trip in microseconds, one per line.
+// Command goexec times exec round trips through the Go SDK, for bench/python_exec.sh
+// and bench/e2b_exec.sh: it runs `true` (as {"shell": "true"}, what the Python SDK's
+// exec("true") sends; with -login as /bin/bash -l -c true, what E2B's SDKs send) in one
+// running sandbox -warmup times untimed and -n times timed, and prints each timed round
+// trip in microseconds, one per line.
 package main
 
 import (
@@ -27,6 +28,7 @@ func run() error {
 	sandbox := flag.String("sandbox", "", "the running sandbox to exec in")
 	n := flag.Int("n", 200, "timed round trips")
 	warmup := flag.Int("warmup", 20, "untimed round trips first")
+	login := flag.Bool("login", false, "run /bin/bash -l -c true instead of sh -c true")
 	flag.Parse()
 	c, err := client.New(client.Options{Socket: *socket})
 	if err != nil {
@@ -34,6 +36,9 @@ func run() error {
 	}
 	ctx := context.Background()
 	req := api.ExecRequest{Shell: "true"}
+	if *login {
+		req = api.ExecRequest{Argv: []string{"/bin/bash", "-l", "-c", "true"}}
+	}
 	for i := -*warmup; i < *n; i++ {
 		start := time.Now()
 		res, err := c.Exec(ctx, *sandbox, req)

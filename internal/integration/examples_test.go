@@ -13,9 +13,34 @@ import (
 )
 
 // TestExamples runs the programs in examples/ against a real node, as a reader would:
-// the agent loop (a scripted model's code run in a sandbox, its errors fed back) and the
-// data analysis (a CSV in, a chart out).
+// the agent loop (a scripted model's code run in a sandbox, its errors fed back), the
+// data analysis (a CSV in, a chart out), and the agent loop again through E2B's
+// JavaScript SDK.
 func TestExamples(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("python", func(t *testing.T) { pythonExamples(t, root) })
+	t.Run("e2b_agent_loop", func(t *testing.T) {
+		pkg, node := e2bSDK(t)
+		n := startE2BDaemon(t)
+		key := n.userKey(t, "dev")
+		out, err := runNode(t, node, pkg, filepath.Join(root, "examples", "e2b_agent_loop.mjs"), n.sdkEnv(key)...)
+		if err != nil {
+			t.Fatalf("node examples/e2b_agent_loop.mjs: %v\n%s", err, out)
+		}
+		if !strings.Contains(out, "NameError") || !strings.Contains(out, "answer: 328") {
+			t.Errorf("the E2B agent loop said:\n%s\nwant the first turn's NameError fed back and the answer 328", out)
+		}
+		for _, sb := range n.sandboxes(t, key) {
+			t.Errorf("the E2B agent loop left sandbox %s (%s)", sb.SandboxID, sb.State)
+		}
+	})
+}
+
+// pythonExamples runs the Python programs in examples/.
+func pythonExamples(t *testing.T, root string) {
 	if _, err := os.Stat(pythonBin); err != nil {
 		if testenv.InCI() {
 			t.Fatal("needs " + pythonBin)
@@ -23,10 +48,6 @@ func TestExamples(t *testing.T) {
 		t.Skip("needs " + pythonBin)
 	}
 	n := testenv.NewNode(t)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

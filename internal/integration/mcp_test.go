@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,59 +149,10 @@ func TestMCPStdioNamedSandbox(t *testing.T) {
 // Inspector.
 const inspectorVersion = "1.0.3"
 
-// inspectorCLI returns the path of the Inspector's CLI package, installing it with npm
-// into a cache outside the repository when it is not there yet. Without node and npm
-// the test skips, except in CI.
+// inspectorCLI returns the path of the Inspector's CLI package (see npmPackage).
 func inspectorCLI(t *testing.T) string {
 	t.Helper()
-	var missing []string
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, tool)
-		}
-	}
-	if len(missing) > 0 {
-		msg := "needs " + strings.Join(missing, " and ") + " for the MCP Inspector"
-		if testenv.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	base := "/var/cache/airlock-test/npm"
-	if dir := os.Getenv("XDG_CACHE_HOME"); dir != "" {
-		base = filepath.Join(dir, "airlock-test", "npm")
-	} else if os.Geteuid() != 0 {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = filepath.Join(dir, "airlock-test", "npm")
-	}
-	dir := filepath.Join(base, "inspector-cli-"+inspectorVersion)
-	pkg := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli")
-	if _, err := os.Stat(filepath.Join(pkg, "build", "cli.js")); err == nil {
-		return pkg
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(base, ".install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", tmp, "--no-audit", "--no-fund", "--loglevel=error",
-		"@modelcontextprotocol/inspector-cli@"+inspectorVersion)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install @modelcontextprotocol/inspector-cli@%s: %v\n%s", inspectorVersion, err, out)
-	}
-	// Another test process may have installed it meanwhile; either copy will do.
-	if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
-		t.Fatal(err)
-	}
-	return pkg
+	return npmPackage(t, "@modelcontextprotocol/inspector-cli", inspectorVersion)
 }
 
 // inspect runs the Inspector's CLI mode against `airlock mcp` (for the node's socket)

@@ -1,0 +1,219 @@
+// E2B's quickstart, done with E2B's JavaScript SDK (npm package e2b, unmodified)
+// against Airlock's E2B-compatible API, every result checked. TestE2BSDK runs it with
+// E2B_API_URL and E2B_SANDBOX_URL set to the daemon's e2b_listen address and
+// E2B_API_KEY to an Airlock token in E2B's format.
+//
+// It prints one line per step; on the first result that is not what E2B's SDK
+// documents it prints what differed and exits 1, after killing its sandbox.
+
+import { CommandExitError, NotFoundError, Sandbox } from 'e2b'
+
+const run = Math.random().toString(16).slice(2, 10) // this run's metadata, to find its sandbox
+let current = '' // the step under way, for the failure message
+let sandbox // the sandbox to kill if a step fails
+
+function step(name) {
+  current = name
+  console.log(`step: ${name}`)
+}
+
+function expect(ok, what) {
+  if (!ok) throw new Error(what)
+}
+
+// canonical is value as JSON with the keys of its objects sorted.
+function canonical(value) {
+  return JSON.stringify(value, (_, v) =>
+    v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort()) : v)
+}
+
+function expectEqual(got, want, what) {
+  if (canonical(got) !== canonical(want)) {
+    throw new Error(`${what}: got ${canonical(got)}, want ${canonical(want)}`)
+  }
+}
+
+// expectThrow awaits promise and returns the error it rejects with, which must be an
+// instance of cls.
+async function expectThrow(promise, cls, what) {
+  try {
+    await promise
+  } catch (err) {
+    expect(err instanceof cls, `${what}: threw ${err?.constructor?.name}: ${err?.message}, want a ${cls.name}`)
+    return err
+  }
+  throw new Error(`${what}: succeeded, want a ${cls.name}`)
+}
+
+// until polls check every 50 ms until it is true, for at most ms.
+async function until(check, ms, what) {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+// listed returns this run's sandboxes as Sandbox.list() pages them.
+async function listed(query = {}) {
+  const out = []
+  const pages = Sandbox.list({ query: { metadata: { run }, ...query } })
+  while (pages.hasNext) out.push(...(await pages.nextItems()))
+  return out
+}
+
+async function main() {
+  step('create a sandbox from the base template, with metadata and envs')
+  sandbox = await Sandbox.create('base', {
+    timeoutMs: 10 * 60_000,
+    metadata: { suite: 'quickstart', run },
+    envs: { GREETING: 'hello from create' },
+  })
+  expect(sandbox.sandboxId.startsWith('sb_'), `sandboxId ${sandbox.sandboxId}, want an Airlock id (sb_...)`)
+  const info = await sandbox.getInfo()
+  expectEqual(info.metadata, { suite: 'quickstart', run }, 'getInfo().metadata')
+  expectEqual(info.state, 'running', 'getInfo().state')
+
+  step('run `echo hello` with streamed stdout')
+  let streamed = ''
+  const hello = await sandbox.commands.run('echo hello', { onStdout: (data) => { streamed += data } })
+  expectEqual(hello.exitCode, 0, 'exit code')
+  expectEqual(hello.stdout, 'hello\n', 'result stdout')
+  expectEqual(streamed, 'hello\n', 'stdout passed to onStdout')
+  expectEqual(hello.stderr, '', 'stderr')
+
+  step('a failing command throws CommandExitError with its exit code')
+  let streamedErr = ''
+  const failed = await expectThrow(
+    sandbox.commands.run('echo oops >&2; exit 3', { onStderr: (data) => { streamedErr += data } }),
+    CommandExitError, 'run `exit 3`')
+  expectEqual(failed.exitCode, 3, 'CommandExitError.exitCode')
+  expectEqual(failed.stderr, 'oops\n', 'CommandExitError.stderr')
+  expectEqual(streamedErr, 'oops\n', 'stderr passed to onStderr')
+
+  step('the env var given at create, and one given to the command')
+  expectEqual((await sandbox.commands.run('echo -n "$GREETING"')).stdout, 'hello from create', '$GREETING')
+  expectEqual((await sandbox.commands.run('echo -n "$GREETING/$EXTRA"', { envs: { EXTRA: 'x' } })).stdout,
+    'hello from create/x', '$GREETING/$EXTRA with envs {EXTRA: x}')
+  expectEqual((await sandbox.commands.run('pwd', { cwd: '/usr' })).stdout, '/usr\n', 'pwd with cwd /usr')
+
+  step('makeDir')
+  const dir = `/tmp/quickstart-${run}`
+  expectEqual(await sandbox.files.makeDir(dir), true, `makeDir ${dir} (new)`)
+  expectEqual(await sandbox.files.makeDir(dir), false, `makeDir ${dir} (already there)`)
+
+  step('write a file and read it back')
+  const notes = `${dir}/notes.txt`
+  const text = 'line 1\nline 2 \u00e9\n'
+  const written = await sandbox.files.write(notes, text)
+  expectEqual(written.path, notes, 'write: path')
+  expectEqual(written.name, 'notes.txt', 'write: name')
+  expectEqual(await sandbox.files.read(notes), text, `read ${notes}`)
+  const bytes = await sandbox.files.read(notes, { format: 'bytes' })
+  expectEqual(Buffer.from(bytes).toString('utf8'), text, `read ${notes} as bytes`)
+  expectEqual((await sandbox.commands.run(`cat ${notes}`)).stdout, text, `cat ${notes} in the sandbox`)
+
+  step('list its directory, exists')
+  const entries = await sandbox.files.list(dir)
+  expectEqual(entries.map((e) => [e.name, e.type, e.path, e.size]),
+    [['notes.txt', 'file', notes, Buffer.byteLength(text)]], `list ${dir}`)
+  expectEqual(await sandbox.files.exists(notes), true, `exists ${notes}`)
+  expectEqual(await sandbox.files.exists(`${dir}/absent`), false, `exists ${dir}/absent`)
+  expectEqual((await sandbox.files.getInfo(dir)).type, 'dir', `getInfo ${dir}: type`)
+
+  step('rename it')
+  const moved = `${dir}/renamed.txt`
+  const renamed = await sandbox.files.rename(notes, moved)
+  expectEqual([renamed.name, renamed.path], ['renamed.txt', moved], 'rename: entry')
+  expectEqual(await sandbox.files.exists(notes), false, `exists ${notes} after the rename`)
+  expectEqual(await sandbox.files.read(moved), text, `read ${moved}`)
+
+  step('remove it, and it is gone')
+  await sandbox.files.remove(moved)
+  expectEqual(await sandbox.files.exists(moved), false, `exists ${moved} after remove`)
+  await expectThrow(sandbox.files.read(moved), NotFoundError, `read ${moved} after remove`)
+  expectEqual(await sandbox.files.list(dir), [], `list ${dir} after remove`)
+
+  step('a background process: listed while it runs, gone once killed')
+  const ticks = []
+  const loop = await sandbox.commands.run('for i in $(seq 1 3000); do echo tick $i; sleep 0.1; done', {
+    background: true,
+    timeoutMs: 120_000,
+    onStdout: (data) => { ticks.push(data) },
+  })
+  expect(Number.isInteger(loop.pid) && loop.pid > 0, `background pid ${loop.pid}`)
+  await until(() => ticks.join('').includes('tick 2\n'), 10_000, 'the background loop printing "tick 2"')
+  const running = (await sandbox.commands.list()).find((p) => p.pid === loop.pid)
+  expect(running, `commands.list() does not show pid ${loop.pid}`)
+  expectEqual([running.cmd, running.args.at(-1)],
+    ['/bin/bash', 'for i in $(seq 1 3000); do echo tick $i; sleep 0.1; done'], 'commands.list(): the process')
+  expectEqual(await loop.kill(), true, 'kill()')
+  const killed = await expectThrow(loop.wait(), CommandExitError, 'wait() after kill()')
+  expect(killed.exitCode !== 0, `exit code after kill: ${killed.exitCode}`)
+  await until(async () => !(await sandbox.commands.list()).some((p) => p.pid === loop.pid), 5_000,
+    `pid ${loop.pid} leaving commands.list()`)
+  expectEqual(await sandbox.commands.kill(loop.pid), false, 'commands.kill() of a process that ended')
+
+  step('write to a process\'s stdin, then close it')
+  let catOut = ''
+  const cat = await sandbox.commands.run('cat', { background: true, stdin: true, onStdout: (data) => { catOut += data } })
+  await cat.sendStdin('first line\n')
+  await until(() => catOut === 'first line\n', 10_000, `cat echoing "first line" (has ${JSON.stringify(catOut)})`)
+  await sandbox.commands.sendStdin(cat.pid, 'second line\n')
+  await cat.closeStdin()
+  const catRes = await cat.wait()
+  expectEqual([catRes.exitCode, catRes.stdout], [0, 'first line\nsecond line\n'], 'cat after closeStdin')
+
+  step('setTimeout')
+  const before = Date.now()
+  await sandbox.setTimeout(5 * 60_000)
+  const endAt = (await sandbox.getInfo()).endAt.getTime()
+  expect(endAt >= before + 4 * 60_000 && endAt <= Date.now() + 6 * 60_000,
+    `endAt ${new Date(endAt).toISOString()} after setTimeout(5 min) at ${new Date(before).toISOString()}`)
+
+  step('Sandbox.list() shows it')
+  const shown = (await listed()).filter((s) => s.sandboxId === sandbox.sandboxId)
+  expectEqual(shown.map((s) => [s.state, s.metadata.suite]), [['running', 'quickstart']], 'Sandbox.list(): this sandbox')
+
+  step('write a file in the home directory (a relative path), pause')
+  const home = (await sandbox.commands.run('echo -n "$HOME"')).stdout
+  expect(home.startsWith('/'), `$HOME is ${JSON.stringify(home)}`)
+  // A relative path is relative to the user's home, as in E2B.
+  await sandbox.files.write(`kept-${run}.txt`, 'kept across pause\n')
+  const kept = `${home}/kept-${run}.txt`
+  expectEqual((await sandbox.commands.run(`cat kept-${run}.txt`)).stdout, 'kept across pause\n',
+    `cat kept-${run}.txt in the home directory`)
+  expectEqual(await sandbox.pause(), true, 'pause()')
+  expectEqual((await listed({ state: ['paused'] })).map((s) => s.sandboxId), [sandbox.sandboxId],
+    'Sandbox.list({state: [paused]})')
+
+  step('resume it with Sandbox.connect, and run a command')
+  // As E2B's documentation does it: no timeoutMs, so the API's default (300 s) applies.
+  const resumed = await Sandbox.connect(sandbox.sandboxId)
+  expectEqual(resumed.sandboxId, sandbox.sandboxId, 'Sandbox.connect: sandboxId')
+  expectEqual((await resumed.getInfo()).state, 'running', 'getInfo().state after connect')
+  expectEqual((await resumed.commands.run('echo -n resumed "$GREETING"')).stdout, 'resumed hello from create',
+    'a command after the resume')
+  expectEqual(await resumed.files.read(kept), 'kept across pause\n', `read ${kept} after the resume`)
+
+  step('kill it')
+  expectEqual(await resumed.kill(), true, 'kill()')
+  sandbox = undefined
+
+  step('Sandbox.list() no longer shows it')
+  expectEqual((await listed()).map((s) => s.sandboxId), [], 'Sandbox.list() after kill')
+  expectEqual(await Sandbox.kill(resumed.sandboxId), false, 'Sandbox.kill() of a killed sandbox')
+
+  console.log('quickstart: all steps passed')
+}
+
+try {
+  await main()
+} catch (err) {
+  console.log(`FAIL at step "${current}": ${err?.stack ?? err}`)
+  if (sandbox) {
+    await sandbox.kill().catch((e) => console.log(`kill ${sandbox.sandboxId} after the failure: ${e.message}`))
+  }
+  process.exit(1)
+}
+process.exit(0)
