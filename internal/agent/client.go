@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // Client calls an agent, one connection per call, each made by Dial. It is safe for
@@ -484,11 +485,60 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64,
 	}
 }
 
-// List lists the directory at path, sorted by name; symlinks are not followed.
+// MaxListEntries bounds a listing the client takes from an agent, and maxListBytes
+// what its frames may add up to.
+const (
+	MaxListEntries = 100_000
+	maxListBytes   = 64 << 20
+)
+
+// List lists the directory at path, sorted by name; symlinks are not followed. A
+// directory of more than MaxListEntries entries is refused.
 func (c *Client) List(ctx context.Context, path string) ([]agentproto.FileInfo, error) {
-	var out []agentproto.FileInfo
-	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileList, Path: path}, &out); err != nil {
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpFileList, Path: path, Chunked: true})
+	if err != nil {
 		return nil, err
+	}
+	defer k.conn.Close()
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	defer stop()
+	_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
+	var (
+		out   []agentproto.FileInfo
+		total int
+	)
+	for {
+		t, p, err := agentproto.ReadFrame(k.conn)
+		if err != nil {
+			return nil, ctxErr(ctx, err)
+		}
+		if total += len(p); total > maxListBytes {
+			return nil, fmt.Errorf("%w: a listing of %s over %d bytes", agentproto.ErrBadReply, path, maxListBytes)
+		}
+		if t != agentproto.FrameData {
+			// An agent that does not chunk sends the entries in the Result.
+			var rest []agentproto.FileInfo
+			if t == agentproto.FrameResult && len(p) > 0 && p[0] == '[' {
+				if err := finish(t, p, &rest); err != nil {
+					return nil, err
+				}
+			} else if err := finish(t, p, nil); err != nil {
+				return nil, err
+			}
+			out = append(out, rest...)
+			break
+		}
+		var part []agentproto.FileInfo
+		if err := json.Unmarshal(p, &part); err != nil {
+			return nil, fmt.Errorf("agent: decode listing: %w", err)
+		}
+		out = append(out, part...)
+		if len(out) > MaxListEntries {
+			return nil, errdefs.Invalid("%s has more than %d entries, more than a listing takes", path, MaxListEntries)
+		}
+	}
+	if len(out) > MaxListEntries {
+		return nil, errdefs.Invalid("%s has more than %d entries, more than a listing takes", path, MaxListEntries)
 	}
 	for i := range out {
 		if err := out[i].Check(false); err != nil {

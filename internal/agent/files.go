@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -252,8 +253,38 @@ func (s *server) handleList(fw *frameWriter, req *agentproto.Request) error {
 		out = append(out, fi)
 	}
 	s.nameOwners(out)
-	return fw.json(agentproto.FrameResult, out)
+	if !req.Chunked {
+		return fw.json(agentproto.FrameResult, out)
+	}
+	// Entries go out in arrays of at most listChunk bytes.
+	chunk := []byte{'['}
+	for _, fi := range out {
+		b, err := json.Marshal(fi)
+		if err != nil {
+			return err
+		}
+		if len(chunk) > 1 && len(chunk)+len(b)+1 > listChunk {
+			if err := fw.frame(agentproto.FrameData, append(chunk, ']')); err != nil {
+				return err
+			}
+			chunk = []byte{'['}
+		}
+		if len(chunk) > 1 {
+			chunk = append(chunk, ',')
+		}
+		chunk = append(chunk, b...)
+	}
+	if len(chunk) > 1 {
+		if err := fw.frame(agentproto.FrameData, append(chunk, ']')); err != nil {
+			return err
+		}
+	}
+	return fw.json(agentproto.FrameResult, struct{}{})
 }
+
+// listChunk bounds one Data frame of a chunked listing, well under MaxPayload: one
+// entry (a name of at most 255 bytes, a link target of at most 4096, escaped) fits.
+const listChunk = 256 << 10
 
 func (s *server) handleStat(fw *frameWriter, req *agentproto.Request) error {
 	rel, err := checkPath(req.Path)

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -375,4 +376,35 @@ func FuzzParseAccounts(f *testing.F) {
 			return true
 		})
 	})
+}
+
+// TestListLargeDirectory: a directory whose listing is larger than one frame comes in
+// several, whole and in order; one past the client's bound is refused.
+func TestListLargeDirectory(t *testing.T) {
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	dir := filepath.Join(root, "many")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Long names make the listing several MiB: several frames of listChunk.
+	const n = 12000
+	pad := strings.Repeat("x", 200)
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%05d-%s", i, pad)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := c.List(ctx, "/many")
+	if err != nil {
+		t.Fatalf("List of %d entries: %v", n, err)
+	}
+	if len(list) != n {
+		t.Fatalf("List: %d entries, want %d", len(list), n)
+	}
+	for i, fi := range list {
+		if want := fmt.Sprintf("%05d-%s", i, pad); fi.Name != want {
+			t.Fatalf("entry %d is %q, want %q", i, fi.Name, want)
+		}
+	}
 }

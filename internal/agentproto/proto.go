@@ -138,6 +138,10 @@ type Request struct {
 	// Follow keeps the call open for new output until the process ends.
 	Tail   int  `json:"tail,omitempty"`
 	Follow bool `json:"follow,omitempty"`
+	// Chunked (file.list) asks for the entries in Data frames, each a JSON array, before
+	// an empty Result, so that a directory of any size fits in frames of MaxPayload.
+	// An agent that does not know it sends them all in the Result.
+	Chunked bool `json:"chunked,omitempty"`
 	// Deadline (lifetime.set) is the Unix time in seconds the agent stops at; 0: never.
 	Deadline int64 `json:"deadline,omitempty"`
 	// Proc (proc.start) is the process to start. PID names a process of the table, or
