@@ -27,7 +27,6 @@ E2B_VERSION=2.51.0 # as internal/integration's e2bSDKVersion
 NPM_CACHE=${XDG_CACHE_HOME:-/var/cache}/airlock-test/npm
 TMP=$(mktemp -d /tmp/al-e2bexec.XXXXXX)
 chmod 711 "$TMP" # the sandboxes (other uids) pass through to their state
-SOCK="$TMP/api.sock"
 PID=""
 SB=""
 
@@ -39,32 +38,15 @@ for tool in node npm; do
 	command -v "$tool" >/dev/null || { echo "bench/e2b_exec.sh: needs $tool" >&2; exit 2; }
 done
 
+BENCH=e2bexec
+. bench/lib/daemon.sh
+
 stop() {
 	local rc=$?
 	if [ -n "$SB" ] && [ -S "$SOCK" ]; then
 		"$TMP/airlock" --socket "$SOCK" rm "$SB" >/dev/null 2>&1 || true
 	fi
-	if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-		kill -TERM "$PID"
-		wait "$PID" || true
-	fi
-	if [ -n "$PID" ]; then
-		# What a killed run left: containers, mounts (deepest first), cgroups.
-		if [ -d "$TMP/state/runc" ]; then
-			for id in $(runc --root "$TMP/state/runc" list -q 2>/dev/null); do
-				runc --root "$TMP/state/runc" delete --force "$id" || true
-			done
-		fi
-		awk -v p="$TMP/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-			while read -r m; do umount -l "$m" || true; done
-		rmdir /sys/fs/cgroup/*/airlock-e2bexec/* /sys/fs/cgroup/airlock-e2bexec/* 2>/dev/null || true
-		rmdir /sys/fs/cgroup/*/airlock-e2bexec /sys/fs/cgroup/airlock-e2bexec 2>/dev/null || true
-	fi
-	if grep -q " $TMP/" /proc/self/mountinfo; then
-		echo "bench/e2b_exec.sh: mounts left under $TMP; not removing it" >&2
-	else
-		rm -rf "$TMP"
-	fi
+	daemon_stop
 	exit "$rc"
 }
 trap stop EXIT
@@ -81,31 +63,10 @@ fi
 ln -s "$SDK/node_modules" "$TMP/node_modules"
 
 echo "bench/e2b_exec.sh: building airlock and the Go side" >&2
-CGO_ENABLED=0 go build -o "$TMP/airlock" ./cmd/airlock
 go build -o "$TMP/goexec" ./bench/goexec
 
 PORT=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close() })')
-cat >"$TMP/airlock.yaml" <<-EOF
-	state_dir: $TMP/state
-	secrets_dir: $TMP/secrets
-	socket: $SOCK
-	cgroup_parent: airlock-e2bexec
-	log_level: warn
-	network: {enabled: false}
-	e2b_listen: 127.0.0.1:$PORT
-EOF
-"$TMP/airlock" serve --config "$TMP/airlock.yaml" >"$TMP/daemon.log" 2>&1 &
-PID=$!
-for _ in $(seq 300); do
-	[ -S "$SOCK" ] && (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-	if ! kill -0 "$PID" 2>/dev/null; then
-		echo "bench/e2b_exec.sh: the daemon exited; its log:" >&2
-		cat "$TMP/daemon.log" >&2
-		exit 2
-	fi
-	sleep 0.1
-done
-[ -S "$SOCK" ] || { echo "bench/e2b_exec.sh: the daemon did not listen on $SOCK" >&2; exit 2; }
+WAIT_PORT=$PORT daemon_start "e2b_listen: 127.0.0.1:$PORT"
 
 airlock() { "$TMP/airlock" --socket "$SOCK" "$@"; }
 airlock user create bench --role developer >/dev/null

@@ -23,33 +23,16 @@ GOEXEC="$TMP/goexec"
 PID=""
 SB="pyexec-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 
+BENCH=pyexec
+. bench/lib/daemon.sh
+
 stop() {
 	local rc=$?
 	if [ -n "${SOCK:-}" ] && [ -S "$SOCK" ]; then
 		AIRLOCK_SOCKET="$SOCK" PYTHONPATH=sdk/python "$PY" -c \
 			'import sys, airlock; airlock.Client().terminate(sys.argv[1])' "$SB" 2>/dev/null || true
 	fi
-	if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-		kill -TERM "$PID"
-		wait "$PID" || true
-	fi
-	if [ -n "$PID" ]; then
-		# What a killed run left: containers, mounts (deepest first), cgroups.
-		if [ -d "$TMP/state/runc" ]; then
-			for id in $(runc --root "$TMP/state/runc" list -q 2>/dev/null); do
-				runc --root "$TMP/state/runc" delete --force "$id" || true
-			done
-		fi
-		awk -v p="$TMP/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-			while read -r m; do umount -l "$m" || true; done
-		rmdir /sys/fs/cgroup/*/airlock-pyexec/* /sys/fs/cgroup/airlock-pyexec/* 2>/dev/null || true
-		rmdir /sys/fs/cgroup/*/airlock-pyexec /sys/fs/cgroup/airlock-pyexec 2>/dev/null || true
-	fi
-	if grep -q " $TMP/" /proc/self/mountinfo; then
-		echo "bench/python_exec.sh: mounts left under $TMP; not removing it" >&2
-	else
-		rm -rf "$TMP"
-	fi
+	daemon_stop
 	exit "$rc"
 }
 trap stop EXIT
@@ -64,28 +47,7 @@ else
 		echo "bench/python_exec.sh: needs root for its private daemon (or set AIRLOCK_SOCKET to a running one)" >&2
 		exit 2
 	fi
-	SOCK="$TMP/api.sock"
-	CGO_ENABLED=0 go build -o "$TMP/airlock" ./cmd/airlock
-	cat >"$TMP/airlock.yaml" <<-EOF
-		state_dir: $TMP/state
-		secrets_dir: $TMP/secrets
-		socket: $SOCK
-		cgroup_parent: airlock-pyexec
-		log_level: warn
-		network: {enabled: false}
-	EOF
-	"$TMP/airlock" serve --config "$TMP/airlock.yaml" >"$TMP/daemon.log" 2>&1 &
-	PID=$!
-	for _ in $(seq 300); do
-		[ -S "$SOCK" ] && break
-		if ! kill -0 "$PID" 2>/dev/null; then
-			echo "bench/python_exec.sh: the daemon exited; its log:" >&2
-			cat "$TMP/daemon.log" >&2
-			exit 2
-		fi
-		sleep 0.1
-	done
-	[ -S "$SOCK" ] || { echo "bench/python_exec.sh: the daemon did not listen on $SOCK" >&2; exit 2; }
+	daemon_start
 fi
 export AIRLOCK_SOCKET=$SOCK PYTHONPATH=sdk/python
 

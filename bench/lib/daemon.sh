@@ -1,0 +1,60 @@
+# Sourced by the bench scripts that run a private daemon: its own state directory,
+# socket and cgroup parent under $TMP (which the script made), no sandbox networking.
+# The script sets TMP and BENCH (its name, for messages and the cgroup parent) first.
+
+# daemon_start [YAML...] builds airlock into $TMP, starts it with the base config and
+# any extra YAML lines, and waits for its socket (and for TCP port $WAIT_PORT on
+# loopback, if set). It sets PID and SOCK.
+daemon_start() {
+	SOCK="$TMP/api.sock"
+	CGO_ENABLED=0 go build -o "$TMP/airlock" ./cmd/airlock
+	{
+		echo "state_dir: $TMP/state"
+		echo "secrets_dir: $TMP/secrets"
+		echo "socket: $SOCK"
+		echo "cgroup_parent: airlock-$BENCH"
+		echo "log_level: warn"
+		echo "network: {enabled: false}"
+		for line in "$@"; do echo "$line"; done
+	} >"$TMP/airlock.yaml"
+	"$TMP/airlock" serve --config "$TMP/airlock.yaml" >"$TMP/daemon.log" 2>&1 &
+	PID=$!
+	for _ in $(seq 300); do
+		if [ -S "$SOCK" ] && { [ -z "${WAIT_PORT:-}" ] || (exec 3<>"/dev/tcp/127.0.0.1/$WAIT_PORT") 2>/dev/null; }; then
+			return 0
+		fi
+		if ! kill -0 "$PID" 2>/dev/null; then
+			echo "bench/$BENCH: the daemon exited; its log:" >&2
+			cat "$TMP/daemon.log" >&2
+			exit 2
+		fi
+		sleep 0.1
+	done
+	echo "bench/$BENCH: the daemon did not listen on $SOCK" >&2
+	exit 2
+}
+
+# daemon_stop stops the daemon by its pid, removes what a killed run left (containers,
+# mounts deepest first, cgroups) and then $TMP, unless a mount is still there.
+daemon_stop() {
+	if [ -n "${PID:-}" ] && kill -0 "$PID" 2>/dev/null; then
+		kill -TERM "$PID"
+		wait "$PID" || true
+	fi
+	if [ -n "${PID:-}" ]; then
+		if [ -d "$TMP/state/runc" ]; then
+			for id in $(runc --root "$TMP/state/runc" list -q 2>/dev/null); do
+				runc --root "$TMP/state/runc" delete --force "$id" || true
+			done
+		fi
+		awk -v p="$TMP/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+			while read -r m; do umount -l "$m" || true; done
+		rmdir /sys/fs/cgroup/*/"airlock-$BENCH"/* /sys/fs/cgroup/"airlock-$BENCH"/* 2>/dev/null || true
+		rmdir /sys/fs/cgroup/*/"airlock-$BENCH" /sys/fs/cgroup/"airlock-$BENCH" 2>/dev/null || true
+	fi
+	if grep -q " $TMP/" /proc/self/mountinfo; then
+		echo "bench/$BENCH: mounts left under $TMP; not removing it" >&2
+	else
+		rm -rf "$TMP"
+	fi
+}
