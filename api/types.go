@@ -67,6 +67,17 @@ type CreateSandboxRequest struct {
 	// Role is the one role the sandbox acts with, one the caller holds (default: the
 	// caller's roles).
 	Role string `json:"role,omitempty"`
+	// Workspace mounts a directory of the node at /workspace as it is, no copy. Only
+	// for a caller on the node's unix socket, and only a directory it owns (any, for
+	// root); runc runtime only.
+	Workspace *Workspace `json:"workspace,omitempty"`
+}
+
+// Workspace is a directory of the node a sandbox sees at /workspace: its owner shows
+// as the sandbox's root, so what the sandbox writes there is the owner's.
+type Workspace struct {
+	Path   string `json:"path"`   // absolute
+	Access string `json:"access"` // "ro" or "rw"
 }
 
 // NetworkPolicy is a sandbox's egress policy: a mode (none, deny_all, baseline,
@@ -152,8 +163,10 @@ type Sandbox struct {
 	SuspendedAt  *time.Time        `json:"suspended_at,omitempty"`
 	Failure      string            `json:"failure,omitempty"`
 	Network      NetworkPolicy     `json:"network"`
-	Parent       string            `json:"parent,omitempty"`      // snapshot it was restored or forked from
-	ForkedFrom   string            `json:"forked_from,omitempty"` // sandbox it was forked from
+	// Workspace is the node's directory the sandbox sees at /workspace, if any.
+	Workspace  *Workspace `json:"workspace,omitempty"`
+	Parent     string     `json:"parent,omitempty"`      // snapshot it was restored or forked from
+	ForkedFrom string     `json:"forked_from,omitempty"` // sandbox it was forked from
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -724,4 +737,8 @@ type RouteDecision struct {
 	// WorkspaceAccess and Network are what the fence or sandbox gives the work.
 	WorkspaceAccess string `json:"workspace_access"`
 	Network         bool   `json:"network"`
+	// WorkspaceMount says the node can mount a workspace of a caller on its unix socket
+	// into a sandbox of its default runtime (CreateSandboxRequest.Workspace); else the
+	// caller copies the workspace in.
+	WorkspaceMount bool `json:"workspace_mount,omitempty"`
 }

@@ -55,6 +55,11 @@ type Client struct {
 	address string
 }
 
+// Local says whether the client reaches the daemon over its unix socket, as a process
+// of the same machine, which the daemon then knows by its uid (what a host workspace
+// needs).
+func (c *Client) Local() bool { return c.network == "unix" }
+
 // New returns a client for the daemon opts describe. It does not connect.
 //
 // Inside an Airlock sandbox (where $AIRLOCK_API and $AIRLOCK_SESSION_TOKEN_FILE are

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,9 +13,13 @@ import (
 
 var createVerb = &verb{
 	name:  "create",
-	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--idempotency-key K]",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--workspace DIR[:ro]] [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
+--workspace mounts a directory of this machine at /workspace as it is (no copy),
+read-write or with :ro read-only: its owner shows as the sandbox's root, so what the
+sandbox writes there is yours. Only a directory you own, and only through the daemon's
+unix socket.
 Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o json.`,
 	run: runCreate,
 }
@@ -97,6 +103,7 @@ func runCreate(c *cmd, args []string) error {
 	var life lifecycleFlags
 	life.register(c)
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
+	workspace := c.fs.String("workspace", "", "mount directory `DIR` of this machine at /workspace; DIR:ro read-only")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
 		return err
@@ -106,6 +113,11 @@ func runCreate(c *cmd, args []string) error {
 		return err
 	}
 	req.Labels = labels.orNil()
+	if *workspace != "" {
+		if req.Workspace, err = workspaceFlag(*workspace); err != nil {
+			return err
+		}
+	}
 	if err := life.apply(c, &req); err != nil {
 		return err
 	}
@@ -163,4 +175,21 @@ func (l *lifecycleFlags) apply(c *cmd, req *api.CreateSandboxRequest) error {
 		req.TTL = l.ttl.String()
 	}
 	return nil
+}
+
+// workspaceFlag reads --workspace DIR[:ro|:rw]: the directory made absolute, which must
+// exist.
+func workspaceFlag(v string) (*api.Workspace, error) {
+	dir, access := v, "rw"
+	if d, a, ok := strings.Cut(v, ":"); ok && (a == "ro" || a == "rw") {
+		dir, access = d, a
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, usagef("--workspace %s: %v", v, err)
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return nil, usagef("--workspace %s: not a directory of this machine", dir)
+	}
+	return &api.Workspace{Path: abs, Access: access}, nil
 }

@@ -76,6 +76,7 @@ type work struct {
 	decision  *api.RouteDecision
 	workspace string // resolved, or ""
 	access    string // none, ro or rw: what the command is given of the workspace
+	mounted   bool   // in a sandbox, the workspace is the host directory itself, not a copy
 	artifacts string // the artifacts directory (made when needed)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,7 +24,9 @@ const (
 
 // The file model inside a sandbox:
 //
-//	/workspace         a copy of the workspace (ro: made read-only; none: empty)
+//	/workspace         the workspace itself, mounted read-only or read-write, when the
+//	                   daemon is on this machine (its unix socket); else a copy of it
+//	                   (ro: made read-only), whose changes come back when rw. none: empty
 //	/work              the command's scratch and working directory (/workspace when rw)
 //	/var/tmp/.airlock-RUN/marker   touched just before the command; files under /work
 //	                   (and /workspace when rw) newer than it are what the command made
@@ -31,7 +34,8 @@ const (
 // /var/tmp is on the sandbox's disk, not in its memory as /tmp is.
 const stageDir = "/var/tmp/.airlock-"
 
-// setupScript lays the sandbox out. $1 is the stage directory, $2 the workspace access.
+// setupScript lays the sandbox out. $1 is the stage directory, $2 the workspace access,
+// $3 "mounted" when /workspace is the host directory (nothing to unpack or protect).
 // It prints the sandbox's root as its commands see it: / in a container; a runtime that
 // roots file calls elsewhere (the fake one of the tests) shows it as the working
 // directory, where the stage directory made through the files API then is.
@@ -44,7 +48,7 @@ if [ -f ".$1/workspace.tar" ]; then
 	tar -xf ".$1/workspace.tar" --no-same-owner -C workspace
 	rm -f ".$1/workspace.tar"
 fi
-if [ "$2" = ro ]; then chmod -R a-w workspace; fi
+if [ "$2" = ro ] && [ "$3" != mounted ]; then chmod -R a-w workspace; fi
 touch ".$1/marker"
 printf '%s' "$r"`
 
@@ -59,7 +63,12 @@ func (c *cmd) runInSandbox(cl *client.Client, lim *limitFlags, w *work) (*runRes
 		create.Network = &api.NetworkPolicy{Mode: "none"}
 	}
 	var tarball *os.File
-	if w.workspace != "" && w.access != "none" {
+	mountable := w.decision.WorkspaceMount && cl.Local() && (lim.runtime == "" || lim.runtime == "runc")
+	if w.workspace != "" && w.access != "none" && mountable {
+		// The daemon mounts the directory itself, through an id mapping.
+		create.Workspace = &api.Workspace{Path: w.workspace, Access: w.access}
+		w.mounted = true
+	} else if w.workspace != "" && w.access != "none" {
 		// Before anything is made: a workspace that cannot be sent refuses the run.
 		if tarball, err = workspaceTar(w.workspace, maxWorkspaceBytes); err != nil {
 			return nil, err
@@ -99,7 +108,11 @@ func (c *cmd) sandboxRun(cl *client.Client, w *work, tarball *os.File) (*runResu
 			return nil, fmt.Errorf("upload the code: %w", err)
 		}
 	}
-	setup, err := cl.Exec(c.ctx, w.name, api.ExecRequest{Argv: []string{"sh", "-c", setupScript, "sh", stage, w.access}, Timeout: "5m"})
+	mounted := ""
+	if w.mounted {
+		mounted = "mounted"
+	}
+	setup, err := cl.Exec(c.ctx, w.name, api.ExecRequest{Argv: []string{"sh", "-c", setupScript, "sh", stage, w.access, mounted}, Timeout: "5m"})
 	if err != nil {
 		return nil, fmt.Errorf("prepare sandbox %s: %w", w.name, err)
 	}
@@ -143,8 +156,9 @@ func (c *cmd) sandboxRun(cl *client.Client, w *work, tarball *os.File) (*runResu
 
 // copyOut lists the files the command made under /work (and changed under /workspace
 // when it is writable) with one exec, and copies each back to this host: /work's into
-// the artifacts directory, /workspace's into the workspace. Deleted files stay where
-// they are on the host.
+// the artifacts directory, /workspace's into the workspace (unless it is mounted: they
+// are there already). Deleted files of a copied workspace stay where they are on the
+// host.
 func (c *cmd) copyOut(cl *client.Client, w *work, root, stage, codeName string, warnings []string) ([]artifact, []string) {
 	dirs := []string{"work"}
 	if w.access == "rw" && w.workspace != "" {
@@ -180,6 +194,10 @@ func (c *cmd) copyOut(cl *client.Client, w *work, root, stage, codeName string, 
 		if e.size > maxArtifactBytes-total {
 			warnings = append(warnings, fmt.Sprintf("%s and the files after it were left behind: at most %s is copied out", e.path, formatSize(maxArtifactBytes)))
 			break
+		}
+		if rel, ok := strings.CutPrefix(e.path, "workspace/"); ok && w.mounted {
+			out = append(out, artifact{Path: "/" + e.path, HostPath: filepath.Join(w.workspace, filepath.FromSlash(rel)), Size: e.size})
+			continue
 		}
 		a, n, err := dests.copy(c.ctx, cl, w, e, maxArtifactBytes-total)
 		total += n

@@ -28,8 +28,9 @@ the threshold, strict always in a sandbox without network. One argument after --
 text (run with sh -c), several are the command's words. The command works in a scratch
 directory (on the host: the artifacts directory; in a sandbox: /work, whose new files are
 copied to the artifacts directory) or, with --workspace, on a project: in a sandbox it is
-a copy at /workspace, whose new and changed files come back when access is rw (deletions
-do not). A line on stderr says where it ran and why. See docs/router.md.
+mounted at /workspace (read-only with --access ro) when the daemon is on this machine,
+else a copy whose new and changed files come back when access is rw. A line on stderr
+says where it ran and why. See docs/router.md.
 ` + exitCodesHelp,
 	run: runRun,
 }

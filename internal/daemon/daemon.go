@@ -108,6 +108,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold}
+	mcfg.WorkspaceDir = filepath.Join(cfg.StateDir, "workspaces")
 	mcfg.InsecureRegistries, mcfg.ImageCacheMax = cfg.Images.InsecureRegistries, set.ImageCacheMax
 	mcfg.RegistryMirrors = map[string][]string{}
 	for reg, mirrors := range cfg.Images.Mirrors {

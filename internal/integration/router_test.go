@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,16 +60,41 @@ func TestRouterCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("a deletion runs in a sandbox and does not reach the workspace", func(t *testing.T) {
+	t.Run("the workspace is mounted: rw changes it in place, ro refuses", func(t *testing.T) {
 		ws := t.TempDir()
 		os.MkdirAll(filepath.Join(ws, "build"), 0o755)
 		os.WriteFile(filepath.Join(ws, "build", "obj.o"), []byte("obj"), 0o644)
-		r := d.routed(t, "", "run", "--profile", "safe", "--workspace", ws, "--artifacts", arts, "--", "rm -rf build && test ! -e build && echo gone")
-		if r.RanIn != "sandbox" || r.WorkspaceAccess != "rw" || r.Stdout != "gone\n" || !strings.Contains(r.Reason, "deletes files") {
-			t.Errorf("rm -rf build under safe: %+v; want a sandbox where build is gone", r)
+		// Owned by a user: through the mount they are the sandbox's root's.
+		for _, p := range []string{ws, filepath.Join(ws, "build"), filepath.Join(ws, "build", "obj.o")} {
+			if err := os.Chown(p, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, errOut, code := d.airlockIn("", "-o", "json", "run", "--profile", "safe", "--workspace", ws, "--access", "ro", "--artifacts", arts, "--", "cat /workspace/build/obj.o && rm -rf /workspace/build")
+		var r routedRun
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code == 0 {
+			t.Fatalf("a deletion in a read-only workspace: exit %d, %v\nstdout: %s\nstderr: %s", code, err, out, errOut)
+		}
+		if r.RanIn != "sandbox" || r.WorkspaceAccess != "ro" || r.ExitCode == 0 || r.Stdout != "obj" || !strings.Contains(r.Stderr, "Read-only file system") {
+			t.Errorf("rm -rf /workspace/build with the workspace read-only: %+v; want it read and refused in a sandbox", r)
 		}
 		if b, err := os.ReadFile(filepath.Join(ws, "build", "obj.o")); err != nil || string(b) != "obj" {
-			t.Errorf("the host's build/obj.o: %q, %v; want it untouched (deletions are not copied back)", b, err)
+			t.Errorf("the host's build/obj.o after a read-only run: %q, %v; want it untouched", b, err)
+		}
+		r = d.routed(t, "", "run", "--profile", "safe", "--workspace", ws, "--artifacts", arts, "--",
+			"rm -rf build && test ! -e build && id -u && stat -c %u . && echo new > new.txt")
+		if r.RanIn != "sandbox" || r.WorkspaceAccess != "rw" || r.Stdout != "0\n0\n" || !strings.Contains(r.Reason, "deletes files") {
+			t.Errorf("rm -rf build under safe: %+v; want a sandbox whose root owns the workspace", r)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "build")); !os.IsNotExist(err) {
+			t.Errorf("build on the host after rm -rf build in a read-write workspace: %v; want it gone", err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(ws, "new.txt"), &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("new.txt on the host: uid %d gid %d (%v); want the workspace owner's 1000 1000", st.Uid, st.Gid, err)
+		}
+		if len(r.Artifacts) != 1 || r.Artifacts[0].Path != "/workspace/new.txt" || r.Artifacts[0].HostPath != filepath.Join(ws, "new.txt") || r.Artifacts[0].Size != 4 {
+			t.Errorf("artifacts %+v; want /workspace/new.txt at its host path", r.Artifacts)
 		}
 	})
 

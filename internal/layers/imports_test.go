@@ -25,6 +25,7 @@ var forbidden = map[string][]string{
 	"internal/durable":    {"airlock:"},
 	"internal/version":    {"airlock:"},
 	"internal/failpoint":  {"airlock:"},
+	"internal/idmap":      {"airlock:internal/errdefs"},
 	"internal/router":     {"airlock:internal/errdefs"},
 	"internal/mcp":        {"airlock:api,client,internal/errdefs"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.

@@ -27,6 +27,8 @@ type CreateRequest struct {
 	// Role is the one role the sandbox acts with (the caller has checked that its
 	// owner holds it); "" is the owner's roles.
 	Role string `json:"role,omitempty"`
+	// Workspace, if set, mounts a host directory at /workspace (workspace.go).
+	Workspace *WorkspaceRequest `json:"workspace,omitempty"`
 }
 
 // opTimeout bounds the host work of one operation, whoever waits for it.
@@ -69,6 +71,12 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err != nil {
 		return nil, nil, err
 	}
+	var ws *store.Workspace
+	if req.Workspace != nil {
+		if ws, err = m.checkWorkspace(req.Workspace, req.Runtime); err != nil {
+			return nil, nil, err
+		}
+	}
 	network := DefaultNetwork
 	if req.Network != nil {
 		if network, err = normalNetwork(*req.Network); err != nil {
@@ -97,7 +105,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		ID:        newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
-		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role,
+		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
 	}
 	op.SandboxID = sb.ID
 	release, err := m.reserveLive(ctx, call.Owner)
@@ -157,9 +165,18 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	if err != nil {
 		return err
 	}
+	if sb.Workspace != nil {
+		mnt, err := m.mountWorkspace(sb)
+		if err != nil {
+			m.stopSecrets(sb.ID)
+			return err
+		}
+		files = append(files, mnt)
+	}
 	attached, err := m.attach(ctx, sb, &spec, files)
 	if err != nil {
 		m.stopSecrets(sb.ID)
+		m.unmountWorkspace(sb.ID)
 		return err
 	}
 	if err := m.driver(sb).Start(ctx, spec); err != nil {

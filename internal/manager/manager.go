@@ -84,6 +84,10 @@ type Config struct {
 	ImageCacheMax int64
 	// Router is the command router's defaults (route.go).
 	Router RouterConfig
+	// WorkspaceDir holds the mounts of the host workspaces sandboxes see at /workspace,
+	// one directory per sandbox ("": no workspaces on this node). The sandboxes' roots
+	// must be able to pass through it (mode 0711).
+	WorkspaceDir string
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.

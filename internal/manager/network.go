@@ -131,6 +131,7 @@ func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.S
 
 func (m *Manager) detach(ctx context.Context, id string) {
 	m.stopSecrets(id)
+	m.unmountWorkspace(id)
 	if m.net == nil {
 		return
 	}

@@ -46,6 +46,9 @@ type RouteDecision struct {
 	Assessment router.Assessment
 	Profile    string // "" when no profile applies
 	Threshold  float64
+	// WorkspaceMount says that a sandbox of this node's default runtime can have a local
+	// caller's workspace mounted (workspace.go); else the caller copies it in.
+	WorkspaceMount bool
 }
 
 // Languages are the code snippets' languages the router knows.
@@ -104,7 +107,8 @@ func (m *Manager) Route(call Call, req RouteRequest) (RouteDecision, error) {
 	if name == "" {
 		name = m.cfg.Router.Profile
 	}
-	out := RouteDecision{Assessment: a, Threshold: threshold}
+	out := RouteDecision{Assessment: a, Threshold: threshold,
+		WorkspaceMount: m.cfg.WorkspaceDir != "" && m.defaultRuntime == "runc"}
 	if name == "" {
 		out.Reason = "no profile: none was asked for and the node has no router.profile, so the work runs as asked"
 		return out, nil

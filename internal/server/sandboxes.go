@@ -19,6 +19,12 @@ func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(), Parent: sb.Parent, ForkedFrom: sb.ForkedFrom,
 		Network: toAPINetwork(sb.Network),
 	}
+	if ws := sb.Workspace; ws != nil {
+		out.Workspace = &api.Workspace{Path: ws.Path, Access: "rw"}
+		if ws.ReadOnly {
+			out.Workspace.Access = "ro"
+		}
+	}
 	if !sb.SuspendedAt.IsZero() && sb.State == manager.Suspended {
 		t := sb.SuspendedAt
 		out.SuspendedAt = &t
@@ -79,9 +85,19 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		n := fromAPINetwork(*req.Network)
 		network = &n
 	}
+	var ws *manager.WorkspaceRequest
+	if req.Workspace != nil {
+		// The host's say on who may mount what: the unix socket peer, never a token's
+		// identity or a sandbox's word.
+		peer := -1
+		if uid, ok := r.Context().Value(peerKey).(int); ok && r.Context().Value(sandboxKey) == nil {
+			peer = uid
+		}
+		ws = &manager.WorkspaceRequest{Path: req.Workspace.Path, Access: req.Workspace.Access, PeerUID: peer}
+	}
 	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{Network: network,
 		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
-		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role,
+		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
 		Limits: manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 	})
 	return s.opResult(w, r, http.StatusCreated, op, sb, err)

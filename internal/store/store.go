@@ -174,10 +174,21 @@ type Sandbox struct {
 	CreatedBy string `json:"created_by,omitempty"`
 	// Network is the sandbox's egress policy.
 	Network Network `json:"network"`
+	// Workspace, if set, is the host directory the sandbox sees at /workspace.
+	Workspace *Workspace `json:"workspace,omitempty"`
 	// Ports are the sandbox\'s exposed ports.
 	Ports   []Port          `json:"ports,omitempty"`
 	Failure string          `json:"failure,omitempty"` // why it is failed
 	Extra   json.RawMessage `json:"extra,omitempty"`   // room for later features
+}
+
+// Workspace is a host directory mounted into a sandbox, through a mapping that shows
+// its owner (UID, GID: who owned it when the sandbox was made) as the sandbox's root.
+type Workspace struct {
+	Path     string `json:"path"` // absolute, symlinks resolved
+	ReadOnly bool   `json:"read_only,omitempty"`
+	UID      uint32 `json:"uid"`
+	GID      uint32 `json:"gid"`
 }
 
 // Network is an egress policy as stored: a mode, allow rules in their text form

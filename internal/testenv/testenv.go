@@ -230,6 +230,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 			drv = o.WrapDriver(drv)
 		}
 	}
+	cfg.WorkspaceDir = filepath.Join(dir, "workspaces")
 	n.Manager = manager.New(cfg, n.Store, drv, n.Images, log)
 	if n.Runsc != nil {
 		n.Manager.AddRuntime("runc", n.Driver)

@@ -1,0 +1,130 @@
+// Package idmap makes id-mapped bind mounts: a directory of the host seen through a
+// mapping of one host uid and gid to others (the idea of mount_setattr(2)'s
+// MOUNT_ATTR_IDMAP).
+//
+// It owns only the mount itself and the short-lived process whose user namespace
+// carries the mapping. It must not decide which directory may be mounted or who owns
+// it (the caller checked that), nor record the mount: a caller whose mounts can outlive
+// it records them first and finds them again.
+package idmap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+)
+
+// Mapping says which on-disk owner appears as which: files of FromUID/FromGID on disk
+// appear as ToUID/ToGID through the mount, and files created through it as ToUID/ToGID
+// land on disk as FromUID/FromGID. Every other id appears as the overflow id (nobody).
+type Mapping struct{ FromUID, FromGID, ToUID, ToGID uint32 }
+
+// Mount makes an id-mapped bind mount of the directory open at dir (an *os.File opened
+// with O_PATH|O_DIRECTORY is fine; the caller checked who owns it) at target, an
+// existing empty directory, read-only if ro. Not recursive: mounts below dir are not
+// carried. A file system that cannot be id-mapped gives an error saying so.
+//
+// It needs CAP_SYS_ADMIN. A trailing symlink at target is not followed. Nothing is
+// left behind on failure: the clone of dir is only attached by the last step.
+func Mount(dir *os.File, target string, m Mapping, ro bool) error {
+	defer runtime.KeepAlive(dir) // fd is used after the last mention of dir
+	fd := int(dir.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("idmap: stat %s: %w", dir.Name(), err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("idmap: %s is not a directory: %w", dir.Name(), errdefs.ErrInvalidArgument)
+	}
+	// A detached copy of dir's mount alone (no AT_RECURSIVE); closing tree before
+	// move_mount has attached it unmounts it.
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("idmap: open_tree %s: %w", dir.Name(), err)
+	}
+	defer unix.Close(tree)
+	ns, err := userns(m)
+	if err != nil {
+		return fmt.Errorf("idmap: %w", err)
+	}
+	defer unix.Close(ns)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			// The kernel's answer for a file system without FS_ALLOW_IDMAP (nfs,
+			// ramfs, proc, ...); the other causes of EINVAL cannot happen here.
+			var fs unix.Statfs_t
+			unix.Fstatfs(fd, &fs)
+			return &errdefs.Error{Class: errdefs.ErrFailedPrecondition,
+				Msg:   "the directory's file system cannot be id-mapped",
+				Cause: fmt.Errorf("mount_setattr %s (file system type %#x): %w", dir.Name(), fs.Type, err)}
+		}
+		return fmt.Errorf("idmap: mount_setattr %s: %w", dir.Name(), err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("idmap: move_mount to %s: %w", target, err)
+	}
+	return nil
+}
+
+// Unmount detaches whatever is mounted at target (MNT_DETACH), if anything; nothing
+// mounted is not an error.
+//
+// A missing target has nothing mounted either. Only the top mount at target goes; a
+// trailing symlink at target is not followed.
+func Unmount(target string) error {
+	err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("idmap: unmount %s: %w", target, err)
+}
+
+// userns opens a new user namespace whose uid_map is "FromUID ToUID 1" and gid_map
+// "FromGID ToGID 1": an id-mapped mount maps an on-disk id as an id inside the
+// namespace to the id outside it, so a file of FromUID appears as ToUID. Only a process
+// can make a namespace; ours is killed and reaped before userns returns, and the
+// returned fd alone keeps the namespace alive.
+func userns(m Mapping) (int, error) {
+	// Any program that just waits will do, and sleep surely exists. Not /proc/self/exe:
+	// in a test that is the test binary, which would run the tests again.
+	sleep := "/bin/sleep"
+	if _, err := os.Stat(sleep); err != nil {
+		if sleep, err = exec.LookPath("sleep"); err != nil {
+			return -1, fmt.Errorf("a program to hold a user namespace: %w", err)
+		}
+	}
+	// The minute only bounds a child left by a parent killed before it could kill it
+	// (Pdeathsig covers most of those); it is killed as soon as its namespace is open.
+	cmd := exec.Command(sleep, "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.FromUID), HostID: int(m.ToUID), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.FromGID), HostID: int(m.ToGID), Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("start %s in a user namespace: %w", sleep, err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	// The child is ours and not yet reaped, so its pid cannot name another process.
+	ns, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open user namespace: %w", err)
+	}
+	return ns, nil
+}

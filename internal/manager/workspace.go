@@ -1,0 +1,154 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/idmap"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// A workspace is a host directory a sandbox sees at /workspace, read-only or
+// read-write, as it is: no copy. It is mounted through an id mapping that shows the
+// directory's owner as the sandbox's root, so files the sandbox makes there belong to
+// that owner on the host, and files of anyone else show as nobody's. Only the owner of
+// a directory (or root) may ask for it, which the server knows from the unix socket's
+// peer: a host path means nothing to a caller elsewhere, and is never taken from one.
+// Each start of the container mounts it again, after checking that its owner has not
+// changed; each stop unmounts it.
+
+// WorkspaceMountPoint is where a sandbox sees its workspace.
+const WorkspaceMountPoint = "/workspace"
+
+// WorkspaceRequest asks for a host directory at /workspace.
+type WorkspaceRequest struct {
+	Path   string `json:"path"`
+	Access string `json:"access"` // "ro" or "rw"
+	// PeerUID is the uid of the process asking, from the unix socket (the server sets
+	// it; -1: not a local caller, refused).
+	PeerUID int `json:"peer_uid"`
+}
+
+// checkWorkspace checks a workspace request against the host and returns what to keep.
+func (m *Manager) checkWorkspace(req *WorkspaceRequest, runtimeName string) (*store.Workspace, error) {
+	if m.cfg.WorkspaceDir == "" {
+		return nil, errdefs.Precondition("this node mounts no host workspaces")
+	}
+	if req.PeerUID < 0 {
+		return nil, denied("a host workspace is mounted only for a caller on the node's unix socket, whose uid says who it is")
+	}
+	if name := runtimeName; name != "" && name != "runc" {
+		return nil, errdefs.Invalid("a host workspace needs the runc runtime, not %q", name)
+	}
+	var ro bool
+	switch req.Access {
+	case "ro":
+		ro = true
+	case "rw":
+	default:
+		return nil, errdefs.Invalid("workspace access %q must be ro or rw", req.Access)
+	}
+	if !filepath.IsAbs(req.Path) {
+		return nil, errdefs.Invalid("workspace path %q must be absolute", req.Path)
+	}
+	real, err := filepath.EvalSymlinks(filepath.Clean(req.Path))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errdefs.Invalid("workspace %s does not exist", req.Path)
+		}
+		return nil, errdefs.Invalid("workspace %s: %v", req.Path, err)
+	}
+	if real == "/" {
+		return nil, errdefs.Invalid("the workspace cannot be / (give a project directory)")
+	}
+	f, st, err := openWorkspace(real)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	if req.PeerUID != 0 && int(st.Uid) != req.PeerUID {
+		return nil, denied("workspace %s belongs to uid %d, not to you (uid %d): only a directory you own can be a workspace", real, st.Uid, req.PeerUID)
+	}
+	return &store.Workspace{Path: real, ReadOnly: ro, UID: st.Uid, GID: st.Gid}, nil
+}
+
+// openWorkspace opens the directory at path (its last component not a symlink) and
+// says who owns it. The mount is made from the open directory, so what was checked is
+// what is mounted.
+func openWorkspace(path string) (*os.File, *unix.Stat_t, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return nil, nil, errdefs.Invalid("workspace %s is not a directory", path)
+		}
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil, errdefs.Invalid("workspace %s does not exist", path)
+		}
+		return nil, nil, errdefs.Invalid("workspace %s: %v", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("workspace %s: %w", path, err)
+	}
+	return f, &st, nil
+}
+
+// workspaceMount is where the mount of sandbox id's workspace is made.
+func (m *Manager) workspaceMount(id string) string { return filepath.Join(m.cfg.WorkspaceDir, id) }
+
+// mountWorkspace mounts sb's workspace for its container to bind at /workspace.
+func (m *Manager) mountWorkspace(sb *store.Sandbox) (runtime.Mount, error) {
+	ws := sb.Workspace
+	target := m.workspaceMount(sb.ID)
+	if err := os.MkdirAll(m.cfg.WorkspaceDir, 0o711); err != nil {
+		return runtime.Mount{}, err
+	}
+	if err := idmap.Unmount(target); err != nil { // what a crash left
+		return runtime.Mount{}, err
+	}
+	if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return runtime.Mount{}, err
+	}
+	f, st, err := openWorkspace(ws.Path)
+	if err != nil {
+		return runtime.Mount{}, errdefs.Precondition("the workspace of sandbox %q cannot be mounted", sb.Name).WithCause(err)
+	}
+	defer f.Close()
+	if st.Uid != ws.UID || st.Gid != ws.GID {
+		return runtime.Mount{}, errdefs.Precondition("the workspace %s of sandbox %q changed owner (now uid %d gid %d, was %d %d); it is not mounted",
+			ws.Path, sb.Name, st.Uid, st.Gid, ws.UID, ws.GID)
+	}
+	mp := idmap.Mapping{FromUID: ws.UID, FromGID: ws.GID, ToUID: sb.UIDBase, ToGID: sb.UIDBase}
+	if err := idmap.Mount(f, target, mp, ws.ReadOnly); err != nil {
+		return runtime.Mount{}, errdefs.Precondition("the workspace %s of sandbox %q cannot be mounted", ws.Path, sb.Name).WithCause(err)
+	}
+	return runtime.Mount{Source: target, Destination: WorkspaceMountPoint, ReadOnly: ws.ReadOnly}, nil
+}
+
+// unmountWorkspace removes the mount of sandbox id's workspace, if there is one.
+func (m *Manager) unmountWorkspace(id string) {
+	if m.cfg.WorkspaceDir == "" {
+		return
+	}
+	target := m.workspaceMount(id)
+	if err := idmap.Unmount(target); err != nil {
+		m.log.Warn("unmount a workspace", "sandbox", id, "err", err)
+		return
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("remove a workspace mount point", "sandbox", id, "err", err)
+	}
+}
+
+func denied(format string, args ...any) error {
+	return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: fmt.Sprintf(format, args...)}
+}
