@@ -1,10 +1,12 @@
 // Package e2b owns Airlock's E2B-compatible control plane: the HTTP API that E2B's SDKs
-// call to create, list, pause, resume and kill sandboxes (point them at it with
-// E2B_API_URL). It maps each E2B call onto manager calls — a template is an Airlock
-// image, the timeout is the sandbox's maximum lifetime, metadata are labels, pause is
-// suspend, resume and connect are resume, kill is terminate — and answers in E2B's
-// shapes, errors included ({"code": <HTTP status>, "message": "..."}). What Airlock
-// cannot do the E2B way is refused with a message saying what Airlock does instead.
+// call to create, list, pause, resume, fork, snapshot and kill sandboxes (point them at
+// it with E2B_API_URL). It maps each E2B call onto manager calls — a template is an
+// Airlock image, the timeout is the sandbox's maximum lifetime, metadata are labels,
+// pause is suspend, resume and connect are resume, kill is terminate, fork is fork, a
+// snapshot is a snapshot and a template to create from (snapshots.go) — and answers in
+// E2B's shapes, errors included ({"code": <HTTP status>, "message": "..."}). What Airlock
+// cannot do the E2B way is refused with a message saying what Airlock does instead:
+// a known E2B call that Airlock does not serve answers 501, any other path 404.
 // The same listener serves the in-sandbox (envd) plane: see envd.go.
 //
 // Hostile surfaces it guards: every request carries an API key (X-API-Key) that the
@@ -101,14 +103,53 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 		{"POST /sandboxes/{id}/resume", auth.SandboxCreate, c.resume},
 		{"POST /sandboxes/{id}/connect", auth.SandboxCreate, c.connect},
 		{"POST /v2/sandboxes/{id}/connect", auth.SandboxCreate, c.connect},
+		{"POST /sandboxes/{id}/fork", auth.SandboxCreate, c.fork},
+		{"POST /sandboxes/{id}/snapshots", auth.SnapshotCreate, c.createSnapshot},
+		{"GET /snapshots", auth.SnapshotRead, c.listSnapshots},
+		{"DELETE /templates/{id}", "", c.deleteTemplate}, // a snapshot's needs snapshot.delete
 	} {
 		c.mux.HandleFunc(rt.pattern, c.adapt(rt.pattern, rt.perm, rt.h))
+	}
+	for _, ns := range notServed {
+		for _, pattern := range ns.patterns {
+			c.mux.HandleFunc(pattern, c.adapt(pattern, "", func(w http.ResponseWriter, r *http.Request, _ *auth.Principal) error {
+				return &errdefs.Error{Class: errNotServed, Msg: fmt.Sprintf("%s %s is not served by Airlock: %s", r.Method, r.URL.Path, ns.instead)}
+			}))
+		}
 	}
 	c.mux.HandleFunc("/", c.adapt("", "", func(w http.ResponseWriter, r *http.Request, _ *auth.Principal) error {
 		return errdefs.NotFound("%s %s is not part of Airlock's E2B-compatible control plane (see docs/e2b.md for what is)", r.Method, r.URL.Path)
 	}))
 	c.envd = c.envdMux()
 	return c
+}
+
+// notServed are E2B's calls that Airlock does not serve, each with what Airlock does
+// instead. They answer 501, not 404: the SDKs read a 404 as "sandbox not found".
+var notServed = []struct {
+	patterns []string
+	instead  string
+}{
+	{[]string{"GET /sandboxes/metrics", "/sandboxes/{id}/metrics"},
+		"sandbox metrics are not kept; Airlock's API shows a sandbox's limits (airlock get) and the limits it hits (airlock events)"},
+	{[]string{"/sandboxes/{id}/logs", "/v2/sandboxes/{id}/logs"},
+		"sandbox logs are not kept; Airlock's API shows a sandbox's events (airlock events) and a background process's output (airlock logs), and commands.run streams a command's output"},
+	{[]string{"/sandboxes/{id}/network"},
+		"set a sandbox's egress policy with Airlock's API (airlock network set); allow_internet_access at create is supported"},
+	{[]string{"/sandboxes/{id}/refreshes"},
+		"extend a sandbox's lifetime with setTimeout (POST /sandboxes/{id}/timeout)"},
+	{[]string{"/templates", "/templates/", "/v2/templates", "/v2/templates/", "/v3/templates", "/v3/templates/"},
+		"templates are Airlock images: import or pull one with Airlock's API (airlock image import, airlock image pull) and give its name as templateID; a snapshot id (snap_…) is a template too"},
+	{[]string{"/volumes", "/volumes/", "/volumecontent", "/volumecontent/"},
+		"Airlock has no volumes: a sandbox keeps its own disk; copy files in and out with files.read and files.write (or airlock cp), and keep or share a sandbox's files with snapshots and forks"},
+	{[]string{"/secrets", "/secrets/"},
+		"hand a sandbox secrets with Airlock's secret brokering (airlock secret create, airlock secret bind)"},
+	{[]string{"/teams", "/teams/"},
+		"Airlock has identities and roles, not teams (airlock user, airlock role)"},
+	{[]string{"/nodes", "/nodes/"},
+		"Airlock's daemon reports on its node itself (airlock status)"},
+	{[]string{"/access-tokens", "/access-tokens/", "/api-keys", "/api-keys/"},
+		"an administrator makes API keys with Airlock's API (airlock token create --user NAME --format e2b)"},
 }
 
 // ServeHTTP sends a request that names a sandbox to the in-sandbox plane and any other
@@ -132,9 +173,8 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		p, err := c.authenticate(r)
-		if err == nil && perm != "" && !p.Can(perm) {
-			err = &errdefs.Error{Class: errdefs.ErrPermissionDenied,
-				Msg: fmt.Sprintf("this call needs the %s permission, which the roles of %q (%s) do not grant", perm, p.Identity, strings.Join(p.Roles, ", "))}
+		if err == nil && perm != "" {
+			err = permit(p, perm)
 		}
 		if err == nil && r.Method != http.MethodGet && c.opts.AuditLog != nil {
 			err = c.opts.AuditLog.Healthy() // nothing changes that the audit log cannot record
@@ -150,6 +190,15 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 	}
 }
 
+// permit refuses a caller that does not hold perm.
+func permit(p *auth.Principal, perm auth.Permission) error {
+	if p.Can(perm) {
+		return nil
+	}
+	return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+		Msg: fmt.Sprintf("this call needs the %s permission, which the roles of %q (%s) do not grant", perm, p.Identity, strings.Join(p.Roles, ", "))}
+}
+
 // audit records the request in the audit log, as Airlock's own API records its own.
 func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, status int, err error, start time.Time) {
 	if c.opts.AuditLog == nil {
@@ -160,7 +209,7 @@ func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, stat
 	}
 	result := strconv.Itoa(status)
 	if err != nil {
-		code, _ := errdefs.Code(err)
+		code, _ := statusOf(err)
 		result += " " + code
 	}
 	e := audit.Entry{Action: audit.Clip("E2B " + pattern), Result: result, Source: "e2b tcp " + r.RemoteAddr,
@@ -221,17 +270,36 @@ type apiError struct {
 // errTooLarge marks an oversize body (413).
 var errTooLarge = errors.New("request body too large")
 
-func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code, status := errdefs.Code(err)
+// errNotServed is the class of an E2B call that Airlock does not serve (501).
+var errNotServed = errors.New("not implemented")
+
+// statusOf is the one place an error becomes an error code and an HTTP status.
+func statusOf(err error) (code string, status int) {
+	if errors.Is(err, errNotServed) {
+		return "not_implemented", http.StatusNotImplemented
+	}
+	code, status = errdefs.Code(err)
 	if errors.Is(err, errTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
+	return code, status
+}
+
+// toAPIError is err in E2B's error shape; the cause of an internal error goes to the
+// log, not to the caller.
+func (c *Control) toAPIError(r *http.Request, err error) apiError {
+	code, status := statusOf(err)
 	msg := errdefs.Message(err)
 	if code == "internal" {
 		c.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; the daemon's log has the cause"
 	}
-	writeJSON(w, status, apiError{Code: status, Message: msg})
+	return apiError{Code: status, Message: msg}
+}
+
+func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := c.toAPIError(r, err)
+	writeJSON(w, e.Code, e)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

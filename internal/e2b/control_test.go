@@ -74,7 +74,8 @@ func newFixture(t *testing.T) (fixture, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Authenticate: n.Auth.Authenticate, AuditLog: n.AuditLog}))
+	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Authenticate: n.Auth.Authenticate, AuditLog: n.AuditLog,
+		TokenKey: []byte("0123456789abcdef0123456789abcdef")}))
 	t.Cleanup(srv.Close)
 	return fixture{t: t, url: srv.URL, node: n}, alice, bob
 }
@@ -225,7 +226,7 @@ func TestControlPlaneRefusesBadInput(t *testing.T) {
 		{"bad state", "GET", "/v2/sandboxes?state=dead", alice, "", 400},
 		{"bad nextToken", "GET", "/v2/sandboxes?nextToken=zzz", alice, "", 400},
 		{"unknown sandbox", "GET", "/sandboxes/sb_nosuch", alice, "", 404},
-		{"unknown route", "GET", "/templates", alice, "", 404},
+		{"unknown route", "GET", "/nosuch", alice, "", 404},
 	} {
 		st, body, _ := f.do(c.method, c.path, c.key, c.body)
 		f.want(c.what, st, body, c.want)
@@ -235,4 +236,55 @@ func TestControlPlaneRefusesBadInput(t *testing.T) {
 	if strings.TrimSpace(string(body)) != "[]" {
 		t.Fatalf("a refused create left a sandbox: %s", body)
 	}
+}
+
+// TestControlPlaneNotServed: E2B's calls that Airlock does not serve answer 501 in E2B's
+// error shape, saying what Airlock does instead; paths that are no E2B call stay 404.
+func TestControlPlaneNotServed(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
+	f.want("create", st, body, 201)
+	var sb struct{ SandboxID string }
+	json.Unmarshal(body, &sb)
+	for _, c := range []struct {
+		method, path, instead string
+	}{
+		{"GET", "/sandboxes/" + sb.SandboxID + "/metrics", "airlock events"},
+		{"GET", "/sandboxes/metrics", "airlock events"},
+		{"GET", "/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
+		{"GET", "/v2/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
+		{"PUT", "/sandboxes/" + sb.SandboxID + "/network", "airlock network set"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/refreshes", "setTimeout"},
+		{"GET", "/templates", "airlock image"},
+		{"GET", "/templates/base/tags", "airlock image"},
+		{"DELETE", "/templates/base", "airlock image rm"},
+		{"POST", "/v2/templates/t/builds/b", "airlock image"},
+		{"POST", "/v3/templates", "airlock image"},
+		{"POST", "/volumes", "snapshots and forks"},
+		{"GET", "/volumecontent/v/file", "snapshots and forks"},
+		{"GET", "/secrets", "airlock secret"},
+		{"DELETE", "/secrets/s", "airlock secret"},
+		{"GET", "/teams", "airlock user"},
+		{"GET", "/teams/t/metrics", "airlock user"},
+		{"GET", "/nodes", "airlock status"},
+		{"POST", "/access-tokens", "airlock token create"},
+		{"DELETE", "/api-keys/k", "airlock token create"},
+	} {
+		what := c.method + " " + c.path
+		st, body, _ := f.do(c.method, c.path, alice, "")
+		f.want(what, st, body, 501)
+		if !strings.Contains(string(body), c.instead) {
+			t.Errorf("%s: %s does not say what Airlock does instead (%q)", what, body, c.instead)
+		}
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/nosuch"},
+		{"GET", "/sandboxes/" + sb.SandboxID + "/snapshots"},
+		{"GET", "/v2/snapshots"},
+	} {
+		st, body, _ := f.do(c.method, c.path, alice, "")
+		f.want(c.method+" "+c.path, st, body, 404)
+	}
+	st, body, _ = f.do("GET", "/templates", "", "")
+	f.want("a call not served, without a key", st, body, 401)
 }

@@ -152,15 +152,18 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	case req.MCP != nil:
 		return errdefs.Invalid("mcp is not supported by Airlock")
 	case len(req.VolumeMounts) > 0:
-		return errdefs.Invalid("volumeMounts are not supported here: attach volumes with Airlock's API")
+		return errdefs.Invalid("volumeMounts are not supported: Airlock has no volumes; move files in and out with the files API (airlock cp) or keep state in snapshots")
 	case len(req.IAM) > 0:
 		return errdefs.Invalid("iam tokens are not supported: hand a sandbox secrets with Airlock's secret brokering (airlock secret)")
+	}
+	if strings.HasPrefix(req.TemplateID, "snap_") {
+		return c.createFromSnapshot(w, r, p, req)
 	}
 	cr := manager.CreateRequest{Name: newName(), Env: req.EnvVars, Labels: req.Metadata}
 	if req.TemplateID != "" && req.TemplateID != BaseTemplate {
 		if _, err := c.m.InspectImage(call(p), req.TemplateID); err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
-				return errdefs.Invalid("template %q not found: a template is the name of an Airlock image you can use (airlock image ls), or %q for the host image", req.TemplateID, BaseTemplate)
+				return errdefs.Invalid("template %q not found: a template is the name of an Airlock image you can use (airlock image ls), %q for the host image, or the id of one of your snapshots (snap_…)", req.TemplateID, BaseTemplate)
 			}
 			return err
 		}
@@ -406,34 +409,52 @@ func (c *Control) listV2(w http.ResponseWriter, r *http.Request, p *auth.Princip
 			}
 		}
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return errdefs.Invalid("invalid limit %q: from 1 to 100", v)
-		}
-		limit = n
-	}
-	offset := 0
-	if v := q.Get("nextToken"); v != "" {
-		b, err := base64.RawURLEncoding.DecodeString(v)
-		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "o"))
-		if err != nil || aerr != nil || n < 0 || !strings.HasPrefix(string(b), "o") {
-			return errdefs.Invalid("invalid nextToken %q: pass the x-next-token of the previous page", v)
-		}
-		offset = n
+	pg, err := pageOf(q)
+	if err != nil {
+		return err
 	}
 	list, err := c.list(r, p, states)
 	if err != nil {
 		return err
 	}
-	offset = min(offset, len(list))
-	end := min(offset+limit, len(list))
+	writePage(w, pg, list)
+	return nil
+}
+
+// page is where a paginated list starts and how much of it to answer.
+type page struct{ offset, limit int }
+
+// pageOf reads E2B's limit (1 to 100, default 100) and nextToken (opaque: the
+// X-Next-Token of the previous page).
+func pageOf(q url.Values) (page, error) {
+	pg := page{limit: 100}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return pg, errdefs.Invalid("invalid limit %q: from 1 to 100", v)
+		}
+		pg.limit = n
+	}
+	if v := q.Get("nextToken"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "o"))
+		if err != nil || aerr != nil || n < 0 || !strings.HasPrefix(string(b), "o") {
+			return pg, errdefs.Invalid("invalid nextToken %q: pass the x-next-token of the previous page", v)
+		}
+		pg.offset = n
+	}
+	return pg, nil
+}
+
+// writePage answers pg's part of list, and the next page's token in X-Next-Token when
+// there is more.
+func writePage[T any](w http.ResponseWriter, pg page, list []T) {
+	offset := min(pg.offset, len(list))
+	end := min(offset+pg.limit, len(list))
 	if end < len(list) {
 		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("o%d", end))))
 	}
 	writeJSON(w, http.StatusOK, list[offset:end])
-	return nil
 }
 
 // list returns p's sandboxes in the given E2B states that carry the metadata the

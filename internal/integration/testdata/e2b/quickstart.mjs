@@ -4,13 +4,16 @@
 // E2B_API_KEY to an Airlock token in E2B's format.
 //
 // It prints one line per step; on the first result that is not what E2B's SDK
-// documents it prints what differed and exits 1, after killing its sandbox.
+// documents it prints what differed and exits 1, after killing its sandboxes and
+// deleting its snapshot.
 
-import { CommandExitError, NotFoundError, Sandbox } from 'e2b'
+import { CommandExitError, NotFoundError, Sandbox, SandboxError } from 'e2b'
 
 const run = Math.random().toString(16).slice(2, 10) // this run's metadata, to find its sandbox
 let current = '' // the step under way, for the failure message
 let sandbox // the sandbox to kill if a step fails
+let others = [] // its forks and the sandbox made from its snapshot, to kill if a step fails
+let snapshotId // the snapshot to delete if a step fails
 
 function step(name) {
   current = name
@@ -52,6 +55,14 @@ async function until(check, ms, what) {
     if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
     await new Promise((resolve) => setTimeout(resolve, 50))
   }
+}
+
+// snapshotsListed returns the snapshots Sandbox.listSnapshots(opts) pages, by id.
+async function snapshotsListed(opts) {
+  const out = []
+  const pages = Sandbox.listSnapshots(opts)
+  while (pages.hasNext) out.push(...(await pages.nextItems()))
+  return out
 }
 
 // listed returns this run's sandboxes as Sandbox.list() pages them.
@@ -175,6 +186,61 @@ async function main() {
   const shown = (await listed()).filter((s) => s.sandboxId === sandbox.sandboxId)
   expectEqual(shown.map((s) => [s.state, s.metadata.suite]), [['running', 'quickstart']], 'Sandbox.list(): this sandbox')
 
+  step('fork it twice: each fork sees a file written before the fork, and has its metadata')
+  const beforeFork = 'written before the fork\n'
+  await sandbox.files.write(`before-${run}.txt`, beforeFork)
+  const forked = await sandbox.fork({ count: 2, timeoutMs: 5 * 60_000 })
+  others = forked.filter((f) => f instanceof Sandbox)
+  expectEqual(forked.map((f) => f instanceof Sandbox ? 'sandbox' : `${f?.constructor?.name}: ${f?.message}`),
+    ['sandbox', 'sandbox'], 'fork({count: 2})')
+  for (const fork of others) {
+    expect(fork.sandboxId.startsWith('sb_') && fork.sandboxId !== sandbox.sandboxId,
+      `fork's sandboxId ${fork.sandboxId}, want a new Airlock id`)
+    expectEqual((await fork.commands.run(`cat before-${run}.txt`)).stdout, beforeFork, `cat before-${run}.txt in ${fork.sandboxId}`)
+    expectEqual((await fork.getInfo()).metadata, { suite: 'quickstart', run }, `${fork.sandboxId}: getInfo().metadata`)
+  }
+
+  step('a fork is its own sandbox: what it writes the source does not see')
+  await others[0].files.write(`fork-only-${run}.txt`, 'fork only\n')
+  expectEqual(await sandbox.files.exists(`fork-only-${run}.txt`), false, `exists fork-only-${run}.txt in the source`)
+  expectEqual(await others[1].files.exists(`fork-only-${run}.txt`), false, `exists fork-only-${run}.txt in the other fork`)
+
+  step('createSnapshot, and Sandbox.create(snapshotId) sees the file')
+  const snap = await sandbox.createSnapshot({ name: `quickstart-${run}` })
+  snapshotId = snap.snapshotId
+  expect(snapshotId.startsWith('snap_'), `snapshotId ${snapshotId}, want an Airlock snapshot id (snap_...)`)
+  expectEqual(snap.names, [`quickstart-${run}`], 'createSnapshot: names')
+  const fromSnap = await Sandbox.create(snapshotId, { timeoutMs: 5 * 60_000, metadata: { suite: 'quickstart', run } })
+  others.push(fromSnap)
+  expectEqual((await fromSnap.commands.run(`cat before-${run}.txt`)).stdout, beforeFork,
+    `cat before-${run}.txt in the sandbox made from ${snapshotId}`)
+
+  step('Sandbox.listSnapshots() shows the snapshot')
+  expectEqual((await snapshotsListed({ name: `quickstart-${run}` })).map((s) => [s.snapshotId, s.names]),
+    [[snapshotId, [`quickstart-${run}`]]], 'Sandbox.listSnapshots({name})')
+  const ofSandbox = await snapshotsListed({ sandboxId: sandbox.sandboxId })
+  expect(ofSandbox.some((s) => s.snapshotId === snapshotId), `Sandbox.listSnapshots({sandboxId}) lacks ${snapshotId}: ${canonical(ofSandbox)}`)
+  const all = await snapshotsListed()
+  expect(all.some((s) => s.snapshotId === snapshotId), `Sandbox.listSnapshots() lacks ${snapshotId}`)
+
+  step('deleteSnapshot is refused while a sandbox comes from it, and works once it is killed')
+  const refused = await expectThrow(Sandbox.deleteSnapshot(snapshotId), SandboxError, 'deleteSnapshot with a sandbox from it')
+  expect(refused.message.startsWith('409: '), `deleteSnapshot with a sandbox from it: ${refused.message}, want 409`)
+  expectEqual(await fromSnap.kill(), true, 'kill() of the sandbox from the snapshot')
+  expectEqual(await Sandbox.deleteSnapshot(snapshotId), true, 'deleteSnapshot')
+  expectEqual(await Sandbox.deleteSnapshot(snapshotId), false, 'deleteSnapshot of a deleted snapshot')
+  snapshotId = undefined
+  expectEqual(await snapshotsListed({ name: `quickstart-${run}` }), [], 'Sandbox.listSnapshots({name}) after the delete')
+
+  step('kill the forks')
+  for (const fork of others.slice(0, 2)) expectEqual(await fork.kill(), true, `kill() of fork ${fork.sandboxId}`)
+  others = []
+
+  step('a call Airlock does not serve (getMetrics) throws a SandboxError with 501, not a not-found')
+  const metrics = await expectThrow(sandbox.getMetrics(), SandboxError, 'getMetrics()')
+  expect(!(metrics instanceof NotFoundError) && metrics.message.startsWith('501: '),
+    `getMetrics(): ${metrics.constructor.name}: ${metrics.message}, want a SandboxError with 501`)
+
   step('write a file in the home directory (a relative path), pause')
   const home = (await sandbox.commands.run('echo -n "$HOME"')).stdout
   expect(home.startsWith('/'), `$HOME is ${JSON.stringify(home)}`)
@@ -211,8 +277,11 @@ try {
   await main()
 } catch (err) {
   console.log(`FAIL at step "${current}": ${err?.stack ?? err}`)
-  if (sandbox) {
-    await sandbox.kill().catch((e) => console.log(`kill ${sandbox.sandboxId} after the failure: ${e.message}`))
+  for (const sb of [sandbox, ...others].filter(Boolean)) {
+    await sb.kill().catch((e) => console.log(`kill ${sb.sandboxId} after the failure: ${e.message}`))
+  }
+  if (snapshotId) {
+    await Sandbox.deleteSnapshot(snapshotId).catch((e) => console.log(`delete ${snapshotId} after the failure: ${e.message}`))
   }
   process.exit(1)
 }
