@@ -54,6 +54,9 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 		{"idle_suspend", sb.IdleSuspend},
 		{"ttl", sb.TTL},
 	}
+	if ws := sb.Workspace; ws != nil {
+		f = append(f, [2]string{"workspace", ws.Path + " at /workspace (" + ws.Access + ")"})
+	}
 	if sb.SuspendedAt != nil {
 		f = append(f, [2]string{"suspended_at", formatTime(*sb.SuspendedAt)})
 	}

@@ -98,6 +98,25 @@ func TestRouterCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("create --workspace mounts a directory into a sandbox that stays", func(t *testing.T) {
+		ws := t.TempDir()
+		os.WriteFile(filepath.Join(ws, "f"), []byte("from the host"), 0o644)
+		d.must("create", "wsbox", "--workspace", ws+":ro")
+		defer d.airlock("rm", "wsbox")
+		if got := d.must("get", "wsbox"); !strings.Contains(got, ws+" at /workspace (ro)") {
+			t.Errorf("get wsbox does not show the workspace:\n%s", got)
+		}
+		if got := d.must("exec", "wsbox", "--", "cat", "/workspace/f"); got != "from the host" {
+			t.Errorf("cat /workspace/f = %q", got)
+		}
+		if _, _, code := d.airlock("exec", "wsbox", "--", "touch", "/workspace/g"); code == 0 {
+			t.Errorf("a read-only workspace took a new file")
+		}
+		if _, _, code := d.airlock("create", "wsbox2", "--workspace", filepath.Join(ws, "nope")); code == 0 {
+			t.Errorf("a missing workspace directory was taken")
+		}
+	})
+
 	t.Run("a file made in /work comes back as an artifact", func(t *testing.T) {
 		r := d.routed(t, "", "run", "--profile", "safe", "--artifacts", arts, "--", "printf 'made in a sandbox\n' > /work/out.txt")
 		if r.RanIn != "sandbox" || len(r.Artifacts) != 1 || r.Artifacts[0].Path != "/work/out.txt" || r.Artifacts[0].Size != 18 {
