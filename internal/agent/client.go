@@ -568,7 +568,12 @@ func (c *Client) Stat(ctx context.Context, path string) (*agentproto.FileInfo, e
 
 // Mkdir creates the directory path (mode 0755); parents works like mkdir -p.
 func (c *Client) Mkdir(ctx context.Context, path string, parents bool) error {
-	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileMkdir, Path: path, Parents: parents}, nil)
+	return c.MkdirAs(ctx, path, parents, -1, -1)
+}
+
+// MkdirAs is Mkdir with the directories it makes owned by uid and gid (-1: the agent's).
+func (c *Client) MkdirAs(ctx context.Context, path string, parents bool, uid, gid int) error {
+	return c.simple(ctx, &agentproto.Request{Op: agentproto.OpFileMkdir, Path: path, Parents: parents, UID: uid, GID: gid}, nil)
 }
 
 // Remove removes path; recursive works like rm -r. An empty directory needs no recursive.

@@ -114,7 +114,7 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 	dirRel, base := splitRel(rel)
 	dirfd, err := s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err == unix.ENOENT {
-		if err = s.mkdirAll(dirRel, 0o755); err == nil {
+		if err = s.mkdirAll(dirRel, 0o755, req.UID, req.GID); err == nil {
 			dirfd, err = s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
 		}
 	}
@@ -324,14 +324,28 @@ func (s *server) handleMkdir(fw *frameWriter, req *agentproto.Request) error {
 		mode = 0o755
 	}
 	if req.Parents {
-		err = s.mkdirAll(rel, mode)
-	} else {
-		err = s.mkdirOne(rel, mode)
+		err = s.mkdirAll(rel, mode, req.UID, req.GID)
+	} else if err = s.mkdirOne(rel, mode); err == nil {
+		err = s.own(rel, req.UID, req.GID)
 	}
 	if err != nil {
 		return fsError(req.Path, err)
 	}
 	return fw.json(agentproto.FrameResult, struct{}{})
+}
+
+// own gives the directory rel, which the agent just made, to uid and gid (-1: keep),
+// unless the agent keeps its own ids.
+func (s *server) own(rel string, uid, gid int) error {
+	if s.opts.KeepOwner || (uid < 0 || uid == os.Geteuid()) && (gid < 0 || gid == os.Getegid()) {
+		return nil
+	}
+	fd, err := s.openat(rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fchown(fd, uid, gid)
 }
 
 func (s *server) mkdirOne(rel string, mode uint32) error {
@@ -347,8 +361,9 @@ func (s *server) mkdirOne(rel string, mode uint32) error {
 	return unix.Mkdirat(dirfd, base, mode)
 }
 
-// mkdirAll is mkdir -p: every missing element is created; an existing directory is fine.
-func (s *server) mkdirAll(rel string, mode uint32) error {
+// mkdirAll is mkdir -p: every missing element is created, owned by uid and gid (-1:
+// the agent's); an existing directory is fine.
+func (s *server) mkdirAll(rel string, mode uint32, uid, gid int) error {
 	if rel == "." {
 		return nil
 	}
@@ -363,7 +378,12 @@ func (s *server) mkdirAll(rel string, mode uint32) error {
 		if err != unix.ENOENT {
 			return err
 		}
-		if err := s.mkdirOne(prefix, mode); err != nil && err != unix.EEXIST {
+		if err := s.mkdirOne(prefix, mode); err == unix.EEXIST {
+			continue // made meanwhile, by someone else
+		} else if err != nil {
+			return err
+		}
+		if err := s.own(prefix, uid, gid); err != nil {
 			return err
 		}
 	}

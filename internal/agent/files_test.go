@@ -408,3 +408,28 @@ func TestListLargeDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestMkdirAsOwner: the directories a mkdir (and an upload's missing parents) makes
+// belong to the ids asked for; those that were there keep theirs.
+func TestMkdirAsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving files away needs root")
+	}
+	c, root := startAgent(t, Options{})
+	ctx := ctxT(t)
+	if err := os.Mkdir(filepath.Join(root, "old"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MkdirAs(ctx, "/old/a/b", true, 1000, 1001); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Upload(ctx, "/old/up/f", 0o644, 1002, 1002, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string][2]uint32{"old": {0, 0}, "old/a": {1000, 1001}, "old/a/b": {1000, 1001}, "old/up": {1002, 1002}, "old/up/f": {1002, 1002}} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(root, p), &st); err != nil || st.Uid != want[0] || st.Gid != want[1] {
+			t.Errorf("%s: owner %d:%d (%v), want %d:%d", p, st.Uid, st.Gid, err, want[0], want[1])
+		}
+	}
+}

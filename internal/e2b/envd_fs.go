@@ -90,6 +90,19 @@ func (t *target) lookupUser(ctx context.Context) (*agentproto.UserInfo, error) {
 	return u, nil
 }
 
+// mkdirAs makes directory p and its missing parents, owned by the request's user, as
+// envd makes them.
+func (t *target) mkdirAs(ctx context.Context, p string) error {
+	u, err := t.lookupUser(ctx)
+	if err != nil {
+		return err
+	}
+	if err := t.ag.MkdirAs(ctx, p, true, int(u.UID), int(u.GID)); err != nil {
+		return agentErr(err)
+	}
+	return nil
+}
+
 // agentErr turns an error the agent reported into one of the class it names, with the
 // agent's message clipped (it comes from the sandbox); any other error is left as it
 // is, for the log.
@@ -253,8 +266,8 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 	case !errors.Is(err, errdefs.ErrNotFound):
 		return nil, agentErr(err)
 	}
-	if err := t.ag.Mkdir(ctx, p, true); err != nil {
-		return nil, agentErr(err)
+	if err := t.mkdirAs(ctx, p); err != nil {
+		return nil, err
 	}
 	e, err := t.stat(ctx, p)
 	if err != nil {
@@ -274,8 +287,8 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[files
 		return nil, err
 	}
 	// As envd does, the destination's missing parents are made first.
-	if err := t.ag.Mkdir(ctx, path.Dir(to), true); err != nil {
-		return nil, agentErr(err)
+	if err := t.mkdirAs(ctx, path.Dir(to)); err != nil {
+		return nil, err
 	}
 	if err := t.ag.Rename(ctx, from, to); err != nil {
 		return nil, agentErr(err)
