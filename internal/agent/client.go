@@ -421,7 +421,12 @@ func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid 
 			break
 		}
 		if rerr != nil {
-			_ = k.send(agentproto.FrameCancel, nil)
+			// Wait (bounded) for the agent's answer to the cancel: by then it has removed
+			// what it wrote, so nothing of the upload is left once Upload returns.
+			if k.send(agentproto.FrameCancel, nil) == nil {
+				_ = k.conn.SetReadDeadline(time.Now().Add(cancelWait))
+				_, _, _ = agentproto.ReadFrame(k.conn)
+			}
 			return 0, fmt.Errorf("agent: upload %s: read: %w", path, rerr)
 		}
 	}
