@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -58,25 +61,77 @@ func (m *Manager) checkWorkspace(req *WorkspaceRequest, runtimeName string) (*st
 	if !filepath.IsAbs(req.Path) {
 		return nil, errdefs.Invalid("workspace path %q must be absolute", req.Path)
 	}
-	real, err := filepath.EvalSymlinks(filepath.Clean(req.Path))
+	// The path is resolved and opened as the caller would: a directory it cannot reach
+	// is refused as the kernel refuses the caller, and says nothing more about it.
+	real, st, err := resolveAs(filepath.Clean(req.Path), req.PeerUID)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, errdefs.Invalid("workspace %s does not exist", req.Path)
-		}
-		return nil, errdefs.Invalid("workspace %s: %v", req.Path, err)
+		return nil, err
 	}
 	if real == "/" {
 		return nil, errdefs.Invalid("the workspace cannot be / (give a project directory)")
 	}
-	f, st, err := openWorkspace(real)
-	if err != nil {
-		return nil, err
-	}
-	f.Close()
 	if req.PeerUID != 0 && int(st.Uid) != req.PeerUID {
 		return nil, denied("workspace %s belongs to uid %d, not to you (uid %d): only a directory you own can be a workspace", real, st.Uid, req.PeerUID)
 	}
 	return &store.Workspace{Path: real, ReadOnly: ro, UID: st.Uid, GID: st.Gid}, nil
+}
+
+// resolveAs resolves path's symlinks and opens the directory it names with the file
+// system identity of uid (its own gid, no supplementary groups), on a thread of its own
+// that is discarded afterwards; root (0) resolves as the daemon, and so does everyone
+// under a daemon that is not root (it cannot take another's ids, nor reach more).
+func resolveAs(path string, uid int) (string, *unix.Stat_t, error) {
+	type result struct {
+		real string
+		st   *unix.Stat_t
+		err  error
+	}
+	work := func() result {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return result{err: errdefs.Invalid("workspace %s does not exist", path)}
+			case errors.Is(err, fs.ErrPermission):
+				return result{err: denied("workspace %s: you may not reach it", path)}
+			}
+			return result{err: errdefs.Invalid("workspace %s: %v", path, err)}
+		}
+		f, st, err := openWorkspace(real)
+		if err != nil {
+			return result{err: err}
+		}
+		f.Close()
+		return result{real: real, st: st}
+	}
+	if uid == 0 || os.Geteuid() != 0 {
+		r := work()
+		return r.real, r.st, r.err
+	}
+	gid := uid
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		if g, err := strconv.Atoi(u.Gid); err == nil {
+			gid = g
+		}
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread, whose ids are changed, ends with the goroutine.
+		goruntime.LockOSThread()
+		if err := unix.Setgroups(nil); err != nil {
+			done <- result{err: fmt.Errorf("workspace: drop groups: %w", err)}
+			return
+		}
+		unix.Setfsgid(gid)
+		unix.Setfsuid(uid)
+		if got, _ := unix.SetfsuidRetUid(-1); got != uid {
+			done <- result{err: fmt.Errorf("workspace: file system uid %d, not %d", got, uid)}
+			return
+		}
+		done <- work()
+	}()
+	r := <-done
+	return r.real, r.st, r.err
 }
 
 // openWorkspace opens the directory at path (its last component not a symlink) and
@@ -90,6 +145,9 @@ func openWorkspace(path string) (*os.File, *unix.Stat_t, error) {
 		}
 		if errors.Is(err, unix.ENOENT) {
 			return nil, nil, errdefs.Invalid("workspace %s does not exist", path)
+		}
+		if errors.Is(err, unix.EACCES) {
+			return nil, nil, denied("workspace %s: you may not reach it", path)
 		}
 		return nil, nil, errdefs.Invalid("workspace %s: %v", path, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,29 @@ func TestWorkspaceRefusals(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a directory the caller cannot reach", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to take another uid's view")
+		}
+		base := t.TempDir()
+		os.Chmod(base, 0o711) // the test's directories are 0700: let 1000 pass
+		os.Chmod(filepath.Dir(base), 0o711)
+		closed := filepath.Join(base, "closed")
+		inner := filepath.Join(closed, "proj")
+		os.MkdirAll(inner, 0o755)
+		os.Chown(inner, 1000, 1000)
+		os.Chmod(closed, 0o700)
+		_, _, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &WorkspaceRequest{Path: inner, Access: "rw", PeerUID: 1000}})
+		if !errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "may not reach") {
+			t.Errorf("a directory of 1000's behind a closed one: %v, want permission_denied saying it cannot be reached", err)
+		}
+		os.Chmod(closed, 0o711)
+		_, sb, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &WorkspaceRequest{Path: inner, Access: "rw", PeerUID: 1000}})
+		if err != nil {
+			t.Fatalf("1000's directory behind a searchable one: %v", err)
+		}
+		m.Terminate(ctx, local, sb.ID)
+	})
 	t.Run("another runtime", func(t *testing.T) {
 		_, _, err := m.Create(ctx, local, CreateRequest{Name: "ws", Runtime: "runsc",
 			Workspace: &WorkspaceRequest{Path: dir, Access: "rw", PeerUID: owner}})
