@@ -54,6 +54,8 @@ def create(
     labels: Optional[Mapping[str, str]] = None,
     runtime: Optional[str] = None,
     role: Optional[str] = None,
+    workspace: Optional[str] = None,
+    workspace_access: str = "rw",
     idempotency_key: Optional[str] = None,
 ) -> Request[SandboxInfo]:
     body: Dict[str, Any] = {"name": v.name(name)}
@@ -86,6 +88,12 @@ def create(
             if not isinstance(val, str) or not val:
                 raise InvalidArgument(f"invalid {key} {val!r}: give a non-empty str")
             body[key] = val
+    if workspace is not None:
+        if not isinstance(workspace, str) or not workspace.startswith("/"):
+            raise InvalidArgument(f"invalid workspace {workspace!r}: give the absolute path of a directory of the daemon's machine")
+        if workspace_access not in ("ro", "rw"):
+            raise InvalidArgument(f"invalid workspace_access {workspace_access!r}: ro or rw")
+        body["workspace"] = {"path": workspace, "access": workspace_access}
     return Request("POST", "/v1/sandboxes", json=body, idempotency_key=v.idempotency_key(idempotency_key), parse=_op_sandbox)
 
 

@@ -154,12 +154,15 @@ class AsyncClient:
         labels: Optional[Mapping[str, str]] = None,
         runtime: Optional[str] = None,
         role: Optional[str] = None,
+        workspace: Optional[str] = None,
+        workspace_access: str = "rw",
         idempotency_key: Optional[str] = None,
     ) -> SandboxInfo:
         return await self._do(
             _calls.create(
                 name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
+                workspace=workspace, workspace_access=workspace_access,
                 idempotency_key=idempotency_key,
             )
         )
@@ -390,6 +393,8 @@ class AsyncSandbox:
         labels: Optional[Mapping[str, str]] = None,
         runtime: Optional[str] = None,
         role: Optional[str] = None,
+        workspace: Optional[str] = None,
+        workspace_access: str = "rw",
         idempotency_key: Optional[str] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
@@ -398,6 +403,7 @@ class AsyncSandbox:
         info = await c.create(
             name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
+            workspace=workspace, workspace_access=workspace_access,
             idempotency_key=idempotency_key,
         )
         return cls(info, c)

@@ -168,6 +168,8 @@ class Client:
         labels: Optional[Mapping[str, str]] = None,
         runtime: Optional[str] = None,
         role: Optional[str] = None,
+        workspace: Optional[str] = None,
+        workspace_access: str = "rw",
         idempotency_key: Optional[str] = None,
     ) -> SandboxInfo:
         """Make a sandbox; answers once it is running. See :meth:`Sandbox.create`."""
@@ -175,6 +177,7 @@ class Client:
             _calls.create(
                 name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
+                workspace=workspace, workspace_access=workspace_access,
                 idempotency_key=idempotency_key,
             )
         )

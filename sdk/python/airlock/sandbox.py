@@ -165,6 +165,8 @@ class Sandbox:
         labels: Optional[Mapping[str, str]] = None,
         runtime: Optional[str] = None,
         role: Optional[str] = None,
+        workspace: Optional[str] = None,
+        workspace_access: str = "rw",
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
@@ -181,6 +183,10 @@ class Sandbox:
                 (default 10 minutes, at least 1 minute).
             max_lifetime, ttl: seconds or a duration string; see the API.
             env, labels: str to str.
+            workspace: the absolute path of a directory of the daemon's machine to
+                mount at /workspace as it is (no copy), ``workspace_access`` ``"rw"``
+                (default) or ``"ro"``. Its owner shows as the sandbox's root. Only over
+                the unix socket, for a directory the calling user owns, on runc.
             idempotency_key: makes a retry after a lost answer safe.
             client: the client to use (default: :func:`default_client`).
         """
@@ -188,6 +194,7 @@ class Sandbox:
         info = c.create(
             name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
+            workspace=workspace, workspace_access=workspace_access,
             idempotency_key=idempotency_key,
         )
         return cls(info, c)

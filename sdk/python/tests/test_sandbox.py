@@ -140,3 +140,16 @@ def test_files_write_read_list_remove(sandbox):
         sandbox.files.remove("/root/dir")  # not empty
     sandbox.files.remove("/root/dir", recursive=True)
     assert not sandbox.files.exists("/root/dir")
+
+
+def test_workspace_is_mounted(client, new_name, tmp_path):
+    (tmp_path / "in.txt").write_text("from the host\n")
+    sb = Sandbox.create(new_name("ws"), network="none", workspace=str(tmp_path), client=client)
+    assert sb.exec("cat /workspace/in.txt").stdout == "from the host\n"
+    assert sb.exec("echo from the sandbox > /workspace/out.txt").ok
+    assert (tmp_path / "out.txt").read_text() == "from the sandbox\n"  # no copy: the same directory
+
+    ro = Sandbox.create(new_name("wsro"), network="none", workspace=str(tmp_path), workspace_access="ro", client=client)
+    res = ro.exec("echo x > /workspace/nope.txt")
+    assert not res.ok and "Read-only file system" in res.stderr
+    assert not (tmp_path / "nope.txt").exists()

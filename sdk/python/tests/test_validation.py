@@ -34,6 +34,8 @@ BAD_CREATES = [
     ({"name": "ok", "env": {"1BAD": "x"}}, "environment variable"),
     ({"name": "ok", "labels": {"bad key": "x"}}, "label"),
     ({"name": "ok", "image": ""}, "image"),
+    ({"name": "ok", "workspace": "relative/dir"}, "workspace"),
+    ({"name": "ok", "workspace": "/tmp", "workspace_access": "rwx"}, "workspace_access"),
 ]
 
 
