@@ -63,7 +63,8 @@ func runMCP(c *cmd, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(c.stderr, nil)).With("component", "mcp")
-	srv, err := mcp.New(cl, mcp.Options{Version: version.String(), OutputLimit: int(maxOutput), ReadLimit: int(maxRead), Logger: log})
+	srv, err := mcp.New(cl, mcp.Options{Version: version.String(), OutputLimit: int(maxOutput), ReadLimit: int(maxRead), Logger: log,
+		HostWorkspaces: *listen == "" && cl.Local()})
 	if err != nil {
 		return err
 	}

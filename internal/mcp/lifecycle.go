@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +29,8 @@ type CreateSandboxInput struct {
 	MaxLifetime string            `json:"max_lifetime,omitempty" jsonschema:"terminate this long after the start, such as 8h (default 8h)"`
 	TTL         string            `json:"ttl,omitempty" jsonschema:"terminate after this long suspended, such as 168h (default 168h)"`
 	Role        string            `json:"role,omitempty" jsonschema:"the one role the sandbox acts with, one you hold (default: all of yours)"`
+	Workspace   string            `json:"workspace,omitempty" jsonschema:"absolute path of a project directory of this machine, yours, to mount at /workspace as it is (no copy); only when the server runs over stdio"`
+	ReadOnly    bool              `json:"workspace_read_only,omitempty" jsonschema:"mount the workspace read-only"`
 }
 
 // SandboxRef names one sandbox.
@@ -178,6 +181,18 @@ func (t *tools) createSandbox(ctx context.Context, _ *mcpsdk.CallToolRequest, in
 	req := api.CreateSandboxRequest{Name: in.Name, Image: in.Image, Env: in.Env, Labels: in.Labels,
 		Limits:      api.Limits{CPU: in.CPU, Memory: in.MemoryMB << 20},
 		IdleSuspend: in.IdleSuspend, MaxLifetime: in.MaxLifetime, TTL: in.TTL, Role: in.Role}
+	if in.Workspace != "" {
+		switch {
+		case !t.opts.HostWorkspaces:
+			return nil, SandboxOutput{}, invalidf("workspace is offered only when airlock mcp runs over stdio, as a process of your own")
+		case !filepath.IsAbs(in.Workspace):
+			return nil, SandboxOutput{}, invalidf("workspace %q must be an absolute path", in.Workspace)
+		}
+		req.Workspace = &api.Workspace{Path: filepath.Clean(in.Workspace), Access: "rw"}
+		if in.ReadOnly {
+			req.Workspace.Access = "ro"
+		}
+	}
 	if in.Network != "" || len(in.Allow) > 0 {
 		req.Network = &api.NetworkPolicy{Mode: in.Network, Allow: in.Allow}
 		if req.Network.Mode == "" {

@@ -480,3 +480,15 @@ func TestMCPDaemonUnreachable(t *testing.T) {
 	callErr(t, cs, "list_sandboxes", nil, "unavailable", "daemon running")
 	callErr(t, cs, "run_code", map[string]any{"language": "bash", "code": "true"}, "unavailable")
 }
+
+// TestMCPWorkspaceOnlyOverStdio: create_sandbox passes a workspace on to the daemon only
+// when the server says its client is local (stdio); otherwise it refuses it itself.
+func TestMCPWorkspaceOnlyOverStdio(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	remote := session(t, n.Client, mcp.Options{})
+	callErr(t, remote, "create_sandbox", map[string]any{"name": "ws", "workspace": t.TempDir()}, "only when airlock mcp runs over stdio")
+	local := session(t, n.Client, mcp.Options{HostWorkspaces: true})
+	callErr(t, local, "create_sandbox", map[string]any{"name": "ws", "workspace": "rel/dir"}, "absolute path")
+	// The fake node mounts none: the refusal is the daemon's, so the request reached it.
+	callErr(t, local, "create_sandbox", map[string]any{"name": "ws", "workspace": t.TempDir(), "workspace_read_only": true}, "mounts no host workspaces")
+}

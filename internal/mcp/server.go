@@ -51,6 +51,10 @@ type Options struct {
 	// Logger receives the server's diagnostics (default: discarded). In stdio mode it
 	// must not write to stdout, which carries the protocol.
 	Logger *slog.Logger
+	// HostWorkspaces lets create_sandbox mount a directory of this machine at
+	// /workspace. Set it only when the client is a local process of the server's own
+	// user (stdio): over HTTP it would hand a remote client that user's files.
+	HostWorkspaces bool
 }
 
 func (o Options) withDefaults() Options {
