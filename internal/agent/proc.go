@@ -132,6 +132,9 @@ func (s *server) procLaunch(spec *agentproto.ProcSpec) (launch, agentproto.ProcI
 	if spec == nil || len(spec.Argv) == 0 {
 		return launch{}, agentproto.ProcInfo{}, errdefs.Invalid("a process needs argv: the program and its arguments")
 	}
+	if spec.TimeoutMS < 0 {
+		return launch{}, agentproto.ProcInfo{}, errdefs.Invalid("a process's timeout must not be negative")
+	}
 	if len(spec.Tag) > maxTag || !utf8.ValidString(spec.Tag) {
 		return launch{}, agentproto.ProcInfo{}, errdefs.Invalid("a process tag is UTF-8 text of at most %d bytes", maxTag)
 	}
@@ -160,7 +163,8 @@ func (s *server) procLaunch(spec *agentproto.ProcSpec) (launch, agentproto.ProcI
 // startProc opens the process's files and spawns it; the entry it returns has no
 // pumps running yet.
 func (s *server) startProc(l launch, info agentproto.ProcInfo, spec *agentproto.ProcSpec) (*procEntry, error) {
-	e := &procEntry{info: info, subs: map[*procSub]bool{}, piped: spec.Stdin && !spec.PTY}
+	e := &procEntry{info: info, subs: map[*procSub]bool{}, piped: spec.Stdin && !spec.PTY,
+		timeout: time.Duration(spec.TimeoutMS) * time.Millisecond}
 	var child []*os.File // the child's ends, closed once it started
 	fail := func(err error) (*procEntry, error) {
 		for _, f := range append(append(child, e.outs...), e.stdin) {
@@ -228,6 +232,18 @@ func (s *server) runProc(e *procEntry) {
 		e.pumps.Add(1)
 		go func() { defer e.pumps.Done(); e.pump(f, types[i]) }()
 	}
+	timedOut := false
+	if e.timeout > 0 {
+		timer := time.NewTimer(e.timeout)
+		select {
+		case <-e.p.done:
+		case <-timer.C:
+			timedOut = true
+			e.p.kill(unix.SIGKILL)
+			<-e.p.done
+		}
+		timer.Stop()
+	}
 	<-e.p.done
 	s.table.remove(e)
 	e.closeStdin()
@@ -240,7 +256,7 @@ func (s *server) runProc(e *procEntry) {
 	for _, f := range e.outs {
 		f.Close()
 	}
-	e.finish(e.p.result(false, false))
+	e.finish(e.p.result(timedOut, false))
 	s.untrack(e.p)
 }
 

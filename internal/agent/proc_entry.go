@@ -16,11 +16,12 @@ import (
 
 // procEntry is one process of the table.
 type procEntry struct {
-	p      *proc
-	info   agentproto.ProcInfo
-	master *os.File   // the PTY's master; nil without a PTY
-	outs   []*os.File // what the pumps read: stdout and stderr, or the master
-	piped  bool       // stdin was requested
+	p       *proc
+	info    agentproto.ProcInfo
+	master  *os.File      // the PTY's master; nil without a PTY
+	outs    []*os.File    // what the pumps read: stdout and stderr, or the master
+	piped   bool          // stdin was requested
+	timeout time.Duration // 0: none; else the process is killed that long after it started
 
 	inMu  sync.Mutex // one input write at a time, in the order they came
 	stMu  sync.Mutex // guards stdin

@@ -494,3 +494,21 @@ func TestProcShutdown(t *testing.T) {
 	}
 	waitNoChildren(t)
 }
+
+// TestProcTimeout: a process with a timeout is killed, group and all, when it passes,
+// on the agent's clock, and ends with state timeout; a negative timeout is refused.
+func TestProcTimeout(t *testing.T) {
+	c, _ := startAgent(t, Options{})
+	start := time.Now()
+	p := startProc(t, c, agentproto.ProcSpec{Argv: sh("sleep 30 & sleep 30; echo never"), TimeoutMS: 200})
+	r := readProc(t, p, "")
+	if r.end.State != agentproto.StateTimeout || r.stdout.String() != "" {
+		t.Errorf("got end %+v, stdout %q; want state timeout and nothing printed", r.end, r.stdout.String())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the process ended after %v, want soon after its 200 ms", d)
+	}
+	if _, err := c.ProcStart(procCtx(t), agentproto.ProcSpec{Argv: sh("true"), TimeoutMS: -1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a negative timeout: %v, want invalid_argument", err)
+	}
+}

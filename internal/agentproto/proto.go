@@ -384,6 +384,9 @@ type ProcSpec struct {
 	// Stdin gives the process a pipe that proc.input writes to; without it stdin is
 	// /dev/null. A PTY process always reads its terminal.
 	Stdin bool `json:"stdin,omitempty"`
+	// TimeoutMS, if set, kills the process's group that long after it started, on the
+	// agent's own clock; it then ends with state timeout.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // ProcStarted is the payload of a Started frame.

@@ -42,16 +42,15 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if err != nil {
 		return err
 	}
-	// The process ends at the call's timeout (the SDKs send one per command), not
-	// when the caller goes: a command run in the background outlives its stream.
-	deadline, hasDeadline := ctx.Deadline()
+	// The process ends at the call's timeout (the SDKs send one per command), on the
+	// agent's clock, not when the caller goes: a command run in the background
+	// outlives its stream.
+	if deadline, ok := ctx.Deadline(); ok {
+		spec.TimeoutMS = max(1, time.Until(deadline).Milliseconds())
+	}
 	p, err := t.ag.ProcStart(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		return err
-	}
-	if hasDeadline {
-		stop := killAt(t.ag, p.PID, deadline)
-		defer stop()
 	}
 	return relay(ctx, p, spec.PTY, func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
@@ -287,16 +286,6 @@ func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *p
 		return nil
 	}
 	return ag.ProcInput(ctx, pid, tag, data)
-}
-
-// killAt kills process pid at deadline unless stop is called first.
-func killAt(ag *agent.Client, pid int, deadline time.Time) (stop func()) {
-	timer := time.AfterFunc(time.Until(deadline), func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ag.ProcSignal(ctx, pid, "", unix.SIGKILL) // gone already: nothing to do
-	})
-	return func() { timer.Stop() }
 }
 
 // relay sends a process's events to send until it ends or ctx is done: the start

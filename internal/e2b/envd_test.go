@@ -351,3 +351,38 @@ func TestEnvdPortByHost(t *testing.T) {
 	default:
 	}
 }
+
+// TestEnvdProcessTimeout: a command ends at its call's timeout (Connect-Timeout-Ms, which
+// the SDKs send for every command), killed by the sandbox's agent, though its stream
+// has already gone.
+func TestEnvdProcessTimeout(t *testing.T) {
+	f := newEnvdFixture(t)
+	c := f.process(f.id, f.token)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	tag := "slow"
+	stream, err := c.Start(ctx, connect.NewRequest(&processpb.StartRequest{Tag: &tag,
+		Process: &processpb.ProcessConfig{Cmd: "sleep", Args: []string{"30"}}}))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Errorf("a stream past its timeout: %v, want deadline_exceeded", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := c.List(context.Background(), connect.NewRequest(&processpb.ListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Msg.GetProcesses()) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process outlived its timeout: %v", list.Msg.GetProcesses())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
