@@ -50,6 +50,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.log.Info("remove leftover sandbox network", "sandbox", id)
 		m.detach(ctx, id)
 	}
+	for _, id := range m.workspaceLeftovers(ctx) {
+		m.log.Info("remove leftover workspace mount", "sandbox", id)
+		m.unmountWorkspace(id)
+	}
 	return m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
 		for _, id := range ids {
 			sb, err := m.store.GetSandbox(ctx, id)

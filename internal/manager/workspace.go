@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -209,4 +211,25 @@ func (m *Manager) unmountWorkspace(id string) {
 
 func denied(format string, args ...any) error {
 	return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: fmt.Sprintf(format, args...)}
+}
+
+// workspaceLeftovers are the sandboxes with a workspace mount but no running container
+// to use it (a crash between a stop and its unmount, or an end while the daemon was
+// down).
+func (m *Manager) workspaceLeftovers(ctx context.Context) []string {
+	if m.cfg.WorkspaceDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(m.cfg.WorkspaceDir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		sb, err := m.store.GetSandbox(ctx, e.Name())
+		if err != nil || !slices.Contains([]State{Running, Creating, Resuming}, sb.State) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

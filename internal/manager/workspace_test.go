@@ -141,3 +141,28 @@ func TestWorkspaceMountedAndUnmounted(t *testing.T) {
 		t.Errorf("the mount point outlived the sandbox: %v", err)
 	}
 }
+
+// TestWorkspaceLeftoverUnmounted: recovery unmounts a workspace mount that no running
+// sandbox uses (a crash between a stop and its unmount).
+func TestWorkspaceLeftoverUnmounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts need root")
+	}
+	cfg := DefaultConfig()
+	cfg.WorkspaceDir = filepath.Join(t.TempDir(), "workspaces")
+	m, _ := newManagerWith(t, cfg, newFake(t))
+	left := m.workspaceMount("sb_gone")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", left, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(left, unix.MNT_DETACH) })
+	if err := m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the leftover mount point is still there after recovery: %v", err)
+	}
+}
