@@ -26,6 +26,7 @@ const maxPID = 1 << 22
 // that can hang up.
 type Proc struct {
 	PID  int
+	PTY  bool // the process's output is a terminal's
 	ctx  context.Context
 	k    *call
 	stop func() bool
@@ -84,7 +85,7 @@ func (c *Client) procOpen(ctx context.Context, req *agentproto.Request, wantPID 
 		return fail(fmt.Errorf("%w: the sandbox's agent named pid %d for the process", agentproto.ErrBadReply, st.PID))
 	}
 	_ = k.conn.SetReadDeadline(time.Time{})
-	return &Proc{PID: st.PID, ctx: ctx, k: k, stop: stop}, nil
+	return &Proc{PID: st.PID, PTY: st.PTY, ctx: ctx, k: k, stop: stop}, nil
 }
 
 // firstFrame explains a call whose first frame was not the one wanted: an Error is the

@@ -65,7 +65,7 @@ func (e *procEntry) follow(c net.Conn, fw *frameWriter, then func()) {
 	sub := &procSub{fw: fw, done: make(chan struct{})}
 	// Between frames: once the client has Started, every later piece of output is its.
 	e.deliverMu.Lock()
-	ok := fw.json(agentproto.FrameStarted, agentproto.ProcStarted{PID: e.info.PID}) == nil
+	ok := fw.json(agentproto.FrameStarted, agentproto.ProcStarted{PID: e.info.PID, PTY: e.info.PTY}) == nil
 	e.subsMu.Lock()
 	res := e.res
 	if ok && res == nil {

@@ -233,6 +233,9 @@ func TestProcPTY(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	ctx := procCtx(t)
 	p := startProc(t, c, agentproto.ProcSpec{Argv: sh("stty size; test -t 0 && echo tty:$TERM; read x; stty size; echo got:$x"), PTY: true, Rows: 30, Cols: 100, Stdin: true})
+	if !p.PTY {
+		t.Errorf("the start of a terminal process does not say it is one")
+	}
 	r := readProc(t, p, "tty:xterm")
 	if !strings.Contains(r.stdout.String(), "30 100") {
 		t.Errorf("first size: got %q, want 30 100", r.stdout.String())

@@ -391,7 +391,8 @@ type ProcSpec struct {
 
 // ProcStarted is the payload of a Started frame.
 type ProcStarted struct {
-	PID int `json:"pid"`
+	PID int  `json:"pid"`
+	PTY bool `json:"pty,omitempty"` // its output is a terminal's
 }
 
 // ProcInfo describes a live process of the table. Env is what its ProcSpec asked for,

@@ -52,7 +52,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if err != nil {
 		return err
 	}
-	return relay(ctx, p, spec.PTY, func(ev *processpb.ProcessEvent) error {
+	return relay(ctx, p, func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})
 }
@@ -67,15 +67,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	pty := false
-	if list, err := t.ag.ProcList(ctx); err == nil {
-		for _, info := range list {
-			if info.PID == p.PID {
-				pty = info.PTY
-			}
-		}
-	}
-	return relay(ctx, p, pty, func(ev *processpb.ProcessEvent) error {
+	return relay(ctx, p, func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.ConnectResponse{Event: ev})
 	})
 }
@@ -291,7 +283,7 @@ func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *p
 // relay sends a process's events to send until it ends or ctx is done: the start
 // event with its pid, its output, keep-alives while it is quiet, and its end. The
 // process keeps running when ctx ends first.
-func relay(ctx context.Context, p *agent.Proc, pty bool, send func(*processpb.ProcessEvent) error) error {
+func relay(ctx context.Context, p *agent.Proc, send func(*processpb.ProcessEvent) error) error {
 	defer p.Close()
 	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
 		return err
@@ -341,7 +333,7 @@ func relay(ctx context.Context, p *agent.Proc, pty bool, send func(*processpb.Pr
 			}
 			data := &processpb.ProcessEvent_DataEvent{}
 			switch {
-			case pty:
+			case p.PTY:
 				data.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: r.out.Data}
 			case r.out.Stderr:
 				data.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: r.out.Data}
