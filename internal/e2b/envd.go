@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -321,4 +322,41 @@ func (c *Control) connectError(procedure string, err error) error {
 		cc, msg = connect.CodeInternal, "internal error; the daemon's log has the cause"
 	}
 	return connect.NewError(cc, errors.New(msg))
+}
+
+// received is one result of a stream's next.
+type received[T any] struct {
+	v   T
+	err error
+}
+
+// receive reads next on a goroutine of its own and hands each result over the channel
+// it returns, until next fails or last says the value ended the stream. stop ends the
+// stream with closeFn, which must unblock next, and waits for the reader to end.
+func receive[T any](next func() (T, error), last func(T) bool, closeFn func() error) (<-chan received[T], func()) {
+	ch := make(chan received[T])
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			v, err := next()
+			select {
+			case ch <- received[T]{v, err}:
+			case <-done:
+				return
+			}
+			if err != nil || last(v) {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			close(done)
+			closeFn()
+			<-ended
+		})
+	}
 }

@@ -369,7 +369,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
-	events, stop := receive(w)
+	events, stop := receive(w.Next, func(agentproto.WatchEvent) bool { return false }, w.Close)
 	defer stop()
 	if err := stream.Send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Start{Start: &filesystempb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
@@ -391,7 +391,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 			if r.err != nil {
 				return agentErr(r.err)
 			}
-			fe := t.fsEvent(ctx, p, r.ev, req.Msg.GetIncludeEntry())
+			fe := t.fsEvent(ctx, p, r.v, req.Msg.GetIncludeEntry())
 			if fe == nil {
 				continue
 			}
@@ -403,37 +403,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	}
 }
 
-type watchRecv struct {
-	ev  agentproto.WatchEvent
-	err error
-}
-
-// receive reads w's events into the channel it returns, the last one with an error.
-// stop closes w and waits for the reader to end.
-func receive(w watchSource) (events <-chan watchRecv, stop func()) {
-	ch := make(chan watchRecv)
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		for {
-			ev, err := w.Next()
-			select {
-			case ch <- watchRecv{ev, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return ch, func() {
-		close(done)
-		w.Close()
-		<-ended
-	}
-}
+type watchRecv = received[agentproto.WatchEvent]
 
 func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystempb.CreateWatcherRequest]) (*connect.Response[filesystempb.CreateWatcherResponse], error) {
 	t := targetOf(ctx)

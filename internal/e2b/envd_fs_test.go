@@ -165,16 +165,16 @@ func newFakeWatch() *fakeWatch {
 }
 
 func (f *fakeWatch) send(name, op string) {
-	f.events <- watchRecv{ev: agentproto.WatchEvent{Name: name, Op: op}}
+	f.events <- watchRecv{v: agentproto.WatchEvent{Name: name, Op: op}}
 }
 
 func (f *fakeWatch) Next() (agentproto.WatchEvent, error) {
 	select {
 	case r, ok := <-f.events:
 		if !ok {
-			return r.ev, io.EOF
+			return r.v, io.EOF
 		}
-		return r.ev, r.err
+		return r.v, r.err
 	case <-f.closed:
 		return agentproto.WatchEvent{}, errors.New("watch closed")
 	}

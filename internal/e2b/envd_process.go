@@ -284,30 +284,11 @@ func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *p
 // event with its pid, its output, keep-alives while it is quiet, and its end. The
 // process keeps running when ctx ends first.
 func relay(ctx context.Context, p *agent.Proc, send func(*processpb.ProcessEvent) error) error {
-	defer p.Close()
+	outs, stop := receive(p.Recv, func(o agent.ProcOutput) bool { return o.End != nil }, p.Close)
+	defer stop()
 	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
 		return err
 	}
-	type recv struct {
-		out agent.ProcOutput
-		err error
-	}
-	outs := make(chan recv)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			out, err := p.Recv()
-			select {
-			case outs <- recv{out, err}:
-			case <-done:
-				return
-			}
-			if err != nil || out.End != nil {
-				return
-			}
-		}
-	}()
 	keepAlive := time.NewTicker(keepAliveEvery)
 	defer keepAlive.Stop()
 	for {
@@ -325,20 +306,20 @@ func relay(ctx context.Context, p *agent.Proc, send func(*processpb.ProcessEvent
 				}
 				return r.err
 			}
-			if r.out.End != nil {
-				return send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: endEvent(r.out.End)}})
+			if r.v.End != nil {
+				return send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: endEvent(r.v.End)}})
 			}
-			if len(r.out.Data) == 0 {
+			if len(r.v.Data) == 0 {
 				continue
 			}
 			data := &processpb.ProcessEvent_DataEvent{}
 			switch {
 			case p.PTY:
-				data.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: r.out.Data}
-			case r.out.Stderr:
-				data.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: r.out.Data}
+				data.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: r.v.Data}
+			case r.v.Stderr:
+				data.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: r.v.Data}
 			default:
-				data.Output = &processpb.ProcessEvent_DataEvent_Stdout{Stdout: r.out.Data}
+				data.Output = &processpb.ProcessEvent_DataEvent_Stdout{Stdout: r.v.Data}
 			}
 			if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: data}}); err != nil {
 				return err
