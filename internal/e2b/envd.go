@@ -140,15 +140,11 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated,
 			Msg: fmt.Sprintf("the sandbox's access token is required in %s (create, connect and resume return it as envdAccessToken), or a signed URL", hdrAccessToken)}
 	}
-	owner, err := c.m.OwnerOf(r.Context(), id)
+	ag, sb, err := c.m.AgentOf(r.Context(), id)
 	if err != nil {
 		return nil, err
 	}
-	ag, sb, err := c.m.Agent(r.Context(), owner, id)
-	if err != nil {
-		return nil, err
-	}
-	t := &target{id: id, owner: owner, ag: ag, env: sb.Env}
+	t := &target{id: id, owner: sb.Owner, ag: ag, env: sb.Env}
 	if u, _, ok := r.BasicAuth(); ok {
 		t.user = u
 	}

@@ -43,6 +43,25 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	if err != nil {
 		return nil, nil, err
 	}
+	return m.agentFor(ctx, sb)
+}
+
+// AgentOf is Agent for a caller whose right to sandbox id does not come from owning it
+// (a token the node made for that sandbox): the sandbox is found by id alone, and its
+// record, owner included, comes back with the client.
+func (m *Manager) AgentOf(ctx context.Context, id string) (*agent.Client, *store.Sandbox, error) {
+	sb, err := m.store.GetSandbox(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil, errdefs.NotFound("sandbox %q not found", id)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	m.overlayActivity(sb)
+	return m.agentFor(ctx, sb)
+}
+
+func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Client, _ *store.Sandbox, err error) {
 	m.touch(sb.ID)
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, sb, err
