@@ -218,8 +218,12 @@ class AsyncClient:
         argv: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        background: bool = False,
     ) -> SessionInfo:
-        return await self._do(_calls.start_session(ref, kind, argv=argv, env=env, cwd=cwd))
+        return await self._do(_calls.start_session(ref, kind, argv=argv, env=env, cwd=cwd, background=background))
+
+    async def session_logs(self, ref: str, session_id: str, *, tail: int = 0, follow: bool = False) -> AsyncExecStream:
+        return await self._stream(_calls.session_logs(ref, session_id, tail=tail, follow=follow))
 
     async def sessions(self, ref: str) -> List[SessionInfo]:
         return await self._do(_calls.list_sessions(ref))
@@ -339,6 +343,9 @@ class AsyncSession:
 
     async def send_stream(self, input: str) -> AsyncExecStream:
         return await self._sb.client.send_stream(self._sb._ref, self.id, input)
+
+    async def logs(self, *, tail: int = 0, follow: bool = False) -> AsyncExecStream:
+        return await self._sb.client.session_logs(self._sb._ref, self.id, tail=tail, follow=follow)
 
     async def close(self) -> None:
         try:
@@ -488,8 +495,9 @@ class AsyncSandbox:
         argv: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
+        background: bool = False,
     ) -> AsyncSession:
-        return AsyncSession(self, await self.client.start_session(self._ref, kind, argv=argv, env=env, cwd=cwd))
+        return AsyncSession(self, await self.client.start_session(self._ref, kind, argv=argv, env=env, cwd=cwd, background=background))
 
     async def sessions(self) -> List[AsyncSession]:
         return [AsyncSession(self, i) for i in await self.client.sessions(self._ref)]

@@ -83,3 +83,16 @@ def test_async_default_client_across_event_loops(new_name):
 
     assert asyncio.run(once()) == "ok\n"
     assert asyncio.run(once()) == "ok\n"
+
+
+def test_async_background_session_logs(new_name):
+    async def main() -> None:
+        async with AsyncClient() as client:
+            async with await AsyncSandbox.create(new_name("aiobg"), network="none", client=client) as sb:
+                ses = await sb.session("raw", argv=["sh", "-c", "echo up; echo warn >&2; sleep 0.3; echo done; exit 5"], background=True)
+                assert ses.info.background
+                res = await (await ses.logs(follow=True)).wait()
+                assert (res.state, res.exit_code, res.stdout, res.stderr) == ("exited", 5, "up\ndone\n", "warn\n")
+                assert (await (await ses.logs(tail=1)).wait()).stdout == "done\n"
+
+    asyncio.run(main())
