@@ -294,7 +294,7 @@ func (c *Control) connectError(procedure string, err error) error {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
 	code, _ := errdefs.Code(err)
-	msg := errdefs.Message(err)
+	msg := audit.Clip(errdefs.Message(err)) // an agent's message is the sandbox's text
 	cc := connect.CodeUnknown
 	switch code {
 	case "invalid_argument":

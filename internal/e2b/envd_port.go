@@ -28,7 +28,7 @@ func (c *Control) proxyPort(w http.ResponseWriter, r *http.Request, t *target, p
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeJSON(w, http.StatusBadGateway, apiError{Code: http.StatusBadGateway,
-				Message: "port " + strconv.Itoa(port) + " of sandbox " + t.id + " did not answer: " + err.Error()})
+				Message: "port " + strconv.Itoa(port) + " of sandbox " + t.id + " did not answer"})
 		},
 	}
 	rp.ServeHTTP(w, r)

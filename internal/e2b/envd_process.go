@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -342,7 +343,7 @@ func endEvent(r *agentproto.ExitResult) *processpb.ProcessEvent_EndEvent {
 		ev.Status = "signal: " + name
 	}
 	if r.Error != "" {
-		msg := r.Error
+		msg := audit.Clip(r.Error) // the agent's, so the sandbox's, text
 		ev.Error = &msg
 	}
 	return ev
