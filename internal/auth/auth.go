@@ -207,7 +207,52 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (*Principal, 
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, bad
 	}
+	if p != nil {
+		p.TokenID = t.ID
+	}
 	return p, err
+}
+
+// TokenPrincipal is the principal of identity's token id while that token is valid
+// (neither revoked nor expired) and the identity exists, with the identity's roles as
+// they are now: a credential derived from the token is checked with it on each use, so
+// revoking the token or narrowing the roles takes effect at once.
+func (s *Service) TokenPrincipal(ctx context.Context, identity, id string) (*Principal, error) {
+	bad := unauthenticated("the API key this access token came from is no longer valid (revoked or expired)")
+	ids, err := s.LiveTokens(ctx, identity)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(ids, id) {
+		return nil, bad
+	}
+	p, err := s.principal(ctx, identity)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, bad
+	}
+	if p != nil {
+		p.TokenID = id
+	}
+	return p, err
+}
+
+// LiveTokens lists the ids of identity's tokens that are neither revoked nor expired.
+func (s *Service) LiveTokens(ctx context.Context, identity string) ([]string, error) {
+	if identity == "" {
+		return nil, nil // "" would list every identity's tokens
+	}
+	ts, err := s.st.ListTokens(ctx, identity)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	now := s.now()
+	for _, t := range ts {
+		if t.Identity == identity && t.RevokedAt.IsZero() && (t.ExpiresAt.IsZero() || now.Before(t.ExpiresAt)) {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids, nil
 }
 
 // ForUID returns the principal of a unix socket peer running as uid.

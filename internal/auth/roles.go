@@ -99,6 +99,10 @@ type Principal struct {
 	// Sandbox is set when the caller is code inside this sandbox, acting through its
 	// session credential.
 	Sandbox string
+	// TokenID is the API token the caller showed, when it showed one: what a
+	// credential derived from it (a sandbox's E2B access token) is checked against on
+	// each use.
+	TokenID string
 	perms   map[Permission]bool
 }
 

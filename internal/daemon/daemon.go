@@ -35,6 +35,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/secret"
@@ -175,7 +176,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		publicURL = "http://" + cfg.Listen
 	}
 	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
-	srv := server.New(m, server.Options{Auth: authSvc, AuditLog: chain, Secrets: secrets, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
+	ports := portproxy.New() // the API's exposed ports and the E2B plane's, cut together
+	srv := server.New(m, server.Options{Ports: ports, Auth: authSvc, AuditLog: chain, Secrets: secrets, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
 		OutputLimit: outLimit, OutputBudget: outBudget}, log)
 	if cfg.Network.Enabled {
 		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
@@ -224,8 +226,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			hs.Close()
 			return fmt.Errorf("e2b_listen: %w", err)
 		}
-		es := &http.Server{Handler: e2b.NewControl(m, e2b.Options{Authenticate: authSvc.Authenticate, Log: log, AuditLog: chain,
-			TokenKey: key, Domain: cfg.E2BDomain}),
+		ec := e2b.NewControl(m, e2b.Options{Ports: ports, Auth: authSvc, Log: log, AuditLog: chain,
+			TokenKey: key, Domain: cfg.E2BDomain})
+		es := &http.Server{Handler: ec,
 			ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		// HTTP/2 without TLS too: the SDKs' streaming input needs it.
 		es.Protocols = new(http.Protocols)
@@ -236,6 +239,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			es.Shutdown(sctx)
+			ec.Close()
 		}()
 		log.Info("listening", "e2b", el.Addr().String())
 	}

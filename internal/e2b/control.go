@@ -35,6 +35,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/portproxy"
 )
 
 // maxBody bounds every JSON request body.
@@ -52,8 +53,9 @@ const EnvdVersion = "0.5.7"
 
 // Options configure the control plane.
 type Options struct {
-	// Authenticate returns the identity an API key (the X-API-Key header) stands for.
-	Authenticate func(ctx context.Context, apiKey string) (*auth.Principal, error)
+	// Auth authenticates API keys, and checks the key behind a sandbox's access token
+	// again on each of the in-sandbox plane's requests (auth.Service).
+	Auth Authenticator
 	// Domain, if set, is reported as every sandbox's domain.
 	Domain string
 	// Log receives the causes of internal errors (default: slog.Default()).
@@ -66,15 +68,31 @@ type Options struct {
 	// without it the in-sandbox plane refuses every request. Keep it across restarts,
 	// or the tokens the SDKs hold stop working.
 	TokenKey []byte
+	// Ports forwards the sandboxes' ports' traffic (nil: a proxy of the plane's own).
+	// Share the node's, so that closing a port cuts these connections too.
+	Ports *portproxy.Proxy
+}
+
+// Authenticator is what the planes need of the node's identities.
+type Authenticator interface {
+	// Authenticate returns the identity an API key (the X-API-Key header) stands for,
+	// with the key's id.
+	Authenticate(ctx context.Context, apiKey string) (*auth.Principal, error)
+	// TokenPrincipal is identity's principal while its API key keyID is valid.
+	TokenPrincipal(ctx context.Context, identity, keyID string) (*auth.Principal, error)
+	// LiveTokens lists the ids of identity's valid API keys.
+	LiveTokens(ctx context.Context, identity string) ([]string, error)
 }
 
 // Control is the E2B-compatible control plane.
 type Control struct {
-	m    *manager.Manager
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
-	envd *http.ServeMux
+	m     *manager.Manager
+	opts  Options
+	log   *slog.Logger
+	mux   *http.ServeMux
+	envd  *http.ServeMux
+	ports *portproxy.Proxy
+	fs    *filesystemService
 }
 
 // handler writes its answer, or returns the error that refuses the request.
@@ -86,7 +104,10 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Control{m: m, opts: opts, log: log.With("component", "e2b"), mux: http.NewServeMux()}
+	c := &Control{m: m, opts: opts, log: log.With("component", "e2b"), mux: http.NewServeMux(), ports: opts.Ports}
+	if c.ports == nil {
+		c.ports = portproxy.New()
+	}
 	for _, rt := range []struct {
 		pattern string
 		perm    auth.Permission
@@ -120,9 +141,14 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 	c.mux.HandleFunc("/", c.adapt("", "", func(w http.ResponseWriter, r *http.Request, _ *auth.Principal) error {
 		return errdefs.NotFound("%s %s is not part of Airlock's E2B-compatible control plane (see docs/e2b.md for what is)", r.Method, r.URL.Path)
 	}))
+	c.fs = &filesystemService{c: c}
 	c.envd = c.envdMux()
 	return c
 }
+
+// Close ends the polled file watchers and waits for them; call it once the listener
+// has stopped serving.
+func (c *Control) Close() { c.fs.watchers.close() }
 
 // notServed are E2B's calls that Airlock does not serve, each with what Airlock does
 // instead. They answer 501, not 404: the SDKs read a 404 as "sandbox not found".
@@ -248,10 +274,10 @@ func (c *Control) authenticate(r *http.Request) (*auth.Principal, error) {
 		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated,
 			Msg: "an API key is required in the X-API-Key header (an administrator makes one: airlock token create --user NAME --format e2b)"}
 	}
-	if c.opts.Authenticate == nil {
+	if c.opts.Auth == nil {
 		return nil, errdefs.Unavailable("this control plane has no authentication")
 	}
-	p, err := c.opts.Authenticate(r.Context(), key)
+	p, err := c.opts.Auth.Authenticate(r.Context(), key)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnauthenticated) {
 			return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the API key is not valid (wrong, expired or revoked)"}

@@ -74,7 +74,7 @@ func newFixture(t *testing.T) (fixture, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Authenticate: n.Auth.Authenticate, AuditLog: n.AuditLog,
+	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Auth: n.Auth, AuditLog: n.AuditLog,
 		TokenKey: []byte("0123456789abcdef0123456789abcdef")}))
 	t.Cleanup(srv.Close)
 	return fixture{t: t, url: srv.URL, node: n}, alice, bob

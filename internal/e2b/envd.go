@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb/processpbconnect"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -35,9 +36,10 @@ const EnvdPort = 49983
 //
 // No API key comes with these requests: the SDKs send the sandbox's envd access token
 // (X-Access-Token) that create, connect and resume returned, or a signed URL made
-// with it. The tokens are MACs of the sandbox id under a key of the node, so they are
-// checked without a lookup and cannot be made for another sandbox; the caller then
-// acts as the sandbox's owner on that sandbox alone.
+// with it. A token names the API key it was issued to, and is a MAC of the sandbox id,
+// its owner and that key under a key of the node, so it cannot be made for another
+// sandbox. Each request checks the key again, with the owner's roles as they are now:
+// revoking the key, or narrowing the roles, takes effect on the next request.
 
 // Header names of the envd plane.
 const (
@@ -47,20 +49,39 @@ const (
 	hdrTrafficToken = "E2b-Traffic-Access-Token"
 )
 
-// tokenFor is sandbox id's token of the given kind ("envd", "traffic").
-func (c *Control) tokenFor(kind, id string) string {
+// tokenVersion starts every access token this plane issues.
+const tokenVersion = "al1"
+
+// tokenFor is the token of the given kind ("envd", "traffic") for sandbox id of owner,
+// issued to owner's API key keyID: "al1.KEYID.MAC".
+func (c *Control) tokenFor(kind, id, owner, keyID string) string {
 	mac := hmac.New(sha256.New, c.opts.TokenKey)
-	fmt.Fprintf(mac, "airlock e2b %s token\x00%s", kind, id)
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	fmt.Fprintf(mac, "airlock e2b %s token\x00%s\x00%s\x00%s", kind, id, owner, keyID)
+	return tokenVersion + "." + keyID + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-func (c *Control) envdToken(id string) string    { return c.tokenFor("envd", id) }
-func (c *Control) trafficToken(id string) string { return c.tokenFor("traffic", id) }
+// keyOf is the API key id a token names, if it is shaped as this plane's tokens are.
+func keyOf(tok string) (string, bool) {
+	v, rest, ok := strings.Cut(tok, ".")
+	if !ok || v != tokenVersion {
+		return "", false
+	}
+	key, _, ok := strings.Cut(rest, ".")
+	if !ok || key == "" || len(key) > 64 || strings.ContainsFunc(key, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return "", false
+	}
+	return key, true
+}
 
 // target is the sandbox an envd request reaches, resolved and authorized.
 type target struct {
 	id, owner string
-	ag        *agent.Client
+	// ag reaches the sandbox's agent; nil for the calls that need no agent (health,
+	// envs), which leave a paused sandbox paused.
+	ag *agent.Client
+	sb *manager.Sandbox
 	// user is the user name the request acts as (the Basic authorization's user name);
 	// "" is the sandbox's default user.
 	user string
@@ -119,32 +140,83 @@ func (c *Control) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	ctx := manager.WithActor(context.WithValue(r.Context(), targetKey{}, t), t.owner)
 	r = r.WithContext(ctx)
 	if port != EnvdPort {
+		// What a port's own server is asked is the sandbox's business, not the node's:
+		// it is not audited, as Airlock's exposed ports are not.
 		c.proxyPort(rec, r, t, port)
-	} else {
-		c.envd.ServeHTTP(rec, r)
+		return
 	}
-	if r.Method != http.MethodGet && r.URL.Path != "/health" {
+	changes := r.Method != http.MethodGet && r.URL.Path != "/health"
+	if changes && c.opts.AuditLog != nil {
+		if err := c.opts.AuditLog.Healthy(); err != nil {
+			c.writeError(rec, r, err)
+			return
+		}
+	}
+	c.envd.ServeHTTP(rec, r)
+	if changes {
 		c.auditSandbox(r, id, port, t, rec.status, nil, start)
 	}
 }
 
-// authorizeSandbox checks the request's token for sandbox id and returns the target.
-// A token that is missing or wrong, and a sandbox that does not exist, are the same
-// "not found" when no valid token was shown, so ids cannot be probed.
+// permissionFor is the permission a request of the plane needs: a port's traffic is
+// sandbox.network, the process service sandbox.exec, files sandbox.files, the rest
+// (health, envs) sandbox.read.
+func permissionFor(r *http.Request, port int) auth.Permission {
+	switch {
+	case port != EnvdPort:
+		return auth.SandboxNetwork
+	case strings.HasPrefix(r.URL.Path, "/"+processpbconnect.ProcessName+"/"):
+		return auth.SandboxExec
+	case strings.HasPrefix(r.URL.Path, "/"+filesystempbconnect.FilesystemName+"/"), r.URL.Path == "/files":
+		return auth.SandboxFiles
+	}
+	return auth.SandboxRead
+}
+
+// needsAgent says whether a request reaches the sandbox's agent (and so resumes a
+// paused sandbox); health and envs are answered from the sandbox's record.
+func needsAgent(r *http.Request, port int) bool {
+	return port != EnvdPort || (r.URL.Path != "/health" && r.URL.Path != "/envs")
+}
+
+// authorizeSandbox checks the request's token for sandbox id, and the API key and
+// permission behind it, and returns the target. A token that is missing or wrong, and
+// a sandbox that does not exist, are the same refusal, so ids cannot be probed.
 func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*target, error) {
-	if len(c.opts.TokenKey) == 0 {
+	if len(c.opts.TokenKey) == 0 || c.opts.Auth == nil {
 		return nil, errdefs.Unavailable("this node's E2B-compatible plane has no token key")
 	}
-	ok := c.validToken(r, id, port)
-	if !ok {
-		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated,
-			Msg: fmt.Sprintf("the sandbox's access token is required in %s (create, connect and resume return it as envdAccessToken), or a signed URL", hdrAccessToken)}
+	refused := &errdefs.Error{Class: errdefs.ErrUnauthenticated,
+		Msg: fmt.Sprintf("the sandbox's access token is required in %s (create, connect and resume return it as envdAccessToken), or a signed URL", hdrAccessToken)}
+	ctx := r.Context()
+	sb, err := c.m.ByID(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "") {
+		return nil, refused
 	}
-	ag, sb, err := c.m.AgentOf(r.Context(), id)
 	if err != nil {
 		return nil, err
 	}
-	t := &target{id: id, owner: sb.Owner, ag: ag, env: sb.Env}
+	keyID, ok, err := c.validToken(r, sb, port)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, refused
+	}
+	p, err := c.opts.Auth.TokenPrincipal(ctx, sb.Owner, keyID)
+	if err != nil {
+		return nil, err
+	}
+	if perm := permissionFor(r, port); !p.Can(perm) {
+		return nil, &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+			Msg: fmt.Sprintf("%s lacks %s, which this call needs", p.Identity, perm)}
+	}
+	t := &target{id: id, owner: sb.Owner, sb: sb, env: sb.Env}
+	if needsAgent(r, port) {
+		if t.ag, t.sb, err = c.m.Agent(ctx, sb.Owner, id); err != nil {
+			return nil, err
+		}
+	}
 	if u, _, ok := r.BasicAuth(); ok {
 		t.user = u
 	}
@@ -154,45 +226,63 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 	return t, nil
 }
 
-// validToken says whether the request carries a token for sandbox id: the envd access
-// token, for any port; the traffic token, for ports other than envd's; or, for the
-// /files routes, a signature made with the envd access token (signed URLs).
-func (c *Control) validToken(r *http.Request, id string, port int) bool {
-	if tok := r.Header.Get(hdrAccessToken); tok != "" && hmac.Equal([]byte(tok), []byte(c.envdToken(id))) {
-		return true
+// validToken says whether the request carries a token for sb, and which API key it
+// was issued to: the envd access token, for any port; the traffic token, for ports
+// other than envd's; or, for the /files routes, a signature made with the envd access
+// token (signed URLs).
+func (c *Control) validToken(r *http.Request, sb *manager.Sandbox, port int) (string, bool, error) {
+	check := func(kind, tok string) (string, bool) {
+		key, ok := keyOf(tok)
+		return key, ok && hmac.Equal([]byte(tok), []byte(c.tokenFor(kind, sb.ID, sb.Owner, key)))
+	}
+	if key, ok := check("envd", r.Header.Get(hdrAccessToken)); ok {
+		return key, true, nil
 	}
 	if port != EnvdPort {
-		if tok := r.Header.Get(hdrTrafficToken); tok != "" && hmac.Equal([]byte(tok), []byte(c.trafficToken(id))) {
-			return true
-		}
-		return false
+		key, ok := check("traffic", r.Header.Get(hdrTrafficToken))
+		return key, ok, nil
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
-		return c.validSignature(r, id)
+		return c.validSignature(r, sb)
 	}
-	return false
+	return "", false, nil
 }
+
+// maxSignatureKeys bounds the API keys a signed URL is checked against (the URL does
+// not say which key's token signed it).
+const maxSignatureKeys = 256
 
 // validSignature checks a signed /files URL: signature is "v1_" and the unpadded
 // base64 SHA-256 of "path:operation:user:token[:expiration]", operation "read" for GET
-// and "write" for POST; an expiration (Unix seconds) must not have passed.
-func (c *Control) validSignature(r *http.Request, id string) bool {
+// and "write" for POST; an expiration (Unix seconds) must not have passed. The token
+// is the envd access token of one of the owner's valid API keys.
+func (c *Control) validSignature(r *http.Request, sb *manager.Sandbox) (string, bool, error) {
 	q := r.URL.Query()
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + c.envdToken(id)
+	suffix := ""
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
 		if err != nil || time.Now().Unix() > n {
-			return false
+			return "", false, nil
 		}
-		raw += ":" + exp
+		suffix = ":" + exp
 	}
-	sum := sha256.Sum256([]byte(raw))
-	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-	return hmac.Equal([]byte(q.Get("signature")), []byte(want))
+	keys, err := c.opts.Auth.LiveTokens(r.Context(), sb.Owner)
+	if err != nil {
+		return "", false, err
+	}
+	got := []byte(q.Get("signature"))
+	for _, key := range keys[:min(len(keys), maxSignatureKeys)] {
+		raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + c.tokenFor("envd", sb.ID, sb.Owner, key) + suffix
+		sum := sha256.Sum256([]byte(raw))
+		if hmac.Equal(got, []byte("v1_"+base64.RawStdEncoding.EncodeToString(sum[:]))) {
+			return key, true, nil
+		}
+	}
+	return "", false, nil
 }
 
 // auditSandbox records a request of the envd plane that changes something, or failed.
@@ -225,9 +315,9 @@ func (c *Control) envdMux() *http.ServeMux {
 	opts := []connect.HandlerOption{connect.WithInterceptors(errorInterceptor{c})}
 	path, h := processpbconnect.NewProcessHandler(&processService{c: c}, opts...)
 	mux.Handle(path, h)
-	path, h = filesystempbconnect.NewFilesystemHandler(&filesystemService{c: c}, opts...)
+	path, h = filesystempbconnect.NewFilesystemHandler(c.fs, opts...)
 	mux.Handle(path, h)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", c.adaptEnvd(c.health))
 	mux.HandleFunc("GET /files", c.adaptEnvd(c.download))
 	mux.HandleFunc("POST /files", c.adaptEnvd(c.upload))
 	mux.HandleFunc("GET /envs", c.adaptEnvd(c.envs))
@@ -245,6 +335,17 @@ func (c *Control) adaptEnvd(h func(w http.ResponseWriter, r *http.Request, t *ta
 			c.writeError(w, r, err)
 		}
 	}
+}
+
+// health answers 204 while the sandbox runs, and 502 otherwise (what the SDKs read as
+// "not running"); it does not resume a paused sandbox.
+func (c *Control) health(w http.ResponseWriter, r *http.Request, t *target) error {
+	if t.sb.State != manager.Running {
+		writeJSON(w, http.StatusBadGateway, apiError{Code: http.StatusBadGateway, Message: "sandbox " + t.id + " is " + string(t.sb.State)})
+		return nil
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // envs answers the sandbox's environment variables, those it was created with.

@@ -23,9 +23,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // Bounds of the filesystem service.
@@ -33,7 +35,6 @@ const (
 	maxPathLen     = 4096  // the longest path a request may name (PATH_MAX)
 	maxListDepth   = 32    // the deepest ListDir
 	maxListEntries = 10000 // the most entries one ListDir answers
-	maxAgentMsg    = 512   // how much of an error message of the agent a client sees
 )
 
 var _ filesystempbconnect.FilesystemHandler = (*filesystemService)(nil)
@@ -103,27 +104,19 @@ func (t *target) mkdirAs(ctx context.Context, p string) error {
 	return nil
 }
 
-// agentErr turns an error the agent reported into one of the class it names, with the
-// agent's message clipped (it comes from the sandbox); any other error is left as it
-// is, for the log.
+// agentErr turns a failed agent call into the error it stands for (manager.AgentError),
+// with the agent's message clipped (it comes from the sandbox); any other error is
+// left as it is, for the log.
 func agentErr(err error) error {
-	var re *agentproto.RemoteError
-	if !errors.As(err, &re) {
+	mapped, ok := manager.AgentError(err)
+	if !ok {
 		return err
 	}
-	class := errdefs.FromCode(re.Code)
-	if class == errdefs.ErrInternal {
-		return err
+	var e *errdefs.Error
+	if errors.As(mapped, &e) {
+		e.Msg = audit.Clip(e.Msg) // the sandbox's text
 	}
-	return &errdefs.Error{Class: class, Msg: clip(re.Message, maxAgentMsg)}
-}
-
-// clip cuts s to at most n bytes of valid UTF-8.
-func clip(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-	}
-	return strings.ToValidUTF8(s, "")
+	return mapped
 }
 
 // stat describes the file at the absolute path p.

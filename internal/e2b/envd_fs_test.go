@@ -24,6 +24,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
@@ -120,7 +122,7 @@ func TestFsEvent(t *testing.T) {
 }
 
 func TestWatcherBuffer(t *testing.T) {
-	w := &watcher{ring: make([]*filesystempb.FilesystemEvent, maxWatcherEvents)}
+	w := &watcher{reg: &watcherRegistry{}, ring: make([]*filesystempb.FilesystemEvent, maxWatcherEvents)}
 	const extra = 10
 	for i := range maxWatcherEvents + extra {
 		w.push(&filesystempb.FilesystemEvent{Name: fmt.Sprint(i), Type: filesystempb.EventType_EVENT_TYPE_CREATE})
@@ -149,6 +151,58 @@ func TestWatcherBuffer(t *testing.T) {
 	events, lost, _, _ = w.drain()
 	if len(events) == 0 || len(events)+lost != maxWatcherEvents || lost == 0 {
 		t.Errorf("after %d large events: got %d kept, %d lost; want some of each adding up", maxWatcherEvents, len(events), lost)
+	}
+}
+
+// TestWatcherBudgets: the watchers of one sandbox, and of the node, keep no more than
+// their budgets together, dropping (and counting) the rest; drained and removed
+// watchers give their bytes back.
+func TestWatcherBudgets(t *testing.T) {
+	r := &watcherRegistry{nodeLimit: 6000, sboxLimit: 4000}
+	defer r.close()
+	ev := &filesystempb.FilesystemEvent{Name: strings.Repeat("n", 90)}
+	size := proto.Size(ev)
+	newW := func(sandbox string) *watcher {
+		return &watcher{sandbox: sandbox, reg: r, src: newFakeWatch(), cancel: func() {}, idle: time.NewTimer(time.Hour),
+			ring: make([]*filesystempb.FilesystemEvent, maxWatcherEvents)}
+	}
+	a1, a2, b := newW("a"), newW("a"), newW("b")
+	for range 100 {
+		a1.push(ev)
+		a2.push(ev)
+	}
+	if got := int64(a1.bytes + a2.bytes); got > r.sboxLimit || got != r.sboxBytes["a"] {
+		t.Fatalf("sandbox a's watchers keep %d bytes (budget counts %d), want at most %d", got, r.sboxBytes["a"], r.sboxLimit)
+	}
+	for range 100 {
+		b.push(ev)
+	}
+	if r.nodeBytes > r.nodeLimit || int64(b.bytes) > r.nodeLimit-r.sboxBytes["a"] {
+		t.Fatalf("the node keeps %d bytes, b %d; want at most %d in all", r.nodeBytes, b.bytes, r.nodeLimit)
+	}
+	if b.n == 0 {
+		t.Fatal("sandbox b kept nothing though the node had room")
+	}
+	events, lost, _, _ := a1.drain()
+	if len(events) == 0 || lost == 0 || len(events)+lost != 100 {
+		t.Errorf("a1 drained %d events and %d lost, want some of each adding up to 100", len(events), lost)
+	}
+	if r.sboxBytes["a"] != int64(a2.bytes) {
+		t.Errorf("after a drain the budget counts %d bytes for a, want a2's %d", r.sboxBytes["a"], a2.bytes)
+	}
+	// Bytes given back make room again.
+	a1.push(ev)
+	if a1.n != 1 || a1.bytes != size {
+		t.Errorf("after a drain a1 kept %d events", a1.n)
+	}
+	a1.id = "x"
+	r.byID, r.perSandbox = map[string]*watcher{"x": a1}, map[string]int{"a": 1}
+	r.remove(a1)
+	a1.push(ev) // the feeding goroutine may still push: it keeps nothing
+	a2.drain()
+	b.drain()
+	if r.nodeBytes != 0 || len(r.sboxBytes) != 0 {
+		t.Errorf("with every watcher drained or removed the budgets count %d bytes (%v)", r.nodeBytes, r.sboxBytes)
 	}
 }
 
@@ -388,6 +442,8 @@ func agentTarget(t *testing.T, name string) (tg *target, root string) {
 func envdServer(t *testing.T, tg *target) (filesystempbconnect.FilesystemClient, string) {
 	t.Helper()
 	c := &Control{log: slog.New(slog.DiscardHandler)}
+	c.fs = &filesystemService{c: c}
+	t.Cleanup(c.Close)
 	mux := c.envdMux()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, tg)))

@@ -6,30 +6,26 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+
+	"github.com/airlockhq/airlock/internal/portproxy"
 )
 
 // proxyPort passes a request for a port other than envd's to that port on the
-// sandbox's loopback, upgrades (WebSocket) included. The plane's own headers, the
-// access tokens among them, are removed first: the sandbox never sees them.
+// sandbox's loopback, upgrades (WebSocket) included, with the Host the caller used (as
+// E2B does). The plane's own headers, the access tokens and API key among them, are
+// removed first: the sandbox never sees them.
 func (c *Control) proxyPort(w http.ResponseWriter, r *http.Request, t *target, port int) {
-	host := "127.0.0.1:" + strconv.Itoa(port)
-	rp := &httputil.ReverseProxy{
+	c.ports.Serve(w, r, portproxy.Target{SandboxID: t.id, Port: port,
+		Dial:  func(ctx context.Context) (net.Conn, error) { return t.ag.DialPort(ctx, port) },
+		Touch: func() { c.m.Touch(t.id) },
+		Strip: []string{hdrAccessToken, hdrTrafficToken, hdrSandboxID, hdrSandboxPort, "X-API-Key"},
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", host, r.Host
-			for _, h := range []string{hdrAccessToken, hdrTrafficToken, hdrSandboxID, hdrSandboxPort} {
-				pr.Out.Header.Del(h)
-			}
+			pr.Out.Host = r.Host
 		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return t.ag.DialPort(ctx, port)
-			},
-			DisableKeepAlives: true,
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		Failed: func(w http.ResponseWriter, err error) {
+			c.log.Debug("port did not answer", "sandbox", t.id, "port", port, "err", err)
 			writeJSON(w, http.StatusBadGateway, apiError{Code: http.StatusBadGateway,
-				Message: "port " + strconv.Itoa(port) + " of sandbox " + t.id + " did not answer"})
+				Message: "nothing answered on port " + strconv.Itoa(port) + " of sandbox " + t.id + ": is a server listening there?"})
 		},
-	}
-	rp.ServeHTTP(w, r)
+	})
 }

@@ -3,6 +3,7 @@ package e2b_test
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +24,10 @@ import (
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb/processpbconnect"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/testenv"
+
+	_ "modernc.org/sqlite"
 )
 
 // envdFixture is a control plane with a token key over a node of the fake runtime,
@@ -29,15 +35,16 @@ import (
 type envdFixture struct {
 	fixture
 	id, token, traffic string
+	key, keyID         string // alice's API key, which the tokens were issued to
 }
 
 func newEnvdFixture(t *testing.T) envdFixture {
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
-	alice, _, err := n.Auth.CreateTokenFormat(context.Background(), "alice", "e2b", "e2b", 0)
+	alice, tok, err := n.Auth.CreateTokenFormat(context.Background(), "alice", "e2b", "e2b", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Authenticate: n.Auth.Authenticate,
+	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Auth: n.Auth,
 		AuditLog: n.AuditLog, TokenKey: []byte("0123456789abcdef0123456789abcdef"), Domain: "sandboxes.test"}))
 	t.Cleanup(srv.Close)
 	f := envdFixture{fixture: fixture{t: t, url: srv.URL, node: n}}
@@ -49,6 +56,7 @@ func newEnvdFixture(t *testing.T) envdFixture {
 		t.Fatalf("create answered %s; want two different access tokens", body)
 	}
 	f.id, f.token, f.traffic = sb.SandboxID, sb.EnvdAccessToken, sb.TrafficAccessToken
+	f.key, f.keyID = alice, tok.ID
 	return f
 }
 
@@ -234,6 +242,144 @@ func TestEnvdRefusesWithoutToken(t *testing.T) {
 	f.want("port 99999", resp.StatusCode, body, 400)
 }
 
+// health is the envd plane's GET /health for sandbox id with token.
+func (f envdFixture) health(id, token string) (int, []byte) {
+	req, _ := http.NewRequest("GET", f.url+"/health", nil)
+	f.headers(req.Header, id, token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+// TestEnvdTokenFollowsItsKey: an access token is only as good as the API key it was
+// issued to, now: narrowing the owner's roles refuses what they no longer allow on the
+// next request, revoking the key refuses everything, and a token issued to one key is
+// not another sandbox's or another key's.
+func TestEnvdTokenFollowsItsKey(t *testing.T) {
+	f := newEnvdFixture(t)
+	ctx := context.Background()
+	list := func() error {
+		_, err := f.process(f.id, f.token).List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+		return err
+	}
+	if err := list(); err != nil {
+		t.Fatalf("list with a fresh token: %v", err)
+	}
+
+	// A second key of alice's gets tokens of its own; both work while both keys do.
+	_, second, err := f.node.Auth.CreateTokenFormat(ctx, "alice", "second", "e2b", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ID == f.keyID {
+		t.Fatal("two keys with one id")
+	}
+	forged := strings.Replace(f.token, f.keyID, second.ID, 1)
+	if _, err := f.process(f.id, forged).List(ctx, connect.NewRequest(&processpb.ListRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a token whose key id was swapped: %v, want unauthenticated", err)
+	}
+
+	// A viewer may still ask for health, but no longer run anything.
+	if _, err := f.node.Auth.SetRoles(ctx, "alice", []string{"viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := list(); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("list after alice became a viewer: %v, want permission denied", err)
+	}
+	if st, body := f.health(f.id, f.token); st != http.StatusNoContent {
+		t.Errorf("health as a viewer: %d %s, want 204", st, body)
+	}
+	if _, err := f.node.Auth.SetRoles(ctx, "alice", []string{"developer"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := list(); err != nil {
+		t.Fatalf("list after alice was a developer again: %v", err)
+	}
+
+	// Revoking the key the token came from ends the token, for every route.
+	if _, err := f.node.Auth.RevokeToken(ctx, f.keyID); err != nil {
+		t.Fatal(err)
+	}
+	if err := list(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("list after the key was revoked: %v, want unauthenticated", err)
+	}
+	st, body := f.health(f.id, f.token)
+	f.want("health after the key was revoked", st, body, 401)
+	put := url.Values{"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "write", "", f.token, 0)}}
+	resp, err := http.Post(f.url+"/files?"+put.Encode(), "application/octet-stream", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a URL signed with the revoked key's token: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestEnvdHealthLeavesPausedSandbox: health says a paused sandbox is not running (502,
+// what the SDKs read as "not running") and leaves it paused; a process call resumes it.
+func TestEnvdHealthLeavesPausedSandbox(t *testing.T) {
+	f := newEnvdFixture(t)
+	if st, body := f.health(f.id, f.token); st != http.StatusNoContent {
+		t.Fatalf("health: %d %s, want 204", st, body)
+	}
+	st, body, _ := f.do("POST", "/sandboxes/"+f.id+"/pause", f.key, "")
+	f.want("pause", st, body, 204)
+	st, body = f.health(f.id, f.token)
+	f.want("health of a paused sandbox", st, body, 502)
+	if d := f.detail(f.key, f.id); d.State != "paused" {
+		t.Fatalf("after health the sandbox is %q, want paused", d.State)
+	}
+	if _, err := f.process(f.id, f.token).List(context.Background(), connect.NewRequest(&processpb.ListRequest{})); err != nil {
+		t.Fatalf("list of a paused sandbox: %v", err)
+	}
+	if d := f.detail(f.key, f.id); d.State != "running" {
+		t.Fatalf("after a process call the sandbox is %q, want running", d.State)
+	}
+}
+
+// TestEnvdRefusesChangesWithoutAudit: while the audit log cannot be written, the plane
+// refuses calls that change anything, as Airlock's own API does, and still answers
+// reads.
+func TestEnvdRefusesChangesWithoutAudit(t *testing.T) {
+	f := newEnvdFixture(t)
+	db, err := sql.Open("sqlite", filepath.Join(f.node.Dir, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`ALTER TABLE audit_log RENAME TO audit_log_away`); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Exec(`ALTER TABLE audit_log_away RENAME TO audit_log`)
+	// A refused call is recorded, so its record fails and the log is known broken.
+	st, body := f.health(f.id, "")
+	f.want("health without a token", st, body, 401)
+	c := f.process(f.id, f.token)
+	stream, err := c.Start(context.Background(), connect.NewRequest(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "touch /tmp/unaudited"}}}))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+		stream.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("start while the audit log cannot be written: %v, want unavailable", err)
+	}
+	if _, err := os.Stat("/tmp/unaudited"); err == nil {
+		os.Remove("/tmp/unaudited")
+		t.Error("the refused command ran")
+	}
+	if st, body := f.health(f.id, f.token); st != http.StatusNoContent {
+		t.Errorf("health while the audit log cannot be written: %d %s", st, body)
+	}
+}
+
 // signature is how E2B's SDKs sign a /files URL.
 func signature(path, op, user, token string, exp int64) string {
 	raw := path + ":" + op + ":" + user + ":" + token
@@ -333,6 +479,23 @@ func TestEnvdPortByHost(t *testing.T) {
 				t.Errorf("%s: the sandbox saw %s", name, k)
 			}
 		}
+	}
+	// A POST to the app carries neither the plane's key nor a trace in the audit log:
+	// what a port's server is asked is the sandbox's business.
+	req, _ := http.NewRequest("POST", f.url+"/form", strings.NewReader("x=1"))
+	req.Host = host
+	req.Header.Set("E2b-Traffic-Access-Token", f.traffic)
+	req.Header.Set("X-API-Key", f.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if h := <-seen; resp.StatusCode != 200 || h.Get("X-API-Key") != "" {
+		t.Errorf("POST through the port: %d, the app saw X-API-Key %q", resp.StatusCode, h.Get("X-API-Key"))
+	}
+	if recs, err := f.node.AuditLog.List(context.Background(), store.AuditFilter{Action: fmt.Sprintf("E2B port %d", port)}); err != nil || len(recs) != 0 {
+		t.Errorf("port traffic in the audit log: %v %d records", err, len(recs))
 	}
 	for name, hdr := range map[string]map[string]string{
 		"no token":      {},

@@ -20,6 +20,10 @@ const (
 	maxWatchersPerSandbox = 64
 	maxWatcherEvents      = 4096    // events a watcher keeps between polls
 	maxWatcherBytes       = 4 << 20 // and their size, encoded
+	// What the watchers of one sandbox, and of the whole node, keep at once: a sandbox
+	// whose files churn cannot pin more of the daemon's memory than this.
+	maxSandboxWatcherBytes = 8 << 20
+	maxNodeWatcherBytes    = 64 << 20
 )
 
 // watcherIdle is how long a polled watcher lives without a poll (a variable for tests).
@@ -34,12 +38,52 @@ type watcherRegistry struct {
 	perSandbox map[string]int // watchers, and reserved places, by sandbox id
 	closed     bool
 	wg         sync.WaitGroup
+
+	budgetMu  sync.Mutex
+	nodeBytes int64            // bytes every watcher keeps
+	sboxBytes map[string]int64 // and by sandbox
+	nodeLimit int64            // maxNodeWatcherBytes (a field for tests)
+	sboxLimit int64            // maxSandboxWatcherBytes
+}
+
+// take counts size more bytes kept for sandbox, if the sandbox's and the node's
+// budgets have room.
+func (r *watcherRegistry) take(sandbox string, size int) bool {
+	r.budgetMu.Lock()
+	defer r.budgetMu.Unlock()
+	nodeLimit, sboxLimit := r.nodeLimit, r.sboxLimit
+	if nodeLimit == 0 {
+		nodeLimit, sboxLimit = maxNodeWatcherBytes, maxSandboxWatcherBytes
+	}
+	if r.nodeBytes+int64(size) > nodeLimit || r.sboxBytes[sandbox]+int64(size) > sboxLimit {
+		return false
+	}
+	if r.sboxBytes == nil {
+		r.sboxBytes = map[string]int64{}
+	}
+	r.nodeBytes += int64(size)
+	r.sboxBytes[sandbox] += int64(size)
+	return true
+}
+
+// give returns size bytes take counted for sandbox.
+func (r *watcherRegistry) give(sandbox string, size int) {
+	if size == 0 {
+		return
+	}
+	r.budgetMu.Lock()
+	defer r.budgetMu.Unlock()
+	r.nodeBytes -= int64(size)
+	if r.sboxBytes[sandbox] -= int64(size); r.sboxBytes[sandbox] <= 0 {
+		delete(r.sboxBytes, sandbox)
+	}
 }
 
 // watcher is one polled watch: the agent's watch feeds a bounded buffer that polls
 // drain. Past its bounds the oldest events are dropped, and counted.
 type watcher struct {
 	id, sandbox, owner string
+	reg                *watcherRegistry // whose budgets its events count against
 	src                watchSource
 	cancel             context.CancelFunc
 	idle               *time.Timer
@@ -51,6 +95,7 @@ type watcher struct {
 	lost    int
 	ended   bool
 	err     error // why the watch ended, if not normally
+	removed bool  // its events have been given back; it keeps no more
 }
 
 // reserve takes one of sandbox's places for a watcher, or says the sandbox has none left.
@@ -87,7 +132,7 @@ func (r *watcherRegistry) releaseLocked(sandbox string) {
 // through convert (nil events are skipped), and returns its id. cancel ends what src
 // depends on; it is called when the watcher is removed.
 func (r *watcherRegistry) add(sandbox, owner string, src watchSource, cancel context.CancelFunc, convert func(agentproto.WatchEvent) *filesystempb.FilesystemEvent) string {
-	w := &watcher{id: rand.Text(), sandbox: sandbox, owner: owner, src: src, cancel: cancel,
+	w := &watcher{id: rand.Text(), sandbox: sandbox, owner: owner, reg: r, src: src, cancel: cancel,
 		ring: make([]*filesystempb.FilesystemEvent, maxWatcherEvents)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -165,6 +210,12 @@ func (r *watcherRegistry) remove(w *watcher) {
 	w.idle.Stop()
 	w.cancel()
 	w.src.Close()
+	w.mu.Lock()
+	w.removed = true
+	r.give(w.sandbox, w.bytes)
+	clear(w.ring)
+	w.head, w.n, w.bytes = 0, 0, 0
+	w.mu.Unlock()
 }
 
 // close removes every watcher, refuses new ones and waits for their goroutines.
@@ -182,13 +233,27 @@ func (r *watcherRegistry) close() {
 	r.wg.Wait()
 }
 
-// push keeps fe, dropping the oldest events while the buffer is full.
+// push keeps fe, dropping the oldest events while the watcher's buffer is full or its
+// sandbox's or the node's budget has no room; with nothing left to drop, fe itself is
+// dropped. Every drop is counted.
 func (w *watcher) push(fe *filesystempb.FilesystemEvent) {
 	size := proto.Size(fe)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.n > 0 && (w.n == len(w.ring) || w.bytes+size > maxWatcherBytes) {
-		w.bytes -= proto.Size(w.ring[w.head])
+	if w.removed {
+		return
+	}
+	for {
+		if w.n < len(w.ring) && w.bytes+size <= maxWatcherBytes && w.reg.take(w.sandbox, size) {
+			break
+		}
+		if w.n == 0 {
+			w.lost++
+			return
+		}
+		old := proto.Size(w.ring[w.head])
+		w.bytes -= old
+		w.reg.give(w.sandbox, old)
 		w.ring[w.head] = nil
 		w.head = (w.head + 1) % len(w.ring)
 		w.n--
@@ -210,6 +275,7 @@ func (w *watcher) drain() (events []*filesystempb.FilesystemEvent, lost int, end
 		events[i], w.ring[j] = w.ring[j], nil
 	}
 	lost = w.lost
+	w.reg.give(w.sandbox, w.bytes)
 	w.head, w.n, w.bytes, w.lost = 0, 0, 0, 0
 	return events, lost, w.ended, w.err
 }

@@ -102,11 +102,14 @@ func (c *Control) domain() *string {
 	return &d
 }
 
-func (c *Control) toSandbox(sb *manager.Sandbox) sandbox {
+// toSandbox is sb as E2B shows a sandbox it made or connected to, with access tokens
+// issued to the API key p showed.
+func (c *Control) toSandbox(sb *manager.Sandbox, p *auth.Principal) sandbox {
 	t := templateOf(sb)
 	out := sandbox{TemplateID: t, Alias: t, SandboxID: sb.ID, ClientID: ClientID, EnvdVersion: EnvdVersion, Domain: c.domain()}
-	if len(c.opts.TokenKey) > 0 {
-		out.EnvdAccessToken, out.TrafficAccessToken = c.envdToken(sb.ID), c.trafficToken(sb.ID)
+	if len(c.opts.TokenKey) > 0 && p.TokenID != "" {
+		out.EnvdAccessToken = c.tokenFor("envd", sb.ID, sb.Owner, p.TokenID)
+		out.TrafficAccessToken = c.tokenFor("traffic", sb.ID, sb.Owner, p.TokenID)
 	}
 	return out
 }
@@ -183,7 +186,7 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	if err != nil {
 		return fieldNames(err)
 	}
-	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb, p))
 	return nil
 }
 
@@ -308,7 +311,7 @@ func (c *Control) resume(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb, p))
 	return nil
 }
 
@@ -340,20 +343,20 @@ func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Princi
 			return err
 		}
 		if onlyLonger && !sb.ExpiresAt.IsZero() && !time.Now().Add(d).After(sb.ExpiresAt) {
-			writeJSON(w, http.StatusOK, c.toSandbox(sb))
+			writeJSON(w, http.StatusOK, c.toSandbox(sb, p))
 			return nil
 		}
 		if _, sb, err = c.m.SetLifetime(r.Context(), call(p), sb.ID, d); err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, c.toSandbox(sb))
+		writeJSON(w, http.StatusOK, c.toSandbox(sb, p))
 		return nil
 	}
 	sb, err = c.wake(r, p, sb, req)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb, p))
 	return nil
 }
 

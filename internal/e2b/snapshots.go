@@ -87,7 +87,7 @@ func (c *Control) fork(w http.ResponseWriter, r *http.Request, p *auth.Principal
 			out = append(out, forkResult{Error: &e})
 			continue
 		}
-		s := c.toSandbox(sb)
+		s := c.toSandbox(sb, p)
 		out = append(out, forkResult{Sandbox: &s})
 	}
 	writeJSON(w, http.StatusCreated, out)
@@ -118,7 +118,7 @@ func (c *Control) createFromSnapshot(w http.ResponseWriter, r *http.Request, p *
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, c.toSandbox(sb))
+	writeJSON(w, http.StatusCreated, c.toSandbox(sb, p))
 	return nil
 }
 

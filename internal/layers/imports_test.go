@@ -28,6 +28,7 @@ var forbidden = map[string][]string{
 	"internal/idmap":      {"airlock:internal/errdefs"},
 	"internal/router":     {"airlock:internal/errdefs"},
 	"internal/mcp":        {"airlock:api,client,internal/errdefs"},
+	"internal/portproxy":  {"airlock:"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.
 	"internal/e2b/envdpb/processpb":    {"airlock:"},
 	"internal/e2b/envdpb/filesystempb": {"airlock:"},

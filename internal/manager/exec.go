@@ -46,19 +46,20 @@ func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, 
 	return m.agentFor(ctx, sb)
 }
 
-// AgentOf is Agent for a caller whose right to sandbox id does not come from owning it
-// (a token the node made for that sandbox): the sandbox is found by id alone, and its
-// record, owner included, comes back with the client.
-func (m *Manager) AgentOf(ctx context.Context, id string) (*agent.Client, *store.Sandbox, error) {
+// ByID finds sandbox id whoever owns it, without resuming it. It is for a caller whose
+// right to the sandbox does not come from naming it as its owner (a credential the node
+// made for that sandbox), which must check that right against the record's owner
+// before it acts; it then acts through Agent as that owner.
+func (m *Manager) ByID(ctx context.Context, id string) (*store.Sandbox, error) {
 	sb, err := m.store.GetSandbox(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, nil, errdefs.NotFound("sandbox %q not found", id)
+		return nil, errdefs.NotFound("sandbox %q not found", id)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	m.overlayActivity(sb)
-	return m.agentFor(ctx, sb)
+	return sb, nil
 }
 
 func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Client, _ *store.Sandbox, err error) {

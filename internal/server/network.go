@@ -1,20 +1,17 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/portproxy"
 )
 
 func toAPINetwork(n manager.NetworkPolicy) api.NetworkPolicy {
@@ -163,65 +160,8 @@ func (s *Server) closePort(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// portConns tracks the open upstream connections of exposed ports, to cut them on close.
-type portConns struct {
-	mu    sync.Mutex
-	conns map[string]map[net.Conn]bool // "sandbox/port" -> conns
-}
-
-func (pc *portConns) add(key string, c net.Conn) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.conns == nil {
-		pc.conns = map[string]map[net.Conn]bool{}
-	}
-	if pc.conns[key] == nil {
-		pc.conns[key] = map[net.Conn]bool{}
-	}
-	pc.conns[key][c] = true
-}
-
-func (pc *portConns) remove(key string, c net.Conn) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	delete(pc.conns[key], c)
-}
-
-// CloseAll cuts every open connection of a sandbox's port.
-func (pc *portConns) CloseAll(sandboxID string, port int) {
-	key := sandboxID + "/" + strconv.Itoa(port)
-	pc.mu.Lock()
-	conns := pc.conns[key]
-	delete(pc.conns, key)
-	pc.mu.Unlock()
-	for c := range conns {
-		c.Close()
-	}
-}
-
 // ClosePortConns is the manager's PortCloser.
 func (s *Server) ClosePortConns(sandboxID string, port int) { s.ports.CloseAll(sandboxID, port) }
-
-// trackedConn removes itself from the registry on close and counts reads as activity.
-type trackedConn struct {
-	net.Conn
-	once  sync.Once
-	done  func()
-	touch func()
-}
-
-func (c *trackedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.touch()
-	}
-	return n, err
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(c.done)
-	return c.Conn.Close()
-}
 
 // portProxy forwards a request to an exposed port inside the sandbox's network
 // namespace (to its loopback, so a server bound to 127.0.0.1 works too).
@@ -239,32 +179,16 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	key := id + "/" + strconv.Itoa(port)
-	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}
-	rp := &httputil.ReverseProxy{
+	s.ports.Serve(w, r, portproxy.Target{SandboxID: id, Port: port, Dial: dial,
+		Touch: func() { s.m.Touch(id) },
+		Strip: []string{"X-Airlock-Port-Token", "Authorization"},
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
 			pr.Out.URL.Path = "/" + r.PathValue("rest")
 			q := pr.Out.URL.Query()
 			q.Del("airlock_token")
 			pr.Out.URL.RawQuery = q.Encode()
-			pr.Out.Header.Del("X-Airlock-Port-Token")
-			pr.Out.Header.Del("Authorization")
 		},
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := dial(ctx)
-				if err != nil {
-					return nil, err
-				}
-				tc := &trackedConn{Conn: c, touch: func() { s.m.Touch(id) }}
-				tc.done = func() { s.ports.remove(key, tc) }
-				s.ports.add(key, tc)
-				return tc, nil
-			},
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		Failed: func(w http.ResponseWriter, err error) {
 			// Nothing listening (yet) is the sandbox's business, not a daemon failure: the
 			// caller hears why, and the log says so at debug level only.
 			s.log.Debug("exposed port did not answer", "sandbox", id, "port", port, "err", err)
@@ -272,8 +196,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 			code, status := errdefs.Code(e)
 			writeJSON(w, status, api.ErrorBody{Error: api.Error{Code: code, Message: errdefs.Message(e)}})
 		},
-	}
-	rp.ServeHTTP(w, r)
+	})
 	return nil
 }
 

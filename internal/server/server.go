@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/secret"
 )
 
@@ -60,6 +61,10 @@ type Options struct {
 	// OutputBudget bounds the output all non-streamed calls buffer at once (0:
 	// DefaultOutputBudget); a call that finds it spent keeps less.
 	OutputBudget int64
+	// Ports forwards exposed ports' traffic (nil: a proxy of the server's own). Share
+	// one with the node's other planes so that closing a port cuts their connections
+	// too.
+	Ports *portproxy.Proxy
 }
 
 // Server is the HTTP API.
@@ -69,7 +74,7 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	ports     portConns
+	ports     *portproxy.Proxy
 	outBudget *outputBudget
 }
 
@@ -92,8 +97,11 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	if opts.OutputBudget <= 0 {
 		opts.OutputBudget = DefaultOutputBudget
 	}
+	if opts.Ports == nil {
+		opts.Ports = portproxy.New()
+	}
 	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux(),
-		outBudget: newOutputBudget(opts.OutputBudget)}
+		outBudget: newOutputBudget(opts.OutputBudget), ports: opts.Ports}
 	for _, r := range s.routes() {
 		s.mux.HandleFunc(r.pattern, s.adapt(r.pattern, r.perm, r.handler))
 	}
