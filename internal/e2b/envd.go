@@ -213,7 +213,7 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 	}
 	t := &target{id: id, owner: sb.Owner, sb: sb, env: sb.Env}
 	if needsAgent(r, port) {
-		if t.ag, t.sb, err = c.m.Agent(ctx, sb.Owner, id); err != nil {
+		if t.ag, t.sb, err = c.m.AgentFor(ctx, sb); err != nil {
 			return nil, err
 		}
 	}

@@ -62,6 +62,11 @@ func (m *Manager) ByID(ctx context.Context, id string) (*store.Sandbox, error) {
 	return sb, nil
 }
 
+// AgentFor is Agent for a sandbox ByID found and whose owner the caller has checked.
+func (m *Manager) AgentFor(ctx context.Context, sb *store.Sandbox) (*agent.Client, *store.Sandbox, error) {
+	return m.agentFor(ctx, sb)
+}
+
 func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Client, _ *store.Sandbox, err error) {
 	m.touch(sb.ID)
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {

@@ -204,7 +204,7 @@ func (t *tools) run(ctx context.Context, ref string, temporary bool, req api.Exe
 		Signal: res.Signal, DurationMS: res.DurationMS, Error: res.Error}
 	out.Stdout = t.stream(ctx, ref, temporary, path.Join(t.opts.OutputDir, id+".stdout"), "stdout", stdout)
 	out.Stderr = t.stream(ctx, ref, temporary, path.Join(t.opts.OutputDir, id+".stderr"), "stderr", stderr)
-	return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: execText(out)}}}, out, nil
+	return textResult(execText(out)), out, nil
 }
 
 // stream describes one captured stream and, when it was cut, puts the whole of it into

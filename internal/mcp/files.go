@@ -240,7 +240,7 @@ func (t *tools) writeFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in Wri
 		out.Mode = fmt.Sprintf("%04o", mode)
 	}
 	text := fmt.Sprintf("wrote %d bytes to %s in sandbox %s (mode %s)", out.Size, out.Path, in.Sandbox, out.Mode)
-	return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: text}}}, out, nil
+	return textResult(text), out, nil
 }
 
 func (t *tools) listFiles(ctx context.Context, _ *mcpsdk.CallToolRequest, in ListFilesInput) (*mcpsdk.CallToolResult, ListFilesOutput, error) {
@@ -275,7 +275,7 @@ func (t *tools) listFiles(ctx context.Context, _ *mcpsdk.CallToolRequest, in Lis
 	if out.Truncated {
 		fmt.Fprintf(&b, "[airlock: listing truncated: showing %d of %d entries; list a narrower directory or use exec (ls, find).]\n", maxEntries, out.Total)
 	}
-	return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: b.String()}}}, out, nil
+	return textResult(b.String()), out, nil
 }
 
 func fileEntry(f api.FileInfo) FileEntry {
