@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
@@ -86,6 +87,9 @@ type target struct {
 	// "" is the sandbox's default user.
 	user string
 	env  map[string]string // the sandbox's environment, as created
+
+	userMu   sync.Mutex
+	userInfo *agentproto.UserInfo // user as the agent described it, once asked
 }
 
 type targetKey struct{}

@@ -78,8 +78,15 @@ func resolveIn(p, home string) (string, error) {
 	return path.Join(home, p), nil
 }
 
-// lookupUser returns the request's user as the sandbox knows it, its home checked.
+// lookupUser returns the request's user as the sandbox knows it, its home checked. It
+// asks the agent once a request.
 func (t *target) lookupUser(ctx context.Context) (*agentproto.UserInfo, error) {
+	t.userMu.Lock()
+	defer t.userMu.Unlock()
+	if t.userInfo != nil {
+		u := *t.userInfo
+		return &u, nil
+	}
 	u, err := t.ag.LookupUser(ctx, t.user)
 	if err != nil {
 		return nil, agentErr(err)
@@ -88,6 +95,8 @@ func (t *target) lookupUser(ctx context.Context) (*agentproto.UserInfo, error) {
 		return nil, fmt.Errorf("%w: the sandbox's agent gave user %.64q the home %.64q", agentproto.ErrBadReply, t.user, u.Home)
 	}
 	u.Home = path.Clean(u.Home)
+	kept := *u
+	t.userInfo = &kept
 	return u, nil
 }
 
