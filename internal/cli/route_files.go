@@ -24,7 +24,17 @@ import (
 // it, rewound: every directory, regular file and symbolic link (as a link, never
 // followed), owned by root, at most limit bytes of file data. A device, socket or pipe
 // refuses the whole workspace: nothing is skipped silently.
+//
+// The workspace may be changing as it is read (a sandbox may have it mounted
+// read-write): every directory and file is opened through an os.Root of it, so a
+// directory swapped for a symbolic link cannot lead a read out of it, and a file is
+// checked to be regular once open, so one swapped for a pipe cannot hold the read.
 func workspaceTar(dir string, limit int64) (_ *os.File, retErr error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the workspace: %w", err)
+	}
+	defer root.Close()
 	f, err := os.CreateTemp("", "airlock-workspace-*.tar")
 	if err != nil {
 		return nil, err
@@ -38,15 +48,15 @@ func workspaceTar(dir string, limit int64) (_ *os.File, retErr error) {
 	bw := bufio.NewWriterSize(f, 1<<20)
 	tw := tar.NewWriter(bw)
 	var total int64
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
+		if rel == "." {
+			return nil
 		}
-		fi, err := d.Info()
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		fi, err := root.Lstat(rel)
 		if err != nil {
 			return err
 		}
@@ -58,17 +68,17 @@ func workspaceTar(dir string, limit int64) (_ *os.File, retErr error) {
 			}
 		case mode.IsDir():
 		case mode&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
+			if link, err = root.Readlink(rel); err != nil {
 				return err
 			}
 		default:
-			return usagef("--workspace %s holds %s, a %s; special files are not sent to a sandbox", dir, rel, fileKind(mode))
+			return usagef("--workspace %s holds %s, a %s; special files are not sent to a sandbox", dir, termSafe(rel), fileKind(mode))
 		}
 		hdr, err := tar.FileInfoHeader(fi, link)
 		if err != nil {
 			return err
 		}
-		hdr.Name = filepath.ToSlash(rel)
+		hdr.Name = rel
 		if fi.IsDir() {
 			hdr.Name += "/"
 		}
@@ -80,11 +90,14 @@ func workspaceTar(dir string, limit int64) (_ *os.File, retErr error) {
 		if !fi.Mode().IsRegular() {
 			return nil
 		}
-		src, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		src, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}
 		defer src.Close()
+		if now, err := src.Stat(); err != nil || !now.Mode().IsRegular() {
+			return fmt.Errorf("%s changed while it was read: no longer a regular file", p)
+		}
 		if _, err := io.CopyN(tw, src, hdr.Size); err != nil {
 			return fmt.Errorf("%s changed while it was read: %w", p, err)
 		}
@@ -154,7 +167,8 @@ func parseListing(text string, withWorkspace bool) (entries []listed, warnings [
 }
 
 // listedPath refuses a path a sandbox listed unless it is clean, relative and under
-// work/ (or workspace/), without control characters.
+// work/ (or workspace/), valid UTF-8 without control characters or characters that
+// reorder text (the name becomes a host file's, shown by ls and file managers).
 func listedPath(p string, withWorkspace bool) error {
 	if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
 		return errors.New("not a clean relative path")
@@ -163,6 +177,9 @@ func listedPath(p string, withWorkspace bool) error {
 		if r < 0x20 || r == 0x7f {
 			return errors.New("control characters in the name")
 		}
+	}
+	if needsEscape(p) {
+		return errors.New("control or direction characters, or bytes that are not UTF-8, in the name")
 	}
 	if strings.HasPrefix(p, "work/") || withWorkspace && strings.HasPrefix(p, "workspace/") {
 		return nil

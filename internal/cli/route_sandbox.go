@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -63,7 +64,7 @@ func (c *cmd) runInSandbox(cl *client.Client, lim *limitFlags, w *work) (*runRes
 		create.Network = &api.NetworkPolicy{Mode: "none"}
 	}
 	var tarball *os.File
-	mountable := w.decision.WorkspaceMount && cl.Local() && (lim.runtime == "" || lim.runtime == "runc")
+	mountable := w.decision.WorkspaceMount && cl.Local() && (lim.runtime == "" || lim.runtime == "runc") && mountableOwner(w)
 	if w.workspace != "" && w.access != "none" && mountable {
 		// The daemon mounts the directory itself, through an id mapping.
 		create.Workspace = &api.Workspace{Path: w.workspace, Access: w.access}
@@ -85,6 +86,22 @@ func (c *cmd) runInSandbox(cl *client.Client, lim *limitFlags, w *work) (*runRes
 		res.Sandbox = w.name
 	}
 	return res, err
+}
+
+// mountableOwner says whether the daemon mounts w's workspace with its access: it mounts
+// a directory of root's (user or group) read-only only, since a sandbox's root writing
+// it would make files of root's, set-user-ID ones too, on this host. Such a workspace
+// is copied, and what comes back loses those bits.
+func mountableOwner(w *work) bool {
+	if w.access != "rw" {
+		return true
+	}
+	fi, err := os.Stat(w.workspace)
+	if err != nil {
+		return true // the daemon says why
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Uid != 0 && st.Gid != 0
 }
 
 // sandboxRun lays out the sandbox, runs the command and copies back what it made.

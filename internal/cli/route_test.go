@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"archive/tar"
 	"encoding/json"
 	"errors"
 	"io"
@@ -286,6 +287,102 @@ func TestWriteInRootNeverFollowsLinks(t *testing.T) {
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), ".airlock-") {
 			t.Errorf("temporary file %s left behind", e.Name())
+		}
+	}
+}
+
+// TestListedPathRefusesTerminalTricks: a name a sandbox lists becomes a host file's name
+// and is shown to the user: nothing a terminal acts on or that reorders what it shows.
+func TestListedPathRefusesTerminalTricks(t *testing.T) {
+	for _, p := range []string{
+		"work/a\x1b[2Jb",
+		"work/\u202etxt.exe", // right-to-left override: shows as exe.txt
+		"work/\u2066x",
+		"work/a\u0085b",  // C1 NEL
+		"work/a\x9b31mb", // a lone byte, not UTF-8: CSI on an 8-bit terminal
+		"work/line\u2028sep",
+	} {
+		if err := listedPath(p, false); err == nil {
+			t.Errorf("listedPath(%q) = nil; want it refused", p)
+		}
+	}
+	for _, p := range []string{"work/ok.txt", "work/naïve/日本.txt", "work/a b"} {
+		if err := listedPath(p, false); err != nil {
+			t.Errorf("listedPath(%q) = %v; want it taken", p, err)
+		}
+	}
+}
+
+// TestWorkspaceTarStaysInside: a workspace can change while it is read (a sandbox may
+// have it mounted read-write); a directory swapped for a link to elsewhere must never
+// put elsewhere's files in the tar.
+func TestWorkspaceTarStaysInside(t *testing.T) {
+	ws, outside := t.TempDir(), t.TempDir()
+	const secret = "SECRET-outside-the-workspace"
+	os.WriteFile(filepath.Join(outside, "f.txt"), []byte(secret), 0o600)
+	sub := filepath.Join(ws, "sub")
+	os.Mkdir(sub, 0o755)
+	os.WriteFile(filepath.Join(sub, "f.txt"), []byte("in"), 0o644)
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.Rename(sub, sub+".real")
+			os.Symlink(outside, sub)
+			os.Remove(sub)
+			os.Rename(sub+".real", sub)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for range 500 {
+		f, err := workspaceTar(ws, 1<<20)
+		if err != nil {
+			continue // a change seen is refused: fine
+		}
+		tr := tar.NewReader(f)
+		for {
+			hdr, err := tr.Next()
+			if err != nil {
+				break
+			}
+			b, _ := io.ReadAll(tr)
+			if strings.Contains(string(b), secret[:2]) || hdr.Size > 2 && hdr.Typeflag == tar.TypeReg {
+				f.Close()
+				t.Fatalf("the tar holds %s = %q, read through a link out of the workspace", hdr.Name, b)
+			}
+		}
+		f.Close()
+	}
+}
+
+// TestMountableOwner: a directory of root's (user or group) is copied, not mounted,
+// when the sandbox may write it.
+func TestMountableOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own directories as others")
+	}
+	for _, tc := range []struct {
+		uid, gid int
+		access   string
+		want     bool
+	}{
+		{0, 0, "rw", false},
+		{1000, 0, "rw", false},
+		{0, 1000, "rw", false},
+		{1000, 1000, "rw", true},
+		{0, 0, "ro", true},
+	} {
+		dir := t.TempDir()
+		os.Chown(dir, tc.uid, tc.gid)
+		if got := mountableOwner(&work{workspace: dir, access: tc.access}); got != tc.want {
+			t.Errorf("a directory of %d:%d, %s: mountable %v, want %v", tc.uid, tc.gid, tc.access, got, tc.want)
 		}
 	}
 }

@@ -32,7 +32,7 @@ var traversed = map[string]bool{
 	"network":           true,
 	"network/sandboxes": false,
 	"network/netns":     false,
-	"workspaces":        false, // mount points of host workspaces (their modes are the workspaces')
+	"workspaces":        false, // a 0700 directory of root's per sandbox, its workspace mounted at mnt
 }
 
 // shared are files every sandbox reads, so others may read them too; they hold nothing

@@ -29,8 +29,9 @@ type Mapping struct{ FromUID, FromGID, ToUID, ToGID uint32 }
 
 // Mount makes an id-mapped bind mount of the directory open at dir (an *os.File opened
 // with O_PATH|O_DIRECTORY is fine; the caller checked who owns it) at target, an
-// existing empty directory, read-only if ro. Not recursive: mounts below dir are not
-// carried. A file system that cannot be id-mapped gives an error saying so.
+// existing empty directory, nosuid and nodev, read-only if ro. Not recursive: mounts
+// below dir are not carried. A file system that cannot be id-mapped gives an error
+// saying so.
 //
 // It needs CAP_SYS_ADMIN. A trailing symlink at target is not followed. Nothing is
 // left behind on failure: the clone of dir is only attached by the last step.
@@ -56,7 +57,9 @@ func Mount(dir *os.File, target string, m Mapping, ro bool) error {
 		return fmt.Errorf("idmap: %w", err)
 	}
 	defer unix.Close(ns)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}
+	// nosuid and nodev: through the mapping a set-user-ID file of the owner's is one of
+	// ToUID's, and the mount is reachable on the host as well as in the sandbox.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
 	if ro {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
@@ -78,17 +81,26 @@ func Mount(dir *os.File, target string, m Mapping, ro bool) error {
 	return nil
 }
 
+// maxStacked bounds the mounts Unmount takes off one target.
+const maxStacked = 64
+
 // Unmount detaches whatever is mounted at target (MNT_DETACH), if anything; nothing
 // mounted is not an error.
 //
-// A missing target has nothing mounted either. Only the top mount at target goes; a
-// trailing symlink at target is not followed.
+// A missing target has nothing mounted either. Every mount stacked at target goes (a
+// Mount over one that a crash left would otherwise stay hidden beneath it, and the
+// directory could never be removed); a trailing symlink at target is not followed.
 func Unmount(target string) error {
-	err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil
+	for range maxStacked {
+		err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("idmap: unmount %s: %w", target, err)
+		}
 	}
-	return fmt.Errorf("idmap: unmount %s: %w", target, err)
+	return fmt.Errorf("idmap: unmount %s: still mounted after %d unmounts", target, maxStacked)
 }
 
 // userns opens a new user namespace whose uid_map is "FromUID ToUID 1" and gid_map

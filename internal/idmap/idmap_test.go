@@ -279,6 +279,43 @@ func TestUnmount(t *testing.T) {
 	}
 }
 
+// TestUnmountStacked: a mount made over one a crash left is not hidden for good: Unmount
+// takes every mount at target off.
+func TestUnmountStacked(t *testing.T) {
+	f := newFixture(t)
+	f.mount(t, f.target, user, false)
+	f.mount(t, f.target, user, true)
+	if err := Unmount(f.target); err != nil {
+		t.Fatalf("Unmount: %v", err)
+	}
+	if m := mountsUnder(f.target); len(m) > 0 {
+		t.Errorf("after Unmount of two stacked mounts: still mounted %v", m)
+	}
+	if err := os.Remove(f.target); err != nil {
+		t.Errorf("remove the target after Unmount: %v", err)
+	}
+}
+
+// TestMountNosuidNodev: through the mapping an owner's set-user-ID file is one of the
+// sandbox root's uid, and the mount is reachable from the host too: neither set-user-ID
+// bits nor device files act through it.
+func TestMountNosuidNodev(t *testing.T) {
+	f := newFixture(t)
+	for _, ro := range []bool{false, true} {
+		f.mount(t, f.target, user, ro)
+		var st unix.Statfs_t
+		if err := unix.Statfs(f.target, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+			t.Errorf("mount (ro %v) flags %#x: want nosuid and nodev", ro, st.Flags)
+		}
+		if err := Unmount(f.target); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestMountErrors(t *testing.T) {
 	f := newFixture(t)
 	ramfs := newDir(t, f.base, "ramfs")

@@ -75,10 +75,17 @@ func (m *Manager) checkWorkspace(req *WorkspaceRequest, runtimeName string) (*st
 	if req.PeerUID != 0 && int(st.Uid) != req.PeerUID {
 		return nil, denied("workspace %s belongs to uid %d, not to you (uid %d): only a directory you own can be a workspace", real, st.Uid, req.PeerUID)
 	}
+	if !ro && (st.Uid == 0 || st.Gid == 0) {
+		// The sandbox's root would write it as root: a set-user-ID (or set-group-ID)
+		// file it makes there would be root's on this host.
+		return nil, errdefs.Invalid("workspace %s belongs to root (uid %d gid %d): it can be mounted read-only only", real, st.Uid, st.Gid)
+	}
 	return &store.Workspace{Path: real, ReadOnly: ro, UID: st.Uid, GID: st.Gid}, nil
 }
 
-// resolveAs resolves path's symlinks and opens the directory it names with the file
+// resolveAs opens the directory at path as uid would, and returns the path that names
+// it without a symbolic link and its owner. The kernel resolves the path (never through
+// a /proc magic link, which would reach the daemon's own files and mounts) with the file
 // system identity of uid (its own gid, no supplementary groups), on a thread of its own
 // that is discarded afterwards; root (0) resolves as the daemon, and so does everyone
 // under a daemon that is not root (it cannot take another's ids, nor reach more).
@@ -89,22 +96,8 @@ func resolveAs(path string, uid int) (string, *unix.Stat_t, error) {
 		err  error
 	}
 	work := func() result {
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil {
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				return result{err: errdefs.Invalid("workspace %s does not exist", path)}
-			case errors.Is(err, fs.ErrPermission):
-				return result{err: denied("workspace %s: you may not reach it", path)}
-			}
-			return result{err: errdefs.Invalid("workspace %s: %v", path, err)}
-		}
-		f, st, err := openWorkspace(real)
-		if err != nil {
-			return result{err: err}
-		}
-		f.Close()
-		return result{real: real, st: st}
+		real, st, err := resolveWorkspace(path)
+		return result{real, st, err}
 	}
 	if uid == 0 || os.Geteuid() != 0 {
 		r := work()
@@ -126,8 +119,9 @@ func resolveAs(path string, uid int) (string, *unix.Stat_t, error) {
 		}
 		unix.Setfsgid(gid)
 		unix.Setfsuid(uid)
-		if got, _ := unix.SetfsuidRetUid(-1); got != uid {
-			done <- result{err: fmt.Errorf("workspace: file system uid %d, not %d", got, uid)}
+		gotGID, _ := unix.SetfsgidRetGid(-1)
+		if got, _ := unix.SetfsuidRetUid(-1); got != uid || gotGID != gid {
+			done <- result{err: fmt.Errorf("workspace: file system ids %d/%d, not %d/%d", got, gotGID, uid, gid)}
 			return
 		}
 		done <- work()
@@ -136,19 +130,42 @@ func resolveAs(path string, uid int) (string, *unix.Stat_t, error) {
 	return r.real, r.st, r.err
 }
 
-// openWorkspace opens the directory at path (its last component not a symlink) and
-// says who owns it. The mount is made from the open directory, so what was checked is
-// what is mounted.
-func openWorkspace(path string) (*os.File, *unix.Stat_t, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// resolveWorkspace opens the directory at path, following symbolic links but not /proc
+// magic ones, and returns the path the kernel knows it by, checked to name the same
+// directory without a symbolic link on the way (what mountWorkspace will open again).
+func resolveWorkspace(path string) (string, *unix.Stat_t, error) {
+	f, st, err := openWorkspace(path, 0)
 	if err != nil {
-		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return "", nil, err
+	}
+	defer f.Close()
+	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	if err != nil {
+		return "", nil, fmt.Errorf("workspace %s: %w", path, err)
+	}
+	g, again, err := openWorkspace(real, unix.RESOLVE_NO_SYMLINKS)
+	if err != nil || again.Dev != st.Dev || again.Ino != st.Ino {
+		return "", nil, errdefs.Invalid("workspace %s changed while it was checked", path)
+	}
+	g.Close()
+	return real, st, nil
+}
+
+// openWorkspace opens the directory at path and says who owns it; resolve adds
+// openat2(2) RESOLVE_ flags to RESOLVE_NO_MAGICLINKS. The mount is made from the open
+// directory, so what was checked is what is mounted.
+func openWorkspace(path string, resolve uint64) (*os.File, *unix.Stat_t, error) {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS | resolve}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &how)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOTDIR):
 			return nil, nil, errdefs.Invalid("workspace %s is not a directory", path)
-		}
-		if errors.Is(err, unix.ENOENT) {
+		case errors.Is(err, unix.ELOOP):
+			return nil, nil, errdefs.Invalid("workspace %s: its path goes through a symbolic link that is not followed here", path)
+		case errors.Is(err, unix.ENOENT):
 			return nil, nil, errdefs.Invalid("workspace %s does not exist", path)
-		}
-		if errors.Is(err, unix.EACCES) {
+		case errors.Is(err, unix.EACCES):
 			return nil, nil, denied("workspace %s: you may not reach it", path)
 		}
 		return nil, nil, errdefs.Invalid("workspace %s: %v", path, err)
@@ -162,23 +179,44 @@ func openWorkspace(path string) (*os.File, *unix.Stat_t, error) {
 	return f, &st, nil
 }
 
+// The mount of sandbox id's workspace is made at WorkspaceDir/id/mnt. WorkspaceDir is
+// searchable by others, and the mount shows the directory as it is, whatever guards it
+// on its own path (a home directory of 0700): id is root's and 0700, as the directories
+// of delivered secrets are (runc opens a bind's source as root).
+const workspaceMountName = "mnt"
+
 // workspaceMount is where the mount of sandbox id's workspace is made.
-func (m *Manager) workspaceMount(id string) string { return filepath.Join(m.cfg.WorkspaceDir, id) }
+func (m *Manager) workspaceMount(id string) string {
+	return filepath.Join(m.cfg.WorkspaceDir, id, workspaceMountName)
+}
 
 // mountWorkspace mounts sb's workspace for its container to bind at /workspace.
-func (m *Manager) mountWorkspace(sb *store.Sandbox) (runtime.Mount, error) {
+//
+// The recorded path was resolved when the sandbox was made and names the directory
+// without a symbolic link; it is opened again here as root, so a symbolic link on it now
+// (its owner's, or a sandbox's that writes a directory above it) is refused, never
+// followed.
+func (m *Manager) mountWorkspace(sb *store.Sandbox) (_ runtime.Mount, retErr error) {
 	ws := sb.Workspace
-	target := m.workspaceMount(sb.ID)
 	if err := os.MkdirAll(m.cfg.WorkspaceDir, 0o711); err != nil {
 		return runtime.Mount{}, err
 	}
-	if err := idmap.Unmount(target); err != nil { // what a crash left
+	m.unmountWorkspace(sb.ID) // what a crash left
+	dir, target := filepath.Join(m.cfg.WorkspaceDir, sb.ID), m.workspaceMount(sb.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return runtime.Mount{}, err // still there: unmountWorkspace said why
+	}
+	defer func() {
+		if retErr != nil {
+			// Empty: nothing was mounted.
+			os.Remove(target)
+			os.Remove(dir)
+		}
+	}()
+	if err := os.Mkdir(target, 0o755); err != nil {
 		return runtime.Mount{}, err
 	}
-	if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return runtime.Mount{}, err
-	}
-	f, st, err := openWorkspace(ws.Path)
+	f, st, err := openWorkspace(ws.Path, unix.RESOLVE_NO_SYMLINKS)
 	if err != nil {
 		return runtime.Mount{}, errdefs.Precondition("the workspace of sandbox %q cannot be mounted", sb.Name).WithCause(err)
 	}
@@ -194,18 +232,26 @@ func (m *Manager) mountWorkspace(sb *store.Sandbox) (runtime.Mount, error) {
 	return runtime.Mount{Source: target, Destination: WorkspaceMountPoint, ReadOnly: ws.ReadOnly}, nil
 }
 
-// unmountWorkspace removes the mount of sandbox id's workspace, if there is one.
+// unmountWorkspace removes the mount of sandbox id's workspace and its directory, if
+// there are any; also a mount made at WorkspaceDir/id itself (where it was made before
+// workspaceMountName).
 func (m *Manager) unmountWorkspace(id string) {
 	if m.cfg.WorkspaceDir == "" {
 		return
 	}
-	target := m.workspaceMount(id)
-	if err := idmap.Unmount(target); err != nil {
-		m.log.Warn("unmount a workspace", "sandbox", id, "err", err)
-		return
+	// The old place first: below a mount there, mnt would be the workspace's own.
+	dir, target := filepath.Join(m.cfg.WorkspaceDir, id), m.workspaceMount(id)
+	for _, p := range []string{dir, target} {
+		if err := idmap.Unmount(p); err != nil {
+			m.log.Warn("unmount a workspace", "sandbox", id, "err", err)
+			return
+		}
 	}
-	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		m.log.Warn("remove a workspace mount point", "sandbox", id, "err", err)
+	for _, p := range []string{target, dir} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("remove a workspace mount point", "sandbox", id, "err", err)
+			return
+		}
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -40,10 +42,16 @@ func TestWorkspaceRefusals(t *testing.T) {
 		{"missing", WorkspaceRequest{Path: filepath.Join(dir, "nope"), Access: "rw", PeerUID: owner}, errdefs.ErrInvalidArgument},
 		{"a file", WorkspaceRequest{Path: file, Access: "ro", PeerUID: owner}, errdefs.ErrInvalidArgument},
 		{"the root, through a link", WorkspaceRequest{Path: link, Access: "ro", PeerUID: owner}, errdefs.ErrInvalidArgument},
+		// The daemon's own working directory: a /proc magic link is never followed.
+		{"a /proc magic link", WorkspaceRequest{Path: "/proc/self/cwd", Access: "ro", PeerUID: owner}, errdefs.ErrInvalidArgument},
+		{"through a /proc magic link", WorkspaceRequest{Path: "/proc/self/root" + dir, Access: "ro", PeerUID: owner}, errdefs.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := tc.ws
-			_, _, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &ws})
+			_, sb, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &ws})
+			if err == nil {
+				m.Terminate(ctx, local, sb.ID) // unmounts what should not have been mounted
+			}
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Create: %v, want %v", err, tc.want)
 			}
@@ -74,6 +82,27 @@ func TestWorkspaceRefusals(t *testing.T) {
 			t.Fatalf("1000's directory behind a searchable one: %v", err)
 		}
 		m.Terminate(ctx, local, sb.ID)
+	})
+	t.Run("root's directory read-write", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to own a directory as root")
+		}
+		// The sandbox's root would make files there as root, set-user-ID ones too.
+		before, _ := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "local"})
+		for _, ids := range [][2]int{{0, 0}, {1000, 0}, {0, 1000}} {
+			d := t.TempDir()
+			os.Chown(d, ids[0], ids[1])
+			_, sb, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &WorkspaceRequest{Path: d, Access: "rw", PeerUID: 0}})
+			if err == nil {
+				m.Terminate(ctx, local, sb.ID)
+			}
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("a directory of uid %d gid %d, rw: %v, want invalid_argument", ids[0], ids[1], err)
+			}
+		}
+		if list, _ := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "local"}); len(list) != len(before) {
+			t.Errorf("a refused create left %d sandboxes", len(list)-len(before))
+		}
 	})
 	t.Run("another runtime", func(t *testing.T) {
 		_, _, err := m.Create(ctx, local, CreateRequest{Name: "ws", Runtime: "runsc",
@@ -137,8 +166,43 @@ func TestWorkspaceMountedAndUnmounted(t *testing.T) {
 	if _, _, err := m.Terminate(ctx, local, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the mount point outlived the sandbox: %v", err)
+	if _, err := os.Lstat(filepath.Dir(target)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the mount point's directory outlived the sandbox: %v", err)
+	}
+}
+
+// TestWorkspaceMountHiddenFromOtherUsers: the mount shows the workspace as it is; a host
+// user who cannot reach the workspace by its own path (a home directory of 0700) cannot
+// reach it through the mount either.
+func TestWorkspaceMountHiddenFromOtherUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("id-mapped mounts need root")
+	}
+	state := t.TempDir()
+	os.Chmod(state, 0o711) // as a daemon's state directory is
+	os.Chmod(filepath.Dir(state), 0o711)
+	cfg := DefaultConfig()
+	cfg.WorkspaceDir = filepath.Join(state, "workspaces")
+	m, _ := newManagerWith(t, cfg, newFake(t))
+	ctx := context.Background()
+	home := t.TempDir() // 0700: others cannot pass
+	dir := filepath.Join(home, "proj")
+	os.Mkdir(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "notes"), []byte("private"), 0o644)
+	os.Chown(dir, 1000, 1000)
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &WorkspaceRequest{Path: dir, Access: "ro", PeerUID: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Terminate(ctx, local, sb.ID) })
+	notes := filepath.Join(m.workspaceMount(sb.ID), "notes")
+	if b, err := os.ReadFile(notes); err != nil || string(b) != "private" {
+		t.Fatalf("root reads %s: %q, %v", notes, b, err)
+	}
+	cat := exec.Command("/bin/cat", notes)
+	cat.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	if out, err := cat.CombinedOutput(); err == nil {
+		t.Errorf("uid 1001 read the workspace through its mount: %q", out)
 	}
 }
 
@@ -159,10 +223,82 @@ func TestWorkspaceLeftoverUnmounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(left, unix.MNT_DETACH) })
+	// Where a workspace was mounted before: WorkspaceDir/id itself. Its own mnt is the
+	// workspace's, never removed.
+	ws := t.TempDir()
+	os.Mkdir(filepath.Join(ws, "mnt"), 0o755)
+	old := filepath.Join(cfg.WorkspaceDir, "sb_old")
+	os.Mkdir(old, 0o755)
+	if err := unix.Mount(ws, old, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(old, unix.MNT_DETACH) })
 	if err := m.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the leftover mount point is still there after recovery: %v", err)
+	for _, p := range []string{left, filepath.Dir(left), old} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the leftover %s is still there after recovery: %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "mnt")); err != nil {
+		t.Errorf("recovery removed the workspace's own mnt: %v", err)
+	}
+}
+
+// TestWorkspaceSwappedForALink: the path recorded at create names the directory without
+// a symbolic link; a link put on it later (by its owner, or by a sandbox that writes the
+// directory above) stops the next start instead of being followed as root to a
+// directory of the owner's that the owner could not reach.
+func TestWorkspaceSwappedForALink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("id-mapped mounts need root")
+	}
+	cfg := DefaultConfig()
+	cfg.WorkspaceDir = filepath.Join(t.TempDir(), "workspaces")
+	m, _ := newManagerWith(t, cfg, newFake(t))
+	ctx := context.Background()
+	base := t.TempDir()
+	os.Chmod(base, 0o711)
+	os.Chmod(filepath.Dir(base), 0o711)
+	// base/a/proj is 1000's project; base/closed/proj is a directory of 1000's behind
+	// one 1000 cannot pass.
+	a, closed := filepath.Join(base, "a"), filepath.Join(base, "closed")
+	for _, d := range []string{filepath.Join(a, "proj"), filepath.Join(closed, "proj")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(d, 1000, 1000)
+	}
+	os.Chown(a, 1000, 1000)
+	os.Chmod(closed, 0o700)
+	os.WriteFile(filepath.Join(closed, "proj", "secret"), []byte("not 1000's to see"), 0o644)
+
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: &WorkspaceRequest{Path: filepath.Join(a, "proj"), Access: "rw", PeerUID: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := m.workspaceMount(sb.ID)
+	t.Cleanup(func() {
+		m.Terminate(ctx, local, sb.ID)
+		unix.Unmount(target, unix.MNT_DETACH)
+	})
+	if _, _, err := m.Suspend(ctx, local, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(a, a+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(closed, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Resume(ctx, local, sb.ID); err == nil {
+		t.Errorf("resume after the workspace's parent became a link to %s: mounted", closed)
+	}
+	if _, err := os.Stat(filepath.Join(target, "secret")); err == nil {
+		t.Errorf("the directory behind the link is mounted at %s", target)
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused mount left its mount point: %v", err)
 	}
 }
