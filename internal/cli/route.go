@@ -16,6 +16,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -166,7 +167,57 @@ func (w *work) prepare(f *routeFlags) error {
 		// Copied back twice otherwise; and the next run's upload would carry them.
 		return usagef("--artifacts %s is inside the writable workspace; choose a directory outside it", abs)
 	}
+	return checkArtifacts(abs)
+}
+
+// artifactsMarker is the file Airlock leaves in an artifacts directory it made, so that
+// later runs may use the directory again.
+const artifactsMarker = ".airlock-artifacts"
+
+// checkArtifacts refuses an artifacts directory that holds files Airlock did not put
+// there: what the command makes lands beside them and may replace them (a git hook, a
+// script on the PATH, a shell's startup file), which in a directory of its own harms
+// nothing. A directory that does not exist yet, an empty one, and one an earlier run made
+// are allowed.
+func checkArtifacts(dir string) error {
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return usagef("--artifacts %s: %v", dir, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return usagef("--artifacts %s is a symbolic link; give the directory it leads to", dir)
+	case !fi.IsDir():
+		return usagef("--artifacts %s is not a directory", dir)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, artifactsMarker)); err == nil {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return usagef("--artifacts %s: %v", dir, err)
+	}
+	defer f.Close()
+	if names, _ := f.Readdirnames(1); len(names) > 0 {
+		return usagef("--artifacts %s already holds files that no run of Airlock put there; the command's files would go beside them and could replace them: give a new or empty directory (the default is ./airlock-artifacts/RUN-NAME)", dir)
+	}
 	return nil
+}
+
+// makeArtifacts makes the artifacts directory, marked as Airlock's; madeParent says it
+// also made its parent (./airlock-artifacts), which removeIfEmpty may then remove too.
+func makeArtifacts(dir string) (madeParent bool, err error) {
+	if _, err := os.Stat(filepath.Dir(dir)); errors.Is(err, fs.ErrNotExist) {
+		madeParent = true
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("artifacts directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, artifactsMarker), []byte("Airlock keeps the files of its runs here.\n"), 0o644); err != nil {
+		return false, fmt.Errorf("artifacts directory: %w", err)
+	}
+	return madeParent, nil
 }
 
 // checkWorkspace resolves dir and refuses what must never be a workspace.

@@ -221,7 +221,7 @@ func (d *artifactDests) copy(ctx context.Context, cl *client.Client, w *work, e 
 	}
 	if *root == nil {
 		if top == "work" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if _, err := makeArtifacts(dir); err != nil {
 				return artifact{}, 0, err
 			}
 		}

@@ -26,7 +26,7 @@ const capturedOutput = 16 << 20
 // directory, which is its scratch: what it leaves there is what it made.
 func (c *cmd) runOnHost(w *work) (*runResult, error) {
 	fenced := router.Place(w.decision.Place) == router.PlaceFence
-	madeParent, err := mkdirArtifacts(w.artifacts)
+	madeParent, err := makeArtifacts(w.artifacts)
 	if err != nil {
 		return nil, err
 	}
@@ -189,20 +189,19 @@ func hostCodeFile(w *work) (string, func(), error) {
 	return f.Name(), cleanup, nil
 }
 
-// mkdirArtifacts makes the artifacts directory; madeParent says it also made its parent
-// (./airlock-artifacts), which removeIfEmpty may then remove too.
-func mkdirArtifacts(dir string) (madeParent bool, err error) {
-	if _, err := os.Stat(filepath.Dir(dir)); errors.Is(err, fs.ErrNotExist) {
-		madeParent = true
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, fmt.Errorf("artifacts directory: %w", err)
-	}
-	return madeParent, nil
-}
-
-// removeIfEmpty removes the artifacts directory when nothing was left in it.
+// removeIfEmpty removes the artifacts directory when nothing but its marker was left in
+// it.
 func removeIfEmpty(dir string, parent bool) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := f.Readdirnames(2)
+	f.Close()
+	if len(names) != 1 || names[0] != artifactsMarker {
+		return
+	}
+	os.Remove(filepath.Join(dir, artifactsMarker))
 	if os.Remove(dir) == nil && parent {
 		os.Remove(filepath.Dir(dir))
 	}
@@ -215,7 +214,7 @@ func listScratch(dir string) ([]artifact, error) {
 		if err != nil {
 			return err
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() || p == filepath.Join(dir, artifactsMarker) {
 			return nil
 		}
 		fi, err := d.Info()

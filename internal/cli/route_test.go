@@ -386,3 +386,63 @@ func TestMountableOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestArtifactsDirectoryGuard: an artifacts directory that holds files no run put there
+// is refused (the command's files could replace them); a new, empty or earlier run's
+// directory is used, and one left with nothing but its marker is removed.
+func TestArtifactsDirectoryGuard(t *testing.T) {
+	base := t.TempDir()
+	mk := func(name string, files ...string) string {
+		d := filepath.Join(base, name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(d, f), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	project := mk("project", "Makefile")
+	os.Symlink(mk("made"), filepath.Join(base, "link"))
+	for name, tc := range map[string]struct {
+		dir  string
+		want string // "" allowed, else a part of the refusal
+	}{
+		"new":                 {filepath.Join(base, "new", "run-1"), ""},
+		"empty":               {mk("empty"), ""},
+		"a project":           {project, "already holds files"},
+		"a file":              {filepath.Join(project, "Makefile"), "not a directory"},
+		"a link":              {filepath.Join(base, "link"), "symbolic link"},
+		"an earlier run's":    {mk("earlier", artifactsMarker, "out.txt"), ""},
+		"the marker's absent": {mk("hooks", "pre-commit"), "already holds files"},
+	} {
+		err := checkArtifacts(tc.dir)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+
+	dir := filepath.Join(base, "fresh", "run-2")
+	parent, err := makeArtifacts(dir)
+	if err != nil || !parent {
+		t.Fatalf("makeArtifacts: %v, made parent %v", err, parent)
+	}
+	os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("x"), 0o644)
+	if err := checkArtifacts(dir); err != nil {
+		t.Errorf("a directory a run made, with its files: %v", err)
+	}
+	if got, err := listScratch(dir); err != nil || len(got) != 1 || got[0].Path != "kept.txt" {
+		t.Errorf("listed %+v, %v; want kept.txt alone, not the marker", got, err)
+	}
+	removeIfEmpty(dir, true)
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("a directory with a file was removed: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "kept.txt"))
+	removeIfEmpty(dir, true)
+	if _, err := os.Stat(filepath.Dir(dir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a directory with nothing but its marker, and its parent, were kept: %v", err)
+	}
+}
