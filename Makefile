@@ -18,12 +18,13 @@ deps:
 PREFIX ?= /usr/local
 install: build
 	install -D -m 0755 bin/airlock $(DESTDIR)$(PREFIX)/bin/airlock
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/airlock/README.md
 	@echo "installed $(DESTDIR)$(PREFIX)/bin/airlock"
 
 # The daemon as a systemd service, started now and at boot (root).
 install-service: install
 	install -D -m 0644 dist/airlock.service $(DESTDIR)/etc/systemd/system/airlock.service
-	sed -i 's|/usr/local/bin/airlock|$(PREFIX)/bin/airlock|' $(DESTDIR)/etc/systemd/system/airlock.service
+	sed -i 's|/usr/local/|$(PREFIX)/|g' $(DESTDIR)/etc/systemd/system/airlock.service
 	if [ -z "$(DESTDIR)" ]; then systemctl daemon-reload && systemctl enable --now airlock.service && \
 		echo "airlock.service is enabled and started; its log: journalctl -u airlock"; fi
 

@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +50,19 @@ const (
 // code of a command run in a sandbox. ctx should be cancelled on SIGINT.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	name, rest := splitVerb(args)
+	if name == "" && len(rest) > 0 {
+		// Flags and no command: --version (-v alone) as docker has it, else a short error
+		// rather than the whole help.
+		if i := slices.IndexFunc(rest, func(a string) bool { return a == "--version" || a == "-version" }); i >= 0 {
+			name, rest = "version", slices.Delete(slices.Clone(rest), i, i+1)
+		} else if len(rest) == 1 && (rest[0] == "-v" || rest[0] == "-V") {
+			name, rest = "version", nil
+		} else {
+			fmt.Fprintln(stderr, "airlock: missing command")
+			fmt.Fprintln(stderr, "see 'airlock help'")
+			return ExitError{2}
+		}
+	}
 	switch name {
 	case "", "help", "-h", "-help", "--help":
 		return runHelp(ctx, name, rest, stdout, stderr)
@@ -279,7 +294,11 @@ func (c *cmd) report(err error) error {
 		if c.json() {
 			c.printErrorJSON(api.Error{Code: apiErr.Code, Message: apiErr.Message, Details: apiErr.Details})
 		} else {
-			fmt.Fprintf(c.stderr, "airlock: %s (%s)\n", termSafe(apiErr.Message), termSafe(apiErr.Code))
+			msg := apiErr.Message
+			if apiErr.Code == "invalid_argument" {
+				msg = c.flagNamed(msg)
+			}
+			fmt.Fprintf(c.stderr, "airlock: %s (%s)\n", termSafe(msg), termSafe(apiErr.Code))
 		}
 		return ExitError{1}
 	}
@@ -293,6 +312,24 @@ func (c *cmd) report(err error) error {
 		fmt.Fprintln(c.stderr, "airlock: is the daemon running? Start it with `airlock serve`, or pass --socket or --addr.")
 	}
 	return ExitError{1}
+}
+
+// fieldRE is a request field at the start of a daemon's message: "max_lifetime 0s is out
+// of range".
+var fieldRE = regexp.MustCompile(`^([a-z]+(?:_[a-z]+)*) `)
+
+// flagNamed names the field a message starts with as the flag the user typed for it:
+// "--max-lifetime 0s is out of range" when --max-lifetime was given.
+func (c *cmd) flagNamed(msg string) string {
+	m := fieldRE.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	name := strings.ReplaceAll(m[1], "_", "-")
+	if c.fs.Lookup(name) == nil || !c.isSet(name) {
+		return msg
+	}
+	return "--" + name + " " + msg[len(m[0]):]
 }
 
 func (c *cmd) printErrorJSON(e api.Error) {

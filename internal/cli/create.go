@@ -44,12 +44,13 @@ type limitFlags struct {
 func (l *limitFlags) register(c *cmd, all bool) {
 	l.env = kvFlag{}
 	c.fs.StringVar(&l.image, "image", "", "image `IMG`: a name, a digest or a registry reference such as python:3.12-slim (default host)")
-	c.fs.StringVar(&l.pull, "pull", api.PullMissing, "pull the image from its registry: always, missing or never")
+	c.fs.StringVar(&l.pull, "pull", api.PullMissing, "`WHEN` to pull the image from its registry: always, missing or never")
 	c.fs.StringVar(&l.runtime, "runtime", "", "runtime `NAME` to run the sandbox (default the node's; airlock status lists them)")
 	c.fs.StringVar(&l.role, "role", "", "the one role `R` the sandbox acts with, one of yours (default: all of yours)")
 	c.fs.Float64Var(&l.cpu, "cpu", 0, "CPU limit in cores: `N`, fractions allowed")
 	c.fs.Var(&l.memory, "memory", "memory limit: `SIZE` such as 512M or 1.5GiB")
 	c.fs.Var(l.env, "env", "environment variable `K=V` (repeatable)")
+	c.fs.Var(l.env, "e", "short for --env")
 	l.net.register(c)
 	if all {
 		c.fs.Int64Var(&l.pids, "pids", 0, "maximum number of processes: `N`")

@@ -42,7 +42,7 @@ func runEvents(c *cmd, args []string) error {
 			return c.printJSON(evs)
 		}
 		names := newSandboxNames(c, cl)
-		p := eventPrinter{w: c.stdout, names: names, width: names.width()}
+		p := eventPrinter{w: c.stdout, names: names, width: names.widthFor(ref)}
 		p.header()
 		for _, ev := range evs {
 			if err := p.print(ev); err != nil {
@@ -56,7 +56,7 @@ func runEvents(c *cmd, args []string) error {
 		print = func(ev api.Event) error { return c.printJSONLine(ev) }
 	} else {
 		names := newSandboxNames(c, cl)
-		p := eventPrinter{w: c.stdout, names: names, width: names.width()}
+		p := eventPrinter{w: c.stdout, names: names, width: names.widthFor(ref)}
 		p.header()
 		print = p.print
 	}
@@ -218,6 +218,19 @@ func (n *sandboxNames) name(id string) string {
 	return name
 }
 
+// widthFor is the width of the sandbox column: that of ref's name when the events are
+// one sandbox's, else of the longest known name.
+func (n *sandboxNames) widthFor(ref string) int {
+	if ref == "" {
+		return n.width()
+	}
+	name := ref
+	if strings.HasPrefix(ref, "sb_") {
+		name = n.name(ref)
+	}
+	return max(len("SANDBOX"), min(len(name), 24))
+}
+
 // width is that of the longest known name, within reason.
 func (n *sandboxNames) width() int {
 	w := len("SANDBOX")
@@ -248,7 +261,11 @@ func describeEvent(ev api.Event, name func(id string) string) string {
 		case "memory":
 			return fmt.Sprintf("hit its memory limit (%s): a process was killed", formatSize(d.int("limit")))
 		case "pids":
-			return fmt.Sprintf("hit its process limit (%d): %d forks refused", d.int("limit"), d.int("refused_forks"))
+			forks := "forks"
+			if d.int("refused_forks") == 1 {
+				forks = "fork"
+			}
+			return fmt.Sprintf("hit its process limit (%d): %d %s refused", d.int("limit"), d.int("refused_forks"), forks)
 		case "exec_timeout":
 			return fmt.Sprintf("a command ran past its timeout (%s) and was stopped", d.str("timeout"))
 		}

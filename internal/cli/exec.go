@@ -32,8 +32,11 @@ func runExec(c *cmd, args []string) error {
 	timeout := c.fs.Duration("timeout", 0, "stop the command after `D`, e.g. 30s")
 	env := kvFlag{}
 	c.fs.Var(env, "env", "environment variable `K=V` for the command (repeatable)")
+	c.fs.Var(env, "e", "short for --env")
 	cwd := c.fs.String("cwd", "", "working directory `DIR` in the sandbox")
+	c.fs.StringVar(cwd, "w", "", "short for --cwd")
 	stdin := c.fs.Bool("stdin", false, "read standard input and give it to the command")
+	c.fs.BoolVar(stdin, "i", false, "short for --stdin")
 	pos, command, err := c.parse(args, 1, true)
 	if err != nil {
 		return err

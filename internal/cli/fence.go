@@ -28,7 +28,7 @@ airlock exits with the command's own exit code, or 125 if the fence could not be
 
 func runFence(c *cmd, args []string) error {
 	workspace := c.fs.String("workspace", "", "project `DIR` the command may reach (default: the current directory)")
-	access := c.fs.String("access", "rw", "workspace access: `none`, ro or rw")
+	access := c.fs.String("access", "rw", "workspace access `MODE`: none, ro or rw")
 	noNetwork := c.fs.Bool("no-network", false, "no network: only a loopback of its own")
 	_, command, err := c.parse(args, 0, true)
 	if err != nil {

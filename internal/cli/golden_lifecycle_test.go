@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -16,6 +17,9 @@ func TestGoldenLifecycle(t *testing.T) {
 	step := func(file string, args ...string) string {
 		t.Helper()
 		out, errOut, err := n.run(bg, "", args...)
+		if err != nil {
+			t.Logf("airlock %s: stderr %q", strings.Join(args, " "), errOut)
+		}
 		wantExit(t, err, 0)
 		if errOut != "" {
 			t.Errorf("%s: stderr = %q, want nothing", file, errOut)
@@ -36,6 +40,10 @@ func TestGoldenLifecycle(t *testing.T) {
 	}
 	step("snapshot-get.txt", "snapshot", "get", snap.Snapshot.ID)
 	step("fork.txt", "fork", "one", "three")
+	n.must(t, "suspend", "one")
+	step("restore.txt", "restore", "one", snap.Snapshot.ID)
+	step("resume.txt", "resume", "one")
+	step("ls-q.txt", "ls", "-q")
 	step("network-set.txt", "network", "set", "two", "--network", "allowlist", "--allow", "pypi.org")
 	step("run.txt", "run", "--", "echo", "hi")
 	step("image-ls.txt", "image", "ls")

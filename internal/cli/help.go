@@ -123,7 +123,12 @@ func printUsage(w io.Writer, v *verb, fs *flag.FlagSet) {
 		default:
 			usage += " (default " + f.DefValue + ")"
 		}
-		fmt.Fprintf(w, "  %-24s %s\n", strings.TrimSpace(dashed(f.Name)+" "+arg), usage)
+		name := strings.TrimSpace(dashed(f.Name) + " " + arg)
+		if len(name) > 24 {
+			fmt.Fprintf(w, "  %s\n  %-24s %s\n", name, "", usage) // a long name on a line of its own
+		} else {
+			fmt.Fprintf(w, "  %-24s %s\n", name, usage)
+		}
 	})
 	if !v.daemon {
 		fmt.Fprintln(w, "\nGlobal flags: --socket PATH, --addr HOST:PORT, --token T, -o/--output table|json (see airlock help).")

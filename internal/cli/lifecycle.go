@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -9,25 +10,29 @@ import (
 
 var suspendVerb = &verb{
 	name:  "suspend",
-	args:  "NAME [--if-match VERSION] [--idempotency-key K]",
+	args:  "NAME [-v] [--if-match VERSION] [--idempotency-key K]",
 	short: "stop a sandbox's compute, keeping its files",
 	long: `Processes end; writes under /root, /home, /var and the rest of the root filesystem are
-kept; /tmp, /run and /dev/shm are not. Any later call that touches the sandbox resumes it.`,
-	run: func(c *cmd, args []string) error { return runLifecycle(c, args, (*client.Client).Suspend) },
+kept; /tmp, /run and /dev/shm are not. Any later call that touches the sandbox resumes it.
+Prints one line, or with -v the operation.`,
+	run: func(c *cmd, args []string) error { return runLifecycle(c, args, "suspended", (*client.Client).Suspend) },
 }
 
 var resumeVerb = &verb{
 	name:  "resume",
-	args:  "NAME [--if-match VERSION] [--idempotency-key K]",
+	args:  "NAME [-v] [--if-match VERSION] [--idempotency-key K]",
 	short: "start a suspended sandbox again (a fresh container, generation + 1)",
-	run:   func(c *cmd, args []string) error { return runLifecycle(c, args, (*client.Client).Resume) },
+	long:  `Prints one line, or with -v the operation.`,
+	run:   func(c *cmd, args []string) error { return runLifecycle(c, args, "resumed", (*client.Client).Resume) },
 }
 
 type lifecycleCall func(*client.Client, context.Context, string, ...client.CallOption) (*api.OperationResponse, error)
 
-func runLifecycle(c *cmd, args []string, do lifecycleCall) error {
+func runLifecycle(c *cmd, args []string, done string, do lifecycleCall) error {
 	ifMatch := c.fs.Int64("if-match", 0, "act only at this `VERSION`")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
+	verbose := c.fs.Bool("verbose", false, "print the operation")
+	c.fs.BoolVar(verbose, "v", false, "short for --verbose")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
 		return err
@@ -44,5 +49,13 @@ func runLifecycle(c *cmd, args []string, do lifecycleCall) error {
 	if c.json() {
 		return c.printJSON(resp)
 	}
-	return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
+	if *verbose || resp.Sandbox == nil || resp.Operation.State != "succeeded" {
+		return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
+	}
+	line := done + " " + resp.Sandbox.Name
+	if done == "resumed" {
+		line += fmt.Sprintf(" (generation %d)", resp.Sandbox.Generation)
+	}
+	_, err = fmt.Fprintln(safeWriter{c.stdout}, line)
+	return err
 }

@@ -29,7 +29,7 @@ func TestDetachedLogs(t *testing.T) {
 	}
 	// run takes create's lifetime flags, and a zero lifetime is refused, not 8h.
 	_, stderr, err = n.run(bg, "", "run", "--detach", "--max-lifetime", "0", "--", "true")
-	if err == nil || !strings.Contains(stderr, "max_lifetime") {
+	if err == nil || !strings.Contains(stderr, "--max-lifetime 0s is out of range") {
 		t.Errorf("run --max-lifetime 0: %v, %q; want the daemon's refusal with the allowed range", err, stderr)
 	}
 }

@@ -9,10 +9,11 @@ import (
 
 var lsVerb = &verb{
 	name:  "ls",
-	args:  "[-a] [--state S]... [--label K=V]...",
+	args:  "[-a] [-q] [--state S]... [--label K=V]...",
 	short: "list sandboxes",
 	long: `Terminated sandboxes are left out unless -a (--all) or --state asks for them.
-Repeated --state flags match any of the states; repeated --label flags must all match.`,
+Repeated --state flags match any of the states; repeated --label flags must all match.
+-q prints only the names, one a line: airlock rm $(airlock ls -q).`,
 	run: runLs,
 }
 
@@ -23,6 +24,8 @@ func runLs(c *cmd, args []string) error {
 	c.fs.Var(labels, "label", "only sandboxes with label `K=V` (repeatable)")
 	all := c.fs.Bool("all", false, "show terminated sandboxes too")
 	c.fs.BoolVar(all, "a", false, "short for --all")
+	quiet := c.fs.Bool("quiet", false, "print only the names")
+	c.fs.BoolVar(quiet, "q", false, "short for --quiet")
 	if _, _, err := c.parse(args, 0, false); err != nil {
 		return err
 	}
@@ -48,6 +51,13 @@ func runLs(c *cmd, args []string) error {
 			list = []api.Sandbox{}
 		}
 		return c.printJSON(list)
+	}
+	if *quiet {
+		w := safeWriter{c.stdout}
+		for _, sb := range list {
+			fmt.Fprintln(w, sb.Name)
+		}
+		return nil
 	}
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "NAME\tID\tSTATE\tIMAGE\tCPU\tMEMORY\tCREATED")

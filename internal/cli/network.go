@@ -20,7 +20,7 @@ type networkFlags struct {
 
 func (n *networkFlags) register(c *cmd) {
 	c.fs.StringVar(&n.mode, "network", "", "egress `MODE`: none, deny_all, baseline (default), allowlist or unrestricted")
-	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain, an address or a CIDR prefix such as 10.1.0.0/16:5432, which also allows plain TCP; implies allowlist)")
+	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain, an address or a CIDR prefix such as 198.51.100.0/24:5432, which also allows plain TCP; implies allowlist)")
 	c.fs.Var(&n.allowPrivate, "allow-private", "authorise a private `CIDR` explicitly (repeatable)")
 }
 
@@ -58,11 +58,15 @@ var networkGetVerb = &verb{
 
 var networkSetVerb = &verb{
 	name:  "network set",
-	args:  "NAME --network MODE [--allow HOST[:PORT][/METHODS]]... [--allow-private CIDR]...",
+	args:  "NAME --network MODE [--allow HOST[:PORT][/METHODS]]... [--allow-private CIDR]... [-v]",
 	short: "change a sandbox's egress policy (new connections follow it at once)",
+	long: `Prints the policy now in force, and on stderr the allow rules and private ranges the
+change dropped; -v prints the operation instead of the policy.`,
 	run: func(c *cmd, args []string) error {
 		var nf networkFlags
 		nf.register(c)
+		verbose := c.fs.Bool("verbose", false, "print the operation")
+		c.fs.BoolVar(verbose, "v", false, "short for --verbose")
 		pos, _, err := c.parse(args, 1, false)
 		if err != nil {
 			return err
@@ -80,15 +84,25 @@ var networkSetVerb = &verb{
 		if err != nil {
 			return err
 		}
-		if before != nil {
-			if after, err := cl.Network(c.ctx, pos[0]); err == nil {
-				reportDropped(c.stderr, before, after)
-			}
+		after, _ := cl.Network(c.ctx, pos[0])
+		if before != nil && after != nil {
+			reportDropped(c.stderr, before, after)
 		}
 		if c.json() {
 			return c.printJSON(resp)
 		}
-		return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
+		if *verbose || after == nil || resp.Operation.State != "succeeded" {
+			return printOperation(c.stdout, &resp.Operation, resp.Sandbox)
+		}
+		line := "egress policy of " + pos[0] + ": " + after.Mode
+		if len(after.Allow) > 0 {
+			line += ", allowing " + strings.Join(after.Allow, " ")
+		}
+		if len(after.AllowPrivate) > 0 {
+			line += ", private ranges " + strings.Join(after.AllowPrivate, " ")
+		}
+		_, err = fmt.Fprintln(safeWriter{c.stdout}, line)
+		return err
 	},
 }
 

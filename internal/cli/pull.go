@@ -168,7 +168,7 @@ func runImagePrune(c *cmd, args []string) error {
 func runImagePull(c *cmd, args []string) error {
 	name := c.fs.String("name", "", "local image name `N` (default: REF)")
 	public := c.fs.Bool("public", false, "publish the image for every owner (administrators only)")
-	policy := c.fs.String("pull", api.PullAlways, "always, or missing (only when no image of the name is here)")
+	policy := c.fs.String("pull", api.PullAlways, "pull `WHEN`: always, or missing (only when no image of the name is here)")
 	user := c.fs.String("username", "", "registry user `U`")
 	passStdin := c.fs.Bool("password-stdin", false, "read the registry password from standard input")
 	pos, cl, err := c.connect(args, 1)

@@ -43,6 +43,7 @@ func runRun(c *cmd, args []string) error {
 	lim.register(c, false)
 	timeout := c.fs.Duration("timeout", 0, "stop the command after `D`, e.g. 30s")
 	detach := c.fs.Bool("detach", false, "keep the sandbox and run the command in the background")
+	c.fs.BoolVar(detach, "d", false, "short for --detach")
 	detachName := c.fs.String("name", "", "with --detach, the sandbox's `NAME` (default run-<random>)")
 	var life lifecycleFlags
 	life.register(c)

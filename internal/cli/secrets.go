@@ -115,8 +115,8 @@ func describeBinding(b api.SecretBinding) string {
 func runSecretBind(c *cmd, args []string) error {
 	sandbox := c.fs.String("sandbox", "", "the `SB` to hand it to (name or id)")
 	target := c.fs.String("target", "", "a variable `NAME` or an absolute file path")
-	delivery := c.fs.String("delivery", "proxy", "proxy, file or env")
-	scope := c.fs.String("scope", "sandbox", "sandbox or execution")
+	delivery := c.fs.String("delivery", "proxy", "`HOW` it reaches the sandbox: proxy, file or env")
+	scope := c.fs.String("scope", "sandbox", "`SCOPE` of the version used: sandbox or execution")
 	var hosts listFlag
 	c.fs.Var(&hosts, "hosts", "`H`osts a proxy delivery is substituted for (default: the secret's allowed hosts)")
 	query := c.fs.Bool("query", false, "proxy delivery: also substitute in the URL's query string")
@@ -147,7 +147,7 @@ func runSecretBind(c *cmd, args []string) error {
 
 func runSecretUnbind(c *cmd, args []string) error {
 	sandbox := c.fs.String("sandbox", "", "the `SB` to take it from (name or id)")
-	target := c.fs.String("target", "", "only the binding at this variable or path")
+	target := c.fs.String("target", "", "only the binding at `VAR|/PATH`")
 	yes := c.fs.Bool("yes", false, "unbind without asking")
 	pos, cl, err := c.connect(args, 1)
 	if err != nil {
@@ -172,10 +172,10 @@ func runSecretUnbind(c *cmd, args []string) error {
 
 func runSecretCreate(c *cmd, args []string) error {
 	name := c.fs.String("name", "", "the secret's `N`ame")
-	typ := c.fs.String("type", "", "token, password or certificate")
+	typ := c.fs.String("type", "", "`TYPE`: token, password or certificate")
 	var hosts listFlag
 	c.fs.Var(&hosts, "allowed-hosts", "the only `H`osts it is sent to (comma-separated)")
-	desc := c.fs.String("description", "", "what it is for")
+	desc := c.fs.String("description", "", "description `D`: what it is for")
 	expires := c.fs.String("expires", "", "expiry `T`: an RFC 3339 time or a duration")
 	_, cl, err := c.connect(args, 0)
 	if err != nil {

@@ -38,10 +38,11 @@ var snapshotRmVerb = &verb{
 
 var restoreVerb = &verb{
 	name:  "restore",
-	args:  "NAME SNAPSHOT [--no-safety-snapshot] [--idempotency-key K]",
+	args:  "NAME SNAPSHOT [-v] [--no-safety-snapshot] [--idempotency-key K]",
 	short: "replace a suspended sandbox's files with a snapshot's",
 	long: `The sandbox must be suspended. The snapshot's checksums and image are checked first,
-and a safety snapshot of the current state is taken unless --no-safety-snapshot.`,
+and a safety snapshot of the current state is taken unless --no-safety-snapshot; its id
+is printed, with the command that undoes the restore. -v prints the operation too.`,
 	run: runRestore,
 }
 
@@ -69,7 +70,7 @@ func runSnapshotCreate(c *cmd, args []string) error {
 	if c.json() {
 		return c.printJSON(resp)
 	}
-	return printSnapshots(c.stdout, []api.Snapshot{*resp.Snapshot})
+	return printSnapshots(c.stdout, []api.Snapshot{*resp.Snapshot}, newSandboxNames(c, cl).name)
 }
 
 func runSnapshotLs(c *cmd, args []string) error {
@@ -87,7 +88,7 @@ func runSnapshotLs(c *cmd, args []string) error {
 		}
 		return c.printJSON(list)
 	}
-	return printSnapshots(c.stdout, list)
+	return printSnapshots(c.stdout, list, newSandboxNames(c, cl).name)
 }
 
 func runSnapshotGet(c *cmd, args []string) error {
@@ -103,7 +104,7 @@ func runSnapshotGet(c *cmd, args []string) error {
 		return c.printJSON(s)
 	}
 	return printFields(c.stdout, [][2]string{
-		{"id", s.ID}, {"sandbox", s.SandboxID}, {"image", s.ImageDigest}, {"parent", orNone(s.Parent)},
+		{"id", s.ID}, {"sandbox", sandboxAndID(newSandboxNames(c, cl).name, s.SandboxID)}, {"image", s.ImageDigest}, {"parent", orNone(s.Parent)},
 		{"state", s.State}, {"consistency", s.Consistency}, {"logical_size", formatSize(s.LogicalSize)},
 		{"stored_size", formatSize(s.StoredSize)}, {"files", strconv.Itoa(s.Files)},
 		{"chunks", strconv.Itoa(len(s.Chunks))}, {"created", formatTime(s.Created)}, {"labels", formatMap(s.Labels)},
@@ -128,6 +129,8 @@ func runSnapshotRm(c *cmd, args []string) error {
 func runRestore(c *cmd, args []string) error {
 	noSafety := c.fs.Bool("no-safety-snapshot", false, "do not snapshot the current state first")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
+	verbose := c.fs.Bool("verbose", false, "print the operation")
+	c.fs.BoolVar(verbose, "v", false, "short for --verbose")
 	pos, cl, err := c.connect(args, 2)
 	if err != nil {
 		return err
@@ -140,7 +143,11 @@ func runRestore(c *cmd, args []string) error {
 	if c.json() {
 		return c.printJSON(resp)
 	}
-	if err := printOperation(c.stdout, &resp.Operation, resp.Sandbox); err != nil {
+	if *verbose || resp.Operation.State != "succeeded" {
+		if err := printOperation(c.stdout, &resp.Operation, resp.Sandbox); err != nil {
+			return err
+		}
+	} else if _, err := fmt.Fprintf(safeWriter{c.stdout}, "restored %s from %s\n", pos[0], pos[1]); err != nil {
 		return err
 	}
 	if s := resp.Snapshot; s != nil {
@@ -168,11 +175,19 @@ func runFork(c *cmd, args []string) error {
 	return printSandboxRow(c.stdout, resp.Sandbox)
 }
 
-func printSnapshots(w io.Writer, list []api.Snapshot) error {
+// sandboxAndID is "name (id)", or the id alone when its name is unknown.
+func sandboxAndID(name func(string) string, id string) string {
+	if n := name(id); n != "" && n != id {
+		return n + " (" + id + ")"
+	}
+	return id
+}
+
+func printSnapshots(w io.Writer, list []api.Snapshot, name func(id string) string) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tSANDBOX\tSTATE\tCONSISTENCY\tSIZE\tSTORED\tCREATED")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.SandboxID, s.State, s.Consistency,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, name(s.SandboxID), s.State, s.Consistency,
 			formatSize(s.LogicalSize), formatSize(s.StoredSize), formatAge(s.Created))
 	}
 	return tw.Flush()

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // A usage error is printed in at most three lines: what was wrong (a flag named as it is
@@ -16,6 +17,12 @@ import (
 
 // printUsageError writes err for verb v.
 func printUsageError(w io.Writer, v *verb, err error) {
+	var uf unknownFlagError
+	if errors.As(err, &uf) {
+		if hint := habitHint(v.name, uf.name); hint != "" {
+			err = fmt.Errorf("%w; %s", unknownFlagError{name: uf.name}, hint) // the hint, not a near miss
+		}
+	}
 	fmt.Fprintf(w, "airlock %s: %v\n", v.name, err)
 	fmt.Fprintf(w, "usage: airlock %s; see 'airlock %s --help'\n", shortSynopsis(v), v.name)
 }
@@ -62,11 +69,10 @@ func flagError(fs *flag.FlagSet, err error) error {
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		msg = "flag provided but not defined: " + dashed(name)
-		if near := nearestFlag(fs, name); near != "" {
-			msg += "; did you mean " + dashed(near) + "?"
-		}
-		return errors.New(msg)
+		return unknownFlagError{name: name, near: nearestFlag(fs, name)}
+	}
+	if bad, ok := strings.CutSuffix(msg, ": parse error"); ok {
+		msg = bad + ": " + parseHint(fs, msg)
 	}
 	msg = flagRefRE.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := flagRefRE.FindStringSubmatch(m)
@@ -76,6 +82,78 @@ func flagError(fs *flag.FlagSet, err error) error {
 		return sub[1] + dashed(sub[2])
 	})
 	return errors.New(msg)
+}
+
+// unknownFlagError is a flag the verb does not have, with the nearest one it has.
+type unknownFlagError struct{ name, near string }
+
+func (e unknownFlagError) Error() string {
+	msg := "flag provided but not defined: " + dashed(e.name)
+	if e.near != "" {
+		msg += "; did you mean " + dashed(e.near) + "?"
+	}
+	return msg
+}
+
+// habitHint says what to do instead of a flag that docker or kubectl has and the verb
+// does not: "" when there is nothing to say.
+func habitHint(verb, flag string) string {
+	if f, ok := strings.CutPrefix(flag, "o"); ok && (f == "json" || f == "table" || f == "yaml" || f == "wide") {
+		return "write -o json or --output=json (table and json are the formats)"
+	}
+	switch flag {
+	case "it", "ti", "t", "tty", "interactive", "i":
+		if verb == "exec" || verb == "run" || verb == "shell" {
+			return "for an interactive terminal use 'airlock shell NAME'; --stdin passes piped input to exec"
+		}
+	case "rm":
+		if verb == "run" {
+			return "run always terminates its sandbox when the command ends (unless --detach)"
+		}
+	case "f", "force":
+		if verb == "rm" {
+			return "rm terminates running sandboxes without it"
+		}
+	case "p", "publish":
+		if verb == "run" || verb == "create" {
+			return "expose a port once the sandbox runs: airlock port expose NAME PORT"
+		}
+	case "v", "volume", "mount":
+		if verb == "run" || verb == "create" {
+			return "copy files in with 'airlock cp', or give run --profile strict --workspace DIR (at /workspace)"
+		}
+	}
+	return ""
+}
+
+// badValueRE finds the flag in the flag package's "invalid value "x" for flag -timeout: parse error".
+var badValueRE = regexp.MustCompile(`for flag -([A-Za-z0-9][A-Za-z0-9_-]*):`)
+
+// parseHint says what a flag's value should look like, in place of "parse error".
+func parseHint(fs *flag.FlagSet, msg string) string {
+	m := badValueRE.FindStringSubmatch(msg)
+	if m == nil {
+		return "parse error"
+	}
+	f := fs.Lookup(m[1])
+	if f == nil {
+		return "parse error"
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return "parse error"
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "want a duration with its unit, such as 30s, 5m or 1h30m"
+	case float64:
+		return "want a number, such as 0.5 or 2"
+	case int, int64, uint, uint64:
+		return "want a whole number"
+	case bool:
+		return "want true or false"
+	}
+	return "parse error"
 }
 
 // PrintFlagError writes an error of parsing the flags of "airlock VERB" (a verb that
@@ -96,13 +174,20 @@ func nearestFlag(fs *flag.FlagSet, name string) string {
 	return nearest(name, names)
 }
 
-// nearest picks the candidate within two edits of s (a transposition is one edit), or
-// the one candidate s is a prefix of; "" when there is none.
+// nearest picks the candidate within two edits of s (one when s is shorter than six
+// letters; a transposition is one edit), or the one candidate s is a prefix of; "" when
+// there is none.
 func nearest(s string, candidates []string) string {
 	sort.Strings(candidates)
 	best, bestD := "", 3
 	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD && d < len(s) {
+		// On a tie a long name wins over a one-letter one: --al means --all, not -a.
+		// Two edits only in a word of six letters or more: bogus is not a typo of logs.
+		d := editDistance(s, c)
+		if d >= len(s) || d == 2 && len(s) < 6 {
+			continue
+		}
+		if d < bestD || d == bestD && len(best) == 1 && len(c) > 1 {
 			best, bestD = c, d
 		}
 	}
@@ -174,8 +259,28 @@ func verbNames() []string {
 // unknownCommand reports a verb that does not exist, with the nearest one.
 func unknownCommand(w io.Writer, prefix, name string, candidates []string) {
 	msg := fmt.Sprintf("%s: unknown command %q", prefix, name)
-	if near := nearest(name, candidates); near != "" {
+	if same, ok := habitVerbs[name]; ok && prefix == "airlock" {
+		msg += "; " + same
+	} else if near := nearest(name, candidates); near != "" {
 		msg += fmt.Sprintf("; did you mean %q?", near)
 	}
 	fmt.Fprintln(w, msg)
+}
+
+// habitVerbs are docker's and kubectl's words for what a verb of airlock does.
+var habitVerbs = map[string]string{
+	"stop":     `"airlock suspend NAME" stops its processes and keeps its files; "airlock rm NAME" ends it`,
+	"start":    `"airlock resume NAME" starts a suspended sandbox again`,
+	"restart":  `"airlock suspend NAME" then "airlock resume NAME" restarts a sandbox`,
+	"kill":     `"airlock rm NAME" terminates a sandbox`,
+	"delete":   `"airlock rm NAME" terminates a sandbox`,
+	"describe": `"airlock get NAME" shows one sandbox`,
+	"inspect":  `"airlock get NAME" shows one sandbox`,
+	"attach":   `"airlock shell NAME" opens a terminal in a sandbox`,
+	"images":   `"airlock image ls" lists images`,
+	"rmi":      `"airlock image rm REF" removes an image`,
+	"pull":     `"airlock image pull REF" pulls an image`,
+	"load":     `"airlock image import FILE" imports an image archive`,
+	"commit":   `"airlock snapshot create NAME" snapshots a sandbox`,
+	"top":      `"airlock exec NAME -- ps aux" shows a sandbox's processes`,
 }

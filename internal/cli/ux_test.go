@@ -144,11 +144,80 @@ func TestUsageErrorsAreShort(t *testing.T) {
 	wantContains(t, "unknown command", errOut.String(), `did you mean "ls"?`)
 }
 
+// TestHabits checks that docker's and kubectl's words get the airlock way of saying them,
+// in a usage error that is still short.
+func TestHabits(t *testing.T) {
+	if got := nearest("al", []string{"a", "all", "label", "state"}); got != "all" {
+		t.Errorf("nearest(al) = %q, want all: a long flag wins a tie", got)
+	}
+	if got := nearest("bogus", verbNames()); got != "" {
+		t.Errorf("nearest(bogus) = %q, want none: two edits in five letters is no typo", got)
+	}
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec", "box", "-it", "--", "sh"}, "airlock shell NAME"},
+		{[]string{"exec", "box", "-t", "--", "sh"}, "airlock shell NAME"},
+		{[]string{"run", "--rm", "--", "true"}, "unless --detach"},
+		{[]string{"rm", "-f", "box"}, "without it"},
+		{[]string{"create", "box", "-p", "80"}, "airlock port expose"},
+		{[]string{"stop", "box"}, "airlock suspend NAME"},
+		{[]string{"describe", "box"}, "airlock get NAME"},
+		{[]string{"images"}, "airlock image ls"},
+		{[]string{"get", "box", "-ojson"}, "-o json"},
+		{[]string{"--bogus"}, "missing command"},
+	} {
+		var out, errOut bytes.Buffer
+		wantExit(t, Run(bg, append([]string{"--socket", socket}, tt.args...), strings.NewReader(""), &out, &errOut), 2)
+		msg := errOut.String()
+		if n := strings.Count(msg, "\n"); n == 0 || n > 3 {
+			t.Errorf("airlock %s: usage error of %d lines, want 1 to 3:\n%s", strings.Join(tt.args, " "), n, msg)
+		}
+		wantContains(t, "airlock "+strings.Join(tt.args, " "), msg, tt.want)
+		if strings.Contains(msg, "did you mean") {
+			t.Errorf("airlock %s: a near miss besides the hint:\n%s", strings.Join(tt.args, " "), msg)
+		}
+	}
+}
+
+// TestBadValues checks that a value the flag package cannot parse is answered with what
+// it should look like, not "parse error".
+func TestBadValues(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec", "box", "--timeout", "5", "--", "true"}, "--timeout: want a duration with its unit"},
+		{[]string{"create", "box", "--cpu", "two"}, "--cpu: want a number"},
+		{[]string{"create", "box", "--pids", "many"}, "--pids: want a whole number"},
+	} {
+		var out, errOut bytes.Buffer
+		wantExit(t, Run(bg, append([]string{"--socket", socket}, tt.args...), nil, &out, &errOut), 2)
+		wantContains(t, "airlock "+strings.Join(tt.args, " "), errOut.String(), tt.want)
+	}
+}
+
+// TestVersionFlag checks docker's airlock --version: the version verb, not the help.
+func TestVersionFlag(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{{"--version"}, {"-v"}, {"--socket", socket, "--version"}} {
+		var out, errOut bytes.Buffer
+		if err := Run(bg, args, nil, &out, &errOut); err != nil {
+			t.Errorf("airlock %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
+		}
+		wantContains(t, "airlock "+strings.Join(args, " "), out.String(), "client: ", "server: ")
+	}
+}
+
 func TestNearest(t *testing.T) {
 	flags := []string{"memory", "cpu", "max-lifetime", "output", "open-files"}
 	for _, tt := range []struct{ in, want string }{
 		{"memroy", "memory"}, {"memory", "memory"}, {"mem", "memory"}, {"cpus", "cpu"},
 		{"max-lifetim", "max-lifetime"}, {"o", ""}, {"zzzzzz", ""}, {"open", "open-files"},
+		{"memry", "memory"}, {"cpx", "cpu"}, {"opnut", ""},
 	} {
 		if got := nearest(tt.in, flags); got != tt.want {
 			t.Errorf("nearest(%q) = %q, want %q", tt.in, got, tt.want)
@@ -304,10 +373,10 @@ func TestLimitRefusals(t *testing.T) {
 	n := newNode(t)
 	_, errOut, err := n.run(bg, "", "create", "box", "--max-lifetime", "0")
 	wantExit(t, err, 1)
-	wantContains(t, "--max-lifetime 0", errOut, "max_lifetime 0s is out of range", "from 1m0s to 720h0m0s", "(invalid_argument)")
+	wantContains(t, "--max-lifetime 0", errOut, "--max-lifetime 0s is out of range", "from 1m0s to 720h0m0s", "(invalid_argument)")
 	_, errOut, err = n.run(bg, "", "create", "box", "--cpu", "100")
 	wantExit(t, err, 1)
-	wantContains(t, "--cpu 100", errOut, "cpu 100 is more than the allowed 64 cores", "(invalid_argument)")
+	wantContains(t, "--cpu 100", errOut, "--cpu 100 is more than the allowed 64 cores", "(invalid_argument)")
 	if list, _ := n.Client.List(bg, client.ListOptions{}); len(list) != 0 {
 		t.Errorf("refused creates left %d sandboxes", len(list))
 	}
