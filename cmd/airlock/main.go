@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/router"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 )
@@ -34,7 +35,10 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "agent" && !helpAsked(os.Args[2:]) {
 		// The agent handles its own signals: it is PID 1 of the sandbox.
 		if err := agent.Main(context.Background(), os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "airlock agent:", err)
+			fmt.Fprintln(os.Stderr, "airlock", err) // the agent's errors begin "agent: "
+			if errors.Is(err, errdefs.ErrInvalidArgument) {
+				os.Exit(2) // a usage error, as every verb's
+			}
 			os.Exit(1)
 		}
 		return

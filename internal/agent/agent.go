@@ -82,7 +82,11 @@ func Main(ctx context.Context, args []string) error {
 	var env envFlag
 	fs.Var(&env, "env", "K=V added to the base environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
-		return errdefs.Invalid("agent: %v", err)
+		msg := err.Error()
+		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+			msg = "flag provided but not defined: --" + name
+		}
+		return errdefs.Invalid("agent: %s; see 'airlock agent --help'", msg)
 	}
 	if n := btoi(*socket != "") + btoi(*listenFd >= 0) + btoi(*acceptFd >= 0); n != 1 {
 		return errdefs.Invalid("agent: exactly one of --socket, --listen-fd and --accept-fd is required")

@@ -41,9 +41,9 @@ type routeFlags struct {
 }
 
 func (f *routeFlags) register(c *cmd) {
-	c.fs.StringVar(&f.profile, "profile", "", "isolation `profile`: off, safe or strict (default: the daemon's router.profile, if any)")
+	c.fs.StringVar(&f.profile, "profile", "", "isolation profile `P`: off, safe or strict (default: the daemon's router.profile, if any)")
 	c.fs.StringVar(&f.workspace, "workspace", "", "project `DIR` the command works on (default: none, a scratch directory)")
-	c.fs.StringVar(&f.access, "access", "", "workspace access: `none`, ro or rw (default: the profile's)")
+	c.fs.StringVar(&f.access, "access", "", "workspace access `MODE`: none, ro or rw (default: the profile's)")
 	c.fs.StringVar(&f.artifacts, "artifacts", "", "`DIR` for the files the command makes (default ./airlock-artifacts/RUN-NAME, or under $TMPDIR when that is in the workspace)")
 }
 

@@ -198,6 +198,8 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		ctx, noted := manager.NoteSandbox(r.Context())
+		r = r.WithContext(ctx)
 		p, err := c.authenticate(r)
 		if err == nil && perm != "" {
 			err = permit(p, perm)
@@ -212,7 +214,7 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 		if err != nil {
 			c.writeError(rec, r, err)
 		}
-		c.audit(r, pattern, p, rec.status, err, start)
+		c.audit(r, pattern, p, noted(), rec.status, err, start)
 	}
 }
 
@@ -226,7 +228,7 @@ func permit(p *auth.Principal, perm auth.Permission) error {
 }
 
 // audit records the request in the audit log, as Airlock's own API records its own.
-func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, status int, err error, start time.Time) {
+func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, sandbox string, status int, err error, start time.Time) {
 	if c.opts.AuditLog == nil {
 		return
 	}
@@ -238,7 +240,7 @@ func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, stat
 		code, _ := statusOf(err)
 		result += " " + code
 	}
-	e := audit.Entry{Action: audit.Clip("E2B " + pattern), Result: result, Source: "e2b tcp " + r.RemoteAddr,
+	e := audit.Entry{Action: audit.Clip("E2B " + pattern), Sandbox: sandbox, Result: result, Source: "e2b tcp " + r.RemoteAddr,
 		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
 	if p != nil {
 		e.Identity = p.Identity

@@ -86,11 +86,16 @@ func TestControlPlaneIsAudited(t *testing.T) {
 	f, alice, _ := newFixture(t)
 	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
 	f.want("create", st, body, 201)
+	var made struct{ SandboxID string }
+	json.Unmarshal(body, &made)
 	st, body, _ = f.do("GET", "/sandboxes", "", "")
 	f.want("no key", st, body, 401)
 	recs, err := f.node.AuditLog.List(context.Background(), store.AuditFilter{Action: "E2B POST /sandboxes"})
 	if err != nil || len(recs) != 1 || recs[0].Identity != "alice" || !strings.Contains(string(recs[0].Doc), `"result":"201"`) {
 		t.Fatalf("audit records of the create: %v %+v", err, recs)
+	}
+	if recs[0].Sandbox == "" || recs[0].Sandbox != made.SandboxID {
+		t.Errorf("the create's record is about sandbox %q, want %q", recs[0].Sandbox, made.SandboxID)
 	}
 	recs, _ = f.node.AuditLog.List(context.Background(), store.AuditFilter{Action: "E2B GET /sandboxes"})
 	if len(recs) != 1 || !strings.Contains(string(recs[0].Doc), "401") {

@@ -306,7 +306,7 @@ func (c *Control) auditSandbox(r *http.Request, id string, port int, t *target, 
 	e := audit.Entry{Action: audit.Clip(action), Result: result, Source: "e2b tcp " + r.RemoteAddr,
 		Resource: audit.Clip("id=" + id), Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
 	if t != nil {
-		e.Identity = t.owner
+		e.Identity, e.Sandbox = t.owner, t.id
 	}
 	if aerr := c.opts.AuditLog.Append(r.Context(), e); aerr != nil {
 		c.log.Error("audit log", "err", aerr)

@@ -108,6 +108,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
 	}
 	op.SandboxID = sb.ID
+	noteSandbox(ctx, sb.ID)
 	release, err := m.reserveLive(ctx, call.Owner)
 	if err != nil {
 		return op, nil, m.finishOp(op, "", err)

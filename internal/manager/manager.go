@@ -286,14 +286,43 @@ func (m *Manager) Resolve(ctx context.Context, owner, ref string) (*store.Sandbo
 		return nil, err
 	}
 	m.overlayActivity(sb)
+	noteSandbox(ctx, sb.ID)
 	return sb, nil
+}
+
+type notedKey struct{}
+
+// NoteSandbox returns ctx with a place where the manager notes the first sandbox a call
+// resolves or creates, and a function that reads it ("" if none): what the API's audit
+// record of the call is about.
+func NoteSandbox(ctx context.Context) (context.Context, func() string) {
+	var mu sync.Mutex
+	id := ""
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if id == "" {
+			id = s
+		}
+	}
+	return context.WithValue(ctx, notedKey{}, note), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return id
+	}
+}
+
+func noteSandbox(ctx context.Context, id string) {
+	if note, ok := ctx.Value(notedKey{}).(func(string)); ok {
+		note(id)
+	}
 }
 
 // List returns owner's sandboxes.
 func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	for _, s := range f.States {
 		if !validState(s) {
-			return nil, errdefs.Invalid("unknown state %q; states are %v", s, states)
+			return nil, errdefs.Invalid("unknown state %q; states are %s", s, joinStates(states))
 		}
 	}
 	list, err := m.store.ListSandboxes(ctx, f)

@@ -3,6 +3,7 @@ package manager
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -106,4 +107,13 @@ func may(verb Verb, sb *store.Sandbox) error {
 		details["reason"] = p.reason
 	}
 	return errdefs.Precondition("sandbox %q is %s; %s", sb.Name, sb.State, p.rule).WithDetails(details)
+}
+
+// joinStates lists states for a message: "creating, running, …".
+func joinStates(ss []State) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }

@@ -81,8 +81,9 @@ func resource(r *http.Request) string {
 	return strings.Join(parts, " ")
 }
 
-// auditRequest records one API request: who, which route, on what, with what result.
-func (s *Server) auditRequest(r *http.Request, action string, status int, err error, start time.Time) {
+// auditRequest records one API request: who, which route, on what (and the id of the
+// sandbox it resolved or made, if any), with what result.
+func (s *Server) auditRequest(r *http.Request, action, sandbox string, status int, err error, start time.Time) {
 	if s.opts.AuditLog == nil {
 		return
 	}
@@ -92,7 +93,7 @@ func (s *Server) auditRequest(r *http.Request, action string, status int, err er
 		result += " " + code
 	}
 	// An unauthenticated request's path is the caller's choice: clipped like every field.
-	e := audit.Entry{Identity: owner(r), Action: audit.Clip(action), Resource: resource(r), Result: result, Source: source(r),
+	e := audit.Entry{Identity: owner(r), Action: audit.Clip(action), Sandbox: sandbox, Resource: resource(r), Result: result, Source: source(r),
 		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
 	if aerr := s.opts.AuditLog.Append(r.Context(), e); aerr != nil {
 		s.log.Error("audit log", "err", aerr)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,6 +80,16 @@ func TestAuditLog(t *testing.T) {
 		e.Result != "succeeded" || e.Detail["cwd"] != "/tmp" || e.Detail["output_sha256"] != hex.EncodeToString(sum[:]) ||
 		e.Detail["exit_code"] != float64(0) || !strings.Contains(strings.Join(anyStrings(e.Detail["argv"]), " "), "echo hi") {
 		t.Errorf("the exec: %+v", e)
+	}
+	// A sandbox's records are found by its id: the create and the exec route with it.
+	var routes []string
+	for _, e := range auditEntries(t, admin, client.AuditFilter{Sandbox: resp.Sandbox.ID}) {
+		routes = append(routes, e.Action)
+	}
+	for _, want := range []string{"POST /v1/sandboxes", "POST /v1/sandboxes/{ref}/exec", "exec"} {
+		if !slices.Contains(routes, want) {
+			t.Errorf("the records of sandbox box are %q; want %q among them", routes, want)
+		}
 	}
 	if e := find(func(e auditEntry) bool { return e.Identity == "vic" && e.Action == "POST /v1/sandboxes" }); e == nil ||
 		e.Result != "403 permission_denied" || !strings.HasPrefix(e.Source, "tcp ") {

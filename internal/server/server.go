@@ -135,6 +135,8 @@ func (s *Server) adapt(pattern string, perm auth.Permission, h handler) http.Han
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
+		ctx, noted := manager.NoteSandbox(r.Context())
+		r = r.WithContext(ctx)
 		err := permitted(r, perm)
 		if err == nil {
 			err = s.confine(r, pattern, perm)
@@ -149,7 +151,7 @@ func (s *Server) adapt(pattern string, perm auth.Permission, h handler) http.Han
 			s.writeError(rec, r, err)
 		}
 		if principal(r) != nil { // the exposed ports' traffic is no API request
-			s.auditRequest(r, pattern, rec.status, err, start)
+			s.auditRequest(r, pattern, noted(), rec.status, err, start)
 		}
 	}
 }
@@ -279,7 +281,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, r, err)
-		s.auditRequest(r, r.Method+" "+r.URL.Path, http.StatusUnauthorized, err, time.Now())
+		s.auditRequest(r, r.Method+" "+r.URL.Path, "", http.StatusUnauthorized, err, time.Now())
 		return
 	}
 	ctx := manager.WithActor(context.WithValue(r.Context(), principalKey, p), p.Identity)
