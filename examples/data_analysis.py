@@ -58,7 +58,7 @@ def run(out_path: str) -> dict:
         summary = json.loads(res.stdout)
         chart = sb.files.read("/root/out/chart.svg")
     with open(out_path, "wb") as f:
-        f.write(chart if isinstance(chart, bytes) else chart.encode())
+        f.write(chart)
     print("summary:", summary, "chart:", out_path)
     return summary
 

@@ -10,13 +10,9 @@ import asyncio
 import socket
 from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, TypeVar
 
-from ._protocol import MAX_ERROR_BODY, MAX_EVENT_LINE, Request, Target, decode_error, unavailable
+from ._protocol import CONNECT_TIMEOUT, MAX_ERROR_BODY, MAX_EVENT_LINE, MAX_IDLE, LineSplitter, Request, Target, decode_error, unavailable
 from .errors import Internal
 
-#: Seconds to wait for a connection to the daemon.
-CONNECT_TIMEOUT = 10.0
-#: Idle connections kept per client.
-MAX_IDLE = 8
 #: The longest header section accepted.
 MAX_HEAD = 64 << 10
 
@@ -296,29 +292,29 @@ class AsyncLineStream:
     def __init__(self, tr: AsyncTransport, resp: Response) -> None:
         self._tr = tr
         self._resp = resp
-        self._buf = b""
+        self._split = LineSplitter()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
-            i = self._buf.find(b"\n")
-            if i >= 0:
-                line, self._buf = self._buf[: i + 1], self._buf[i + 1 :]
+            try:
+                line = self._split.pop()
+            except Internal:
+                self.close()
+                raise
+            if line is not None:
                 yield line
                 continue
-            if len(self._buf) > MAX_EVENT_LINE:
-                self.close()
-                raise Internal(f"read stream: a line longer than {MAX_EVENT_LINE} bytes")
             try:
                 data = await self._resp.read1()
             except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
                 self.close()
                 raise unavailable(self._tr.target, e) from None
             if not data:
-                if self._buf:
-                    line, self._buf = self._buf, b""
-                    yield line
+                last = self._split.rest()
+                if last:
+                    yield last
                 return
-            self._buf += data
+            self._split.feed(data)
 
     def close(self) -> None:
         """Abandon the stream: close its connection."""

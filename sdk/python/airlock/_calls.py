@@ -8,7 +8,7 @@ asyncio clients only send them.
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _validate as v
-from ._protocol import Request, no_result, sandbox_path
+from ._protocol import Request, sandbox_path
 from .errors import Internal, InvalidArgument
 from .types import ExecResult, FileInfo, NetworkPolicy, Operation, SandboxInfo, SessionInfo, Snapshot
 

@@ -2,7 +2,8 @@
 
 It owns where the daemon is (:class:`Target`), how a call becomes an HTTP request
 (:class:`Request`), how an error answer becomes an exception, and how an NDJSON exec
-stream becomes chunks and a result (:class:`EventReader`). It does no I/O.
+stream becomes lines (:class:`LineSplitter`) and then chunks and a result
+(:class:`EventReader`). It does no I/O.
 """
 
 import base64
@@ -17,6 +18,12 @@ from .types import Chunk, ExecResult
 
 #: Where the daemon listens when neither an argument nor the environment says otherwise.
 DEFAULT_SOCKET = "/run/airlock/airlock.sock"
+
+#: Seconds to wait for a connection to the daemon.
+CONNECT_TIMEOUT = 10.0
+
+#: Idle connections kept per client.
+MAX_IDLE = 8
 
 #: How much of an error answer is read.
 MAX_ERROR_BODY = 64 << 10
@@ -193,6 +200,42 @@ def decode_answer(req: "Request[T]", body: bytes) -> T:
     return req.parse(doc)
 
 
+class LineSplitter:
+    """Cuts the bytes of a streamed answer, as they arrive, into NDJSON lines.
+
+    The transport feeds it what it reads and takes the complete lines with :meth:`pop`;
+    at the end of the answer, :meth:`rest` is a last line without its newline.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._pos = 0  # where the next line starts in _buf
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes read from the answer."""
+        self._buf = self._buf[self._pos :] + data
+        self._pos = 0
+
+    def pop(self) -> Optional[bytes]:
+        """The next complete line (with its newline), or None until more is fed.
+        Raises :class:`Internal` once the line being gathered exceeds
+        :data:`MAX_EVENT_LINE`."""
+        i = self._buf.find(b"\n", self._pos)
+        if i >= 0:
+            line = self._buf[self._pos : i + 1]
+            self._pos = i + 1
+            return line
+        if len(self._buf) - self._pos > MAX_EVENT_LINE:
+            raise Internal(f"read stream: a line longer than {MAX_EVENT_LINE} bytes")
+        return None
+
+    def rest(self) -> bytes:
+        """What is left once the answer has ended: a last line without its newline, or b""."""
+        line = self._buf[self._pos :]
+        self._buf, self._pos = b"", 0
+        return line
+
+
 Event = Union[Chunk, ExecResult]
 
 
@@ -203,9 +246,6 @@ class EventReader:
     event raises its exception.
     """
 
-    def __init__(self) -> None:
-        self.result: Optional[ExecResult] = None
-
     def feed(self, line: bytes) -> Optional[Event]:
         """The chunk or result a line carries, or None for a line to skip."""
         line = line.strip()
@@ -215,6 +255,8 @@ class EventReader:
             ev = json.loads(line.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as e:
             raise Internal(f"read stream: bad event line: {e}") from None
+        if not isinstance(ev, dict):
+            raise Internal(f"read stream: an event line that is not an object: {line[:60]!r}")
         typ = ev.get("type")
         if typ in ("stdout", "stderr"):
             if ev.get("bytes"):
@@ -225,10 +267,11 @@ class EventReader:
         if typ == "exit":
             if not isinstance(ev.get("result"), dict):
                 raise Internal("exit event without a result")
-            self.result = ExecResult.from_json(ev["result"])
-            return self.result
+            return ExecResult.from_json(ev["result"])
         if typ == "error":
-            err = ev.get("error") or {"code": "internal", "message": "stream error without details"}
+            err = ev.get("error")
+            if not isinstance(err, dict):
+                err = {"code": "internal", "message": "stream error without details"}
             raise error_from_code(str(err.get("code", "internal")), str(err.get("message", "")), details=err.get("details"))
         return None
 

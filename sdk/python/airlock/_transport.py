@@ -11,14 +11,8 @@ import socket
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
 
-from ._protocol import MAX_ERROR_BODY, MAX_EVENT_LINE, Request, Target, decode_error, unavailable
-from .errors import AirlockError, Internal
-
-#: Seconds to wait for a connection to the daemon.
-CONNECT_TIMEOUT = 10.0
-
-#: Idle connections kept per client.
-MAX_IDLE = 8
+from ._protocol import CONNECT_TIMEOUT, MAX_ERROR_BODY, MAX_IDLE, LineSplitter, Request, Target, decode_error, unavailable
+from .errors import Internal
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -118,6 +112,9 @@ class Transport:
                 if isinstance(e, socket.timeout):
                     raise unavailable(self.target, TimeoutError(f"no answer within {self.timeout} s; the outcome is unknown")) from None
                 raise unavailable(self.target, e) from None
+            except BaseException:
+                conn.close()
+                raise
         raise AssertionError("unreachable")
 
     def _finish(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
@@ -140,6 +137,9 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise unavailable(self.target, e) from None
+        except BaseException:
+            conn.close()
+            raise
         self._finish(conn, resp)
         return resp.status, data
 
@@ -151,7 +151,8 @@ class Transport:
                 data = resp.read(MAX_ERROR_BODY)
             except (OSError, http.client.HTTPException):
                 data = b""
-            conn.close()
+            finally:
+                conn.close()
             raise decode_error(resp.status, data)
         return LineStream(self, conn, resp)
 
@@ -164,30 +165,30 @@ class LineStream:
         self._tr = tr
         self._conn: Optional[http.client.HTTPConnection] = conn
         self._resp = resp
-        self._buf = b""
+        self._split = LineSplitter()
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
-            i = self._buf.find(b"\n")
-            if i >= 0:
-                line, self._buf = self._buf[: i + 1], self._buf[i + 1 :]
+            try:
+                line = self._split.pop()
+            except Internal:
+                self.close()
+                raise
+            if line is not None:
                 yield line
                 continue
-            if len(self._buf) > MAX_EVENT_LINE:
-                self.close()
-                raise Internal(f"read stream: a line longer than {MAX_EVENT_LINE} bytes")
             try:
                 data = self._resp.read1(65536) if self._conn is not None else b""
             except (OSError, http.client.HTTPException) as e:
                 self.close()
                 raise unavailable(self._tr.target, e) from None
             if not data:
-                if self._buf:
-                    line, self._buf = self._buf, b""
-                    yield line
+                last = self._split.rest()
+                if last:
+                    yield last
                 self._done()
                 return
-            self._buf += data
+            self._split.feed(data)
 
     def _done(self) -> None:
         conn, self._conn = self._conn, None
@@ -201,4 +202,4 @@ class LineStream:
             conn.close()
 
 
-__all__ = ["Transport", "LineStream", "UnixHTTPConnection", "AirlockError"]
+__all__ = ["Transport", "LineStream", "UnixHTTPConnection"]

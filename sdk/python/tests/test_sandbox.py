@@ -1,5 +1,6 @@
 """Create, reconnect, exec, streams, sessions and files against a real daemon."""
 
+import os
 import time
 
 import pytest
@@ -69,15 +70,25 @@ def test_exec_stream_wait_and_failure(sandbox):
     assert list(stream) == []
 
 
+# Whether a process named sleep runs, by pgrep's exit status (0 found, 1 none): any other
+# status (127: no pgrep in the image) ends the loop as "pgrep failed". The loop's own
+# sleeps do not overlap pgrep, so any sleep it sees is the streamed command's.
+_PGREP_SLEEP = ("for i in $(seq 50); do pgrep -x sleep >/dev/null; rc=$?; "
+                "case $rc in {want}) echo {word}; exit;; 0|1) ;; *) echo \"pgrep failed: $rc\"; exit;; esac; "
+                "sleep 0.1; done; ps -ef")
+
+
 def test_exec_stream_close_cancels(sandbox):
     stream = sandbox.exec_stream("echo started; sleep 30; echo never")
     first = next(iter(stream))
     assert first.text == "started\n"
+    # The precondition of the check below: pgrep is there and sees the running sleep.
+    res = sandbox.exec(_PGREP_SLEEP.format(want=0, word="seen"))
+    assert res.stdout == "seen\n", f"pgrep (in the sandbox's image) must see the streamed command's sleep: {res}"
     t0 = time.monotonic()
     stream.close()
     # The sandbox is usable at once, and the cancelled command is gone.
-    # (pgrep runs between this loop's own sleeps, so any sleep it sees is the old one.)
-    res = sandbox.exec("for i in $(seq 50); do pgrep -x sleep >/dev/null || { echo gone; exit; }; sleep 0.1; done; ps -ef")
+    res = sandbox.exec(_PGREP_SLEEP.format(want=1, word="gone"))
     assert res.stdout == "gone\n", res
     assert time.monotonic() - t0 < 10
 
@@ -144,6 +155,10 @@ def test_files_write_read_list_remove(sandbox):
 
 def test_workspace_is_mounted(client, new_name, tmp_path):
     (tmp_path / "in.txt").write_text("from the host\n")
+    if os.geteuid() == 0:
+        # The daemon mounts a directory of root's read-only only: give it to a user.
+        for p in (tmp_path, tmp_path / "in.txt"):
+            os.chown(p, 1000, 1000)
     sb = Sandbox.create(new_name("ws"), network="none", workspace=str(tmp_path), client=client)
     assert sb.exec("cat /workspace/in.txt").stdout == "from the host\n"
     assert sb.exec("echo from the sandbox > /workspace/out.txt").ok
