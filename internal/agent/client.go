@@ -21,7 +21,9 @@ import (
 //
 // Everything the agent sends is bounded before the daemon acts on it: a frame by
 // MaxPayload, a call that answers with one frame by callTimeout, an exec with a timeout
-// by that timeout plus replyGrace, and the output of a call by MaxRead.
+// by that timeout plus replyGrace, a cancelled call by cancelWait, the output of a call
+// by MaxRead, a listing by its count of entries, and the agent's text (its errors, a
+// result's error) by maxAgentText.
 type Client struct {
 	Dial func(ctx context.Context) (net.Conn, error)
 	// MaxRead bounds the bytes (payload and framing) of output one exec or send reads
@@ -66,52 +68,55 @@ var cancelWait = 5 * time.Second
 
 // call is one connection carrying one request.
 type call struct {
-	conn    net.Conn
-	mu      sync.Mutex // serialises frame writes
-	maxRead int64      // see Client.MaxRead
+	conn       net.Conn
+	mu         sync.Mutex // serialises frame writes
+	maxRead    int64      // see Client.MaxRead
+	cancelOnce sync.Once
 }
 
+// open dials and sends req. ctx and callTimeout bound the send: a request larger than
+// the connection's buffer waits for an agent that may never read it.
 func (c *Client) open(ctx context.Context, req *agentproto.Request) (*call, error) {
 	conn, err := c.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("agent: dial: %w", err)
 	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	_ = conn.SetWriteDeadline(time.Now().Add(callTimeout))
 	b, err := json.Marshal(req)
 	if err == nil {
 		err = agentproto.WriteFrame(conn, agentproto.FrameRequest, b)
+	}
+	if !stop() {
+		conn.Close()
+		return nil, ctx.Err()
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		conn.Close()
+		return nil, ctxErr(ctx, err)
 	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("agent: send request: %w", err)
 	}
+	_ = conn.SetWriteDeadline(time.Time{})
 	return &call{conn: conn, maxRead: c.MaxRead}, nil
+}
+
+// cancel asks the agent to stop the call and bounds what is left of it by cancelWait.
+// The deadline comes before the Cancel frame: a write that holds the connection (stdin
+// to an agent that reads nothing) must not keep the caller waiting for ever.
+func (k *call) cancel() {
+	k.cancelOnce.Do(func() {
+		_ = k.conn.SetDeadline(time.Now().Add(cancelWait))
+		_ = k.send(agentproto.FrameCancel, nil)
+	})
 }
 
 func (k *call) send(t agentproto.FrameType, p []byte) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return agentproto.WriteFrame(k.conn, t, p)
-}
-
-// finish decodes the frame that ends a call: a Result into v, or an Error.
-func finish(t agentproto.FrameType, p []byte, v any) error {
-	switch t {
-	case agentproto.FrameResult:
-		if v == nil {
-			return nil
-		}
-		if err := json.Unmarshal(p, v); err != nil {
-			return fmt.Errorf("agent: decode result: %w", err)
-		}
-		return nil
-	case agentproto.FrameError:
-		re := &agentproto.RemoteError{}
-		if err := json.Unmarshal(p, re); err != nil {
-			return fmt.Errorf("agent: decode error: %w", err)
-		}
-		return re
-	}
-	return fmt.Errorf("%w: a frame of type %q ended the call", agentproto.ErrBadReply, byte(t))
 }
 
 // simple runs a call whose answer is a single Result or Error frame.
@@ -153,14 +158,7 @@ func (c *Client) Ping(ctx context.Context) error {
 // Past maxRead bytes of output it does the same, drops further output and reports in
 // the result's Error that the command was stopped.
 func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) error {
-	var cancelOnce sync.Once
-	cancel := func() {
-		cancelOnce.Do(func() {
-			_ = k.send(agentproto.FrameCancel, nil)
-			_ = k.conn.SetReadDeadline(time.Now().Add(cancelWait))
-		})
-	}
-	stop := context.AfterFunc(ctx, cancel)
+	stop := context.AfterFunc(ctx, k.cancel)
 	defer stop()
 	var read int64
 	over := false
@@ -176,7 +174,7 @@ func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) erro
 					return fmt.Errorf("%w: it kept sending output past %d bytes after the command was stopped", ErrReplyTooLarge, k.maxRead)
 				}
 				over = true
-				cancel()
+				k.cancel()
 				continue
 			}
 		}
@@ -272,7 +270,7 @@ func (c *Client) PTY(ctx context.Context, spec agentproto.ExecSpec) (*PTY, error
 	}
 	pr, pw := io.Pipe()
 	p := &PTY{k: k, out: pr, done: make(chan struct{})}
-	p.stop = context.AfterFunc(ctx, func() { _ = k.send(agentproto.FrameCancel, nil) })
+	p.stop = context.AfterFunc(ctx, k.cancel)
 	go func() {
 		defer close(p.done)
 		var res agentproto.ExitResult
@@ -324,9 +322,10 @@ func (p *PTY) Wait() (*agentproto.ExitResult, error) {
 	return p.res, p.err
 }
 
-// Close kills the process if it still runs, drops unread output and waits for the end.
+// Close kills the process if it still runs, drops unread output and waits (at most
+// cancelWait) for the end.
 func (p *PTY) Close() error {
-	_ = p.k.send(agentproto.FrameCancel, nil)
+	p.k.cancel()
 	p.out.Close()
 	_, err := p.Wait()
 	return err
@@ -338,8 +337,15 @@ func (c *Client) StartSession(ctx context.Context, spec agentproto.SessionSpec) 
 	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionStart, Session: &spec}, &info); err != nil {
 		return nil, err
 	}
+	if err := checkSession(&info); err != nil {
+		return nil, err
+	}
 	return &info, nil
 }
+
+// maxSessionList bounds a list of sessions: a real agent's entry takes at least 40
+// bytes, so no real reply of one frame holds more.
+const maxSessionList = agentproto.MaxPayload / 40
 
 // Send sends input to session id and streams the reply into stdout and stderr (either
 // may be nil). A session serves one send at a time; another gets a "busy" RemoteError.
@@ -392,9 +398,18 @@ func (c *Client) CloseSession(ctx context.Context, id string) error {
 
 // ListSessions lists the running sessions.
 func (c *Client) ListSessions(ctx context.Context) ([]agentproto.SessionInfo, error) {
-	var out []agentproto.SessionInfo
-	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionList}, &out); err != nil {
+	var raw json.RawMessage
+	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpSessionList}, &raw); err != nil {
 		return nil, err
+	}
+	out, err := decodeList[agentproto.SessionInfo](raw, maxSessionList, "session list")
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if err := checkSession(&out[i]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -410,12 +425,16 @@ func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid 
 	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
 	defer stop()
 	buf := make([]byte, copyBuf)
+	var sent int64
 	for {
 		n, rerr := r.Read(buf)
 		if n > 0 {
+			// An agent that stops reading fails the upload after callTimeout.
+			_ = k.conn.SetWriteDeadline(time.Now().Add(callTimeout))
 			if err := k.send(agentproto.FrameData, buf[:n]); err != nil {
 				return 0, k.early(ctx, err)
 			}
+			sent += int64(n)
 		}
 		if rerr == io.EOF {
 			break
@@ -430,6 +449,7 @@ func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid 
 			return 0, fmt.Errorf("agent: upload %s: read: %w", path, rerr)
 		}
 	}
+	_ = k.conn.SetDeadline(time.Now().Add(callTimeout))
 	if err := k.send(agentproto.FrameEnd, nil); err != nil {
 		return 0, k.early(ctx, err)
 	}
@@ -440,6 +460,9 @@ func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid 
 	var res agentproto.SizeResult
 	if err := finish(t, p, &res); err != nil {
 		return 0, err
+	}
+	if res.Size != sent {
+		return 0, fmt.Errorf("%w: upload %s: sent %d bytes, the agent wrote %d", agentproto.ErrBadReply, path, sent, res.Size)
 	}
 	return res.Size, nil
 }
@@ -454,7 +477,7 @@ func (k *call) early(ctx context.Context, werr error) error {
 	if t, p, err := agentproto.ReadFrame(k.conn); err == nil && t == agentproto.FrameError {
 		return finish(t, p, nil)
 	}
-	return fmt.Errorf("agent: %w", werr)
+	return ctxErr(ctx, werr)
 }
 
 // Download copies the file at path into w and returns its size.
@@ -468,6 +491,9 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64,
 	defer stop()
 	var n int64
 	for {
+		// Each frame must come within callTimeout: a silent agent does not hold the
+		// download for ever, however long the file.
+		_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
 		t, p, err := agentproto.ReadFrame(k.conn)
 		if err != nil {
 			return n, ctxErr(ctx, err)
@@ -478,7 +504,7 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64,
 				return n, err
 			}
 			if res.Size != n {
-				return n, fmt.Errorf("agent: download %s: got %d bytes, agent sent %d", path, n, res.Size)
+				return n, fmt.Errorf("%w: download %s: got %d bytes, agent sent %d", agentproto.ErrBadReply, path, n, res.Size)
 			}
 			return n, nil
 		}
@@ -520,30 +546,26 @@ func (c *Client) List(ctx context.Context, path string) ([]agentproto.FileInfo, 
 		if total += len(p); total > maxListBytes {
 			return nil, fmt.Errorf("%w: a listing of %s over %d bytes", agentproto.ErrBadReply, path, maxListBytes)
 		}
-		if t != agentproto.FrameData {
-			// An agent that does not chunk sends the entries in the Result.
-			var rest []agentproto.FileInfo
-			if t == agentproto.FrameResult && len(p) > 0 && p[0] == '[' {
-				if err := finish(t, p, &rest); err != nil {
-					return nil, err
-				}
-			} else if err := finish(t, p, nil); err != nil {
+		isResult := t == agentproto.FrameResult
+		if t != agentproto.FrameData && !(isResult && len(p) > 0 && p[0] == '[') {
+			if err := finish(t, p, nil); err != nil {
 				return nil, err
 			}
-			out = append(out, rest...)
 			break
 		}
-		var part []agentproto.FileInfo
-		if err := json.Unmarshal(p, &part); err != nil {
-			return nil, fmt.Errorf("agent: decode listing: %w", err)
-		}
-		out = append(out, part...)
-		if len(out) > MaxListEntries {
+		// Entries come in Data frames, or all in the Result from an agent that does
+		// not chunk. None is decoded past MaxListEntries.
+		part, err := decodeList[agentproto.FileInfo](p, MaxListEntries-len(out), "listing")
+		if errors.Is(err, errTooMany) {
 			return nil, errdefs.Invalid("%s has more than %d entries, more than a listing takes", path, MaxListEntries)
 		}
-	}
-	if len(out) > MaxListEntries {
-		return nil, errdefs.Invalid("%s has more than %d entries, more than a listing takes", path, MaxListEntries)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+		if isResult {
+			break
+		}
 	}
 	for i := range out {
 		if err := out[i].Check(false); err != nil {

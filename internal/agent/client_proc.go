@@ -79,7 +79,7 @@ func (c *Client) procOpen(ctx context.Context, req *agentproto.Request, wantPID 
 	}
 	var st agentproto.ProcStarted
 	if err := json.Unmarshal(b, &st); err != nil {
-		return fail(fmt.Errorf("agent: decode start: %w", err))
+		return fail(decodeErr("start", err))
 	}
 	if st.PID <= 0 || st.PID > maxPID || (wantPID != 0 && st.PID != wantPID) {
 		return fail(fmt.Errorf("%w: the sandbox's agent named pid %d for the process", agentproto.ErrBadReply, st.PID))
@@ -127,8 +127,8 @@ func (p *Proc) recv() (ProcOutput, error) {
 		return ProcOutput{Stderr: true, Data: b}, nil
 	case agentproto.FrameResult:
 		var res agentproto.ExitResult
-		if err := json.Unmarshal(b, &res); err != nil {
-			return ProcOutput{}, fmt.Errorf("agent: decode result: %w", err)
+		if err := finish(t, b, &res); err != nil {
+			return ProcOutput{}, err
 		}
 		return ProcOutput{End: &res}, nil
 	case agentproto.FrameError:
@@ -158,11 +158,23 @@ func (p *Proc) Close() error {
 	return nil
 }
 
+// maxProcList bounds a list of processes: four times the agent's own maxProcs.
+const maxProcList = 4096
+
 // ProcList lists the live processes of the table, by pid.
 func (c *Client) ProcList(ctx context.Context) ([]agentproto.ProcInfo, error) {
-	var out []agentproto.ProcInfo
-	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpProcList}, &out); err != nil {
+	var raw json.RawMessage
+	if err := c.simple(ctx, &agentproto.Request{Op: agentproto.OpProcList}, &raw); err != nil {
 		return nil, err
+	}
+	out, err := decodeList[agentproto.ProcInfo](raw, maxProcList, "process list")
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range out {
+		if p.PID <= 0 || p.PID > maxPID || len(p.Tag) > maxTag || len(p.Cwd) > maxPathLen {
+			return nil, fmt.Errorf("%w: the sandbox's agent listed process %d, tag %.64q", agentproto.ErrBadReply, p.PID, p.Tag)
+		}
 	}
 	return out, nil
 }
@@ -181,10 +193,11 @@ func (c *Client) ProcInput(ctx context.Context, pid int, tag string, data []byte
 	defer k.conn.Close()
 	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
 	defer stop()
+	// The deadline bounds the write too: an agent that reads nothing holds it.
+	_ = k.conn.SetDeadline(time.Now().Add(callTimeout))
 	if err := k.send(agentproto.FrameData, data); err != nil {
 		return k.early(ctx, err)
 	}
-	_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
 	t, b, err := agentproto.ReadFrame(k.conn)
 	if err != nil {
 		return ctxErr(ctx, err)

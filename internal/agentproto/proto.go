@@ -323,6 +323,9 @@ func decodeStrict(b []byte, v any) error {
 // that describes the impossible.
 var ErrBadReply = errors.New("agent: invalid reply")
 
+// maxFileName is Linux's NAME_MAX: the bytes of one name in a directory.
+const maxFileName = 255
+
 // Check refuses a file entry no real agent sends: the daemon builds paths from names
 // and shows sizes to the sandbox's owner, and the agent is the sandbox's to replace.
 // A stat may name the root ("/"); a listing's entries are plain names.
@@ -334,6 +337,8 @@ func (fi *FileInfo) Check(stat bool) error {
 	case fi.Mode > 0o7777:
 		why = fmt.Sprintf("mode bits beyond 07777 (%#o)", fi.Mode)
 	case fi.Name == "/" && stat:
+	case len(fi.Name) > maxFileName:
+		why = fmt.Sprintf("a name of %d bytes, more than a file's name has", len(fi.Name))
 	case fi.Name == "" || fi.Name == "." || fi.Name == ".." || strings.ContainsAny(fi.Name, "/\x00"):
 		why = fmt.Sprintf("the name %q, which is no file name", fi.Name)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -89,6 +90,35 @@ func TestDecodeRequest(t *testing.T) {
 		_, err := DecodeRequest([]byte(tt.in))
 		if (err != nil) != tt.wantErr {
 			t.Errorf("DecodeRequest(%s): got error %v, want error %v", tt.in, err, tt.wantErr)
+		}
+	}
+}
+
+func TestFileInfoCheck(t *testing.T) {
+	tests := []struct {
+		name string
+		fi   FileInfo
+		stat bool
+		ok   bool
+	}{
+		{"plain", FileInfo{Name: "a.txt", Mode: 0o644}, false, true},
+		{"longest name", FileInfo{Name: strings.Repeat("n", maxFileName)}, false, true},
+		{"root by stat", FileInfo{Name: "/"}, true, true},
+		{"root in a listing", FileInfo{Name: "/"}, false, false},
+		{"name past NAME_MAX", FileInfo{Name: strings.Repeat("n", maxFileName+1)}, false, false},
+		{"megabyte name by stat", FileInfo{Name: strings.Repeat("n", MaxPayload/2)}, true, false},
+		{"dot dot", FileInfo{Name: ".."}, false, false},
+		{"slash", FileInfo{Name: "a/b"}, false, false},
+		{"negative size", FileInfo{Name: "a", Size: -1}, false, false},
+		{"mode past 07777", FileInfo{Name: "a", Mode: 0o10000}, false, false},
+	}
+	for _, tt := range tests {
+		err := tt.fi.Check(tt.stat)
+		if tt.ok != (err == nil) {
+			t.Errorf("%s: Check(%v) = %v; want ok %v", tt.name, tt.stat, err, tt.ok)
+		}
+		if err != nil && (!errors.Is(err, ErrBadReply) || len(err.Error()) > 512) {
+			t.Errorf("%s: Check(%v) = %.200v (%d bytes); want ErrBadReply of at most 512 bytes", tt.name, tt.stat, err, len(err.Error()))
 		}
 	}
 }
