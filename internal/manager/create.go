@@ -162,7 +162,7 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		Hostname:   sb.Name,
 		Deadline:   sb.ExpiresAt,
 	}
-	files, err := m.deliverSecrets(ctx, sb)
+	files, err := m.deliverSecrets(ctx, sb, false)
 	if err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			st = runtime.StatusRunning
 		}
 		if st == runtime.StatusRunning {
-			if _, err := m.deliverSecrets(ctx, sb); err != nil { // files in place, substitutions again
+			if _, err := m.deliverSecrets(ctx, sb, true); err != nil { // files in place, substitutions again
 				log.Warn("redeliver secrets", "err", err)
 			}
 			if m.net != nil {

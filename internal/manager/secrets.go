@@ -123,13 +123,18 @@ func (m *Manager) SecretBindings(ctx context.Context, owner, ref string) ([]secr
 	return m.secrets.BindingsOf(ctx, owner, sb.ID)
 }
 
-// deliverSecrets readies a starting sandbox's secrets and returns the mounts of its
+// deliverSecrets readies a starting sandbox's secrets (running: one a restarted daemon
+// found running, which keeps the versions it was given) and returns the mounts of its
 // delivered files.
-func (m *Manager) deliverSecrets(ctx context.Context, sb *store.Sandbox) ([]runtime.Mount, error) {
+func (m *Manager) deliverSecrets(ctx context.Context, sb *store.Sandbox, running bool) ([]runtime.Mount, error) {
 	if m.delivery == nil {
 		return nil, nil
 	}
-	files, err := m.delivery.Start(ctx, sb.Owner, sb.ID, sb.UIDBase)
+	start := m.delivery.Start
+	if running {
+		start = m.delivery.Resume
+	}
+	files, err := start(ctx, sb.Owner, sb.ID, sb.UIDBase)
 	if err != nil {
 		return nil, errdefs.Unavailable("the secrets of sandbox %q could not be delivered", sb.Name).WithCause(err)
 	}

@@ -2,6 +2,7 @@ package secret
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,11 +85,57 @@ func Unmount(dir string) error {
 	return err
 }
 
-// Start readies a sandbox's secrets as it starts (or, after a restart of the daemon,
-// as it is found running): it writes the files of file deliveries and of placeholders
-// bound to paths, pins the version sandbox-scoped bindings deliver, and returns the
-// mounts that put the files at their targets. uid is the host uid of the sandbox's root.
+// Start readies a sandbox's secrets as it starts: it writes the files of file
+// deliveries and of placeholders bound to paths, pins the version sandbox-scoped
+// bindings deliver (the newest of each), and returns the mounts that put the files at
+// their targets. uid is the host uid of the sandbox's root.
 func (d *Delivery) Start(ctx context.Context, owner, sandbox string, uid uint32) ([]Mount, error) {
+	return d.start(ctx, owner, sandbox, uid, false)
+}
+
+// Resume is Start for a sandbox a restarted daemon finds running: the versions it was
+// given when it started are kept (they are recorded beside its files, on the tmpfs that
+// outlives the daemon), and only a binding made since gets the newest.
+func (d *Delivery) Resume(ctx context.Context, owner, sandbox string, uid uint32) ([]Mount, error) {
+	return d.start(ctx, owner, sandbox, uid, true)
+}
+
+// pinsFile holds, in a sandbox's directory of the tmpfs, the versions its
+// sandbox-scoped bindings deliver. The directory is root's; only the files bound at
+// targets are mounted into the sandbox.
+const pinsFile = "pins.json"
+
+// loadPins reads the versions recorded for sandbox; none when there are none.
+func (d *Delivery) loadPins(sandbox string) map[string]int {
+	pins := map[string]int{}
+	b, err := os.ReadFile(filepath.Join(d.dir, sandbox, pinsFile))
+	if err == nil {
+		if err := json.Unmarshal(b, &pins); err != nil {
+			d.log.Warn("the recorded secret versions of a sandbox do not decode; the newest are delivered", "sandbox", sandbox, "err", err)
+			pins = map[string]int{}
+		}
+	}
+	return pins
+}
+
+// savePins records the versions sandbox's sandbox-scoped bindings deliver.
+func (d *Delivery) savePins(sandbox string, pins map[string]int) error {
+	dir := filepath.Join(d.dir, sandbox)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(pins)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, pinsFile+".new")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, pinsFile))
+}
+
+func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32, running bool) ([]Mount, error) {
 	// Files are rewritten in place, never removed first: after a restart of the daemon
 	// the running sandbox's mounts still hold them, and a later revocation must empty
 	// the very files it sees.
@@ -102,6 +149,9 @@ func (d *Delivery) Start(ctx context.Context, owner, sandbox string, uid uint32)
 	// A sandbox with no binding yet is kept too: a binding made while it runs reaches
 	// the proxy at once.
 	ls := &liveSandbox{owner: owner, pinned: map[string]int{}, files: map[string]string{}}
+	if running {
+		ls.pinned = d.loadPins(sandbox)
+	}
 	dir := filepath.Join(d.dir, sandbox)
 	var mounts []Mount
 	for _, b := range bound {
@@ -137,6 +187,9 @@ func (d *Delivery) Start(ctx context.Context, owner, sandbox string, uid uint32)
 		}
 		ls.files[b.Binding.ID] = file
 		mounts = append(mounts, Mount{Source: file, Destination: b.Binding.Target})
+	}
+	if err := d.savePins(sandbox, ls.pinned); err != nil {
+		return nil, fmt.Errorf("record the delivered secret versions: %w", err)
 	}
 	ls.bound = bound
 	ls.subs = d.substitutions(owner, sandbox, ls.pinned, bound)
@@ -281,6 +334,9 @@ func (d *Delivery) refresh(owner, sandbox string) {
 		subs := d.substitutions(owner, id, pins, bound)
 		d.mu.Lock()
 		if ls, ok := d.live[id]; ok {
+			if err := d.savePins(id, pins); err != nil {
+				d.log.Warn("record a sandbox's secret versions", "sandbox", id, "err", err)
+			}
 			for bid, file := range ls.files {
 				if !keep[bid] {
 					os.Truncate(file, 0) // in place: the sandbox's mount sees it at once

@@ -60,14 +60,34 @@ func TestDeliveryFilesSurviveARestart(t *testing.T) {
 		t.Errorf("ExecEnv = %v, %v", env, err)
 	}
 
-	// The daemon restarts: a new delivery over the same tmpfs finds the sandbox running.
+	// Both secrets are rotated while the sandbox runs: its sandbox-scoped bindings keep
+	// the versions it started with.
+	for name, v := range map[string]string{"db": "pw-rotated", "gh": "ghp_rotatedrotatedrotatedrot"} {
+		if _, err := s.Rotate(ctx, "alice", name, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The daemon restarts: a new delivery over the same tmpfs finds the sandbox running,
+	// and delivers what the sandbox was given, not the newest versions.
 	d2, err := secret.NewDelivery(s, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := d2.Start(ctx, "alice", "sb_1", uint32(os.Getuid()))
+	again, err := d2.Resume(ctx, "alice", "sb_1", uint32(os.Getuid()))
 	if err != nil || len(again) != 1 {
 		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(again[0].Source); string(b) != "pw-123456" {
+		t.Errorf("after the restart the delivered file holds %q, want the version the sandbox started with", b)
+	}
+	if subs := d2.Substitutions("sb_1"); len(subs) != 1 {
+		t.Errorf("substitutions after the restart: %+v", subs)
+	} else if v, err := subs[0].Value(); err != nil || string(v) != "ghp_abcdefghijklmnopqrstuvwxyz" {
+		t.Errorf("after the restart the proxy substitutes %q (%v), want the version the sandbox started with", v, err)
+	}
+	if env, _ := d2.ExecEnv(ctx, "alice", "sb_1"); !strings.Contains(strings.Join(env, " "), "DB_PASSWORD=pw-123456") {
+		t.Errorf("after the restart the executions' variables are %v, want the version the sandbox started with", env)
 	}
 	after, err := os.Stat(again[0].Source)
 	if err != nil || !os.SameFile(before, after) {
@@ -86,4 +106,14 @@ func TestDeliveryFilesSurviveARestart(t *testing.T) {
 	if _, err := os.Stat(again[0].Source); !os.IsNotExist(err) {
 		t.Errorf("after Stop the file is still there: %v", err)
 	}
+	// A fresh start delivers the newest version.
+	if _, err := d2.Start(ctx, "alice", "sb_1", uint32(os.Getuid())); err != nil {
+		t.Fatal(err)
+	}
+	if subs := d2.Substitutions("sb_1"); len(subs) != 1 {
+		t.Errorf("substitutions after a new start: %+v", subs)
+	} else if v, _ := subs[0].Value(); string(v) != "ghp_rotatedrotatedrotatedrot" {
+		t.Errorf("a new start substitutes %q, want the newest version", v)
+	}
+	d2.Stop("sb_1")
 }
