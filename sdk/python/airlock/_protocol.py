@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import AirlockError, Internal, InvalidArgument, StreamBroken, Unavailable, code_for_status, error_from_code
+from .errors import (AirlockError, Internal, InvalidArgument, StreamBroken, Unavailable, code_for_status, error_from_code,
+                     status_for_code)
 from .types import Chunk, ExecResult
 
 #: Where the daemon listens when neither an argument nor the environment says otherwise.
@@ -272,7 +273,8 @@ class EventReader:
             err = ev.get("error")
             if not isinstance(err, dict):
                 err = {"code": "internal", "message": "stream error without details"}
-            raise error_from_code(str(err.get("code", "internal")), str(err.get("message", "")), details=err.get("details"))
+            code = str(err.get("code", "internal"))
+            raise error_from_code(code, str(err.get("message", "")), status=status_for_code(code), details=err.get("details"))
         return None
 
     @staticmethod

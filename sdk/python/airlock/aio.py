@@ -528,7 +528,7 @@ class AsyncSandbox:
         return self
 
     async def fork(self, name: str, *, labels: Optional[Mapping[str, str]] = None) -> "AsyncSandbox":
-        return AsyncSandbox(await self.client.fork(self._ref, name, labels), self.client)
+        return type(self)(await self.client.fork(self._ref, name, labels), self.client)
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self

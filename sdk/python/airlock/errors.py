@@ -177,6 +177,28 @@ def error_from_code(
     return cls(message, status=status, details=details, code=code)
 
 
+# The HTTP status the API answers each code with (errdefs' table), for errors that
+# arrive inside a stream, after its 200.
+_STATUS_FOR_CODE = {
+    "not_found": 404,
+    "invalid_argument": 400,
+    "already_exists": 409,
+    "version_conflict": 412,
+    "idempotency_conflict": 409,
+    "quota_exceeded": 429,
+    "permission_denied": 403,
+    "unauthenticated": 401,
+    "failed_precondition": 409,
+    "unavailable": 503,
+    "internal": 500,
+}
+
+
+def status_for_code(code: str) -> int:
+    """The HTTP status the API gives an error code (500 for an unknown one)."""
+    return _STATUS_FOR_CODE.get(code, 500)
+
+
 def code_for_status(status: int) -> str:
     """The code of an error answer that is not the API's error shape (from a proxy)."""
     return _CODE_FOR_STATUS.get(status, "internal")

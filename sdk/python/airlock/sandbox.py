@@ -345,7 +345,7 @@ class Sandbox:
 
     def fork(self, name: str, *, labels: Optional[Mapping[str, str]] = None) -> "Sandbox":
         """A new sandbox named name with a copy of this one's writable layer."""
-        return Sandbox(self.client.fork(self._ref, name, labels), self.client)
+        return type(self)(self.client.fork(self._ref, name, labels), self.client)
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -154,3 +154,26 @@ def test_target_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRLOCK_SESSION_TOKEN_FILE", str(tok))
     t = resolve_target()
     assert (t.network, t.address, t.token) == ("tcp", "airlock.internal:80", "session-cred")
+
+
+def test_stream_error_carries_its_status():
+    """An error inside a stream (after its 200) gets the status the API gives its code,
+    as an error answer would."""
+    from airlock._protocol import EventReader
+    with pytest.raises(airlock.NotFound) as e:
+        EventReader().feed(b'{"type":"error","error":{"code":"not_found","message":"gone"}}\n')
+    assert e.value.status == 404 and e.value.code == "not_found"
+    with pytest.raises(airlock.Internal) as e:
+        EventReader().feed(b'{"type":"error","error":"not an object"}\n')
+    assert e.value.status == 500
+
+
+def test_fork_keeps_the_subclass(monkeypatch):
+    """A subclass of Sandbox gets forks of its own class, as create gives it."""
+    class Mine(Sandbox):
+        pass
+    client = Client(socket="/nonexistent.sock")
+    info = {"id": "sb_1", "name": "a", "state": "running"}
+    monkeypatch.setattr(client, "fork", lambda ref, name, labels: airlock.SandboxInfo.from_json(dict(info, id="sb_2", name=name)))
+    forked = Mine(airlock.SandboxInfo.from_json(info), client).fork("b")
+    assert type(forked) is Mine and forked.name == "b"
