@@ -142,6 +142,7 @@ type request struct {
 	in     any       // encoded as the JSON body, if set
 	body   io.Reader // raw body, if in is nil
 	size   int64     // length of body, or -1 (unknown); ignored for in
+	header http.Header
 	opts   []CallOption
 }
 
@@ -183,6 +184,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		req.Header.Set("Content-Type", "application/json")
 	} else if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	for k, vs := range r.header {
+		req.Header[k] = vs
 	}
 	c.authorize(req.Header)
 	var o callOptions

@@ -284,6 +284,18 @@ func TestUploadDownload(t *testing.T) {
 	if _, err := c.Download(ctx, "box", "/nope", &buf); !IsNotFound(err) {
 		t.Errorf("Download of a missing file: err = %v, want not_found", err)
 	}
+	// This server ignores Range, as a daemon without ranges would: the part is cut from
+	// the whole file.
+	for _, part := range []struct {
+		off, n int64
+		want   string
+	}{{2, 3, "/bi"}, {8, 0, "h\n"}, {0, 100, "#!/bin/sh\n"}, {20, 0, ""}} {
+		buf.Reset()
+		n, size, err := c.DownloadRange(ctx, "box", "/a/b.sh", part.off, part.n, &buf)
+		if err != nil || buf.String() != part.want || n != int64(len(part.want)) || size != -1 {
+			t.Errorf("DownloadRange(%d, %d) = %d %q (size %d) %v, want %q", part.off, part.n, n, buf.String(), size, err, part.want)
+		}
+	}
 }
 
 func TestImportImageProgress(t *testing.T) {

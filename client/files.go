@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -24,6 +27,88 @@ func (c *Client) Upload(ctx context.Context, ref, path string, mode os.FileMode,
 		return nil, err
 	}
 	return &fi, nil
+}
+
+// DownloadRange copies length bytes (0: to the end) of the file at path, from offset,
+// to w, and returns the bytes copied and the file's whole size. A range that starts
+// past the end copies nothing.
+func (c *Client) DownloadRange(ctx context.Context, ref, path string, offset, length int64, w io.Writer) (n, size int64, err error) {
+	if offset < 0 || length < 0 {
+		return 0, 0, &Error{Code: "invalid_argument", Message: "offset and length must not be negative"}
+	}
+	rng := fmt.Sprintf("bytes=%d-", offset)
+	if length > 0 {
+		rng = fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)
+	}
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "files"), query: filesQuery(path),
+		header: http.Header{"Range": {rng}}})
+	var e *Error
+	if errors.As(err, &e) && e.Status == http.StatusRequestedRangeNotSatisfiable {
+		return 0, -1, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	size = -1
+	var cut *rangeWriter
+	if resp.StatusCode != http.StatusPartialContent {
+		// A daemon without ranges (or a file it gives whole, a symbolic link): the part
+		// is cut from the whole.
+		cut = &rangeWriter{w: w, skip: offset, left: length}
+		w = cut
+	} else if _, total, ok := strings.Cut(resp.Header.Get("Content-Range"), "/"); ok {
+		size, _ = strconv.ParseInt(total, 10, 64)
+	}
+	n, err = io.Copy(w, resp.Body)
+	if cut != nil {
+		n = cut.wrote
+		if errors.Is(err, errRangeDone) {
+			err = nil
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return n, size, ctx.Err()
+	}
+	if err == nil && resp.StatusCode == http.StatusPartialContent && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, size, err
+}
+
+// errRangeDone ends a whole file's copy once its range is written.
+var errRangeDone = errors.New("range complete")
+
+// rangeWriter passes on left bytes (0: all) of what is written to it, after the
+// first skip.
+type rangeWriter struct {
+	w                 io.Writer
+	skip, left, wrote int64
+}
+
+func (r *rangeWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	k := min(r.skip, int64(len(p)))
+	r.skip -= k
+	p = p[k:]
+	if r.left > 0 && int64(len(p)) >= r.left {
+		if _, err := r.w.Write(p[:r.left]); err != nil {
+			return 0, err
+		}
+		r.wrote += r.left
+		r.left = 0
+		return n, errRangeDone
+	}
+	if len(p) > 0 {
+		if _, err := r.w.Write(p); err != nil {
+			return 0, err
+		}
+		r.wrote += int64(len(p))
+		if r.left > 0 {
+			r.left -= int64(len(p))
+		}
+	}
+	return n, nil
 }
 
 // Download copies the file at path in the sandbox to w and returns the bytes copied.

@@ -436,7 +436,7 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		return fw.json(agentproto.FrameResult, struct{}{})
 	case agentproto.OpFileUpload:
 		return s.handleUpload(c, fw, req)
-	case agentproto.OpFileDownload:
+	case agentproto.OpFileDownload, agentproto.OpFileRead:
 		return s.handleDownload(fw, req)
 	case agentproto.OpFileList:
 		return s.handleList(fw, req)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -482,7 +483,46 @@ func (k *call) early(ctx context.Context, werr error) error {
 
 // Download copies the file at path into w and returns its size.
 func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64, error) {
-	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpFileDownload, Path: path})
+	return c.download(ctx, &agentproto.Request{Op: agentproto.OpFileDownload, Path: path}, w)
+}
+
+// ErrNoRangedRead reports an agent that cannot send part of a file (it predates
+// file.read); Download the whole file instead.
+var ErrNoRangedRead = errors.New("agent: this sandbox's agent cannot send part of a file")
+
+// DownloadRange writes length bytes (0: all) of the file at path, from offset, to w. A
+// part past the end of the file is empty. An agent that cannot send a part answers
+// ErrNoRangedRead, having sent nothing.
+func (c *Client) DownloadRange(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error) {
+	if length > 0 {
+		w = &capWriter{w: w, left: length} // the agent's say-so does not make it longer
+	}
+	n, err := c.download(ctx, &agentproto.Request{Op: agentproto.OpFileRead, Path: path, Offset: offset, Length: length}, w)
+	var re *agentproto.RemoteError
+	if n == 0 && errors.As(err, &re) && strings.HasPrefix(re.Message, "unknown op") {
+		return 0, ErrNoRangedRead
+	}
+	return n, err
+}
+
+// capWriter passes on at most left bytes and fails past them.
+type capWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, fmt.Errorf("%w: the agent sent more of the file than was asked for", agentproto.ErrBadReply)
+	}
+	n, err := c.w.Write(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func (c *Client) download(ctx context.Context, req *agentproto.Request, w io.Writer) (int64, error) {
+	path := req.Path
+	k, err := c.open(ctx, req)
 	if err != nil {
 		return 0, err
 	}

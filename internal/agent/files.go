@@ -179,6 +179,9 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 }
 
 func (s *server) handleDownload(fw *frameWriter, req *agentproto.Request) error {
+	if req.Op == agentproto.OpFileRead && (req.Offset < 0 || req.Length < 0) {
+		return errdefs.Invalid("offset and length must not be negative")
+	}
 	rel, err := checkPath(req.Path)
 	if err != nil {
 		return err
@@ -201,10 +204,19 @@ func (s *server) handleDownload(fw *frameWriter, req *agentproto.Request) error 
 	default:
 		return errdefs.Invalid("%s is not a regular file", req.Path)
 	}
+	var r io.Reader = f
+	if req.Op == agentproto.OpFileRead {
+		if _, err := f.Seek(req.Offset, io.SeekStart); err != nil {
+			return fsError(req.Path, err)
+		}
+		if req.Length > 0 {
+			r = io.LimitReader(f, req.Length)
+		}
+	}
 	buf := make([]byte, copyBuf)
 	var size int64
 	for {
-		n, err := f.Read(buf)
+		n, err := r.Read(buf)
 		if n > 0 {
 			if werr := fw.frame(agentproto.FrameData, buf[:n]); werr != nil {
 				return werr

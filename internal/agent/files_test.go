@@ -32,6 +32,20 @@ func TestFileRoundTrip(t *testing.T) {
 	if err != nil || n != int64(len(content)) || !bytes.Equal(got.Bytes(), content) {
 		t.Errorf("Download: got %d bytes, %v; want the %d bytes uploaded", n, err, len(content))
 	}
+	// Parts: from an offset, for a length; to the end; past the end (empty).
+	for _, part := range []struct{ off, n, wantOff, wantEnd int64 }{
+		{5, 7, 5, 12}, {int64(len(content)) - 3, 0, int64(len(content)) - 3, int64(len(content))},
+		{0, 1 << 20, 0, int64(len(content))}, {int64(len(content)) + 10, 4, 0, 0},
+	} {
+		got.Reset()
+		n, err := c.DownloadRange(ctx, "/a/b/c.txt", part.off, part.n, &got)
+		if want := content[part.wantOff:part.wantEnd]; err != nil || n != int64(len(want)) || !bytes.Equal(got.Bytes(), want) {
+			t.Errorf("DownloadRange(%d, %d): %d bytes %q…, %v; want %d bytes", part.off, part.n, n, got.Bytes()[:min(got.Len(), 16)], err, len(want))
+		}
+	}
+	if _, err := c.DownloadRange(ctx, "/a/b/c.txt", -1, 0, io.Discard); err == nil {
+		t.Error("DownloadRange from a negative offset was not refused")
+	}
 	st, err := c.Stat(ctx, "/a/b/c.txt")
 	if err != nil || st.Name != "c.txt" || st.Size != int64(len(content)) || st.Mode != 0o600 || st.IsDir {
 		t.Errorf("Stat: got %+v, %v; want c.txt, %d bytes, mode 0600, not a dir", st, err, len(content))

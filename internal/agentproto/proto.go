@@ -111,7 +111,10 @@ const (
 	OpSetLifetime  = "lifetime.set"
 	OpFileUpload   = "file.upload"
 	OpFileDownload = "file.download"
-	OpFileList     = "file.list"
+	// OpFileRead is file.download of a part of a file: Offset and Length. An agent
+	// that predates it answers "unknown op".
+	OpFileRead = "file.read"
+	OpFileList = "file.list"
 	OpFileStat     = "file.stat"
 	OpFileMkdir    = "file.mkdir"
 	OpFileRemove   = "file.remove"
@@ -128,6 +131,10 @@ type Request struct {
 	SessionID string       `json:"session_id,omitempty"`
 	Input     string       `json:"input,omitempty"`
 	Path      string       `json:"path,omitempty"`
+	// Offset and Length (file.read) are the part of the file to send: Length bytes from
+	// Offset (0: to the end).
+	Offset int64 `json:"offset,omitempty"`
+	Length int64 `json:"length,omitempty"`
 	Mode      uint32       `json:"mode,omitempty"`
 	UID       int          `json:"uid,omitempty"`
 	GID       int          `json:"gid,omitempty"`

@@ -112,31 +112,6 @@ func (t *tools) addFileTools(r *registry) {
 	}, nil, t.listFiles)
 }
 
-// errWindowFull stops a download once the window has what it needs.
-var errWindowFull = errors.New("window full")
-
-// window keeps limit bytes of what is written to it after skipping the first skip.
-type window struct {
-	skip  int64
-	limit int
-	data  []byte
-}
-
-func (w *window) Write(p []byte) (int, error) {
-	n := len(p)
-	if w.skip > 0 {
-		k := min(w.skip, int64(len(p)))
-		w.skip -= k
-		p = p[k:]
-	}
-	take := min(len(p), w.limit-len(w.data))
-	w.data = append(w.data, p[:take]...)
-	if len(w.data) == w.limit {
-		return n, errWindowFull
-	}
-	return n, nil
-}
-
 func (t *tools) readFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in ReadFileInput) (*mcpsdk.CallToolResult, ReadFileOutput, error) {
 	if err := needSandbox(in.Sandbox); err != nil {
 		return nil, ReadFileOutput{}, err
@@ -165,17 +140,15 @@ func (t *tools) readFile(ctx context.Context, _ *mcpsdk.CallToolRequest, in Read
 	var data []byte
 	eof := true
 	if in.Offset < fi.Size {
-		w := &window{skip: in.Offset, limit: limit}
-		dctx, cancel := context.WithCancel(ctx)
-		_, err := t.cl.Download(dctx, in.Sandbox, in.Path, w)
-		cancel()
-		switch {
-		case errors.Is(err, errWindowFull):
-			eof = in.Offset+int64(len(w.data)) >= fi.Size
-		case err != nil && !errors.Is(err, io.ErrUnexpectedEOF): // a file that shrank is read as far as it goes
+		// Only the part is read: a file is paged through without reading it again from
+		// its start for each page.
+		var buf bytes.Buffer
+		_, _, err := t.cl.DownloadRange(ctx, in.Sandbox, in.Path, in.Offset, int64(limit), &buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) { // a file that shrank is read as far as it goes
 			return nil, ReadFileOutput{}, err
 		}
-		data = w.data
+		data = buf.Bytes()
+		eof = len(data) < limit || in.Offset+int64(len(data)) >= fi.Size
 	}
 	if !eof {
 		data = trimPartialRuneEnd(data) // the next read starts at the cut sequence

@@ -1,14 +1,19 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 func toAPIFile(dir string, fi agentproto.FileInfo) api.FileInfo {
@@ -68,11 +73,15 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("%s is a directory; only files can be downloaded", p)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	tw := &trackingWriter{w: w}
+	if rng := r.Header.Get("Range"); rng != "" && !fi.IsSymlink {
+		// A link's size is not its target's, so a range of one is not offered.
+		return s.downloadRange(w, r, tw, cl, sb, p, rng, fi.Size)
+	}
 	if !fi.IsSymlink {
 		// A link's size is not its target's; without a length the body simply ends.
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	}
-	tw := &trackingWriter{w: w}
 	if _, err := cl.Download(r.Context(), p, tw); err != nil {
 		if !tw.wrote {
 			w.Header().Del("Content-Length")
@@ -83,6 +92,102 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	}
 	return nil
 }
+
+// downloadRange answers a Range request for the file at p of size bytes: 206 with the
+// part, or 416 when the range starts past the end. One range only ("bytes=A-B",
+// "bytes=A-", "bytes=-N"); anything else is refused, not ignored, so a client never
+// mistakes a whole file for the part it asked for.
+func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *trackingWriter, cl *agent.Client, sb *manager.Sandbox, p, rng string, size int64) error {
+	start, end, err := parseRange(rng, size)
+	if err != nil {
+		return err
+	}
+	if start >= size {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errRangeUnsatisfiable, Msg: fmt.Sprintf("range %s starts past the end of %s (%d bytes)", rng, p, size)}
+	}
+	length := end - start + 1
+	part := &partWriter{w: w, tw: tw, contentRange: fmt.Sprintf("bytes %d-%d/%d", start, end, size), length: length}
+	_, err = cl.DownloadRange(r.Context(), p, start, length, part)
+	if errors.Is(err, agent.ErrNoRangedRead) {
+		// An agent older than ranged reads: the whole file, as a server that ignores
+		// Range answers (200), and the client cuts its part.
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		_, err = cl.Download(r.Context(), p, tw)
+	} else if err == nil && !part.started {
+		part.start() // an empty part still gets its status
+	}
+	if err != nil {
+		if !tw.wrote && !part.started {
+			return s.m.AgentFailed(sb, err)
+		}
+		s.log.Warn("download cut short", "path", p, "err", err)
+	}
+	return nil
+}
+
+// partWriter writes a 206 answer's status and headers before its first byte, so that
+// an agent that cannot send a part leaves the answer unstarted.
+type partWriter struct {
+	w            http.ResponseWriter
+	tw           *trackingWriter
+	contentRange string
+	length       int64
+	started      bool
+}
+
+func (p *partWriter) start() {
+	p.started = true
+	p.w.Header().Set("Content-Range", p.contentRange)
+	p.w.Header().Set("Content-Length", strconv.FormatInt(p.length, 10))
+	p.w.WriteHeader(http.StatusPartialContent)
+}
+
+func (p *partWriter) Write(b []byte) (int, error) {
+	if !p.started {
+		p.start()
+	}
+	return p.tw.Write(b)
+}
+
+// parseRange reads one byte range of a file of size bytes: its first and last byte.
+func parseRange(rng string, size int64) (start, end int64, err error) {
+	bad := errdefs.Invalid("invalid Range %q: one range, bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX", rng)
+	spec, ok := strings.CutPrefix(rng, "bytes=")
+	if !ok || strings.Contains(spec, ",") {
+		return 0, 0, bad
+	}
+	a, b, ok := strings.Cut(spec, "-")
+	if !ok {
+		return 0, 0, bad
+	}
+	num := func(s string) (int64, bool) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil && n >= 0 && s != "" && s[0] != '+'
+	}
+	switch {
+	case a == "": // the last N bytes
+		n, ok := num(b)
+		if !ok || n == 0 {
+			return 0, 0, bad
+		}
+		return max(size-n, 0), size - 1, nil
+	case b == "":
+		if start, ok = num(a); !ok {
+			return 0, 0, bad
+		}
+		return start, size - 1, nil
+	}
+	start, ok1 := num(a)
+	end, ok2 := num(b)
+	if !ok1 || !ok2 || end < start {
+		return 0, 0, bad
+	}
+	return start, min(end, size-1), nil
+}
+
+// errRangeUnsatisfiable is a range that starts past the end of its file (416).
+var errRangeUnsatisfiable = errors.New("range not satisfiable")
 
 // trackingWriter notes whether any byte reached the client.
 type trackingWriter struct {

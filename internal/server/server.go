@@ -401,6 +401,9 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 	if errors.Is(err, errTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
+	if errors.Is(err, errRangeUnsatisfiable) {
+		code, status = "invalid_argument", http.StatusRequestedRangeNotSatisfiable
+	}
 	msg, details := errdefs.Message(err), errdefs.Details(err)
 	switch {
 	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
