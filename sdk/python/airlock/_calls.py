@@ -234,8 +234,9 @@ def upload(ref: str, path: str, data: Union[bytes, str], mode: Optional[int] = N
     return Request("PUT", sandbox_path(v.ref(ref), "files"), query=q, body=v.text_or_bytes(data, "data"), parse=FileInfo.from_json)
 
 
-def download(ref: str, path: str) -> Request[bytes]:
-    return Request("GET", sandbox_path(v.ref(ref), "files"), query=[("path", v.path(path))], raw=True, parse=bytes)
+def download(ref: str, path: str, offset: int = 0, length: Optional[int] = None) -> Request[bytes]:
+    return Request("GET", sandbox_path(v.ref(ref), "files"), query=[("path", v.path(path))], raw=True, parse=bytes,
+                   byte_range=v.byte_range(offset, length))
 
 
 def list_files(ref: str, path: str) -> Request[List[FileInfo]]:

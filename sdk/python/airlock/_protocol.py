@@ -133,6 +133,8 @@ class Request(Generic[T]):
     parse: Callable[[Any], T] = no_result  # type: ignore[assignment]
     stream: bool = False
     raw: bool = False
+    # byte_range asks for a part of a file: (offset, length or None for the rest).
+    byte_range: Optional[Tuple[int, Optional[int]]] = None
 
     @property
     def retry_safe(self) -> bool:
@@ -163,7 +165,19 @@ class Request(Generic[T]):
             headers["Idempotency-Key"] = self.idempotency_key
         if self.if_match is not None:
             headers["If-Match"] = f'"{self.if_match}"'
+        if self.byte_range is not None:
+            off, n = self.byte_range
+            headers["Range"] = f"bytes={off}-" if n is None else f"bytes={off}-{off + n - 1}"
         return body, headers
+
+
+def file_part(req: "Request[Any]", status: int, body: bytes) -> bytes:
+    """The part of a file req asked for, from a 2xx answer: a 206 is the part itself; a
+    200 (a daemon without ranges, or a symbolic link) is the whole file, cut here."""
+    if req.byte_range is None or status == 206:
+        return body
+    off, n = req.byte_range
+    return body[off:] if n is None else body[off:off + n]
 
 
 def sandbox_path(ref: str, *rest: str) -> str:

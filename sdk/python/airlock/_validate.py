@@ -7,7 +7,7 @@ these checks only make the common mistakes fail early, with a clear message.
 
 import math
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import InvalidArgument
 from .types import NETWORK_MODES, SESSION_KINDS, NetworkPolicy
@@ -230,6 +230,18 @@ def uid(v: Any, what: str) -> Optional[int]:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > 0xFFFFFFFF:
         raise _fail(f"invalid {what} {v!r}: a non-negative int")
     return v
+
+
+def byte_range(offset: Any, length: Any) -> Optional[Tuple[int, Optional[int]]]:
+    """A part of a file: offset (a non-negative int) and length (None: to the end, else a
+    positive int); None for the whole file."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise _fail(f"invalid offset {offset!r}: a non-negative int")
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length <= 0):
+        raise _fail(f"invalid length {length!r}: a positive int, or None for the rest of the file")
+    if offset == 0 and length is None:
+        return None
+    return offset, length
 
 
 def text_or_bytes(v: Any, what: str) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Dict, List, Mapping, Optional, Sequence, Tupl
 
 from . import _calls
 from ._aiotransport import AsyncLineStream, AsyncTransport
-from ._protocol import EventReader, Request, T, Target, decode_answer, resolve_target
+from ._protocol import EventReader, Request, T, Target, decode_answer, file_part, resolve_target
 from . import _validate
 from .errors import InvalidArgument, NotFound
 from .types import Chunk, ExecResult, FileInfo, NetworkPolicy, Operation, SandboxInfo, SessionInfo, Snapshot
@@ -240,8 +240,15 @@ class AsyncClient:
     async def upload(self, ref: str, path: str, data: Union[bytes, str], *, mode: Optional[int] = None) -> FileInfo:
         return await self._do(_calls.upload(ref, path, data, mode))
 
-    async def download(self, ref: str, path: str) -> bytes:
-        return await self._do(_calls.download(ref, path))
+    async def download(self, ref: str, path: str, *, offset: int = 0, length: Optional[int] = None) -> bytes:
+        req = _calls.download(ref, path, offset, length)
+        try:
+            status, body = await self._tr.call(req)
+        except InvalidArgument as e:
+            if req.byte_range is not None and e.status == 416:
+                return b""
+            raise
+        return file_part(req, status, body)
 
     async def list_files(self, ref: str, path: str) -> List[FileInfo]:
         return await self._do(_calls.list_files(ref, path))
@@ -293,8 +300,8 @@ class AsyncFiles:
     async def write(self, path: str, data: Union[bytes, str], *, mode: Optional[int] = None) -> FileInfo:
         return await self._sb.client.upload(self._sb._ref, path, data, mode=mode)
 
-    async def read(self, path: str) -> bytes:
-        return await self._sb.client.download(self._sb._ref, path)
+    async def read(self, path: str, *, offset: int = 0, length: Optional[int] = None) -> bytes:
+        return await self._sb.client.download(self._sb._ref, path, offset=offset, length=length)
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)

@@ -9,7 +9,7 @@ import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _calls
-from ._protocol import EventReader, Request, T, Target, decode_answer, resolve_target
+from ._protocol import EventReader, Request, T, Target, decode_answer, file_part, resolve_target
 from ._transport import LineStream, Transport
 from .errors import InvalidArgument
 from .types import Chunk, ExecResult, FileInfo, NetworkPolicy, Operation, SandboxInfo, SessionInfo, Snapshot
@@ -277,9 +277,17 @@ class Client:
         """Write data to path in the sandbox, replacing any file there."""
         return self._do(_calls.upload(ref, path, data, mode))
 
-    def download(self, ref: str, path: str) -> bytes:
-        """The content of the file at path in the sandbox."""
-        return self._do(_calls.download(ref, path))
+    def download(self, ref: str, path: str, *, offset: int = 0, length: Optional[int] = None) -> bytes:
+        """The content of the file at path in the sandbox; with offset and length, only
+        that part of it (empty past the end), read without reading the rest."""
+        req = _calls.download(ref, path, offset, length)
+        try:
+            status, body = self._tr.call(req)
+        except InvalidArgument as e:
+            if req.byte_range is not None and e.status == 416:
+                return b""  # the part starts past the end
+            raise
+        return file_part(req, status, body)
 
     def list_files(self, ref: str, path: str) -> List[FileInfo]:
         """The entries of the directory at path."""

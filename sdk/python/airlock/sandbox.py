@@ -28,9 +28,10 @@ class Files:
         permission bits (e.g. ``0o755``)."""
         return self._sb.client.upload(self._sb._ref, path, data, mode=mode)
 
-    def read(self, path: str) -> bytes:
-        """The content of the file at path."""
-        return self._sb.client.download(self._sb._ref, path)
+    def read(self, path: str, *, offset: int = 0, length: Optional[int] = None) -> bytes:
+        """The content of the file at path; with offset and length, only that part of it
+        (empty past the end)."""
+        return self._sb.client.download(self._sb._ref, path, offset=offset, length=length)
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The content of the file at path, as text."""

@@ -136,6 +136,11 @@ def test_files_write_read_list_remove(sandbox):
     info = sandbox.files.write("/root/tool.bin", blob, mode=0o750)
     assert info.size == len(blob) and info.mode & 0o777 == 0o750
     assert sandbox.files.read("/root/tool.bin") == blob
+    # Parts, read without the rest: from an offset, for a length, past the end.
+    assert sandbox.files.read("/root/tool.bin", offset=300, length=5) == blob[300:305]
+    assert sandbox.files.read("/root/tool.bin", offset=len(blob) - 7) == blob[-7:]
+    assert sandbox.files.read("/root/tool.bin", offset=len(blob) + 1, length=3) == b""
+    assert sandbox.files.read("/root/hello.txt", length=5) == b"hello"
 
     sandbox.files.mkdir("/root/dir/sub", parents=True)
     entries = {f.name: f for f in sandbox.files.list("/root")}

@@ -177,3 +177,27 @@ def test_fork_keeps_the_subclass(monkeypatch):
     monkeypatch.setattr(client, "fork", lambda ref, name, labels: airlock.SandboxInfo.from_json(dict(info, id="sb_2", name=name)))
     forked = Mine(airlock.SandboxInfo.from_json(info), client).fork("b")
     assert type(forked) is Mine and forked.name == "b"
+
+
+@pytest.mark.parametrize("kw,what", [
+    ({"offset": -1}, "offset"), ({"offset": 1.5}, "offset"), ({"offset": True}, "offset"),
+    ({"length": 0}, "length"), ({"length": -3}, "length"), ({"length": "10"}, "length"),
+])
+def test_bad_file_part(nowhere, kw, what):
+    sb = Sandbox(airlock.SandboxInfo.from_json({"id": "sb_1", "name": "a", "state": "running"}), nowhere)
+    with pytest.raises(airlock.InvalidArgument, match=what):
+        sb.files.read("/etc/hostname", **kw)
+
+
+def test_file_part_from_a_whole_answer():
+    """A 200 (a daemon without ranges) is cut to the part asked for; a 206 is the part."""
+    from airlock import _calls
+    from airlock._protocol import file_part
+    req = _calls.download("box", "/f", 2, 3)
+    assert req.encode(resolve_target(socket="/x"))[1]["Range"] == "bytes=2-4"
+    assert file_part(req, 200, b"0123456789") == b"234"
+    assert file_part(req, 206, b"234") == b"234"
+    rest = _calls.download("box", "/f", 7)
+    assert rest.encode(resolve_target(socket="/x"))[1]["Range"] == "bytes=7-"
+    assert file_part(rest, 200, b"0123456789") == b"789"
+    assert "Range" not in _calls.download("box", "/f").encode(resolve_target(socket="/x"))[1]
