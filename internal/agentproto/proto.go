@@ -113,11 +113,11 @@ const (
 	OpFileDownload = "file.download"
 	// OpFileRead is file.download of a part of a file: Offset and Length. An agent
 	// that predates it answers "unknown op".
-	OpFileRead = "file.read"
-	OpFileList = "file.list"
-	OpFileStat     = "file.stat"
-	OpFileMkdir    = "file.mkdir"
-	OpFileRemove   = "file.remove"
+	OpFileRead   = "file.read"
+	OpFileList   = "file.list"
+	OpFileStat   = "file.stat"
+	OpFileMkdir  = "file.mkdir"
+	OpFileRemove = "file.remove"
 	// OpPortDial connects the agent to a TCP port on the sandbox's loopback; after its
 	// Result frame the call's connection carries that connection's bytes both ways.
 	OpPortDial = "port.dial"
@@ -133,14 +133,14 @@ type Request struct {
 	Path      string       `json:"path,omitempty"`
 	// Offset and Length (file.read) are the part of the file to send: Length bytes from
 	// Offset (0: to the end).
-	Offset int64 `json:"offset,omitempty"`
-	Length int64 `json:"length,omitempty"`
-	Mode      uint32       `json:"mode,omitempty"`
-	UID       int          `json:"uid,omitempty"`
-	GID       int          `json:"gid,omitempty"`
-	Recursive bool         `json:"recursive,omitempty"`
-	Parents   bool         `json:"parents,omitempty"`
-	Port      int          `json:"port,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
+	Length    int64  `json:"length,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	UID       int    `json:"uid,omitempty"`
+	GID       int    `json:"gid,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Parents   bool   `json:"parents,omitempty"`
+	Port      int    `json:"port,omitempty"`
 	// Tail (session.logs) is how many of the last lines to send first (0: all kept);
 	// Follow keeps the call open for new output until the process ends.
 	Tail   int  `json:"tail,omitempty"`
