@@ -62,6 +62,10 @@ func (m *Manager) ByID(ctx context.Context, id string) (*store.Sandbox, error) {
 	return sb, nil
 }
 
+// ErrNoRangedRead is the agent client's answer when a sandbox's agent cannot send part
+// of a file (it predates ranged reads): nothing was sent, and the whole file can be.
+var ErrNoRangedRead = agent.ErrNoRangedRead
+
 // AgentFor is Agent for a sandbox ByID found and whose owner the caller has checked.
 func (m *Manager) AgentFor(ctx context.Context, sb *store.Sandbox) (*agent.Client, *store.Sandbox, error) {
 	return m.agentFor(ctx, sb)

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"strconv"
@@ -10,7 +12,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -97,7 +98,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 // part, or 416 when the range starts past the end. One range only ("bytes=A-B",
 // "bytes=A-", "bytes=-N"); anything else is refused, not ignored, so a client never
 // mistakes a whole file for the part it asked for.
-func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *trackingWriter, cl *agent.Client, sb *manager.Sandbox, p, rng string, size int64) error {
+func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *trackingWriter, cl fileReader, sb *manager.Sandbox, p, rng string, size int64) error {
 	start, end, err := parseRange(rng, size)
 	if err != nil {
 		return err
@@ -109,7 +110,7 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 	length := end - start + 1
 	part := &partWriter{w: w, tw: tw, contentRange: fmt.Sprintf("bytes %d-%d/%d", start, end, size), length: length}
 	_, err = cl.DownloadRange(r.Context(), p, start, length, part)
-	if errors.Is(err, agent.ErrNoRangedRead) {
+	if errors.Is(err, manager.ErrNoRangedRead) {
 		// An agent older than ranged reads: the whole file, as a server that ignores
 		// Range answers (200), and the client cuts its part.
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
@@ -148,6 +149,12 @@ func (p *partWriter) Write(b []byte) (int, error) {
 		p.start()
 	}
 	return p.tw.Write(b)
+}
+
+// fileReader is the part of a sandbox's agent client that reads files.
+type fileReader interface {
+	Download(ctx context.Context, path string, w io.Writer) (int64, error)
+	DownloadRange(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error)
 }
 
 // parseRange reads one byte range of a file of size bytes: its first and last byte.

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -41,7 +42,10 @@ func TestDownloadRange(t *testing.T) {
 	// Raw Range headers, as curl or a browser would send them.
 	raw := func(rng string) (int, string, string) {
 		t.Helper()
-		tr := &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", n.Socket) }}
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", n.Socket)
+		}}
 		req, _ := http.NewRequest("GET", "http://airlock/v1/sandboxes/box/files?path="+url.QueryEscape("/tmp/digits"), nil)
 		req.Header.Set("Range", rng)
 		resp, err := (&http.Client{Transport: tr}).Do(req)
