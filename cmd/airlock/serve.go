@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
@@ -33,6 +34,17 @@ func serve(ctx context.Context, args []string) error {
 	}
 	cfg := config.Default()
 	if *file != "" {
+		// The file says who administers the node (unix_users) and what runs as root
+		// (runc): a file another user can change is theirs to say it in.
+		if os.Geteuid() == 0 {
+			abs, err := filepath.Abs(*file)
+			if err != nil {
+				return err
+			}
+			if err := daemon.TrustedFile(abs, "configuration file"); err != nil {
+				return err
+			}
+		}
 		var err error
 		if cfg, err = config.Load(*file); err != nil {
 			return err

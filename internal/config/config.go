@@ -211,6 +211,34 @@ type Router struct {
 	Threshold float64 `yaml:"threshold"`
 }
 
+// LimitBounds are the range a default limit may take.
+type LimitBounds struct {
+	MinCPU, MaxCPU             float64
+	MinMemory, MaxMemory       int64
+	MinPIDs, MaxPIDs           int64
+	MinOpenFiles, MaxOpenFiles int64
+	MinDisk, MaxDisk           int64
+}
+
+// DefaultLimitBounds are the manager's bounds of a create's limits, named here because
+// this package imports no other (the daemon's tests check they match the manager's).
+var DefaultLimitBounds = LimitBounds{
+	MinCPU: 0.01, MaxCPU: 64,
+	MinMemory: 16 << 20, MaxMemory: 256 << 30,
+	MinPIDs: 8, MaxPIDs: 1 << 20,
+	MinOpenFiles: 64, MaxOpenFiles: 1 << 20,
+	MinDisk: 64 << 20, MaxDisk: 1 << 40,
+}
+
+// within reports whether path is dir or inside it (both cleaned, lexically).
+func within(path, dir string) bool {
+	if path == "" || dir == "" {
+		return false
+	}
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
 // Default is the embedded default configuration.
 func Default() Config {
 	return Config{
@@ -296,11 +324,29 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if c.SecretsDir == "" || !filepath.IsAbs(c.SecretsDir) {
 		errs = append(errs, fmt.Errorf("secrets_dir %q must be an absolute path", c.SecretsDir))
-	} else if rel, err := filepath.Rel(filepath.Clean(c.StateDir), filepath.Clean(c.SecretsDir)); err == nil && !strings.HasPrefix(rel, "..") {
-		errs = append(errs, fmt.Errorf("secrets_dir %q must be outside state_dir %q: delivered secrets never go where state is kept", c.SecretsDir, c.StateDir))
+	} else if within(c.SecretsDir, c.StateDir) || within(c.StateDir, c.SecretsDir) {
+		// The tmpfs mounted on secrets_dir would hide a state directory under it.
+		errs = append(errs, fmt.Errorf("secrets_dir %q and state_dir %q must be outside each other: delivered secrets never go where state is kept", c.SecretsDir, c.StateDir))
 	}
 	if c.Socket == "" || !filepath.IsAbs(c.Socket) || len(c.Socket) > 100 {
 		errs = append(errs, fmt.Errorf("socket %q must be an absolute path of at most 100 bytes", c.Socket))
+	} else if within(c.Socket, c.SecretsDir) || within(c.StateDir, c.Socket) {
+		errs = append(errs, fmt.Errorf("socket %q must be outside secrets_dir %q, and not where state_dir %q is", c.Socket, c.SecretsDir, c.StateDir))
+	}
+	// Paths of files the daemon reads or runs as root: relative ones would depend on
+	// the directory it happens to start in.
+	for _, f := range []struct{ name, v string }{{"roles_file", c.RolesFile}, {"runc", c.Runc}} {
+		if f.v != "" && !filepath.IsAbs(f.v) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", f.name, f.v))
+		}
+	}
+	if c.Runsc != "" && c.Runsc != "off" && !filepath.IsAbs(c.Runsc) {
+		errs = append(errs, fmt.Errorf("runsc %q must be an absolute path, off, or empty to find one", c.Runsc))
+	}
+	for i, f := range c.Network.ExtraCAs {
+		if !filepath.IsAbs(f) {
+			errs = append(errs, fmt.Errorf("network.extra_cas[%d] %q must be an absolute path", i, f))
+		}
 	}
 	if c.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
@@ -355,18 +401,34 @@ func (c Config) Settings() (Settings, error) {
 	default:
 		errs = append(errs, fmt.Errorf("log_format %q must be text or json", c.LogFormat))
 	}
-	if c.DefaultLimits.CPU < 0 || c.DefaultLimits.PIDs < 0 || c.DefaultLimits.OpenFiles < 0 {
-		errs = append(errs, errors.New("default_limits cannot be negative"))
+	// Default limits are what a create that names none gets, unchecked by the API's
+	// bounds: each must be within them (DefaultLimitBounds), since zero means no limit
+	// at all to the runtime and NaN passes every comparison.
+	b := DefaultLimitBounds
+	if l := c.DefaultLimits; !(l.CPU >= b.MinCPU && l.CPU <= b.MaxCPU) {
+		errs = append(errs, fmt.Errorf("default_limits.cpu %v must be from %v to %v cores", l.CPU, b.MinCPU, b.MaxCPU))
+	}
+	if l := c.DefaultLimits; l.PIDs < b.MinPIDs || l.PIDs > b.MaxPIDs {
+		errs = append(errs, fmt.Errorf("default_limits.pids %d must be from %d to %d", l.PIDs, b.MinPIDs, b.MaxPIDs))
+	}
+	if l := c.DefaultLimits; l.OpenFiles < b.MinOpenFiles || l.OpenFiles > b.MaxOpenFiles {
+		errs = append(errs, fmt.Errorf("default_limits.open_files %d must be from %d to %d", l.OpenFiles, b.MinOpenFiles, b.MaxOpenFiles))
 	}
 	var err error
 	if s.DefaultMemory, err = units.ParseSize(c.DefaultLimits.Memory); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.memory: %w", err))
+	} else if s.DefaultMemory < b.MinMemory || s.DefaultMemory > b.MaxMemory {
+		errs = append(errs, fmt.Errorf("default_limits.memory %q must be from %s to %s", c.DefaultLimits.Memory, units.FormatSize(b.MinMemory), units.FormatSize(b.MaxMemory)))
 	}
 	if s.DefaultDisk, err = units.ParseSize(c.DefaultLimits.Disk); err != nil {
 		errs = append(errs, fmt.Errorf("default_limits.disk: %w", err))
+	} else if s.DefaultDisk < b.MinDisk || s.DefaultDisk > b.MaxDisk {
+		errs = append(errs, fmt.Errorf("default_limits.disk %q must be from %s to %s", c.DefaultLimits.Disk, units.FormatSize(b.MinDisk), units.FormatSize(b.MaxDisk)))
 	}
 	if s.TmpfsSize, err = units.ParseSize(c.TmpfsSize); err != nil {
 		errs = append(errs, fmt.Errorf("tmpfs_size: %w", err))
+	} else if s.TmpfsSize < 1<<20 {
+		errs = append(errs, fmt.Errorf("tmpfs_size %q must be a size of at least 1MiB, such as 1GiB", c.TmpfsSize))
 	}
 	limit, lerr := units.ParseSize(c.ExecOutputLimit)
 	budget, berr := units.ParseSize(c.ExecOutputBudget)
@@ -432,7 +494,7 @@ func (c Config) Settings() (Settings, error) {
 	if c.Images.MaxRatio < 2 || c.Images.MaxRatio > 100000 {
 		errs = append(errs, fmt.Errorf("images.max_ratio %d must be from 2 to 100000 (decompressed bytes per compressed byte)", c.Images.MaxRatio))
 	}
-	if a := c.Audit; a.Rate < 1 || a.Rate > 1e6 || a.Burst < 1 || a.Burst > 1<<20 || a.Queue < 16 || a.Queue > 1<<20 {
+	if a := c.Audit; !(a.Rate >= 1 && a.Rate <= 1e6) || a.Burst < 1 || a.Burst > 1<<20 || a.Queue < 16 || a.Queue > 1<<20 {
 		errs = append(errs, fmt.Errorf("audit.rate (%g) must be from 1 to 1000000, audit.burst (%d) from 1 to 1048576 and audit.queue (%d) from 16 to 1048576", a.Rate, a.Burst, a.Queue))
 	}
 	if s.AuditCoalesce, err = time.ParseDuration(c.Audit.Coalesce); err != nil || s.AuditCoalesce < time.Second || s.AuditCoalesce > time.Hour {

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,47 @@ func TestE2BConfig(t *testing.T) {
 				t.Fatalf("Load: %v; want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestLimitsAndPathsAreChecked: values the API would refuse of a create (or that mean
+// no limit at all to the runtime: zero, NaN) are refused as defaults too, and paths
+// that would hide one another or depend on the working directory are refused.
+func TestLimitsAndPathsAreChecked(t *testing.T) {
+	dir := t.TempDir()
+	for i, tc := range []struct{ yaml, wantErr string }{
+		{"default_limits: {cpu: .nan}\n", "default_limits.cpu NaN"},
+		{"default_limits: {cpu: .inf}\n", "default_limits.cpu +Inf"},
+		{"default_limits: {cpu: 0}\n", "default_limits.cpu 0"},
+		{"default_limits: {cpu: 1000}\n", "default_limits.cpu 1000"},
+		{"default_limits: {memory: \"0\"}\n", `default_limits.memory "0"`},
+		{"default_limits: {memory: 1TiB}\n", `default_limits.memory "1TiB"`},
+		{"default_limits: {disk: \"0\"}\n", `default_limits.disk "0"`},
+		{"default_limits: {pids: 0}\n", "default_limits.pids 0"},
+		{"default_limits: {pids: -1}\n", "default_limits.pids -1"},
+		{"default_limits: {open_files: 0}\n", "default_limits.open_files 0"},
+		{"tmpfs_size: \"0\"\n", `tmpfs_size "0"`},
+		{"audit: {rate: .nan}\n", "audit.rate (NaN)"},
+		{"state_dir: /srv/al\nsecrets_dir: /srv/al/..s\n", "must be outside each other"},
+		{"state_dir: /srv/al/secrets/state\nsecrets_dir: /srv/al/secrets\n", "must be outside each other"},
+		{"state_dir: /srv/al\nsecrets_dir: /srv/al\n", "must be outside each other"},
+		{"secrets_dir: /run/al/secrets\nsocket: /run/al/secrets/api.sock\n", "must be outside secrets_dir"},
+		{"runc: runc\n", `runc "runc" must be an absolute path`},
+		{"runsc: ./runsc\n", `runsc "./runsc" must be an absolute path`},
+		{"roles_file: roles.yaml\n", `roles_file "roles.yaml" must be an absolute path`},
+		{"network: {extra_cas: [ca.pem]}\n", `network.extra_cas[0] "ca.pem" must be an absolute path`},
+		// Fine:
+		{"state_dir: /srv/al\nsecrets_dir: /srv/al..s\nrunsc: \"off\"\nrunc: /usr/sbin/runc\n", ""},
+		{"default_limits: {cpu: 0.5, memory: 16MiB, pids: 8, open_files: 64, disk: 64MiB}\ntmpfs_size: 1MiB\n", ""},
+		{"default_limits: {cpu: 64, memory: 256GiB, pids: 1048576, open_files: 1048576, disk: 1TiB}\n", ""},
+	} {
+		path := filepath.Join(dir, "c"+strconv.Itoa(i)+".yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%q: Load: %v; want %q", tc.yaml, err, tc.wantErr)
+		}
 	}
 }

@@ -63,14 +63,45 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if set.MemoryTarget > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(set.MemoryTarget)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+	if err := trustedDir(cfg.StateDir, 0o711, "state_dir"); err != nil {
 		return err
 	}
 	if err := traversable(cfg.StateDir); err != nil {
 		return err
 	}
+	// One daemon per state directory: a second one's recovery would reconcile the
+	// first's sandboxes under it.
+	stateLock, err := lockFile(filepath.Join(cfg.StateDir, "airlock.lock"), "state directory "+cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer stateLock.Close()
 	if err := secureStateDir(cfg.StateDir); err != nil {
 		return fmt.Errorf("set the modes of the state directory %s: %w", cfg.StateDir, err)
+	}
+	// The socket's directory is checked, locked and the socket found not served now,
+	// before recovery touches anything.
+	sockLock, err := claimSocket(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer sockLock.Close()
+	for _, f := range append([]string{cfg.RolesFile, cfg.Runc}, cfg.Network.ExtraCAs...) {
+		if f != "" {
+			if err := trustedFile(f, "configured file"); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.Runsc != "" && cfg.Runsc != "off" {
+		if err := trustedFile(cfg.Runsc, "runsc"); err != nil {
+			return err
+		}
+	}
+	// secret.NewDelivery mounts a tmpfs on it: it must be a directory no one else can
+	// point elsewhere.
+	if err := trustedDir(cfg.SecretsDir, 0o700, "secrets_dir"); err != nil {
+		return err
 	}
 	st, err := sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db"))
 	if err != nil {
@@ -204,6 +235,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err != nil {
 		return err
 	}
+	defer os.Remove(cfg.Socket) // on every way out, the lock still held
 	errc := make(chan error, 3)
 	go func() { errc <- hs.Serve(ul) }()
 	if cfg.Listen != "" {
@@ -254,21 +286,37 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	hs.Shutdown(sctx)
-	os.Remove(cfg.Socket)
 	log.Info("airlock stopped; sandboxes keep running")
 	return retErr
 }
 
-// listenUnix listens on path, replacing a stale socket but refusing to take over a live one.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+// claimSocket readies the socket's directory (root's, writable by root alone: in one
+// others may write to, they could put their own socket or a link in the socket's place
+// and have root chmod what it names) and locks the socket's name for this daemon, so
+// that no second daemon removes the socket this one serves on. It refuses a socket
+// another daemon (one that took no lock) serves on.
+func claimSocket(path string) (*os.File, error) {
+	if err := trustedDir(filepath.Dir(path), 0o755, "the socket's directory"); err != nil {
+		return nil, err
+	}
+	lock, err := lockFile(path+".lock", "socket "+path)
+	if err != nil {
 		return nil, err
 	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
+		lock.Close()
 		return nil, fmt.Errorf("another daemon is already serving on %s", path)
 	}
-	os.Remove(path)
+	return lock, nil
+}
+
+// listenUnix listens on path, replacing a stale socket; the caller holds the socket's
+// lock (claimSocket).
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,128 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestOneDaemonPerStateDirAndSocket: a second daemon on a state directory or a socket
+// another serves is refused at start, before its recovery would reconcile the first's
+// sandboxes or its listen would take the first's socket away.
+func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
+	testenv.RequireHost(t)
+	bin := testenv.Binary(t)
+	dir, err := os.MkdirTemp("/tmp", "all-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	cgroup := "airlock-test-" + filepath.Base(dir)
+	var cmds []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range cmds {
+			if c.ProcessState == nil {
+				c.Process.Signal(syscall.SIGTERM)
+				c.Wait()
+			}
+		}
+		for _, s := range []string{"secrets1", "secrets2", "secrets3"} {
+			secret.Unmount(filepath.Join(dir, s))
+		}
+		if m := testenv.MountsUnder(dir); len(m) > 0 {
+			t.Errorf("mounts left: %v", m)
+		}
+		for _, d := range testenv.CgroupDirs(cgroup) {
+			os.Remove(d)
+		}
+		os.RemoveAll(dir)
+	})
+	config := func(n int, state, sock string) string {
+		p := filepath.Join(dir, fmt.Sprintf("c%d.yaml", n))
+		cfg := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nrunsc: \"off\"\nnetwork: {enabled: false}\nlog_level: info\n",
+			filepath.Join(dir, state), filepath.Join(dir, fmt.Sprintf("secrets%d", n)), filepath.Join(dir, sock), cgroup)
+		if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := exec.Command(bin, "serve", "--config", config(1, "state", "api.sock"))
+	stderr, _ := first.StderrPipe()
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmds = append(cmds, first)
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		var log []string
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "airlock serving") {
+				ready <- nil
+				for sc.Scan() {
+				}
+				return
+			}
+			log = append(log, sc.Text())
+		}
+		ready <- fmt.Errorf("the daemon ended before serving:\n%s", strings.Join(log, "\n"))
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the daemon did not say it was serving")
+	}
+	for _, tc := range []struct {
+		name, state, sock, want string
+	}{
+		{"the same state directory", "state", "api2.sock", "another daemon (pid " + fmt.Sprint(first.Process.Pid) + ") is using state directory"},
+		{"the same socket", "state3", "api.sock", "another daemon (pid " + fmt.Sprint(first.Process.Pid) + ") is using socket"},
+	} {
+		n := 2
+		if tc.state == "state3" {
+			n = 3
+		}
+		second := exec.Command(bin, "serve", "--config", config(n, tc.state, tc.sock))
+		var out strings.Builder
+		second.Stdout, second.Stderr = &out, &out
+		if err := second.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, second)
+		done := make(chan error, 1)
+		go func() { done <- second.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("a second daemon on %s: %v\n%s\nwant it refused: %q", tc.name, err, out.String(), tc.want)
+			}
+		case <-time.After(30 * time.Second):
+			second.Process.Signal(syscall.SIGTERM)
+			<-done
+			t.Errorf("a second daemon on %s was not refused:\n%s", tc.name, out.String())
+		}
+	}
+	cl, err := client.New(client.Options{Socket: filepath.Join(dir, "api.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.List(ctx, client.ListOptions{}); err != nil {
+		t.Errorf("the first daemon no longer answers on its socket: %v", err)
+	}
+}
