@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -239,7 +240,8 @@ func LoadKey(path string) ([]byte, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		key = make([]byte, 32)
 		rand.Read(key)
-		if err := os.WriteFile(path, key, 0o600); err != nil {
+		// Whole or not at all: a key cut short by a crash would refuse every later start.
+		if err := durable.WriteFile(path, key, 0o600); err != nil {
 			return nil, fmt.Errorf("audit key: %w", err)
 		}
 		return key, nil

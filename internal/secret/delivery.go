@@ -9,6 +9,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -57,13 +59,14 @@ func NewDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
+	mounted, err := isTmpfsMount(dir)
+	if err != nil {
 		return nil, err
 	}
-	// Not noexec: a sandbox's read-only bind of a file from it must be able to keep
-	// every flag the mount has, and its runtime sets nosuid and nodev only.
-	if st.Type != unix.TMPFS_MAGIC {
+	// A tmpfs of its own, not one it happens to be on (/run is one): private, sized,
+	// nosuid and nodev. Not noexec: a sandbox's read-only bind of a file from it must be
+	// able to keep every flag the mount has, and its runtime sets nosuid and nodev only.
+	if !mounted {
 		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size="+tmpfsSize); err != nil {
 			return nil, fmt.Errorf("mount the secrets tmpfs on %s: %w", dir, err)
 		}
@@ -73,6 +76,51 @@ func NewDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) 
 	svc.onChange = d.refresh
 	svc.mu.Unlock()
 	return d, nil
+}
+
+// isTmpfsMount says whether a tmpfs is mounted at dir itself (the topmost mount there),
+// by the mount table: a directory that is merely on a tmpfs, such as one under /run,
+// is not.
+func isTmpfsMount(dir string) (bool, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 || unescapeMount(f[4]) != abs {
+			continue
+		}
+		fstype, _, _ := strings.Cut(post, " ")
+		found = fstype == "tmpfs" // a later line is a mount on top of an earlier one
+	}
+	return found, nil
+}
+
+// unescapeMount undoes the octal escapes (\040 for a space) of a mountinfo path.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var out strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		out.WriteByte(s[i])
+	}
+	return out.String()
 }
 
 // Unmount removes the delivery tmpfs (for tests and a node's removal; a daemon that

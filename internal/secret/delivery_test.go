@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/secret"
+	"golang.org/x/sys/unix"
 )
 
 // TestDeliveryFilesSurviveARestart: a file delivery is written on the tmpfs, given to
@@ -116,4 +117,38 @@ func TestDeliveryFilesSurviveARestart(t *testing.T) {
 		t.Errorf("a new start substitutes %q, want the newest version", v)
 	}
 	d2.Stop("sb_1")
+}
+
+// TestDeliveryMountsItsOwnTmpfs: a secrets directory that is merely on a tmpfs (as one
+// under /run is) gets a tmpfs of its own, private and sized; one that is already a
+// tmpfs mount (an earlier start's) is kept.
+func TestDeliveryMountsItsOwnTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	s, _ := newService(t)
+	outer := t.TempDir()
+	if err := unix.Mount("tmpfs", outer, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(outer, unix.MNT_DETACH) })
+	dir := filepath.Join(outer, "sec rets") // a space: escaped in the mount table
+	if _, err := secret.NewDelivery(s, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { secret.Unmount(dir) })
+	mounts := func() int {
+		b, _ := os.ReadFile("/proc/self/mountinfo")
+		return strings.Count(string(b), " "+strings.ReplaceAll(dir, " ", `\040`)+" ")
+	}
+	if mounts() != 1 {
+		t.Fatalf("%s on a tmpfs: %d mounts of its own, want 1", dir, mounts())
+	}
+	// The daemon starts again: the tmpfs there is kept, not mounted over.
+	if _, err := secret.NewDelivery(s, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if mounts() != 1 {
+		t.Errorf("after a second start %d mounts at %s, want the first kept alone", mounts(), dir)
+	}
 }
