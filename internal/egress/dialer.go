@@ -29,6 +29,10 @@ type Dialer struct {
 	// Dial connects to one checked "ip:port"; nil means a net.Dialer whose Control
 	// checks the socket's address once more at connect time. Tests replace it.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// AtConnect, if set, is a further check of the default dial's Control, after the
+	// Guard's: the node's network refuses there an address the node gained after it
+	// started (the Guard's list of the node's own addresses is the one of its start).
+	AtConnect func(address string) error
 	// Timeout bounds one connection attempt; 0 means 10 seconds.
 	Timeout time.Duration
 }
@@ -123,7 +127,13 @@ func (d *Dialer) netDial(allow []netip.Prefix) func(context.Context, string, str
 			if err != nil {
 				return denied("cannot check the address %q", address)
 			}
-			return d.Guard.Check(ap.Addr().Unmap(), allow)
+			if err := d.Guard.Check(ap.Addr().Unmap(), allow); err != nil {
+				return err
+			}
+			if d.AtConnect != nil {
+				return d.AtConnect(address)
+			}
+			return nil
 		},
 	}
 	return nd.DialContext

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -128,7 +129,7 @@ type limitedListener struct {
 
 func (l *limitedListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		c, err := acceptRetry(l.Listener)
 		if err != nil {
 			return nil, err
 		}
@@ -141,3 +142,23 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		}
 	}
 }
+
+// acceptRetry accepts from l until it gets a connection or l is closed. Any other
+// error of a live listener (EMFILE, ENFILE, ENOBUFS, ENOMEM: descriptors or memory
+// short for a moment, which sandboxes opening connections can bring about) is waited
+// out with a backoff of up to a second, rather than ending the listener's service for
+// every sandbox until the daemon restarts.
+func acceptRetry(l net.Listener) (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			return c, err
+		}
+		delay = min(max(2*delay, acceptBackoff), time.Second)
+		time.Sleep(delay)
+	}
+}
+
+// acceptBackoff is acceptRetry's first wait.
+const acceptBackoff = 5 * time.Millisecond

@@ -167,13 +167,17 @@ func New(opts Options) (_ *Node, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	guard := egress.Guard{Node: nodeAddrs(), Sandboxes: []netip.Prefix{opts.Subnet}}
+	known := nodeAddrs()
+	guard := egress.Guard{Node: known, Sandboxes: []netip.Prefix{opts.Subnet}}
 	pcfg := egress.Config{CA: n.ca, Lookup: n.lookup, Audit: opts.Audit, NamesOf: n.names.Names}
 	if opts.API != nil && opts.SessionToken != nil {
 		pcfg.API = func(w http.ResponseWriter, r *http.Request, sb egress.SandboxInfo) { opts.API(w, r, sb.ID) }
 		pcfg.SessionToken = n.sessionToken
 	}
-	pcfg.Dialer = &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream)}
+	// The Guard's list of the node's addresses is the one of now; the dial asks the
+	// kernel about addresses the node gains later (localdial.go).
+	pcfg.Dialer = &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream),
+		AtConnect: func(address string) error { return checkNotLocal(address, known, kernelIsLocal) }}
 	pcfg.UpstreamRoots, pcfg.Logger = roots, opts.Logger
 	n.proxy, err = egress.NewProxy(pcfg)
 	if err != nil {
@@ -277,7 +281,7 @@ func (n *Node) serve() {
 // destination.
 func (n *Node) acceptTransparent(l net.Listener, serve func(net.Conn, netip.AddrPort)) {
 	for {
-		c, err := l.Accept()
+		c, err := acceptRetry(l)
 		if err != nil {
 			return
 		}

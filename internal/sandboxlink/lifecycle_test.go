@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -475,5 +476,76 @@ func TestBusy(t *testing.T) {
 	}
 	if len(inner) != 2 {
 		t.Errorf("%d calls during Create, want 2", len(inner))
+	}
+}
+
+// TestNewRestoresLostRules: the table goes (an `nft flush ruleset` by the host's
+// firewall service, say) while sandboxes keep their links; the next New must give every
+// surviving link its elements back before anything else, or the links stay unfiltered:
+// the node's other ports, the world and ICMP open to the sandbox. A veth named like ours
+// with neither label nor elements (a crash between adding and labelling it, then the
+// lost table) is deleted.
+func TestNewRestoresLostRules(t *testing.T) {
+	requireHost(t)
+	node := newTestNode(t)
+	m1 := newTestManager(t, node)
+	svc := startServices(t, node)
+	sb := create(t, m1, "sb_lost", "baseline")
+	orphan := &Sandbox{ID: "sb_orphan", NetnsPath: filepath.Join(node.dir, "orphan")}
+	orphan.HostAddr, orphan.SandboxAddr = m1.cfg.slotAddrs(7)
+	orphan.HostIf, orphan.SandboxIf = m1.cfg.hostIfName(orphan.HostAddr), sandboxIf
+	if err := newNamed(orphan.NetnsPath); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeNamed(orphan.NetnsPath) }) // the veth goes with the node namespace
+	if err := m1.addVeth(orphan); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := m1.nl.LinkByName(orphan.HostIf); err != nil || m1.nl.LinkSetAlias(l, "") != nil {
+		t.Fatalf("unlabel %s: %v", orphan.HostIf, err)
+	}
+	if err := m1.RemoveRules(); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	// Without the table the link is open: the test would prove nothing otherwise.
+	if got, _ := tcpFrom(sb.NetnsPath, ap(otherAddr, forbiddenPort)); got != "forbidden" {
+		t.Fatalf("without the table: tcp to a forbidden port got %q, want it reached", got)
+	}
+	svc.forbidden.Store(0)
+
+	m2 := openManager(t, node.config())
+	var left []string
+	elems, err := m2.elements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range elems {
+		left = append(left, e.set.Name+":"+e.Comment)
+	}
+	slices.Sort(left)
+	if want := []string{setIfs + ":sb_lost", setLinks + ":sb_lost"}; !slices.Equal(left, want) {
+		t.Errorf("elements after New: %v, want %v", left, want)
+	}
+	if id, ok := m2.Lookup(sb.SandboxAddr); !ok || id != sb.ID {
+		t.Errorf("Lookup(%v) = %q, %v after New", sb.SandboxAddr, id, ok)
+	}
+	if got, err := tcpFrom(sb.NetnsPath, ap(sb.HostAddr, proxyPort)); err != nil || got != "proxy" {
+		t.Errorf("proxy after New: %q, %v", got, err)
+	}
+	if got, err := tcpFrom(sb.NetnsPath, ap(otherAddr, forbiddenPort)); err != nil || !strings.HasPrefix(got, "tcp ") {
+		t.Errorf("tcp to another node address after New: %q, %v; want the relay", got, err)
+	}
+	if got, err := udpFrom(sb.NetnsPath, ap(sb.HostAddr, forbiddenPort)); err == nil {
+		t.Errorf("udp to a forbidden port after New: %q, want no answer", got)
+	}
+	if replied, _ := pingFrom(sb.NetnsPath, remoteAddr); replied {
+		t.Error("ping to the world after New: replied, want refused")
+	}
+	if n := svc.forbidden.Load(); n != 0 {
+		t.Errorf("forbidden listeners reached %d times after New, want 0", n)
+	}
+	if _, err := m2.nl.LinkByName(orphan.HostIf); !errors.As(err, new(netlink.LinkNotFoundError)) {
+		t.Errorf("orphan veth %s after New: %v, want deleted", orphan.HostIf, err)
 	}
 }

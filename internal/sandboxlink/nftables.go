@@ -92,8 +92,9 @@ func (m *Manager) nft() (*nftables.Conn, error) {
 }
 
 // ensureTable creates the table, its sets and chains if missing and (re)writes every
-// chain's rules, all in one transaction. Set elements, the sandboxes, are kept.
-func (m *Manager) ensureTable() error {
+// chain's rules, all in one transaction. Set elements, the sandboxes, are kept, and
+// those of restore are (re)added in the same transaction.
+func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	c, err := m.nft()
 	if err != nil {
 		return err
@@ -160,6 +161,11 @@ func (m *Manager) ensureTable() error {
 	for _, r := range rules {
 		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})
 	}
+	for _, sb := range restore {
+		if err := setElements(c, ifs, links, sb); err != nil {
+			return err
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netns: nftables table %s: %w", m.table().Name, err)
 	}
@@ -173,17 +179,22 @@ func (m *Manager) addElements(sb *Sandbox) error {
 		return err
 	}
 	ifs, links := sets(m.table())
-	if err := c.SetAddElements(ifs, []nftables.SetElement{{Key: ifKey(sb.HostIf), Comment: sb.ID}}); err != nil {
-		return err
-	}
-	key := linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr)
-	if err := c.SetAddElements(links, []nftables.SetElement{{Key: key, Comment: sb.ID}}); err != nil {
+	if err := setElements(c, ifs, links, sb); err != nil {
 		return err
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netns: nftables elements of %s: %w", sb.ID, err)
 	}
 	return nil
+}
+
+// setElements queues sb's element in each set on c.
+func setElements(c *nftables.Conn, ifs, links *nftables.Set, sb *Sandbox) error {
+	if err := c.SetAddElements(ifs, []nftables.SetElement{{Key: ifKey(sb.HostIf), Comment: sb.ID}}); err != nil {
+		return err
+	}
+	key := linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr)
+	return c.SetAddElements(links, []nftables.SetElement{{Key: key, Comment: sb.ID}})
 }
 
 // element is one set element with the set it is in.

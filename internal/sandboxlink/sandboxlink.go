@@ -99,17 +99,27 @@ func New(cfg Config) (_ *Manager, retErr error) {
 	if m.nl, err = netlink.NewHandleAt(hostNS, unix.NETLINK_ROUTE); err != nil {
 		return nil, fmt.Errorf("netns: netlink in host namespace: %w", err)
 	}
-	if err := m.ensureTable(); err != nil {
-		return nil, err
-	}
+	// The links that survive (their sandboxes may still run) are listed before the
+	// table is written, so that the same transaction gives each its elements back: a
+	// table that was lost (an `nft flush ruleset`, a reboot of the firewall service)
+	// would otherwise come back empty and leave those links unfiltered.
 	links, err := m.ourLinks()
 	if err != nil {
 		return nil, err
 	}
+	var restore []*Sandbox
 	for id, l := range links {
 		if i, ok := cfg.slotOfIf(l.Attrs().Name); ok {
-			m.own(i, id)
+			host, sb := cfg.slotAddrs(i)
+			restore = append(restore, &Sandbox{ID: id, HostIf: l.Attrs().Name, HostAddr: host, SandboxAddr: sb})
 		}
+	}
+	if err := m.ensureTable(restore...); err != nil {
+		return nil, err
+	}
+	for _, sb := range restore {
+		i, _ := cfg.slotOfIf(sb.HostIf)
+		m.own(i, sb.ID)
 	}
 	elems, err := m.elements()
 	if err != nil {
@@ -120,7 +130,30 @@ func New(cfg Config) (_ *Manager, retErr error) {
 			m.own(i, e.Comment)
 		}
 	}
+	if err := m.dropOrphans(); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// dropOrphans deletes the host-side veths named like this Manager's that neither carry
+// a sandbox's label nor have set elements: left by a crash between creating a veth and
+// labelling it, after the table was lost too. Nothing filters them and nobody owns
+// them, so they must not stay.
+func (m *Manager) dropOrphans() error {
+	links, err := m.linkList()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		name := l.Attrs().Name
+		if i, ours := m.cfg.slotOfIf(name); ours && m.slots[i] == "" {
+			if err := m.delLink(name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // own records that link i belongs to sandbox id (unless it already has an owner).
@@ -360,17 +393,26 @@ func (m *Manager) Lookup(addr netip.Addr) (id string, ok bool) {
 	return id, ok
 }
 
-// ourLinks returns the host-side veths that Create labelled, by sandbox id.
-func (m *Manager) ourLinks() (map[string]netlink.Link, error) {
+// linkList lists the host namespace's links; a dump that raced with a change is retried.
+func (m *Manager) linkList() ([]netlink.Link, error) {
 	var links []netlink.Link
 	var err error
-	for range 5 { // a dump that raced with a change is retried
+	for range 5 {
 		if links, err = m.nl.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
 			break
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("netns: list links: %w", err)
+	}
+	return links, nil
+}
+
+// ourLinks returns the host-side veths that Create labelled, by sandbox id.
+func (m *Manager) ourLinks() (map[string]netlink.Link, error) {
+	links, err := m.linkList()
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]netlink.Link{}
 	for _, l := range links {
