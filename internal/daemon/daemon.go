@@ -88,13 +88,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	defer sockLock.Close()
 	for _, f := range append([]string{cfg.RolesFile, cfg.Runc}, cfg.Network.ExtraCAs...) {
 		if f != "" {
-			if err := trustedFile(f, "configured file"); err != nil {
+			if err := TrustedFile(f, "configured file"); err != nil {
 				return err
 			}
 		}
 	}
 	if cfg.Runsc != "" && cfg.Runsc != "off" {
-		if err := trustedFile(cfg.Runsc, "runsc"); err != nil {
+		if err := TrustedFile(cfg.Runsc, "runsc"); err != nil {
 			return err
 		}
 	}

@@ -114,8 +114,8 @@ func splitPath(p string) []string {
 	return out
 }
 
-// trustedFile is TrustedPath for a file that must exist (a configuration file, a CA).
-func trustedFile(path, what string) error {
+// TrustedFile is TrustedPath for a file that must exist (a configuration file, a CA).
+func TrustedFile(path, what string) error {
 	ok, err := TrustedPath(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -125,9 +125,6 @@ func trustedFile(path, what string) error {
 	}
 	return nil
 }
-
-// TrustedFile checks that path is a file only root can change (see TrustedPath).
-func TrustedFile(path, what string) error { return trustedFile(path, what) }
 
 // trustedDir makes dir (and what is missing above it) if it is not there and checks
 // that it is a directory only root can change: checked before it is made, so no

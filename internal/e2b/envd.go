@@ -82,11 +82,10 @@ type target struct {
 	// ag reaches the sandbox's agent; nil for the calls that need no agent (health,
 	// envs), which leave a paused sandbox paused.
 	ag *agent.Client
-	sb *manager.Sandbox
+	sb *manager.Sandbox // its record: state and environment as created
 	// user is the user name the request acts as (the Basic authorization's user name);
 	// "" is the sandbox's default user.
 	user string
-	env  map[string]string // the sandbox's environment, as created
 
 	userMu   sync.Mutex
 	userInfo *agentproto.UserInfo // user as the agent described it, once asked
@@ -215,7 +214,7 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 		return nil, &errdefs.Error{Class: errdefs.ErrPermissionDenied,
 			Msg: fmt.Sprintf("%s lacks %s, which this call needs", p.Identity, perm)}
 	}
-	t := &target{id: id, owner: sb.Owner, sb: sb, env: sb.Env}
+	t := &target{id: id, owner: sb.Owner, sb: sb}
 	if needsAgent(r, port) {
 		if t.ag, t.sb, err = c.m.AgentFor(ctx, sb); err != nil {
 			return nil, err
@@ -354,7 +353,7 @@ func (c *Control) health(w http.ResponseWriter, r *http.Request, t *target) erro
 
 // envs answers the sandbox's environment variables, those it was created with.
 func (c *Control) envs(w http.ResponseWriter, r *http.Request, t *target) error {
-	out := t.env
+	out := t.sb.Env
 	if out == nil {
 		out = map[string]string{}
 	}

@@ -331,6 +331,18 @@ func TestEnvdHealthLeavesPausedSandbox(t *testing.T) {
 	f.want("pause", st, body, 204)
 	st, body = f.health(f.id, f.token)
 	f.want("health of a paused sandbox", st, body, 502)
+	// envs is answered from the record too: the variables the sandbox was made with.
+	req, _ := http.NewRequest("GET", f.url+"/envs", nil)
+	f.headers(req.Header, f.id, f.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(envs), `"GREETING":"hi"`) {
+		t.Errorf("envs of a paused sandbox: %d %s, want its GREETING", resp.StatusCode, envs)
+	}
 	if d := f.detail(f.key, f.id); d.State != "paused" {
 		t.Fatalf("after health the sandbox is %q, want paused", d.State)
 	}

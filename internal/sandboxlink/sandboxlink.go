@@ -103,12 +103,12 @@ func New(cfg Config) (_ *Manager, retErr error) {
 	// table is written, so that the same transaction gives each its elements back: a
 	// table that was lost (an `nft flush ruleset`, a reboot of the firewall service)
 	// would otherwise come back empty and leave those links unfiltered.
-	links, err := m.ourLinks()
+	all, err := m.linkList()
 	if err != nil {
 		return nil, err
 	}
 	var restore []*Sandbox
-	for id, l := range links {
+	for id, l := range m.labelled(all) {
 		if i, ok := cfg.slotOfIf(l.Attrs().Name); ok {
 			host, sb := cfg.slotAddrs(i)
 			restore = append(restore, &Sandbox{ID: id, HostIf: l.Attrs().Name, HostAddr: host, SandboxAddr: sb})
@@ -130,7 +130,7 @@ func New(cfg Config) (_ *Manager, retErr error) {
 			m.own(i, e.Comment)
 		}
 	}
-	if err := m.dropOrphans(); err != nil {
+	if err := m.dropOrphans(all); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -140,11 +140,7 @@ func New(cfg Config) (_ *Manager, retErr error) {
 // a sandbox's label nor have set elements: left by a crash between creating a veth and
 // labelling it, after the table was lost too. Nothing filters them and nobody owns
 // them, so they must not stay.
-func (m *Manager) dropOrphans() error {
-	links, err := m.linkList()
-	if err != nil {
-		return err
-	}
+func (m *Manager) dropOrphans(links []netlink.Link) error {
 	for _, l := range links {
 		name := l.Attrs().Name
 		if i, ours := m.cfg.slotOfIf(name); ours && m.slots[i] == "" {
@@ -414,6 +410,11 @@ func (m *Manager) ourLinks() (map[string]netlink.Link, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.labelled(links), nil
+}
+
+// labelled picks, from links, the host-side veths that Create labelled, by sandbox id.
+func (m *Manager) labelled(links []netlink.Link) map[string]netlink.Link {
 	out := map[string]netlink.Link{}
 	for _, l := range links {
 		a := l.Attrs()
@@ -422,5 +423,5 @@ func (m *Manager) ourLinks() (map[string]netlink.Link, error) {
 			out[id] = l
 		}
 	}
-	return out, nil
+	return out
 }
