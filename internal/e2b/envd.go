@@ -191,6 +191,9 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 	}
 	refused := &errdefs.Error{Class: errdefs.ErrUnauthenticated,
 		Msg: fmt.Sprintf("the sandbox's access token is required in %s (create, connect and resume return it as envdAccessToken), or a signed URL", hdrAccessToken)}
+	if !carriesCredential(r, port) {
+		return nil, refused // without a store read: a request with nothing to check is free to refuse
+	}
 	ctx := r.Context()
 	sb, err := c.m.ByID(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "") {
@@ -227,6 +230,19 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 		t.user = u
 	}
 	return t, nil
+}
+
+// carriesCredential says whether the request has something validToken could accept: a
+// token shaped as this plane's, or a signed /files URL.
+func carriesCredential(r *http.Request, port int) bool {
+	if _, ok := keyOf(r.Header.Get(hdrAccessToken)); ok {
+		return true
+	}
+	if port != EnvdPort {
+		_, ok := keyOf(r.Header.Get(hdrTrafficToken))
+		return ok
+	}
+	return r.URL.Path == "/files" && r.URL.Query().Get("signature") != ""
 }
 
 // validToken says whether the request carries a token for sb, and which API key it
