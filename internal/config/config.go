@@ -61,6 +61,11 @@ type Network struct {
 	// MaxConnectionsPerOwner caps them across one owner's sandboxes (0: half of what the
 	// node keeps descriptors for, which is derived from the daemon's open-files limit).
 	MaxConnectionsPerOwner int `yaml:"max_connections_per_owner"`
+	// NewConnectionsPerSecond paces the new connections and DNS flows one sandbox opens
+	// (0: 200 a second, bursts of twice that), NodeNewConnectionsPerSecond those of all
+	// sandboxes together (0: 2000), so that no sandbox fills the host's conntrack table.
+	NewConnectionsPerSecond     int `yaml:"new_connections_per_second"`
+	NodeNewConnectionsPerSecond int `yaml:"node_new_connections_per_second"`
 }
 
 // Images bounds what importing images may cost the host; sizes are strings such as
@@ -458,6 +463,15 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if c.Network.MaxConnections < 0 || c.Network.MaxConnections > 1<<20 {
 		errs = append(errs, fmt.Errorf("network.max_connections %d must be from 1 to 1048576 (0: 4096)", c.Network.MaxConnections))
+	}
+	for _, r := range []struct {
+		key  string
+		rate int
+		def  string
+	}{{"new_connections_per_second", c.Network.NewConnectionsPerSecond, "200"}, {"node_new_connections_per_second", c.Network.NodeNewConnectionsPerSecond, "2000"}} {
+		if r.rate < 0 || r.rate > 1_000_000 {
+			errs = append(errs, fmt.Errorf("network.%s %d must be from 1 to 1000000 (0: %s)", r.key, r.rate, r.def))
+		}
 	}
 	if c.Network.MaxConnectionsPerOwner < 0 || c.Network.MaxConnectionsPerOwner > 1<<20 {
 		errs = append(errs, fmt.Errorf("network.max_connections_per_owner %d must be from 1 to 1048576 (0: from the open-files limit)", c.Network.MaxConnectionsPerOwner))

@@ -118,7 +118,10 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"runsc: ./runsc\n", `runsc "./runsc" must be an absolute path`},
 		{"roles_file: roles.yaml\n", `roles_file "roles.yaml" must be an absolute path`},
 		{"network: {extra_cas: [ca.pem]}\n", `network.extra_cas[0] "ca.pem" must be an absolute path`},
+		{"network: {new_connections_per_second: -1}\n", "network.new_connections_per_second -1 must be from 1 to 1000000 (0: 200)"},
+		{"network: {node_new_connections_per_second: 2000000}\n", "network.node_new_connections_per_second 2000000 must be from 1"},
 		// Fine:
+		{"network: {new_connections_per_second: 50, node_new_connections_per_second: 500}\n", ""},
 		{"state_dir: /srv/al\nsecrets_dir: /srv/al..s\nrunsc: \"off\"\nrunc: /usr/sbin/runc\n", ""},
 		{"default_limits: {cpu: 0.5, memory: 16MiB, pids: 8, open_files: 64, disk: 64MiB}\ntmpfs_size: 1MiB\n", ""},
 		{"default_limits: {cpu: 64, memory: 256GiB, pids: 1048576, open_files: 1048576, disk: 1TiB}\n", ""},

@@ -214,7 +214,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
 			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
 			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix,
-			MaxConns: cfg.Network.MaxConnections, MaxConnsPerOwner: cfg.Network.MaxConnectionsPerOwner, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log,
+			MaxConns: cfg.Network.MaxConnections, MaxConnsPerOwner: cfg.Network.MaxConnectionsPerOwner,
+			NewFlowRate: cfg.Network.NewConnectionsPerSecond, NodeNewFlowRate: cfg.Network.NodeNewConnectionsPerSecond, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log,
 			Secrets: delivery.Substitutions, API: srv.ServeFromSandbox, SessionToken: authSvc.SessionToken, EndSessions: authSvc.EndSessions})
 		if err != nil {
 			return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)

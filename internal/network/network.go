@@ -61,6 +61,9 @@ type Options struct {
 	// MaxConnsPerOwner caps them across one owner's sandboxes, and MaxConnsNode across
 	// the node (defaults: from the daemon's open-files limit, see connBudget).
 	MaxConnsPerOwner, MaxConnsNode int
+	// NewFlowRate and NodeNewFlowRate pace the new connections and DNS flows of one
+	// sandbox and of all of them, a second (defaults: sandboxlink's).
+	NewFlowRate, NodeNewFlowRate int
 	// Secrets returns a sandbox's proxy-delivered secrets; it is called per request.
 	Secrets func(sandbox string) []egress.Substitution
 	// API serves the requests sandboxes send to egress.APIHost, with the session token
@@ -194,7 +197,7 @@ func New(opts Options) (_ *Node, retErr error) {
 	n.nm, err = sandboxlink.New(sandboxlink.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
 		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.Proxy,
 		TransparentHTTPPort: n.ports.HTTP, TransparentTLSPort: n.ports.TLS, TransparentTCPPort: n.ports.TCP,
-		DNSPort: n.ports.DNS, Table: opts.Table})
+		DNSPort: n.ports.DNS, Table: opts.Table, NewFlowRate: opts.NewFlowRate, NodeNewFlowRate: opts.NodeNewFlowRate})
 	if err != nil {
 		return nil, err
 	}

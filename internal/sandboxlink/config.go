@@ -51,7 +51,27 @@ type Config struct {
 	// Table names the nftables table (inet family) of this node's rules (default
 	// "airlock"); separate nodes on one host (tests) need separate tables.
 	Table string
+	// NewFlowRate is how many new connections (and DNS flows) one sandbox may open a
+	// second, with bursts of twice that (0: DefaultNewFlowRate); NodeNewFlowRate bounds
+	// all sandboxes together (0: DefaultNodeNewFlowRate). Every flow a sandbox opens is
+	// an entry in the host's connection-tracking table, which the whole host shares:
+	// these rates, with the short timeouts the rules give a sandbox's closing flows,
+	// keep sandboxes from filling it. Packets over a rate are dropped, so a client's
+	// connection attempt waits and retries instead of failing.
+	NewFlowRate, NodeNewFlowRate int
 }
+
+// DefaultNewFlowRate and DefaultNodeNewFlowRate are the new-flow rates, per second,
+// of one sandbox and of all of them together, unless configured otherwise. At the
+// node's rate and the longest closing timeout (flowTimeouts), the closing flows
+// sandboxes can leave in the host's table stay under about 120 000 entries, under
+// half of a default nf_conntrack_max of 262 144; open connections are bounded
+// apart from this, by the egress listeners' connection caps.
+const (
+	DefaultNewFlowRate     = 200
+	DefaultNodeNewFlowRate = 2000
+	maxFlowRate            = 1_000_000
+)
 
 var ifPrefixRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9]{0,6}$`) })
 
@@ -72,6 +92,14 @@ func (c Config) Validate() error {
 	if !filepath.IsAbs(c.RunDir) {
 		return errdefs.Invalid("netns: run directory %q is not an absolute path", c.RunDir)
 	}
+	for _, r := range []struct {
+		name string
+		rate int
+	}{{"new connection rate per sandbox", c.NewFlowRate}, {"new connection rate of the node", c.NodeNewFlowRate}} {
+		if r.rate < 0 || r.rate > maxFlowRate {
+			return errdefs.Invalid("netns: %s %d is not from 1 to %d a second (0: the default)", r.name, r.rate, maxFlowRate)
+		}
+	}
 	for _, p := range []struct {
 		name string
 		port int
@@ -84,6 +112,17 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+func (c Config) flowRates() (sandbox, node int) {
+	sandbox, node = c.NewFlowRate, c.NodeNewFlowRate
+	if sandbox == 0 {
+		sandbox = DefaultNewFlowRate
+	}
+	if node == 0 {
+		node = DefaultNodeNewFlowRate
+	}
+	return sandbox, node
 }
 
 func (c Config) linkBits() int {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -18,6 +20,9 @@ import (
 //	set sandbox_ifs   { type ifname; }                          # host-side veth
 //	set sandbox_links { type ifname . ipv4_addr . ipv4_addr; }  # veth . sandbox . host address
 //	(every element carries its sandbox id as comment, which is how List finds it)
+//	set sandbox_rate  { type ifname; size 65536; flags dynamic,timeout; timeout 1m; }
+//	ct timeout sandbox_tcp { protocol tcp; policy = flowTimeouts (closing states short) }
+//	ct timeout sandbox_udp { protocol udp; policy = { unreplied: 10, replied: 30 } }
 //
 //	chain prerouting { type nat hook prerouting priority dstnat
 //	  iifname . ip saddr . ip daddr @sandbox_links udp dport 53 redirect to :DNSPort
@@ -31,6 +36,10 @@ import (
 //	  ct state new socket mark ListenerMark drop }
 //	chain sandbox_in {
 //	  ct state established,related accept
+//	  ct state new update @sandbox_rate { iifname limit rate over NewFlowRate/second burst 2×NewFlowRate packets } drop
+//	  ct state new limit rate over NodeNewFlowRate/second burst 2×NodeNewFlowRate packets drop
+//	  ct state new meta l4proto tcp ct timeout set "sandbox_tcp"
+//	  ct state new meta l4proto udp ct timeout set "sandbox_udp"
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport ProxyPort accept
 //	  iifname . ip saddr . ip daddr @sandbox_links tcp dport DNSPort accept
 //	  iifname . ip saddr . ip daddr @sandbox_links udp dport DNSPort accept
@@ -59,13 +68,46 @@ import (
 // rule naming ports would then black-hole whatever other program later got one of them.
 // Rejecting (rather than dropping) makes a forbidden connection fail at once inside the
 // sandbox instead of hanging.
+//
+// Every flow a sandbox opens to the node is an entry in the host's one connection-
+// tracking table, and a full table drops new flows host-wide. A flow that is refused
+// never enters it (an entry is confirmed only once its first packet is accepted); the
+// ones that are accepted are bounded by the two rates, per sandbox and for the node,
+// and by the timeouts sandbox_tcp and sandbox_udp give them once they close (10 s in
+// TIME_WAIT instead of the host's 120 s). A packet over a rate is dropped rather than
+// rejected: the client retries its SYN or query a moment later, as it would on a
+// congested link, and a flooding sandbox gets no replies to make the host send.
 const (
 	tableName   = "airlock"
 	setIfs      = "sandbox_ifs"
 	setLinks    = "sandbox_links"
+	setRate     = "sandbox_rate"
 	chainIn     = "sandbox_in"
 	chainReject = "sandbox_reject"
+	timeoutTCP  = "sandbox_tcp"
+	timeoutUDP  = "sandbox_udp"
 )
+
+// flowTimeouts are the conntrack timeouts, in seconds, of a sandbox's TCP flows by
+// state. An open connection keeps the host's own timeout (the listeners' caps bound how
+// many there are); the states a closing or never-answered flow passes through are short.
+var flowTimeouts = expr.CtStatePolicyTimeout{
+	expr.CtStateTCPSYNSENT:     10,
+	expr.CtStateTCPSYNRECV:     10,
+	expr.CtStateTCPESTABLISHED: 432000,
+	expr.CtStateTCPFINWAIT:     60,
+	expr.CtStateTCPCLOSEWAIT:   60,
+	expr.CtStateTCPLASTACK:     30,
+	expr.CtStateTCPTIMEWAIT:    10,
+	expr.CtStateTCPCLOSE:       10,
+	expr.CtStateTCPSYNSENT2:    10,
+	expr.CtStateTCPRETRANS:     60,
+	expr.CtStateTCPUNACK:       60,
+}
+
+// udpTimeouts are those of a sandbox's UDP flows, which are DNS queries: one answer
+// each.
+var udpTimeouts = expr.CtStatePolicyTimeout{expr.CtStateUDPUNREPLIED: 10, expr.CtStateUDPREPLIED: 30}
 
 var linkKeyType = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr, nftables.TypeIPAddr)
 
@@ -107,6 +149,17 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	if err := c.AddSet(links, nil); err != nil {
 		return fmt.Errorf("netns: nftables set %s: %w", setLinks, err)
 	}
+	rate := &nftables.Set{Table: t, Name: setRate, KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian,
+		Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: 1 << 16}
+	if err := c.AddSet(rate, nil); err != nil {
+		return fmt.Errorf("netns: nftables set %s: %w", setRate, err)
+	}
+	// An existing object is kept as it is (objects of this type cannot be updated); the
+	// policies are constants.
+	c.AddObj(&nftables.NamedObj{Table: t, Name: timeoutTCP, Type: nftables.ObjTypeCtTimeout,
+		Obj: &expr.CtTimeout{L3Proto: unix.NFPROTO_IPV4, L4Proto: unix.IPPROTO_TCP, Policy: maps.Clone(flowTimeouts)}})
+	c.AddObj(&nftables.NamedObj{Table: t, Name: timeoutUDP, Type: nftables.ObjTypeCtTimeout,
+		Obj: &expr.CtTimeout{L3Proto: unix.NFPROTO_IPV4, L4Proto: unix.IPPROTO_UDP, Policy: maps.Clone(udpTimeouts)}})
 	accept := nftables.ChainPolicyAccept
 	chain := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
 		ch := &nftables.Chain{Table: t, Name: name}
@@ -125,6 +178,7 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	out := chain("output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityFilter)
 
 	cfg := m.cfg
+	perSandbox, perNode := cfg.flowRates()
 	type rule struct {
 		ch *nftables.Chain
 		e  []expr.Any
@@ -141,6 +195,10 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 		{input, cat(ctState(expr.CtStateBitNEW), socketMark(ListenerMark), verdict(expr.VerdictDrop, ""))},
 
 		{in, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
+		{in, cat(ctState(expr.CtStateBitNEW), overRatePerIf(rate, perSandbox), verdict(expr.VerdictDrop, ""))},
+		{in, cat(ctState(expr.CtStateBitNEW), []expr.Any{limitOver(perNode)}, verdict(expr.VerdictDrop, ""))},
+		{in, cat(ctState(expr.CtStateBitNEW), l4(unix.IPPROTO_TCP), ctTimeout(timeoutTCP))},
+		{in, cat(ctState(expr.CtStateBitNEW), l4(unix.IPPROTO_UDP), ctTimeout(timeoutUDP))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept, ""))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept, ""))},
 		{in, cat(inLinks(links), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept, ""))},
@@ -345,6 +403,28 @@ func redirect(port int) []expr.Any {
 		&expr.Immediate{Register: 1, Data: be16(port)},
 		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
 	}
+}
+
+// limitOver matches while packets come faster than rate a second, beyond a burst of
+// twice that.
+func limitOver(rate int) *expr.Limit {
+	return &expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(rate), Unit: expr.LimitTimeSecond, Burst: uint32(2 * rate), Over: true}
+}
+
+// overRatePerIf matches while packets come in on their interface faster than rate a
+// second: one limit per interface, kept in the dynamic set (an element expires a
+// minute after its interface's last new flow).
+func overRatePerIf(set *nftables.Set, rate int) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Dynset{SrcRegKey: 1, SetName: set.Name, SetID: set.ID, Operation: unix.NFT_DYNSET_OP_UPDATE,
+			Exprs: []expr.Any{limitOver(rate)}},
+	}
+}
+
+// ctTimeout gives the packet's (new, not yet confirmed) flow the named timeout policy.
+func ctTimeout(name string) []expr.Any {
+	return []expr.Any{&expr.Objref{Type: int(nftables.ObjTypeCtTimeout), Name: name}}
 }
 
 func verdict(kind expr.VerdictKind, chain string) []expr.Any {
