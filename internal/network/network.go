@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/egress"
@@ -106,8 +107,12 @@ type Node struct {
 	roles  map[string]string // sandbox id -> the role it acts with ("": its owner's)
 	links  map[string]*sandboxlink.Sandbox
 
-	wg sync.WaitGroup
+	wg   sync.WaitGroup
+	stop chan struct{} // closed by Close: ends the table's guard
 }
+
+// tableCheckEvery is how often the node checks that its nftables table is whole.
+const tableCheckEvery = 2 * time.Second
 
 // ports are the node's listening ports, on every address.
 type ports struct{ Proxy, HTTP, TLS, TCP, DNS int }
@@ -268,6 +273,8 @@ func (n *Node) listen() error {
 }
 
 func (n *Node) serve() {
+	n.stop = make(chan struct{})
+	n.wg.Go(n.guardTable)
 	n.wg.Add(6)
 	go func() { defer n.wg.Done(); n.proxy.Serve(&limitedListener{Listener: n.lns[0], lim: n.limit}) }()
 	go func() { defer n.wg.Done(); n.acceptTransparent(n.lns[1], n.proxy.ServeTransparent) }()
@@ -304,8 +311,31 @@ func (n *Node) acceptTransparent(l net.Listener, serve func(net.Conn, netip.Addr
 	}
 }
 
+// guardTable puts the sandboxes' rules back whenever something else on the host has
+// removed or changed them (see sandboxlink.Manager.Repair), until Close.
+func (n *Node) guardTable() {
+	tick := time.NewTicker(tableCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
+		switch repaired, err := n.nm.Repair(); {
+		case err != nil:
+			n.log.Error("the sandbox network's nftables table could not be checked or rewritten; sandboxes may be unfiltered", "err", err)
+		case repaired:
+			n.log.Warn("the sandbox network's nftables table was changed by something else on the host; it has been written again")
+		}
+	}
+}
+
 // Close stops the listeners. Sandbox namespaces stay for the next start to find.
 func (n *Node) Close() error {
+	if n.stop != nil {
+		close(n.stop)
+	}
 	for _, l := range n.lns {
 		l.Close()
 	}

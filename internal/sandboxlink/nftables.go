@@ -216,8 +216,10 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 		{reject, cat(l4(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}})},
 		{reject, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}},
 	}
+	counts := map[string]int{}
 	for _, r := range rules {
 		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})
+		counts[r.ch.Name]++
 	}
 	for _, sb := range restore {
 		if err := setElements(c, ifs, links, sb); err != nil {
@@ -227,6 +229,7 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netns: nftables table %s: %w", m.table().Name, err)
 	}
+	m.ruleCounts = counts
 	return nil
 }
 

@@ -68,6 +68,10 @@ type Manager struct {
 	// sandbox; a new sandbox gets an index not in it, so its names and set keys are new.
 	slots  map[int]string
 	byAddr map[netip.Addr]string // sandbox-side address → id, for Lookup
+
+	// ruleCounts is how many rules each chain of the table got when it was last
+	// written, by chain name: what Repair checks the table against.
+	ruleCounts map[string]int
 }
 
 // New validates cfg, creates the nftables table with its sets and chains (rewriting the
@@ -107,13 +111,7 @@ func New(cfg Config) (_ *Manager, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	var restore []*Sandbox
-	for id, l := range m.labelled(all) {
-		if i, ok := cfg.slotOfIf(l.Attrs().Name); ok {
-			host, sb := cfg.slotAddrs(i)
-			restore = append(restore, &Sandbox{ID: id, HostIf: l.Attrs().Name, HostAddr: host, SandboxAddr: sb})
-		}
-	}
+	restore := m.linked(all, nil)
 	if err := m.ensureTable(restore...); err != nil {
 		return nil, err
 	}
@@ -411,6 +409,19 @@ func (m *Manager) ourLinks() (map[string]netlink.Link, error) {
 		return nil, err
 	}
 	return m.labelled(links), nil
+}
+
+// linked returns the sandboxes whose labelled host-side veths are among links, but for
+// the ids in skip, with the addresses their set elements hold.
+func (m *Manager) linked(links []netlink.Link, skip map[string]bool) []*Sandbox {
+	var out []*Sandbox
+	for id, l := range m.labelled(links) {
+		if i, ok := m.cfg.slotOfIf(l.Attrs().Name); ok && !skip[id] {
+			host, sb := m.cfg.slotAddrs(i)
+			out = append(out, &Sandbox{ID: id, HostIf: l.Attrs().Name, HostAddr: host, SandboxAddr: sb})
+		}
+	}
+	return out
 }
 
 // labelled picks, from links, the host-side veths that Create labelled, by sandbox id.

@@ -1,0 +1,67 @@
+package sandboxlink
+
+import (
+	"testing"
+
+	"github.com/google/nftables"
+)
+
+// TestRepairPutsTheTableBack removes parts of the table as other programs on a host do
+// (the whole table, one sandbox's elements, one chain's rules): each time the sandbox
+// reaches a forbidden listener until Repair, which says it repaired, and never after.
+func TestRepairPutsTheTableBack(t *testing.T) {
+	requireHost(t)
+	node := newTestNode(t)
+	m := newTestManager(t, node)
+	svc := startServices(t, node)
+	a := create(t, m, "sb_a", "baseline")
+	create(t, m, "sb_b", "baseline")
+
+	// A forbidden TCP listener of the node's, and its forbidden UDP port on the link.
+	reaches := func() bool {
+		got, _ := tcpFrom(a.NetnsPath, ap(otherAddr, forbiddenPort))
+		before := svc.forbidden.Load()
+		udpFrom(a.NetnsPath, ap(a.HostAddr, forbiddenPort))
+		return got == "forbidden" || svc.forbidden.Load() > before
+	}
+	nft := func(change func(c *nftables.Conn)) func() error {
+		return func() error {
+			c, err := m.nft()
+			if err != nil {
+				return err
+			}
+			change(c)
+			return c.Flush()
+		}
+	}
+	for _, s := range []struct {
+		name string
+		do   func() error
+	}{
+		{"table deleted", nft(func(c *nftables.Conn) { c.DelTable(m.table()) })},
+		{"a's elements deleted", func() error { return m.deleteElements(a.ID) }},
+		{"sandbox_in flushed", nft(func(c *nftables.Conn) { c.FlushChain(&nftables.Chain{Table: m.table(), Name: chainIn}) })},
+		{"the rate rule deleted", nft(func(c *nftables.Conn) {
+			rules, _ := c.GetRules(m.table(), &nftables.Chain{Table: m.table(), Name: chainIn})
+			if len(rules) > 1 {
+				c.DelRule(rules[1])
+			}
+		})},
+	} {
+		if repaired, err := m.Repair(); err != nil || repaired {
+			t.Fatalf("before %s: Repair() = %v, %v; want nothing to repair", s.name, repaired, err)
+		}
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if s.name != "the rate rule deleted" && !reaches() {
+			t.Errorf("%s: the sandbox was still kept from the forbidden port; the step removed nothing", s.name)
+		}
+		if repaired, err := m.Repair(); err != nil || !repaired {
+			t.Errorf("%s: Repair() = %v, %v; want repaired", s.name, repaired, err)
+		}
+		if reaches() {
+			t.Errorf("%s: after Repair the sandbox reaches the forbidden port", s.name)
+		}
+	}
+}
