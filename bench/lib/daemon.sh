@@ -51,6 +51,7 @@ daemon_stop() {
 			while read -r m; do umount -l "$m" || true; done
 		rmdir /sys/fs/cgroup/*/"airlock-$BENCH"/* /sys/fs/cgroup/"airlock-$BENCH"/* 2>/dev/null || true
 		rmdir /sys/fs/cgroup/*/"airlock-$BENCH" /sys/fs/cgroup/"airlock-$BENCH" 2>/dev/null || true
+		rm -f "/run/airlock.names/cgroup-airlock-$BENCH.lock" # the daemon's lock on its cgroup parent
 	fi
 	if grep -q " $TMP/" /proc/self/mountinfo; then
 		echo "bench/$BENCH: mounts left under $TMP; not removing it" >&2

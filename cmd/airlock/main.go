@@ -58,6 +58,10 @@ func Run(ctx context.Context, args []string) error {
 				break // the CLI has their help
 			}
 			if args[0] == "serve" {
+				// A hang-up (a closed terminal, an init system's reload) stops the
+				// daemon the clean way too, not by the signal's default.
+				ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
+				defer stop()
 				return serve(ctx, args[1:])
 			}
 			return checkConfig(args[1:])

@@ -86,6 +86,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return err
 	}
 	defer sockLock.Close()
+	hostLocks, err := lockHostNames(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, f := range hostLocks {
+			f.Close()
+		}
+	}()
 	for _, f := range append([]string{cfg.RolesFile, cfg.Runc}, cfg.Network.ExtraCAs...) {
 		if f != "" {
 			if err := TrustedFile(f, "configured file"); err != nil {
@@ -247,6 +256,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		}
 		go func() { errc <- hs.Serve(tl) }()
 		log.Info("listening", "tcp", tl.Addr().String())
+		warnPlainHTTP(log, "listen", tl.Addr())
 	}
 	if cfg.E2BListen != "" {
 		key, err := e2bTokenKey(cfg.StateDir)
@@ -268,6 +278,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		es.Protocols.SetHTTP1(true)
 		es.Protocols.SetUnencryptedHTTP2(true)
 		go func() { errc <- es.Serve(el) }()
+		warnPlainHTTP(log, "e2b_listen", el.Addr())
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -506,4 +517,15 @@ func e2bTokenKey(stateDir string) ([]byte, error) {
 		return nil, fmt.Errorf("e2b token key: %w", err)
 	}
 	return key, nil
+}
+
+// warnPlainHTTP warns when a plain-HTTP listener is reachable from other machines: the
+// tokens and API keys clients send to it cross the network in the clear.
+func warnPlainHTTP(log *slog.Logger, key string, addr net.Addr) {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil || ap.Addr().IsLoopback() {
+		return
+	}
+	log.Warn(key+" serves plain HTTP on an address other machines can reach: the tokens clients send travel in the clear; listen on loopback and put a TLS proxy in front",
+		"address", addr.String())
 }

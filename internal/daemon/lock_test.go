@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,7 +38,7 @@ func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 				c.Wait()
 			}
 		}
-		for _, s := range []string{"secrets1", "secrets2", "secrets3"} {
+		for _, s := range []string{"secrets1", "secrets2", "secrets3", "secrets4"} {
 			secret.Unmount(filepath.Join(dir, s))
 		}
 		if m := testenv.MountsUnder(dir); len(m) > 0 {
@@ -46,6 +47,7 @@ func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 		for _, d := range testenv.CgroupDirs(cgroup) {
 			os.Remove(d)
 		}
+		testenv.RemoveHostLocks("cgroup-" + cgroup)
 		os.RemoveAll(dir)
 	})
 	config := func(n int, state, sock string) string {
@@ -91,11 +93,10 @@ func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 	}{
 		{"the same state directory", "state", "api2.sock", "another daemon (pid " + fmt.Sprint(first.Process.Pid) + ") is using state directory"},
 		{"the same socket", "state3", "api.sock", "another daemon (pid " + fmt.Sprint(first.Process.Pid) + ") is using socket"},
+		{"the same cgroup parent", "state4", "api4.sock", "another daemon (pid " + fmt.Sprint(first.Process.Pid) + ") is using cgroup parent " + cgroup},
 	} {
-		n := 2
-		if tc.state == "state3" {
-			n = 3
-		}
+		n, _ := strconv.Atoi(strings.TrimPrefix(tc.state, "state"))
+		n = max(n, 2)
 		second := exec.Command(bin, "serve", "--config", config(n, tc.state, tc.sock))
 		var out strings.Builder
 		second.Stdout, second.Stderr = &out, &out
@@ -124,5 +125,13 @@ func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 	defer cancel()
 	if _, err := cl.List(ctx, client.ListOptions{}); err != nil {
 		t.Errorf("the first daemon no longer answers on its socket: %v", err)
+	}
+	// A hang-up stops it the clean way: exit status 0, its socket removed.
+	first.Process.Signal(syscall.SIGHUP)
+	if err := first.Wait(); err != nil {
+		t.Errorf("the daemon after SIGHUP: %v; want a clean exit", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "api.sock")); err == nil {
+		t.Errorf("the daemon left its socket after SIGHUP")
 	}
 }

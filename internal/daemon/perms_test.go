@@ -89,6 +89,7 @@ network:
 		daemon.Process.Signal(syscall.SIGTERM)
 		daemon.Wait()
 		exec.Command("nft", "delete", "table", "inet", "airlock_d"+tag).Run()
+		testenv.RemoveHostLocks("cgroup-"+cgroup, "nftables-airlock_d"+tag, "veth-d"+tag)
 		if m := testenv.MountsUnder(dir); len(m) > 0 {
 			t.Errorf("mounts left: %v", m)
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlockhq/airlock/internal/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -178,4 +179,41 @@ func lockFile(path, what string) (*os.File, error) {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// hostLockDir holds the locks of the names a daemon takes on the host itself. It is
+// fixed, not configured, so that daemons with different configurations find each
+// other's locks, and it is in /run, where only root makes directories.
+const hostLockDir = "/run/airlock.names"
+
+// lockHostNames locks the names on the host that two daemons must never share, whatever
+// their state directories: the cgroup parent (a second daemon would reap the first's
+// cgroups as its own leftovers) and, with networking, the nftables table and the veth
+// prefix (it would rewrite the first's rules, which its table guard would then keep
+// rewriting back). Only a root daemon has them to lock.
+func lockHostNames(cfg config.Config) ([]*os.File, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	if err := trustedDir(hostLockDir, 0o700, "host lock directory"); err != nil {
+		return nil, err
+	}
+	names := []struct{ file, what string }{{"cgroup-" + cfg.CgroupParent, "cgroup parent " + cfg.CgroupParent}}
+	if cfg.Network.Enabled {
+		names = append(names,
+			struct{ file, what string }{"nftables-" + cfg.Network.Table, "nftables table inet " + cfg.Network.Table},
+			struct{ file, what string }{"veth-" + cfg.Network.HostPrefix, "veth prefix " + cfg.Network.HostPrefix})
+	}
+	var locks []*os.File
+	for _, n := range names {
+		f, err := lockFile(filepath.Join(hostLockDir, n.file+".lock"), n.what)
+		if err != nil {
+			for _, l := range locks {
+				l.Close()
+			}
+			return nil, err
+		}
+		locks = append(locks, f)
+	}
+	return locks, nil
 }

@@ -79,6 +79,7 @@ func startDaemonB(t testing.TB, extra ...string) *daemon {
 		}
 		d.assertClean()
 		exec.Command("nft", "delete", "table", "inet", d.table()).Run()
+		testenv.RemoveHostLocks("cgroup-"+d.cgroup, "nftables-"+d.table(), "veth-c"+d.cgroup[len(d.cgroup)-4:])
 
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())

@@ -400,6 +400,15 @@ func MountsUnder(dir string) []string {
 	return out
 }
 
+// RemoveHostLocks removes the lock files a root daemon of a test took for its host
+// names (see internal/daemon's lockHostNames): "cgroup-NAME", "nftables-TABLE",
+// "veth-PREFIX". A daemon leaves them, as a lock file must stay where it is.
+func RemoveHostLocks(names ...string) {
+	for _, n := range names {
+		os.Remove(filepath.Join("/run/airlock.names", n+".lock"))
+	}
+}
+
 // CgroupDirs lists the host directories of a cgroup parent in every hierarchy.
 func CgroupDirs(parent string) []string {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
