@@ -388,7 +388,7 @@ type RegistryLogin struct {
 // PruneResult is the answer to POST /v1/images/prune.
 type PruneResult struct {
 	Removed []string `json:"removed"`
-	Freed   int64    `json:"freed"` // unpacked bytes of the removed images (shared layers included)
+	Freed   int64    `json:"freed"` // unpacked bytes given back: the layers no image or sandbox uses any more, each once
 }
 
 // Pull policies: when create, run and image pull fetch an image from its registry.

@@ -161,7 +161,7 @@ func runImagePrune(c *cmd, args []string) error {
 	for _, n := range res.Removed {
 		fmt.Fprintf(c.stdout, "removed %s\n", termSafe(n))
 	}
-	fmt.Fprintf(c.stdout, "%d images removed, %s freed (less what other images share)\n", len(res.Removed), formatSize(res.Freed))
+	fmt.Fprintf(c.stdout, "%d images removed, %s freed\n", len(res.Removed), formatSize(res.Freed))
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"io"
 	"log"
 	"net/http"
@@ -12,8 +13,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -156,5 +160,51 @@ func TestPullBars(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("bars = %q, want %q in them", got, want)
 		}
+	}
+}
+
+// TestImagePruneCountsSharedLayersOnce prunes two images of which one holds every layer
+// of the other: what is freed is the bigger one's layers, not the two sizes added up.
+func TestImagePruneCountsSharedLayersOnce(t *testing.T) {
+	reg := httptest.NewServer(registry.New(quietRegistry))
+	defer reg.Close()
+	host := strings.TrimPrefix(reg.URL, "http://")
+	base, err := random.Image(8192, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := random.Layer(8192, types.OCIUncompressedLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := mutate.AppendLayers(base, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]v1.Image{host + "/demo/base:1": base, host + "/demo/more:1": more}
+	for ref, img := range refs {
+		r, _ := name.ParseReference(ref, name.Insecure)
+		if err := remote.Write(r, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.InsecureRegistries = []string{host} }})}
+	sizes := map[string]int64{}
+	for ref := range refs {
+		n.must(t, "image", "pull", ref)
+		var img api.Image
+		if err := json.Unmarshal([]byte(n.must(t, "image", "inspect", ref, "-o", "json")), &img); err != nil {
+			t.Fatal(err)
+		}
+		sizes[ref] = img.Size
+	}
+	var res api.PruneResult
+	if err := json.Unmarshal([]byte(n.must(t, "image", "prune", "--yes", "-o", "json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	want := sizes[host+"/demo/more:1"]
+	if len(res.Removed) != 2 || res.Freed != want {
+		t.Errorf("prune removed %v and freed %d bytes; want both images and %d (the second one's layers, which hold the first's), not %d",
+			res.Removed, res.Freed, want, want+sizes[host+"/demo/base:1"])
 	}
 }

@@ -395,6 +395,12 @@ func (s *Store) sweepLocked(t *refTable, users Users) error {
 	return nil
 }
 
+// HasLayer reports whether the layer id (a diff id) is unpacked in the store.
+func (s *Store) HasLayer(id string) bool {
+	_, err := os.Lstat(s.path("layers", hexOf(id)))
+	return err == nil
+}
+
 // LayerDirs returns the absolute directories of img's layers, lowest first.
 func (s *Store) LayerDirs(img *Image) []string {
 	if img.Builtin {

@@ -155,18 +155,41 @@ func (m *Manager) PruneImages(ctx context.Context, call Call) ([]string, int64, 
 	}
 	users := m.ImageUsers(ctx, call.Owner)
 	removed := []string{}
-	var freed int64
+	var gone []*Image
 	for _, img := range list {
 		if img.Builtin || img.Public || img.Owner != call.Owner || img.Name == "" || len(users(img.Digest)) > 0 {
 			continue
 		}
 		if err := m.images.Remove(image.Scope{Owner: call.Owner}, img.Name, users); err != nil {
-			return removed, freed, err
+			return removed, m.freed(gone), err
 		}
 		removed = append(removed, img.Name)
-		freed += img.Size
+		gone = append(gone, img)
 	}
-	return removed, freed, nil
+	return removed, m.freed(gone), nil
+}
+
+// freed is how many unpacked bytes removing the images gone gave back: each of their
+// layers that is no longer on disk, once, however many of them had it. A layer another
+// image (or a sandbox, or a pull under way) still uses stays, and is not counted.
+func (m *Manager) freed(gone []*Image) int64 {
+	var n int64
+	counted := map[string]bool{}
+	for _, img := range gone {
+		if len(img.LayerSizes) != len(img.Layers) { // a record older than layer sizes
+			if !slices.ContainsFunc(img.Layers, m.images.HasLayer) {
+				n += img.Size
+			}
+			continue
+		}
+		for i, l := range img.Layers {
+			if !counted[l] && !m.images.HasLayer(l) {
+				counted[l] = true
+				n += img.LayerSizes[i]
+			}
+		}
+	}
+	return n
 }
 
 // evictImages holds the image store to its cap, evicting pulled images no sandbox of
