@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/google/nftables"
@@ -105,6 +106,9 @@ var flowTimeouts = expr.CtStatePolicyTimeout{
 	expr.CtStateTCPUNACK:       60,
 }
 
+// ctTimeoutMu serialises the marshalling of CtTimeout objects (see ensureTable).
+var ctTimeoutMu sync.Mutex
+
 // udpTimeouts are those of a sandbox's UDP flows, which are DNS queries: one answer
 // each.
 var udpTimeouts = expr.CtStatePolicyTimeout{expr.CtStateUDPUNREPLIED: 10, expr.CtStateUDPREPLIED: 30}
@@ -155,7 +159,10 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 		return fmt.Errorf("netns: nftables set %s: %w", setRate, err)
 	}
 	// An existing object is kept as it is (objects of this type cannot be updated); the
-	// policies are constants.
+	// policies are constants. Marshalling a CtTimeout writes the policy into the
+	// library's package-level default map, hence the lock.
+	ctTimeoutMu.Lock()
+	defer ctTimeoutMu.Unlock()
 	c.AddObj(&nftables.NamedObj{Table: t, Name: timeoutTCP, Type: nftables.ObjTypeCtTimeout,
 		Obj: &expr.CtTimeout{L3Proto: unix.NFPROTO_IPV4, L4Proto: unix.IPPROTO_TCP, Policy: maps.Clone(flowTimeouts)}})
 	c.AddObj(&nftables.NamedObj{Table: t, Name: timeoutUDP, Type: nftables.ObjTypeCtTimeout,
