@@ -84,6 +84,10 @@ class AsyncExecStream:
         """Stop reading; a command still running is cancelled."""
         self._lines.close()
 
+    async def aclose(self) -> None:
+        """:meth:`close`, awaitable, as asyncio code and ``contextlib.aclosing`` expect."""
+        self.close()
+
     async def __aenter__(self) -> "AsyncExecStream":
         return self
 

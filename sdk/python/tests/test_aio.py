@@ -30,6 +30,18 @@ def test_async_sandbox(new_name):
                 assert [t for s, t in chunks if s == "stderr"] == ["e\n"]
                 assert stream.result is not None and stream.result.ok
 
+                # Closing a stream early (awaitably, as asyncio code does) cancels its command.
+                stream = await sb.exec_stream("echo start; exec sleep 300")
+                assert (await stream.__anext__()).text == "start\n"
+                assert (await sb.exec("pgrep -x sleep")).stdout != ""
+                await stream.aclose()
+                for _ in range(50):
+                    if (await sb.exec("pgrep -x sleep || true")).stdout == "":
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError("the command of a closed stream still runs")
+
                 await sb.files.write("/root/a.txt", b"async")
                 assert await sb.files.read("/root/a.txt") == b"async"
                 assert "a.txt" in [f.name for f in await sb.files.list("/root")]
