@@ -86,7 +86,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		return err
 	}
 	defer sockLock.Close()
-	hostLocks, err := lockHostNames(cfg)
+	hostLocks, err := lockHostNames(cfg, log)
 	if err != nil {
 		return err
 	}

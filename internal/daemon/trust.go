@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -191,11 +192,17 @@ const hostLockDir = "/run/airlock.names"
 // cgroups as its own leftovers) and, with networking, the nftables table and the veth
 // prefix (it would rewrite the first's rules, which its table guard would then keep
 // rewriting back). Only a root daemon has them to lock.
-func lockHostNames(cfg config.Config) ([]*os.File, error) {
+func lockHostNames(cfg config.Config, log *slog.Logger) ([]*os.File, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
 	if err := trustedDir(hostLockDir, 0o700, "host lock directory"); err != nil {
+		if errors.Is(err, unix.EROFS) {
+			// A read-only /run (some containers): nothing to lock with, and nothing
+			// another daemon could lock either.
+			log.Warn("the cgroup parent, nftables table and veth prefix are not locked against a second daemon", "err", err)
+			return nil, nil
+		}
 		return nil, err
 	}
 	names := []struct{ file, what string }{{"cgroup-" + cfg.CgroupParent, "cgroup parent " + cfg.CgroupParent}}
