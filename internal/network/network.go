@@ -312,15 +312,32 @@ func (n *Node) acceptTransparent(l net.Listener, serve func(net.Conn, netip.Addr
 }
 
 // guardTable puts the sandboxes' rules back whenever something else on the host has
-// removed or changed them (see sandboxlink.Manager.Repair), until Close.
+// removed or changed them (see sandboxlink.Manager.Repair), until Close: at once when
+// the kernel reports a deletion in the ruleset, and every tableCheckEvery whatever it
+// reports (a change that deletes nothing, a watch that failed and is started again).
 func (n *Node) guardTable() {
 	tick := time.NewTicker(tableCheckEvery)
 	defer tick.Stop()
+	var changes <-chan struct{}
+	stopWatch := func() {}
+	defer func() { stopWatch() }()
 	for {
+		if changes == nil {
+			if c, stop, err := n.nm.WatchDeletions(); err == nil {
+				changes, stopWatch = c, stop
+			} else {
+				n.log.Debug("watch the nftables ruleset", "err", err)
+			}
+		}
 		select {
 		case <-n.stop:
 			return
 		case <-tick.C:
+		case _, ok := <-changes:
+			if !ok { // the watch failed: check now, watch again next time round
+				stopWatch()
+				changes, stopWatch = nil, func() {}
+			}
 		}
 		switch repaired, err := n.nm.Repair(); {
 		case err != nil:

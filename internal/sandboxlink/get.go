@@ -28,6 +28,9 @@ func (m *Manager) Get(id string) (sb *Sandbox, ok bool) {
 // RemoveRules deletes this node's nftables table. Only for a node that is going away
 // for good with no sandbox left (tests); a restarting daemon keeps its table.
 func (m *Manager) RemoveRules() error {
+	m.mu.Lock()
+	m.retired = true // Repair must not put it back
+	m.mu.Unlock()
 	c, err := m.nft()
 	if err != nil {
 		return err

@@ -10,10 +10,17 @@ import (
 // all its rules, and both set elements of every sandbox link. Anything else on the
 // host may change the table while the daemon runs (an `nft flush ruleset`, a firewall
 // service reloading its rules) and a sandbox whose elements or rules are gone is
-// unfiltered, so the daemon calls Repair every few seconds. If anything is missing it
+// unfiltered, so the daemon calls Repair as soon as the kernel reports a deletion in the
+// ruleset (WatchDeletions) and every few seconds besides. If anything is missing it
 // writes the table again, chains, rules and elements in one transaction, as New does,
-// and reports that it did.
+// and reports that it did. After RemoveRules it does nothing.
 func (m *Manager) Repair() (repaired bool, err error) {
+	m.mu.RLock()
+	retired := m.retired
+	m.mu.RUnlock()
+	if retired {
+		return false, nil
+	}
 	ok, err := m.intact()
 	if err != nil || ok {
 		return false, err
@@ -24,6 +31,9 @@ func (m *Manager) Repair() (repaired bool, err error) {
 	// looks at it again).
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.retired {
+		return false, nil
+	}
 	links, err := m.linkList()
 	if err != nil {
 		return false, err
@@ -69,4 +79,57 @@ func (m *Manager) intact() (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// WatchDeletions reports deletions in the host namespace's nftables ruleset as they
+// happen: a value on the returned channel (which holds one, so a burst is one value)
+// after each batch that deleted a table, chain, rule, set, element or object, of any
+// table. The caller runs Repair on it, which looks at this Manager's table only; the
+// Manager's own deletions (a sandbox's elements) are reported too. stop ends the watch
+// and closes the channel; so does a failure of the kernel's notifications (a full
+// receive buffer), after which the caller falls back on checking every few seconds.
+func (m *Manager) WatchDeletions() (changes <-chan struct{}, stop func(), _ error) {
+	c, err := m.nft()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every event is asked for and the deletions picked out here: the library's filter
+	// for deletions only tests bit 0 of its mask (its `flags&1<<type` shifts the masked
+	// bit) and so passes nothing, not even the batch ends that carry the events.
+	mon := nftables.NewMonitor()
+	events, err := c.AddGenerationalMonitor(mon)
+	if err != nil {
+		return nil, nil, fmt.Errorf("netns: watch the nftables ruleset: %w", err)
+	}
+	out := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for ev := range events { // until the monitor closes it
+			if !deletes(ev) {
+				continue
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, func() { mon.Close(); <-done }, nil
+}
+
+// deletes reports whether a batch of changes deleted anything, or the monitor failed.
+func deletes(ev *nftables.MonitorEvents) bool {
+	if ev.GeneratedBy != nil && ev.GeneratedBy.Error != nil {
+		return true
+	}
+	for _, c := range ev.Changes {
+		switch c.Type {
+		case nftables.MonitorEventTypeDelTable, nftables.MonitorEventTypeDelChain, nftables.MonitorEventTypeDelRule,
+			nftables.MonitorEventTypeDelSet, nftables.MonitorEventTypeDelSetElem, nftables.MonitorEventTypeDelObj:
+			return true
+		}
+	}
+	return false
 }

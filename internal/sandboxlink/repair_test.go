@@ -2,6 +2,7 @@ package sandboxlink
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 )
@@ -63,5 +64,43 @@ func TestRepairPutsTheTableBack(t *testing.T) {
 		if reaches() {
 			t.Errorf("%s: after Repair the sandbox reaches the forbidden port", s.name)
 		}
+	}
+}
+
+// TestWatchDeletions: deleting the table is reported at once, and stop ends the watch.
+func TestWatchDeletions(t *testing.T) {
+	requireHost(t)
+	node := newTestNode(t)
+	m := newTestManager(t, node)
+	create(t, m, "sb_a", "baseline")
+	changes, stop, err := m.WatchDeletions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.nft()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DelTable(m.table())
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+	case <-time.After(5 * time.Second):
+		t.Error("the table's deletion was not reported")
+	}
+	if repaired, err := m.Repair(); err != nil || !repaired {
+		t.Errorf("Repair() = %v, %v; want repaired", repaired, err)
+	}
+	stop()
+	for range changes { // closed by stop
+	}
+	// A node going away for good: its table stays gone.
+	if err := m.RemoveRules(); err != nil {
+		t.Fatal(err)
+	}
+	if repaired, err := m.Repair(); err != nil || repaired {
+		t.Errorf("Repair() after RemoveRules = %v, %v; want nothing done", repaired, err)
 	}
 }

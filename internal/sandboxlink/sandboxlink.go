@@ -72,6 +72,8 @@ type Manager struct {
 	// ruleCounts is how many rules each chain of the table got when it was last
 	// written, by chain name: what Repair checks the table against.
 	ruleCounts map[string]int
+	// retired is set by RemoveRules: the table is gone for good and Repair leaves it so.
+	retired bool
 }
 
 // New validates cfg, creates the nftables table with its sets and chains (rewriting the
