@@ -10,9 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/clip"
 )
 
 // finish decodes the frame that ends a call: a Result into v, or an Error. The agent's
@@ -32,7 +32,7 @@ func finish(t agentproto.FrameType, p []byte, v any) error {
 		if err := json.Unmarshal(p, re); err != nil {
 			return decodeErr("error", err)
 		}
-		re.Code, re.Message = clipText(re.Code, maxCodeLen), clipText(re.Message, maxAgentText)
+		re.Code, re.Message = clip.Text(re.Code, maxCodeLen), clip.Text(re.Message, maxAgentText)
 		return re
 	}
 	return fmt.Errorf("%w: a frame of type %q ended the call", agentproto.ErrBadReply, byte(t))
@@ -45,22 +45,10 @@ const (
 	maxSignalLen = 16   // a signal's name
 )
 
-// clipText cuts s to n bytes, on a character boundary, and says how long it was.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
-}
-
 // decodeErr reports a reply that does not decode. encoding/json quotes a number it
 // cannot store whole, and the agent's number may be a megabyte of digits.
 func decodeErr(what string, err error) error {
-	return fmt.Errorf("%w: decode %s: %s", agentproto.ErrBadReply, what, clipText(err.Error(), maxAgentText))
+	return fmt.Errorf("%w: decode %s: %s", agentproto.ErrBadReply, what, clip.Text(err.Error(), maxAgentText))
 }
 
 // checkResult refuses a result no real agent sends and clips its text: a result's
@@ -73,10 +61,10 @@ func checkResult(v any) error {
 		if len(r.Signal) > maxSignalLen {
 			return fmt.Errorf("%w: a result named the signal %.64q", agentproto.ErrBadReply, r.Signal)
 		}
-		r.Error = clipText(r.Error, maxAgentText)
+		r.Error = clip.Text(r.Error, maxAgentText)
 		state, states = r.State, []string{agentproto.StateSucceeded, agentproto.StateFailed, agentproto.StateTimeout, agentproto.StateCancelled, agentproto.StateKilled}
 	case *agentproto.SendResult:
-		r.Error = clipText(r.Error, maxAgentText)
+		r.Error = clip.Text(r.Error, maxAgentText)
 		state, states = r.State, []string{agentproto.StateSucceeded, agentproto.StateFailed, agentproto.StateExited, agentproto.StateCancelled}
 	case *agentproto.LogsResult:
 		if r.Dropped < 0 {

@@ -13,8 +13,8 @@ import (
 	"os"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/clip"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -272,16 +272,7 @@ type (
 const MaxField = 512
 
 // Clip cuts s to MaxField bytes, on a character boundary, and says how long it was.
-func Clip(s string) string {
-	if len(s) <= MaxField {
-		return s
-	}
-	cut := MaxField
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
-}
+func Clip(s string) string { return clip.Text(s, MaxField) }
 
 // ClipList clips each of list and keeps at most 32 of them, saying how many it left out.
 func ClipList(list []string) []string {

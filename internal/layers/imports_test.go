@@ -22,6 +22,7 @@ var forbidden = map[string][]string{
 	"internal/runtime":    {"airlock:"},
 	"internal/config":     {"airlock:api,internal/units"},
 	"internal/units":      {"airlock:"},
+	"internal/clip":       {"airlock:"},
 	"internal/durable":    {"airlock:"},
 	"internal/version":    {"airlock:"},
 	"internal/failpoint":  {"airlock:"},
