@@ -103,13 +103,6 @@ func (p *Proxy) CloseAll(sandboxID string, port int) {
 	}
 }
 
-// Open says how many connections to a sandbox's port are open.
-func (p *Proxy) Open(sandboxID string, port int) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns[key{sandboxID, port}])
-}
-
 func (p *Proxy) track(t *Target, c net.Conn) *conn {
 	tc := &conn{Conn: c, touch: t.Touch}
 	k := key{t.SandboxID, t.Port}

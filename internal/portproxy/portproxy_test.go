@@ -95,7 +95,7 @@ func TestServeStripsTouchesAndCuts(t *testing.T) {
 	}
 	waitOpen(t, p, 1)
 	p.CloseAll("sb_1", 8081) // another port: nothing cut
-	if p.Open("sb_1", 8080) != 1 {
+	if p.open("sb_1", 8080) != 1 {
 		t.Fatal("closing another port cut this one's connection")
 	}
 	p.CloseAll("sb_1", 8080)
@@ -115,17 +115,24 @@ func TestServeNothingListening(t *testing.T) {
 			http.Error(w, "no answer: "+err.Error(), http.StatusBadGateway)
 		},
 	})
-	if rec.Code != http.StatusBadGateway || p.Open("sb_1", 1) != 0 {
-		t.Fatalf("got %d %q with %d open", rec.Code, rec.Body, p.Open("sb_1", 1))
+	if rec.Code != http.StatusBadGateway || p.open("sb_1", 1) != 0 {
+		t.Fatalf("got %d %q with %d open", rec.Code, rec.Body, p.open("sb_1", 1))
 	}
 }
 
 func waitOpen(t *testing.T, p *Proxy, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); p.Open("sb_1", 8080) != want; {
+	for deadline := time.Now().Add(5 * time.Second); p.open("sb_1", 8080) != want; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want %d", p.Open("sb_1", 8080), want)
+			t.Fatalf("%d connections open, want %d", p.open("sb_1", 8080), want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// open says how many connections to a sandbox's port are open.
+func (p *Proxy) open(sandboxID string, port int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns[key{sandboxID, port}])
 }
