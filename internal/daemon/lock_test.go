@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -24,12 +23,7 @@ import (
 func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 	testenv.RequireHost(t)
 	bin := testenv.Binary(t)
-	dir, err := os.MkdirTemp("/tmp", "all-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o711)
-	cgroup := "airlock-test-" + filepath.Base(dir)
+	dir, cgroup := daemonDir(t, "all-")
 	var cmds []*exec.Cmd
 	t.Cleanup(func() {
 		for _, c := range cmds {
@@ -41,14 +35,6 @@ func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 		for _, s := range []string{"secrets1", "secrets2", "secrets3", "secrets4"} {
 			secret.Unmount(filepath.Join(dir, s))
 		}
-		if m := testenv.MountsUnder(dir); len(m) > 0 {
-			t.Errorf("mounts left: %v", m)
-		}
-		for _, d := range testenv.CgroupDirs(cgroup) {
-			os.Remove(d)
-		}
-		testenv.RemoveHostLocks("cgroup-" + cgroup)
-		os.RemoveAll(dir)
 	})
 	config := func(n int, state, sock string) string {
 		p := filepath.Join(dir, fmt.Sprintf("c%d.yaml", n))
@@ -59,35 +45,8 @@ func TestOneDaemonPerStateDirAndSocket(t *testing.T) {
 		}
 		return p
 	}
-	first := exec.Command(bin, "serve", "--config", config(1, "state", "api.sock"))
-	stderr, _ := first.StderrPipe()
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
+	first := startDaemon(t, bin, config(1, "state", "api.sock"))
 	cmds = append(cmds, first)
-	ready := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		var log []string
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "airlock serving") {
-				ready <- nil
-				for sc.Scan() {
-				}
-				return
-			}
-			log = append(log, sc.Text())
-		}
-		ready <- fmt.Errorf("the daemon ended before serving:\n%s", strings.Join(log, "\n"))
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the daemon did not say it was serving")
-	}
 	for _, tc := range []struct {
 		name, state, sock, want string
 	}{

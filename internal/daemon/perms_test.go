@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io/fs"
@@ -29,13 +28,8 @@ import (
 func TestStateDirIsClosedToOtherUsers(t *testing.T) {
 	testenv.RequireHost(t)
 	bin := testenv.Binary(t)
-	dir, err := os.MkdirTemp("/tmp", "ald-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o711)
+	dir, cgroup := daemonDir(t, "ald-")
 	tag := fmt.Sprintf("%04x", uint16(time.Now().UnixNano()))
-	cgroup := "airlock-test-" + filepath.Base(dir)
 	// Found open from an older daemon or another umask: fixed at start.
 	os.Mkdir(filepath.Join(dir, "snapshots"), 0o755)
 	os.Chmod(filepath.Join(dir, "snapshots"), 0o755)
@@ -67,15 +61,11 @@ network:
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	daemon := exec.Command(bin, "serve", "--config", cfgPath)
-	stderr, _ := daemon.StderrPipe()
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
 	cl, err := client.New(client.Options{Socket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
+	daemon := startDaemon(t, bin, cfgPath)
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
@@ -89,44 +79,8 @@ network:
 		daemon.Process.Signal(syscall.SIGTERM)
 		daemon.Wait()
 		exec.Command("nft", "delete", "table", "inet", "airlock_d"+tag).Run()
-		testenv.RemoveHostLocks("cgroup-"+cgroup, "nftables-airlock_d"+tag, "veth-d"+tag)
-		if m := testenv.MountsUnder(dir); len(m) > 0 {
-			t.Errorf("mounts left: %v", m)
-		}
-		for _, d := range testenv.CgroupDirs(cgroup) {
-			entries, _ := os.ReadDir(d)
-			for _, e := range entries {
-				if e.IsDir() {
-					t.Errorf("cgroup left: %s", filepath.Join(d, e.Name()))
-				}
-			}
-			os.Remove(d)
-		}
-		os.RemoveAll(dir)
+		testenv.RemoveHostLocks("nftables-airlock_d"+tag, "veth-d"+tag)
 	})
-	ready := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		var log []string
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "airlock serving") {
-				ready <- nil
-				for sc.Scan() { // drained so the daemon never blocks on its log
-				}
-				return
-			}
-			log = append(log, sc.Text())
-		}
-		ready <- fmt.Errorf("the daemon ended before serving:\n%s", strings.Join(log, "\n"))
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the daemon did not say it was serving")
-	}
 
 	resp, err := cl.Create(ctx, api.CreateSandboxRequest{Name: "p"})
 	if err != nil {
