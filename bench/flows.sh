@@ -28,7 +28,6 @@ cleanup() {
 	rmdir /sys/fs/cgroup/*/"$NAME"/* /sys/fs/cgroup/"$NAME"/* 2>/dev/null || true
 	rmdir /sys/fs/cgroup/*/"$NAME" /sys/fs/cgroup/"$NAME" 2>/dev/null || true
 	nft delete table inet airlock_flows 2>/dev/null || true
-	for ns in "$TMP"/state/network/netns/*; do [ -e "$ns" ] && umount "$ns" 2>/dev/null; done
 	rm -f /run/airlock.names/cgroup-$NAME.lock /run/airlock.names/nftables-airlock_flows.lock /run/airlock.names/veth-alf.lock
 	grep -q " $TMP/" /proc/self/mountinfo || rm -rf "$TMP"
 }

@@ -205,11 +205,11 @@ func lockHostNames(cfg config.Config, log *slog.Logger) ([]*os.File, error) {
 		}
 		return nil, err
 	}
-	names := []struct{ file, what string }{{"cgroup-" + cfg.CgroupParent, "cgroup parent " + cfg.CgroupParent}}
+	type name struct{ file, what string }
+	names := []name{{"cgroup-" + cfg.CgroupParent, "cgroup parent " + cfg.CgroupParent}}
 	if cfg.Network.Enabled {
-		names = append(names,
-			struct{ file, what string }{"nftables-" + cfg.Network.Table, "nftables table inet " + cfg.Network.Table},
-			struct{ file, what string }{"veth-" + cfg.Network.HostPrefix, "veth prefix " + cfg.Network.HostPrefix})
+		names = append(names, name{"nftables-" + cfg.Network.Table, "nftables table inet " + cfg.Network.Table},
+			name{"veth-" + cfg.Network.HostPrefix, "veth prefix " + cfg.Network.HostPrefix})
 	}
 	var locks []*os.File
 	for _, n := range names {
