@@ -111,12 +111,12 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 	part := &partWriter{w: w, tw: tw, contentRange: fmt.Sprintf("bytes %d-%d/%d", start, end, size), length: length}
 	_, err = cl.DownloadRange(r.Context(), p, start, length, part)
 	if errors.Is(err, manager.ErrNoRangedRead) {
-		// An agent older than ranged reads: the whole file, as a server that ignores
-		// Range answers (200), and the client cuts its part.
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		_, err = cl.Download(r.Context(), p, tw)
-	} else if err == nil && !part.started {
-		part.start() // an empty part still gets its status
+		// An agent older than ranged reads sends the whole file: the part is cut from
+		// it here, so the answer is the same 206 and the client never holds more.
+		_, err = cl.Download(r.Context(), p, &sectionWriter{w: part, skip: start, left: length})
+	}
+	if err == nil && !part.started {
+		err = fmt.Errorf("the agent sent none of bytes %d-%d of %s (the file changed?)", start, end, p)
 	}
 	if err != nil {
 		if !tw.wrote && !part.started {
@@ -149,6 +149,27 @@ func (p *partWriter) Write(b []byte) (int, error) {
 		p.start()
 	}
 	return p.tw.Write(b)
+}
+
+// sectionWriter passes on the left bytes that follow the first skip bytes written to it
+// and drops the rest.
+type sectionWriter struct {
+	w          io.Writer
+	skip, left int64
+}
+
+func (s *sectionWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	drop := min(s.skip, int64(len(b)))
+	s.skip -= drop
+	b = b[drop:]
+	if keep := min(s.left, int64(len(b))); keep > 0 {
+		if _, err := s.w.Write(b[:keep]); err != nil {
+			return 0, err
+		}
+		s.left -= keep
+	}
+	return n, nil
 }
 
 // fileReader is the part of a sandbox's agent client that reads files.
