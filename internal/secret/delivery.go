@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -85,6 +86,10 @@ func isTmpfsMount(dir string) (bool, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return false, err
+	}
+	// The mount table holds the path with its links resolved (/var/run is /run).
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
 	}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -176,11 +181,7 @@ func (d *Delivery) savePins(sandbox string, pins map[string]int) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, pinsFile+".new")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, pinsFile))
+	return durable.WriteFile(filepath.Join(dir, pinsFile), b, 0o600) // a temporary name of its own for each writer
 }
 
 func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32, running bool) ([]Mount, error) {
