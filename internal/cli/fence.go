@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/router"
 )
@@ -14,13 +15,15 @@ import (
 var fenceVerb = &verb{
 	name:  "fence",
 	args:  "[--workspace DIR] [--access none|ro|rw] [--no-network] -- CMD [ARG...]",
-	short: "run a command on this host inside a light fence (no daemon)",
+	short: "run a command on this host inside a light fence",
 	long: `The command sees the system read-only, the workspace (default: the current
 directory) as --access says, and a scratch directory of its own (its TMPDIR, removed
 afterwards); not the home directory, /tmp, /run or the daemon's socket. With --no-network
 it has only a loopback of its own and may not open TCP connections. Needs Landlock
-(Linux 5.13 or later), and user namespaces unless run as root; without them nothing
-runs. Run as root, the command gets no capabilities.
+(Linux 5.13 or later). Run as root, airlock puts the fence up itself and the command
+gets no capabilities; anyone else has the local daemon put it up (its fence socket,
+beside --socket), with their own ids, or without a daemon needs user namespaces.
+Without these nothing runs.
 airlock exits with the command's own exit code, or 125 if the fence could not be put up,
 126 if the command could not be executed, 127 if it was not found inside the fence.`,
 	run: runFence,
@@ -46,7 +49,7 @@ func runFence(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	f := router.Fence{Access: *access, Network: !*noNetwork}
+	f := router.Fence{Access: *access, Network: !*noNetwork, Daemon: c.fenceDaemon()}
 	if *access != "none" || *workspace != "" {
 		f.Workspace = *workspace
 		if f.Workspace == "" {
@@ -100,4 +103,20 @@ func fenceDir(f router.Fence, wd string) string {
 		return rwd
 	}
 	return ws
+}
+
+// fenceDaemon is the fence socket of the local daemon this command would talk to, or ""
+// when it talks to one over TCP.
+func (c *cmd) fenceDaemon() string {
+	if c.addr != "" {
+		return ""
+	}
+	sock := c.socket
+	if sock == "" {
+		sock = os.Getenv("AIRLOCK_SOCKET")
+	}
+	if sock == "" {
+		sock = client.DefaultSocket
+	}
+	return router.FenceSocketPath(sock)
 }

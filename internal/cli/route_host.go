@@ -93,7 +93,7 @@ func (c *cmd) runFenced(ctx context.Context, w *work, argv []string, dir string,
 		return fmt.Errorf("scratch directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	f := router.Fence{Access: w.access, Scratch: tmp, Network: w.decision.Network, ExtraWrite: []string{w.artifacts}}
+	f := router.Fence{Access: w.access, Scratch: tmp, Network: w.decision.Network, ExtraWrite: []string{w.artifacts}, Daemon: c.fenceDaemon()}
 	if w.workspace != "" && w.access != "none" {
 		f.Workspace = w.workspace
 	} else {

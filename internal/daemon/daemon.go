@@ -36,6 +36,7 @@ import (
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/portproxy"
+	"github.com/airlockhq/airlock/internal/router"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/secret"
@@ -241,13 +242,32 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	ul, err := listenUnix(cfg.Socket)
+	ul, err := listenUnix(cfg.Socket, 0o660)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(cfg.Socket) // on every way out, the lock still held
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- hs.Serve(ul) }()
+	// Beside it, fences for callers who may not put one up themselves (the socket's lock
+	// covers this name too), where no fenced command can reach it.
+	if fencePath := router.FenceSocketPath(cfg.Socket); router.FenceHides(fencePath) {
+		fl, err := listenUnix(fencePath, 0o666) // anyone: a fence runs a command with its caller's ids
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("fence socket: %w", err)
+		}
+		fences := &router.FenceServer{Log: log}
+		go func() { errc <- fences.Serve(fl.(*net.UnixListener)) }()
+		defer func() {
+			fl.Close()
+			fences.Close()
+			os.Remove(fencePath)
+		}()
+	} else {
+		log.Info("no fence socket: fenced commands could reach one beside this socket; `airlock fence` run by users other than root starts itself again instead",
+			"fence_socket", fencePath)
+	}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -323,9 +343,9 @@ func claimSocket(path string) (*os.File, error) {
 	return lock, nil
 }
 
-// listenUnix listens on path, replacing a stale socket; the caller holds the socket's
-// lock (claimSocket).
-func listenUnix(path string) (net.Listener, error) {
+// listenUnix listens on path, replacing a stale socket, and gives it mode; the caller
+// holds the socket's lock (claimSocket).
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
@@ -333,7 +353,7 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		l.Close()
 		return nil, err
 	}

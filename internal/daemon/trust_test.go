@@ -215,7 +215,7 @@ func TestClaimSocket(t *testing.T) {
 		}
 		t.Errorf("a second claim: %v", err)
 	}
-	l, err := listenUnix(sock)
+	l, err := listenUnix(sock, 0o660)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 package router
 
 // The host fence runs one command on the host, walled in by the kernel rather than by a
-// container. It is put up one of two ways (FenceWay), with the same walls:
+// container. It is put up one of three ways (FenceWay), with the same walls:
 //
 //	FenceReexec, for anyone:           child (/proc/self/exe FenceChildCommand SPEC -- CMD…)
 //	  validate, resolve paths            in fresh user, mount (and net) namespaces:
@@ -14,6 +14,10 @@ package router
 //	locked thread of this process, which then drops every capability and forks and execs
 //	CMD; the thread ends after (fence_thread.go). It saves the binary starting again,
 //	which costs far more than the command's own fork and exec.
+//
+//	FenceDaemon, for a caller that may not, when an Airlock daemon serves its fence
+//	socket: the daemon takes FenceThread's steps for it, with the caller's own ids and
+//	groups as the kernel reports them for the connection (fence_daemon.go).
 //
 // Landlock does the file walls (read-only system, writable workspace and scratch, nothing
 // else) and, from ABI 4, refuses TCP bind and connect. The mount namespace hides what
@@ -34,10 +38,12 @@ package router
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -86,8 +92,14 @@ type Fence struct {
 	// read, or read and write. The rules of Workspace about "/", the home directory and
 	// the daemon's directory apply to them too.
 	ExtraRead, ExtraWrite []string
+	// Daemon is the fence socket of an Airlock daemon (FenceSocketPath). A caller that may
+	// not make the namespaces on a thread of its own has the daemon put the fence up
+	// (FenceDaemon) when one answers there, rather than starting this binary again.
+	Daemon string
 
-	forceReexec bool // tests: take FenceReexec even when FenceThread is possible
+	forceReexec bool                                // tests: take FenceReexec even when FenceThread is possible
+	forceDaemon bool                                // tests: take FenceDaemon even when FenceThread is possible
+	dial        func(string) (*net.UnixConn, error) // tests: connect to Daemon (default dialFence)
 }
 
 // fenceSpec is what the parent hands the child: the Fence with every path made absolute
@@ -114,7 +126,7 @@ func (f Fence) Command(ctx context.Context, argv []string) (*FenceCmd, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errdefs.Invalid("fence: empty command")
 	}
-	spec, err := f.resolve()
+	spec, err := f.resolve(fenceHomes(os.Getenv("HOME"), os.Getuid()))
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +135,20 @@ func (f Fence) Command(ctx context.Context, argv []string) (*FenceCmd, error) {
 		return nil, err
 	}
 	c := &FenceCmd{ctx: ctx, argv: slices.Clone(argv), spec: spec, abi: abi, way: FenceReexec}
-	if !f.forceReexec && fenceThreadCapable() {
+	switch {
+	case f.forceReexec:
+	case !f.forceDaemon && fenceThreadCapable():
 		c.way = FenceThread
+	case f.Daemon != "":
+		dial := dialFence
+		if f.dial != nil {
+			dial = f.dial
+		}
+		if conn, err := dial(f.Daemon); err == nil {
+			c.way, c.conn = FenceDaemon, conn
+		} else if f.forceDaemon {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -168,9 +192,10 @@ func fenceABI() (int, error) {
 	return v, nil
 }
 
-// resolve validates f and makes its paths absolute and free of symbolic links.
-func (f Fence) resolve() (fenceSpec, error) {
-	spec := fenceSpec{Access: f.Access, Network: f.Network, Homes: fenceHomes()}
+// resolve validates f and makes its paths absolute and free of symbolic links; homes
+// are the home directories to hide (fenceHomes).
+func (f Fence) resolve(homes []string) (fenceSpec, error) {
+	spec := fenceSpec{Access: f.Access, Network: f.Network, Homes: homes}
 	if spec.Access == "" {
 		spec.Access = "none"
 		if f.Workspace != "" {
@@ -253,9 +278,9 @@ func fenceCheckPath(what, p string, homes []string, dir bool) (string, error) {
 	return r, nil
 }
 
-// fenceHomes lists the home directories to hide: $HOME and the user's home in the user
-// database, each as it is and with symbolic links resolved.
-func fenceHomes() []string {
+// fenceHomes lists the home directories to hide: home (the caller's $HOME) and the home
+// of uid in the user database, each as it is and with symbolic links resolved.
+func fenceHomes(home string, uid int) []string {
 	var homes []string
 	add := func(h string) {
 		if h == "" || !filepath.IsAbs(h) {
@@ -268,8 +293,8 @@ func fenceHomes() []string {
 			}
 		}
 	}
-	add(os.Getenv("HOME"))
-	if u, err := user.Current(); err == nil {
+	add(home)
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
 		add(u.HomeDir)
 	}
 	return homes

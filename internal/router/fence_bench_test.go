@@ -16,7 +16,8 @@ import (
 // binary starting again), each against a plain exec of /bin/true run in turn with it, so
 // that both see the same load on a shared machine. It reports the medians as p50-ns and
 // plain-p50-ns, and their difference as added-p50-ns; ns/op covers both runs.
-// FenceThread needs root; the other cases run for anyone.
+// FenceThread and FenceDaemon need root (the daemon's side is this process, its caller
+// nobody); the other cases run for anyone.
 func BenchmarkFence(b *testing.B) {
 	requireFence(b)
 	dir := b.TempDir()
@@ -25,6 +26,16 @@ func BenchmarkFence(b *testing.B) {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			b.Fatal(err)
 		}
+	}
+	// The daemon's caller, nobody, must reach the workspace.
+	for _, p := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var sock string
+	if fenceThreadCapable() {
+		sock = startFenceServer(b)
 	}
 	plain := func(name string, args ...string) func() error {
 		return func() error {
@@ -60,6 +71,9 @@ func BenchmarkFence(b *testing.B) {
 		{"reexec-floor", false, plain("/proc/self/exe", fenceProbe, "open", "/")},
 		{"reexec", false, fenced(Fence{Workspace: ws, Access: "rw", Scratch: scratch, forceReexec: true})},
 		{"reexec-network", false, fenced(Fence{Workspace: ws, Access: "rw", Scratch: scratch, Network: true, forceReexec: true})},
+		// Anyone else, with a daemon: the daemon is this process, the caller nobody.
+		{"daemon", true, fenced(Fence{Workspace: ws, Access: "rw", Scratch: scratch, Daemon: sock, forceDaemon: true, dial: dialAs(fenceTestUID, fenceTestGID)})},
+		{"daemon-network", true, fenced(Fence{Workspace: ws, Access: "rw", Scratch: scratch, Network: true, Daemon: sock, forceDaemon: true, dial: dialAs(fenceTestUID, fenceTestGID)})},
 	}
 	unfenced := plain("/bin/true")
 	p50 := func(d []time.Duration) time.Duration {

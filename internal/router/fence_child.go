@@ -45,7 +45,7 @@ func FenceChildMain(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(FenceExitSetup, "working directory: %v", err)
 	}
-	shm, err := fenceMounts(spec)
+	shm, err := fenceMounts(spec, nil)
 	if err != nil {
 		return fail(FenceExitSetup, "hide the host: %v", err)
 	}

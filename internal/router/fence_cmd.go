@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -24,6 +25,10 @@ const (
 	// (FenceChildMain), which puts the walls up and execs the command. Any user can, at
 	// the cost of the binary starting again.
 	FenceReexec FenceWay = "reexec"
+	// FenceDaemon has an Airlock daemon, which may make the namespaces, take
+	// FenceThread's steps for a caller that may not, with the caller's ids; the command
+	// is the daemon's child, with the caller's standard input, output and error.
+	FenceDaemon FenceWay = "daemon"
 )
 
 // FenceCmd is a command that runs inside a fence. Set its fields as an exec.Cmd's, then
@@ -48,8 +53,12 @@ type FenceCmd struct {
 	way  FenceWay
 
 	cmd    *exec.Cmd
-	failed *FenceExitError // the command could not be executed (FenceThread)
+	failed *FenceExitError // the command could not be executed (FenceThread, FenceDaemon)
 	tid    int             // the thread that put the fence up (FenceThread), for tests
+
+	conn   *net.UnixConn // FenceDaemon: the connection to the daemon
+	remote *fenceRemote  // FenceDaemon: the started command's end of it
+	caller *fenceCaller  // in the daemon: whose fence FenceThread puts up
 }
 
 // FenceExitError is what Wait returns when the fenced command did not exit 0.
@@ -80,11 +89,14 @@ func (c *FenceCmd) Way() FenceWay { return c.way }
 // cannot be executed inside the fence is reported by Wait, as FenceExitNotFound or
 // FenceExitNoExec, after a line on Stderr.
 func (c *FenceCmd) Start() error {
-	if c.cmd != nil || c.failed != nil {
+	if c.cmd != nil || c.failed != nil || c.remote != nil {
 		return errors.New("fence: already started")
 	}
-	if c.way == FenceThread {
+	switch c.way {
+	case FenceThread:
 		return c.startThread()
+	case FenceDaemon:
+		return c.startDaemon()
 	}
 	b, err := json.Marshal(c.spec)
 	if err != nil {
@@ -109,6 +121,9 @@ func (c *FenceCmd) Start() error {
 func (c *FenceCmd) Wait() error {
 	if c.failed != nil {
 		return c.failed
+	}
+	if c.remote != nil {
+		return c.remote.wait(c.WaitDelay)
 	}
 	if c.cmd == nil {
 		return errors.New("fence: not started")

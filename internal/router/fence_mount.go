@@ -25,16 +25,20 @@ var fenceSecretFiles = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "
 const fenceShmSize = "64m"
 
 // fenceMounts hides the host in the child's own mount namespace. Nothing here reaches the
-// host's mount table. It reports whether the private /dev/shm was made.
-func fenceMounts(spec fenceSpec) (shm bool, err error) {
+// host's mount table. It reports whether the private /dev/shm was made. open opens each
+// path that stays visible (O_PATH) before anything is hidden; nil opens it as this thread.
+func fenceMounts(spec fenceSpec, open func(path string) (int, error)) (shm bool, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return false, fmt.Errorf("make mounts private: %w", err)
 	}
 	// Open what stays visible before anything is hidden.
+	if open == nil {
+		open = fenceOpenPath
+	}
 	keep := fenceKeepPaths(spec)
 	fds := make([]int, len(keep))
 	for i, p := range keep {
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		fd, err := open(p)
 		if err != nil {
 			return false, fmt.Errorf("open %s: %w", p, err)
 		}
@@ -97,6 +101,9 @@ func fenceMounts(spec fenceSpec) (shm bool, err error) {
 	}
 	return shm, nil
 }
+
+// fenceOpenPath opens p as a handle (O_PATH) for a bind mount.
+func fenceOpenPath(p string) (int, error) { return unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0) }
 
 // fenceReadOnly makes every mount read-only but where the command may write. Landlock
 // walls writes, but not chmod, chown, utimes nor extended attributes: without this a

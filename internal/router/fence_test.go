@@ -115,14 +115,58 @@ func newFenceDirs(t *testing.T) fenceDirs {
 	return d
 }
 
+// fenceTestWay is how a test's fence is put up: reexec for FenceReexec, daemon (a fence
+// socket) for FenceDaemon, neither for FenceThread.
+type fenceTestWay struct {
+	reexec bool
+	daemon string
+}
+
 // fenceWays runs body as a subtest for each way of putting the fence up: FenceThread
-// (which needs root) and FenceReexec.
-func fenceWays(t *testing.T, body func(t *testing.T, reexec bool)) {
+// and FenceDaemon (which need root; the daemon is a FenceServer of the test's own, for
+// root), and FenceReexec.
+func fenceWays(t *testing.T, body func(t *testing.T, w fenceTestWay)) {
 	t.Run(string(FenceThread), func(t *testing.T) {
 		requireFenceThread(t)
-		body(t, false)
+		body(t, fenceTestWay{})
 	})
-	t.Run(string(FenceReexec), func(t *testing.T) { body(t, true) })
+	t.Run(string(FenceDaemon), func(t *testing.T) {
+		requireFenceThread(t)
+		body(t, fenceTestWay{daemon: startFenceServer(t)})
+	})
+	t.Run(string(FenceReexec), func(t *testing.T) { body(t, fenceTestWay{reexec: true}) })
+}
+
+// startFenceServer serves fences on a socket in a directory of the test's own and
+// returns the socket's path; the server stops when the test ends.
+func startFenceServer(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := FenceSocketPath(filepath.Join(dir, "api.sock"))
+	if !FenceHides(path) {
+		t.Fatalf("a fence does not hide %s", path)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	s := &FenceServer{}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		l.Close()
+		if err := <-done; err != nil {
+			t.Errorf("fence server: %v", err)
+		}
+		s.Close()
+	})
+	return path
 }
 
 // fenceRun runs the probe (or, with op "", argv as it is) inside f and returns what it
@@ -158,7 +202,14 @@ func fenceStart(t *testing.T, f Fence, argv ...string) (cmd *FenceCmd, stdout, s
 	if err != nil {
 		t.Fatalf("Command(%q): %v", argv, err)
 	}
-	if want := map[bool]FenceWay{true: FenceReexec, false: FenceThread}[f.forceReexec]; cmd.Way() != want && fenceThreadCapable() {
+	want := FenceThread
+	switch {
+	case f.forceReexec:
+		want = FenceReexec
+	case f.forceDaemon:
+		want = FenceDaemon
+	}
+	if cmd.Way() != want && fenceThreadCapable() {
 		t.Fatalf("Command(%q) takes %s, want %s", argv, cmd.Way(), want)
 	}
 	if f.Workspace != "" && f.Access != "none" {
@@ -177,9 +228,9 @@ func fenceStart(t *testing.T, f Fence, argv ...string) (cmd *FenceCmd, stdout, s
 func TestFenceFiles(t *testing.T) {
 	requireFence(t)
 
-	fenceWays(t, func(t *testing.T, reexec bool) {
+	fenceWays(t, func(t *testing.T, w fenceTestWay) {
 		d := newFenceDirs(t)
-		f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, forceReexec: reexec}
+		f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, forceReexec: w.reexec, forceDaemon: w.daemon != "", Daemon: w.daemon}
 		outside := fmt.Sprintf("/tmp/airlock-fence-test-%d", os.Getpid())
 		t.Cleanup(func() { os.Remove(outside) })
 		tests := []struct {
@@ -237,7 +288,7 @@ func TestFenceFiles(t *testing.T) {
 func TestFenceLandlockAlone(t *testing.T) {
 	requireFence(t)
 
-	fenceWays(t, func(t *testing.T, reexec bool) {
+	fenceWays(t, func(t *testing.T, w fenceTestWay) {
 		parent := "/var/lib"
 		if os.Geteuid() != 0 {
 			parent = "testdata"
@@ -269,7 +320,7 @@ func TestFenceLandlockAlone(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(ws, "tool"), nil, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		f := Fence{Workspace: ws, Access: "rw", forceReexec: reexec}
+		f := Fence{Workspace: ws, Access: "rw", forceReexec: w.reexec, forceDaemon: w.daemon != "", Daemon: w.daemon}
 		for _, op := range []struct{ op, path, want string }{
 			{"read", secret, "permission denied"},
 			// A read-only mount refuses the writes before Landlock does.
@@ -296,7 +347,7 @@ func TestFenceLandlockAlone(t *testing.T) {
 func TestFenceWorkspaceAccess(t *testing.T) {
 	requireFence(t)
 
-	fenceWays(t, func(t *testing.T, reexec bool) {
+	fenceWays(t, func(t *testing.T, w fenceTestWay) {
 		d := newFenceDirs(t)
 		readme := filepath.Join(d.ws, "README")
 		tests := []struct {
@@ -309,7 +360,7 @@ func TestFenceWorkspaceAccess(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.access, func(t *testing.T) {
-				f := Fence{Workspace: d.ws, Access: tt.access, Scratch: d.scratch, forceReexec: reexec}
+				f := Fence{Workspace: d.ws, Access: tt.access, Scratch: d.scratch, forceReexec: w.reexec, forceDaemon: w.daemon != "", Daemon: w.daemon}
 				_, stderr, code := fenceRun(t, f, fenceProbe, "read", readme)
 				if gotOK := code == 0; gotOK != tt.readOK {
 					t.Errorf("read: exit %d (%s), want success %v", code, strings.TrimSpace(stderr), tt.readOK)
@@ -330,7 +381,7 @@ func TestFenceWorkspaceAccess(t *testing.T) {
 func TestFenceNetwork(t *testing.T) {
 	requireFence(t)
 
-	fenceWays(t, func(t *testing.T, reexec bool) {
+	fenceWays(t, func(t *testing.T, w fenceTestWay) {
 		d := newFenceDirs(t)
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
@@ -366,7 +417,7 @@ func TestFenceNetwork(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, Network: tt.network, forceReexec: reexec}
+				f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, Network: tt.network, forceReexec: w.reexec, forceDaemon: w.daemon != "", Daemon: w.daemon}
 				_, stderr, code := fenceRun(t, f, fenceProbe, tt.op, tt.addr)
 				if gotOK := code == 0; gotOK != tt.wantOK {
 					t.Errorf("dial %s %s: exit %d (%s), want success %v", tt.op, tt.addr, code, strings.TrimSpace(stderr), tt.wantOK)
@@ -379,9 +430,9 @@ func TestFenceNetwork(t *testing.T) {
 func TestFenceExitCodes(t *testing.T) {
 	requireFence(t)
 
-	fenceWays(t, func(t *testing.T, reexec bool) {
+	fenceWays(t, func(t *testing.T, w fenceTestWay) {
 		d := newFenceDirs(t)
-		f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, forceReexec: reexec}
+		f := Fence{Workspace: d.ws, Access: "rw", Scratch: d.scratch, forceReexec: w.reexec, forceDaemon: w.daemon != "", Daemon: w.daemon}
 		tests := []struct {
 			argv []string
 			want int

@@ -81,6 +81,12 @@ func (c *FenceCmd) onFenceThread(done chan<- error) {
 }
 
 // fenceThread runs on the locked thread. Any error leaves the command unstarted.
+//
+// For a caller of the daemon (c.caller), the paths are resolved and opened with the
+// caller's groups and file system ids, the mounts and loopback made as root, and then the
+// thread takes the caller's ids for good before it enters the working directory and
+// builds and enforces the Landlock ruleset, so the caller's own rights are the bound of
+// everything the command reaches.
 func (c *FenceCmd) fenceThread() error {
 	spec := c.spec
 	dir := c.Dir
@@ -98,17 +104,41 @@ func (c *FenceCmd) fenceThread() error {
 	if err := unix.Unshare(flags); err != nil {
 		return fmt.Errorf("fence: new namespaces for the fence thread: %w", err)
 	}
-	shm, err := fenceMounts(spec)
+	var open func(string) (int, error)
+	if c.caller != nil {
+		var err error
+		if spec, err = c.caller.resolve(c.spec); err != nil {
+			return err
+		}
+		open = c.caller.open
+	}
+	shm, err := fenceMounts(spec, open)
 	if err != nil {
 		return fmt.Errorf("fence: hide the host: %w", err)
 	}
-	// Enter the working directory through the new mounts, as the child does.
-	if err := unix.Chdir(dir); err != nil {
-		return fmt.Errorf("fence: working directory %s is not visible inside the fence (run the command from the workspace)", dir)
+	if c.caller == nil {
+		// Enter the working directory through the new mounts, as the child does.
+		if err := unix.Chdir(dir); err != nil {
+			return fenceDirError(dir)
+		}
 	}
 	if !spec.Network {
 		if err := fenceLoopbackUp(); err != nil {
 			return fmt.Errorf("fence: loopback: %w", err)
+		}
+	}
+	if c.caller != nil {
+		if err := fenceDropBounding(); err != nil {
+			return fmt.Errorf("fence: drop capabilities: %w", err)
+		}
+		if err := c.caller.become(); err != nil {
+			return fmt.Errorf("fence: take the caller's ids: %w", err)
+		}
+		if err := fenceCapsetNone(); err != nil {
+			return fmt.Errorf("fence: drop capabilities: %w", err)
+		}
+		if err := unix.Chdir(dir); err != nil {
+			return fenceDirError(dir)
 		}
 	}
 	fd, lflags, err := fenceRuleset(spec, c.abi, shm)
@@ -122,8 +152,13 @@ func (c *FenceCmd) fenceThread() error {
 	if err := llsys.LandlockRestrictSelf(fd, lflags); err != nil { // this thread only
 		return fmt.Errorf("fence: Landlock: %w", err)
 	}
-	if err := fenceDropCaps(); err != nil {
-		return fmt.Errorf("fence: drop capabilities: %w", err)
+	if c.caller == nil {
+		if err := fenceDropBounding(); err != nil {
+			return fmt.Errorf("fence: drop capabilities: %w", err)
+		}
+		if err := fenceCapsetNone(); err != nil {
+			return fmt.Errorf("fence: drop capabilities: %w", err)
+		}
 	}
 	env := c.Env
 	if env == nil {
@@ -202,8 +237,15 @@ const (
 	secbitNoCapAmbientRaiseLocked = 1 << 7
 )
 
-// fenceDropCaps leaves the calling thread, and whatever it execs, without capabilities.
-func fenceDropCaps() error {
+// fenceDirError is a working directory the command cannot enter inside the fence.
+func fenceDirError(dir string) error {
+	return fmt.Errorf("fence: working directory %s is not visible inside the fence (run the command from the workspace)", dir)
+}
+
+// fenceDropBounding empties the calling thread's bounding set and locks it out of
+// gaining capabilities again (at exec as uid 0, or ambient). It needs CAP_SETPCAP, and
+// leaves the thread's own capabilities as they were (fenceCapsetNone drops those).
+func fenceDropBounding() error {
 	for c := 0; ; c++ {
 		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
 		if errors.Is(err, unix.EINVAL) {
@@ -220,6 +262,11 @@ func fenceDropCaps() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("ambient: %w", err)
 	}
+	return nil
+}
+
+// fenceCapsetNone leaves the calling thread without capabilities.
+func fenceCapsetNone() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var none [2]unix.CapUserData
 	if err := unix.Capset(&hdr, &none[0]); err != nil { // this thread only

@@ -118,10 +118,10 @@ func fenceWaitThreadExit(t *testing.T, tid int) {
 // why: FenceThread's Start fails, FenceReexec's child exits FenceExitSetup.
 func TestFenceFailsClosed(t *testing.T) {
 	requireFence(t)
-	fenceWays(t, func(t *testing.T, reexec bool) {
+	fenceWays(t, func(t *testing.T, w fenceTestWay) {
 		d := newFenceDirs(t)
 		marker := filepath.Join(d.ws, "ran")
-		f := Fence{Workspace: d.ws, Scratch: d.scratch, forceReexec: reexec}
+		f := Fence{Workspace: d.ws, Scratch: d.scratch, forceReexec: w.reexec, forceDaemon: w.daemon != "", Daemon: w.daemon}
 		cmd, err := f.Command(context.Background(), []string{"touch", marker})
 		if err != nil {
 			t.Fatal(err)
@@ -134,9 +134,9 @@ func TestFenceFailsClosed(t *testing.T) {
 		}
 		var fe *FenceExitError
 		switch {
-		case reexec && (!errors.As(err, &fe) || fe.Code != FenceExitSetup):
+		case w.reexec && (!errors.As(err, &fe) || fe.Code != FenceExitSetup):
 			t.Errorf("run from a hidden directory: %v, want exit %d", err, FenceExitSetup)
-		case !reexec && (err == nil || errors.As(err, &fe)):
+		case !w.reexec && (err == nil || errors.As(err, &fe)):
 			t.Errorf("Start from a hidden directory: %v, want an error", err)
 		}
 		if why := err.Error() + stderr.String(); !strings.Contains(why, "not visible inside the fence") {

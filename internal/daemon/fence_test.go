@@ -1,0 +1,91 @@
+package daemon_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestFenceForAnotherUser: `airlock fence` run by a user other than root has the daemon
+// put the fence up: the command is the daemon's child, runs with the user's ids, writes
+// its workspace and cannot read the user's SSH key.
+func TestFenceForAnotherUser(t *testing.T) {
+	testenv.RequireHost(t)
+	bin := testenv.Binary(t)
+	dir, cgroup := daemonDir(t, "fence-")
+	sock := filepath.Join(dir, "api.sock")
+	cfg := filepath.Join(dir, "airlock.yaml")
+	body := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nrunsc: \"off\"\nnetwork: {enabled: false}\nlog_level: info\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), sock, cgroup)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemon := startDaemon(t, bin, cfg)
+	t.Cleanup(func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		daemon.Wait()
+		secret.Unmount(filepath.Join(dir, "secrets"))
+		if _, err := os.Lstat(router.FenceSocketPath(sock)); err == nil {
+			t.Errorf("the fence socket is left after the daemon stopped")
+		}
+	})
+	if fi, err := os.Stat(router.FenceSocketPath(sock)); err != nil || fi.Mode()&0o777 != 0o666 {
+		t.Fatalf("fence socket: %v, %v; want one anyone may connect to", fi, err)
+	}
+
+	// What the user owns: a copy of the binary it may run, a workspace and a home.
+	const uid, gid = 65534, 65534
+	user := filepath.Join(dir, "user")
+	ws, home := filepath.Join(user, "ws"), filepath.Join(user, "home")
+	key := filepath.Join(home, ".ssh", "id_rsa")
+	for _, p := range []string{ws, filepath.Dir(key)} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(key, []byte("PRIVATE KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ubin := filepath.Join(user, "airlock")
+	if b, err := os.ReadFile(bin); err != nil || os.WriteFile(ubin, b, 0o755) != nil {
+		t.Fatalf("copy the binary: %v", err)
+	}
+	for _, p := range []string{user, ws, home, filepath.Dir(key), key} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(user, 0o755)
+
+	fence := func(script string) (string, error) {
+		cmd := exec.Command(ubin, "fence", "--socket", sock, "--", "/bin/sh", "-c", script)
+		cmd.Dir = ws
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := fence("echo $PPID; id -u; echo fenced > out")
+	if err != nil {
+		t.Fatalf("airlock fence as uid %d: %v\n%s", uid, err, out)
+	}
+	if want := fmt.Sprintf("%d\n%d\n", daemon.Process.Pid, uid); out != want {
+		t.Errorf("the fenced command printed %q, want its parent the daemon and its uid the user's: %q", out, want)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(ws, "out"), &st); err != nil || st.Uid != uid {
+		t.Errorf("the workspace's new file: uid %d, %v; want %d", st.Uid, err, uid)
+	}
+	out, err = fence("cat " + key)
+	if err == nil || strings.Contains(out, "PRIVATE KEY") {
+		t.Errorf("reading the user's key inside the fence: %v, %q; want it refused", err, out)
+	}
+}
