@@ -29,14 +29,30 @@ func TestFenceForAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	daemon := startDaemon(t, bin, cfg)
+	var stopped func() // removes what needs the daemon gone
 	t.Cleanup(func() {
 		daemon.Process.Signal(syscall.SIGTERM)
 		daemon.Wait()
 		secret.Unmount(filepath.Join(dir, "secrets"))
+		if stopped != nil {
+			stopped()
+		}
 		if _, err := os.Lstat(router.FenceSocketPath(sock)); err == nil {
 			t.Errorf("the fence socket is left after the daemon stopped")
 		}
 	})
+	// The daemon in a cgroup of its own: the fenced command must join its caller's.
+	cg := filepath.Join("/sys/fs/cgroup/pids", "airlock-test-"+filepath.Base(dir)+"-daemon")
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cg = filepath.Join("/sys/fs/cgroup", filepath.Base(cg))
+	}
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stopped = func() { os.Remove(cg) }
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprint(daemon.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
 	if fi, err := os.Stat(router.FenceSocketPath(sock)); err != nil || fi.Mode()&0o777 != 0o666 {
 		t.Fatalf("fence socket: %v, %v; want one anyone may connect to", fi, err)
 	}
@@ -73,12 +89,13 @@ func TestFenceForAnotherUser(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	out, err := fence("echo $PPID; id -u; echo fenced > out")
+	out, err := fence("echo $PPID; id -u; echo fenced > out; cat /proc/self/cgroup")
 	if err != nil {
 		t.Fatalf("airlock fence as uid %d: %v\n%s", uid, err, out)
 	}
-	if want := fmt.Sprintf("%d\n%d\n", daemon.Process.Pid, uid); out != want {
-		t.Errorf("the fenced command printed %q, want its parent the daemon and its uid the user's: %q", out, want)
+	mine, _ := os.ReadFile("/proc/self/cgroup") // the airlock fence process's too
+	if want := fmt.Sprintf("%d\n%d\n%s", daemon.Process.Pid, uid, mine); out != want {
+		t.Errorf("the fenced command printed %q, want its parent the daemon, its uid the user's and its cgroups the caller's: %q", out, want)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(filepath.Join(ws, "out"), &st); err != nil || st.Uid != uid {

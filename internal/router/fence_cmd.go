@@ -9,6 +9,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -56,9 +57,10 @@ type FenceCmd struct {
 	failed *FenceExitError // the command could not be executed (FenceThread, FenceDaemon)
 	tid    int             // the thread that put the fence up (FenceThread), for tests
 
-	conn   *net.UnixConn // FenceDaemon: the connection to the daemon
-	remote *fenceRemote  // FenceDaemon: the started command's end of it
-	caller *fenceCaller  // in the daemon: whose fence FenceThread puts up
+	failedMsg strings.Builder // in the daemon: why the command could not be executed
+	conn      *net.UnixConn   // FenceDaemon: the connection to the daemon
+	remote    *fenceRemote    // FenceDaemon: the started command's end of it
+	caller    *fenceCaller    // in the daemon: whose fence FenceThread puts up
 }
 
 // FenceExitError is what Wait returns when the fenced command did not exit 0.

@@ -38,6 +38,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -179,15 +180,18 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 		return fmt.Errorf("fence: the daemon did not answer: %w", err)
 	}
 	switch {
-	case rep.Error != "" && rep.Invalid:
-		return errdefs.Invalid("%s", rep.Error)
-	case rep.Error != "":
-		return errors.New(rep.Error)
-	case rep.Exit != nil: // not found or not executable inside the fence; the daemon said why on stderr
+	case rep.Exit != nil: // not found or not executable inside the fence; Error says which
+		if c.Stderr != nil {
+			io.WriteString(c.Stderr, rep.Error)
+		}
 		c.failed = &FenceExitError{Code: *rep.Exit}
 		r.closeOurs()
 		c.conn.Close()
 		return nil
+	case rep.Error != "" && rep.Invalid:
+		return errdefs.Invalid("%s", rep.Error)
+	case rep.Error != "":
+		return errors.New(rep.Error)
 	case !rep.Started:
 		return errors.New("fence: the daemon's answer says neither started nor why not")
 	}
@@ -326,6 +330,7 @@ type fenceCaller struct {
 	uid, gid uint32
 	groups   []uint32
 	pid      int32
+	cgroups  string // the caller's /proc/PID/cgroup, read when it connected
 	home     string // $HOME of the request's environment
 }
 
@@ -426,7 +431,70 @@ func peerCaller(conn *net.UnixConn) (*fenceCaller, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cr.pid))
+	if err != nil {
+		return nil, fmt.Errorf("the caller's cgroups: %w", err)
+	}
+	cr.cgroups = string(b)
 	return &cr, nil
+}
+
+// fenceCgroupRoot is where the host's cgroup hierarchies are mounted.
+const fenceCgroupRoot = "/sys/fs/cgroup"
+
+// fenceCgroupDirs returns the directories of the cgroups that procCgroup (the text of
+// /proc/PID/cgroup, read in the host's cgroup namespace) names under root: the unified
+// hierarchy's at root itself (cgroup v2) or at root/unified (hybrid), each v1
+// hierarchy's at root/CONTROLLERS or, failing that, root/CONTROLLER.
+func fenceCgroupDirs(root, procCgroup string) ([]string, error) {
+	_, err := os.Stat(filepath.Join(root, "cgroup.controllers"))
+	v2 := err == nil
+	var dirs []string
+	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !filepath.IsAbs(parts[2]) || filepath.Clean(parts[2]) != parts[2] {
+			return nil, fmt.Errorf("a line of /proc/PID/cgroup that is not id:controllers:/path: %q", line)
+		}
+		var candidates []string
+		switch {
+		case parts[1] == "" && v2:
+			candidates = []string{root}
+		case parts[1] == "":
+			candidates = []string{filepath.Join(root, "unified")}
+		case v2:
+			continue // a v1 hierarchy beside v2 that this host does not mount here
+		default:
+			candidates = []string{filepath.Join(root, strings.TrimPrefix(parts[1], "name="))}
+			for _, c := range strings.Split(parts[1], ",") {
+				candidates = append(candidates, filepath.Join(root, strings.TrimPrefix(c, "name=")))
+			}
+		}
+		for _, c := range candidates {
+			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+				dirs = append(dirs, filepath.Join(c, parts[2]))
+				break
+			}
+		}
+	}
+	return dirs, nil
+}
+
+// joinCgroups moves pid into the caller's cgroups, so the command counts against the
+// caller's limits and never the daemon's.
+func (cr *fenceCaller) joinCgroups(pid int) error {
+	dirs, err := fenceCgroupDirs(fenceCgroupRoot, cr.cgroups)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			continue // an empty hierarchy (the hybrid unified one) the caller is at the root of, or gone
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("move the command into the caller's cgroup %s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // peerGroups reads the supplementary groups of fd's peer (SO_PEERGROUPS).
@@ -595,7 +663,14 @@ func (s *FenceServer) serveConn(conn *net.UnixConn) {
 	}
 	files = nil
 	if c.failed != nil {
-		reply(fenceReply{Exit: &c.failed.Code})
+		reply(fenceReply{Exit: &c.failed.Code, Error: c.failedMsg.String()})
+		return
+	}
+	if err := cr.joinCgroups(c.cmd.Process.Pid); err != nil {
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		s.log().Warn("fence refused", "uid", cr.uid, "pid", cr.pid, "command", req.Argv[0], "err", err)
+		refuse(fmt.Errorf("fence: %w", err))
 		return
 	}
 	if !s.track(c, true) {
@@ -681,8 +756,7 @@ func fenceFiles(oob []byte) ([]*os.File, error) {
 		if err != nil {
 			continue
 		}
-		for _, fd := range fds {
-			unix.CloseOnExec(fd)
+		for _, fd := range fds { // received close-on-exec (MSG_CMSG_CLOEXEC): no other command inherits them
 			files = append(files, os.NewFile(uintptr(fd), "fence-stdio"))
 		}
 	}

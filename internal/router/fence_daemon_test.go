@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -266,5 +267,41 @@ func TestFenceServerRefusesBadRequests(t *testing.T) {
 				t.Fatalf("the command ran")
 			}
 		})
+	}
+}
+
+// TestFenceCgroupDirs maps a caller's /proc/PID/cgroup to the directories its command
+// joins, on a hybrid and a v2 layout, and refuses lines that are not id:controllers:/path.
+func TestFenceCgroupDirs(t *testing.T) {
+	hybrid, v2 := t.TempDir(), t.TempDir()
+	for _, d := range []string{"pids", "cpu,cpuacct", "systemd", "unified"} {
+		if err := os.Mkdir(filepath.Join(hybrid, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(v2, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, root, proc string
+		want             []string
+	}{
+		{"hybrid", hybrid, "12:pids:/user.slice/x\n4:cpu,cpuacct:/a\n1:name=systemd:/b\n0::/c\n", []string{
+			filepath.Join(hybrid, "pids/user.slice/x"), filepath.Join(hybrid, "cpu,cpuacct/a"),
+			filepath.Join(hybrid, "systemd/b"), filepath.Join(hybrid, "unified/c")}},
+		{"a controller mounted alone", hybrid, "3:cpuacct,pids:/d\n", []string{filepath.Join(hybrid, "pids/d")}},
+		{"v2", v2, "0::/user.slice/u\n", []string{filepath.Join(v2, "user.slice/u")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := fenceCgroupDirs(tt.root, tt.proc)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("fenceCgroupDirs(%q) = %q, %v; want %q", tt.proc, got, err, tt.want)
+			}
+		})
+	}
+	for _, bad := range []string{"garbage", "0::relative", "0::/a/../b", "1:pids:/x/"} {
+		if got, err := fenceCgroupDirs(hybrid, bad); err == nil {
+			t.Errorf("fenceCgroupDirs(%q) = %q, want an error", bad, got)
+		}
 	}
 }

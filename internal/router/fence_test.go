@@ -448,6 +448,9 @@ func TestFenceExitCodes(t *testing.T) {
 			if code != tt.want {
 				t.Errorf("%q: exit %d (%s), want %d", tt.argv, code, strings.TrimSpace(stderr), tt.want)
 			}
+			if code >= FenceExitNoExec && !strings.HasPrefix(stderr, "airlock fence: ") {
+				t.Errorf("%q: stderr %q, want the reason it did not run", tt.argv, stderr)
+			}
 		}
 	})
 }

@@ -167,8 +167,13 @@ func (c *FenceCmd) fenceThread() error {
 	if spec.Scratch != "" {
 		env = append(slices.Clip(env), "TMPDIR="+spec.Scratch) // exec keeps the last of a name
 	}
-	stderr := c.Stderr
-	if stderr == nil {
+	var stderr io.Writer = c.Stderr
+	switch {
+	case c.caller != nil:
+		// Never written by the daemon, which a caller's stderr could block: the
+		// caller writes the reason (c.failedMsg) itself.
+		stderr = &c.failedMsg
+	case stderr == nil:
 		stderr = io.Discard
 	}
 	path, code, err := fenceLookPath(c.argv[0], env)
