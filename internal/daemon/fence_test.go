@@ -105,4 +105,19 @@ func TestFenceForAnotherUser(t *testing.T) {
 	if err == nil || strings.Contains(out, "PRIVATE KEY") {
 		t.Errorf("reading the user's key inside the fence: %v, %q; want it refused", err, out)
 	}
+
+	// A caller in a mount namespace of its own: the command sees the caller's files.
+	mnt := filepath.Join(ws, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`mount -t tmpfs tmpfs %s && echo only-in-the-callers-namespace > %s/m && `+
+		`exec setpriv --reuid=%d --regid=%d --clear-groups env -i PATH=/usr/bin:/bin HOME=%s %s fence --socket %s -- cat mnt/m`,
+		mnt, mnt, uid, gid, home, ubin, sock)
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script)
+	cmd.Dir = ws
+	b, err := cmd.CombinedOutput()
+	if err != nil || string(b) != "only-in-the-callers-namespace\n" {
+		t.Errorf("a fenced command of a caller in its own mount namespace: %v, %q; want the file only that namespace has", err, b)
+	}
 }

@@ -7,7 +7,8 @@ package router
 //	  Command: connect                     accept; SO_PEERCRED and SO_PEERGROUPS give
 //	                                         the caller's uid, gid and groups
 //	  Start: request, stdin/out/err  ──►   on a locked thread (fenceThread, c.caller):
-//	         (SCM_RIGHTS)                    unshare the mount (and network) namespace
+//	         (SCM_RIGHTS)                    join the caller's mount (and network)
+//	                                         namespace, then unshare a copy
 //	                                         the caller's groups and file system ids:
 //	                                           resolve the paths, open what stays visible
 //	                                         the mounts and loopback, as root
@@ -19,7 +20,7 @@ package router
 //	         ◄──  {"exit":N,"signal":S}
 //
 // The command runs with the ids the kernel reported for the connection, never ids the
-// request names, and with no capabilities: it may do at most what its caller may, less
+// request names, in the caller's namespaces and cgroups, and with no capabilities: it may do at most what its caller may, less
 // the walls. Every path of the request is resolved and opened with the caller's ids, so
 // the daemon's rights reach no path for it. Anyone may connect; a caller gets at most
 // fenceServerPerUser commands at once and the daemon fenceServerTotal.
@@ -330,6 +331,7 @@ type fenceCaller struct {
 	uid, gid uint32
 	groups   []uint32
 	pid      int32
+	pidfd    int    // the calling process, pinned: its namespaces are the command's
 	cgroups  string // the caller's /proc/PID/cgroup, read when it connected
 	home     string // $HOME of the request's environment
 }
@@ -423,7 +425,13 @@ func peerCaller(conn *net.UnixConn) (*fenceCaller, error) {
 			return
 		}
 		cr.uid, cr.gid, cr.pid = uc.Uid, uc.Gid, uc.Pid
-		cr.groups, opErr = peerGroups(int(fd))
+		if cr.groups, opErr = peerGroups(int(fd)); opErr != nil {
+			return
+		}
+		// The process as it connected (Linux 6.5); before, the pid as it is now.
+		if cr.pidfd, opErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); opErr != nil {
+			cr.pidfd, opErr = unix.PidfdOpen(int(cr.pid), 0)
+		}
 	})
 	if err == nil {
 		err = opErr
@@ -432,11 +440,29 @@ func peerCaller(conn *net.UnixConn) (*fenceCaller, error) {
 		return nil, err
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cr.pid))
+	if err == nil {
+		err = unix.PidfdSendSignal(cr.pidfd, 0, nil, 0) // still the process pidfd names, so its cgroups
+	}
 	if err != nil {
-		return nil, fmt.Errorf("the caller's cgroups: %w", err)
+		unix.Close(cr.pidfd)
+		return nil, fmt.Errorf("the calling process (pid %d) is gone: %w", cr.pid, err)
 	}
 	cr.cgroups = string(b)
 	return &cr, nil
+}
+
+// enterNamespaces puts the calling thread into the caller's mount namespace, and its
+// network namespace when the command may use the network: the command then sees the
+// files (and network) its caller sees, and never the daemon's.
+func (cr *fenceCaller) enterNamespaces(network bool) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil { // a mount namespace is joined by a thread with its own root and cwd
+		return err
+	}
+	flags := unix.CLONE_NEWNS
+	if network {
+		flags |= unix.CLONE_NEWNET
+	}
+	return unix.Setns(cr.pidfd, flags)
 }
 
 // fenceCgroupRoot is where the host's cgroup hierarchies are mounted.
@@ -631,6 +657,7 @@ func (s *FenceServer) serveConn(conn *net.UnixConn) {
 		refuse(fmt.Errorf("fence: who is calling: %w", err))
 		return
 	}
+	defer unix.Close(cr.pidfd)
 	if err := s.admit(cr.uid); err != nil {
 		refuse(err)
 		return

@@ -82,7 +82,8 @@ func (c *FenceCmd) onFenceThread(done chan<- error) {
 
 // fenceThread runs on the locked thread. Any error leaves the command unstarted.
 //
-// For a caller of the daemon (c.caller), the paths are resolved and opened with the
+// For a caller of the daemon (c.caller), the thread first joins the caller's namespaces,
+// the paths are resolved and opened with the
 // caller's groups and file system ids, the mounts and loopback made as root, and then the
 // thread takes the caller's ids for good before it enters the working directory and
 // builds and enforces the Landlock ruleset, so the caller's own rights are the bound of
@@ -96,6 +97,11 @@ func (c *FenceCmd) fenceThread() error {
 			return fmt.Errorf("fence: working directory: %w", err)
 		}
 		dir = wd
+	}
+	if c.caller != nil {
+		if err := c.caller.enterNamespaces(spec.Network); err != nil {
+			return fmt.Errorf("fence: enter the caller's namespaces: %w", err)
+		}
 	}
 	flags := unix.CLONE_NEWNS // implies CLONE_FS: this thread's root and cwd become its own
 	if !spec.Network {
