@@ -106,6 +106,17 @@ func TestFenceForAnotherUser(t *testing.T) {
 		t.Errorf("reading the user's key inside the fence: %v, %q; want it refused", err, out)
 	}
 
+	// The caller's umask and resource limits, and a session of its own (so never the
+	// daemon's controlling terminal).
+	inner := `umask; ulimit -n; read -r pid _ _ _ _ sid _ < /proc/self/stat; [ "$pid" = "$sid" ] && echo own-session`
+	cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("umask 027; ulimit -n 99; exec %s fence --socket %s -- /bin/sh -c '%s'", ubin, sock, inner))
+	cmd.Dir = ws
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	if b, err := cmd.CombinedOutput(); err != nil || string(b) != "0027\n99\nown-session\n" {
+		t.Errorf("umask, open files limit and session of a fenced command: %v, %q; want the caller's 0027 and 99, and its own session", err, b)
+	}
+
 	// A caller in a mount namespace of its own: the command sees the caller's files.
 	mnt := filepath.Join(ws, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -114,7 +125,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 	script := fmt.Sprintf(`mount -t tmpfs tmpfs %s && echo only-in-the-callers-namespace > %s/m && `+
 		`exec setpriv --reuid=%d --regid=%d --clear-groups env -i PATH=/usr/bin:/bin HOME=%s %s fence --socket %s -- cat mnt/m`,
 		mnt, mnt, uid, gid, home, ubin, sock)
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script)
+	cmd = exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script)
 	cmd.Dir = ws
 	b, err := cmd.CombinedOutput()
 	if err != nil || string(b) != "only-in-the-callers-namespace\n" {

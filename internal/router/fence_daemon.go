@@ -20,7 +20,8 @@ package router
 //	         ◄──  {"exit":N,"signal":S}
 //
 // The command runs with the ids the kernel reported for the connection, never ids the
-// request names, in the caller's namespaces and cgroups, and with no capabilities: it may do at most what its caller may, less
+// request names, in the caller's namespaces and cgroups, with its umask and resource
+// limits, in a session of its own, and with no capabilities: it may do at most what its caller may, less
 // the walls. Every path of the request is resolved and opened with the caller's ids, so
 // the daemon's rights reach no path for it. Anyone may connect; a caller gets at most
 // fenceServerPerUser commands at once and the daemon fenceServerTotal.
@@ -170,14 +171,15 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 		fds[i] = int(f.Fd())
 	}
 	head := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
-	if _, _, err := c.conn.WriteMsgUnix(head, unix.UnixRights(fds...), nil); err != nil {
-		return fmt.Errorf("fence: send to the daemon: %w", err)
-	}
-	if _, err := c.conn.Write(b); err != nil {
-		return fmt.Errorf("fence: send to the daemon: %w", err)
+	_, _, err = c.conn.WriteMsgUnix(head, unix.UnixRights(fds...), nil)
+	if err == nil {
+		_, err = c.conn.Write(b)
 	}
 	var rep fenceReply
-	if err := r.dec.Decode(&rep); err != nil {
+	if derr := r.dec.Decode(&rep); derr != nil { // a refusal may have come before the request was sent
+		if err == nil {
+			err = derr
+		}
 		return fmt.Errorf("fence: the daemon did not answer: %w", err)
 	}
 	switch {
@@ -333,6 +335,8 @@ type fenceCaller struct {
 	pid      int32
 	pidfd    int    // the calling process, pinned: its namespaces are the command's
 	cgroups  string // the caller's /proc/PID/cgroup, read when it connected
+	umask    int
+	limits   [fenceRlimits]unix.Rlimit // the caller's resource limits
 	home     string // $HOME of the request's environment
 }
 
@@ -439,16 +443,107 @@ func peerCaller(conn *net.UnixConn) (*fenceCaller, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cr.pid))
-	if err == nil {
-		err = unix.PidfdSendSignal(cr.pidfd, 0, nil, 0) // still the process pidfd names, so its cgroups
-	}
-	if err != nil {
+	if err := cr.readProcess(); err != nil {
 		unix.Close(cr.pidfd)
-		return nil, fmt.Errorf("the calling process (pid %d) is gone: %w", cr.pid, err)
+		return nil, err
+	}
+	return &cr, nil
+}
+
+// fenceRlimits is how many resource limits there are (RLIMIT_NLIMITS).
+const fenceRlimits = 16
+
+// readProcess reads what the command takes over from the calling process: its cgroups,
+// umask and resource limits. It then checks the pidfd still names a live process, so
+// the pid was not another's meanwhile.
+func (cr *fenceCaller) readProcess() error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cr.pid))
+	if err != nil {
+		return fmt.Errorf("the caller's cgroups: %w", err)
 	}
 	cr.cgroups = string(b)
-	return &cr, nil
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cr.pid))
+	if err != nil {
+		return fmt.Errorf("the caller's status: %w", err)
+	}
+	cr.umask = -1
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if u, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil && u <= 0o777 {
+				cr.umask = int(u)
+			}
+		}
+	}
+	if cr.umask < 0 {
+		return errors.New("the caller's umask is not in its /proc/PID/status")
+	}
+	limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", cr.pid))
+	if err != nil {
+		return fmt.Errorf("the caller's resource limits: %w", err)
+	}
+	if cr.limits, err = parseLimits(string(limits)); err != nil {
+		return fmt.Errorf("the caller's resource limits: %w", err)
+	}
+	if err := unix.PidfdSendSignal(cr.pidfd, 0, nil, 0); err != nil {
+		return fmt.Errorf("the calling process (pid %d) is gone: %w", cr.pid, err)
+	}
+	return nil
+}
+
+// parseLimits reads the text of /proc/PID/limits: a header, then one line a resource
+// in the order of their numbers, the name in the first 26 columns, then the soft and
+// the hard limit ("unlimited" or a number) and the unit.
+func parseLimits(text string) ([fenceRlimits]unix.Rlimit, error) {
+	var out [fenceRlimits]unix.Rlimit
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if len(lines) < fenceRlimits+1 {
+		return out, fmt.Errorf("%d lines, want %d", len(lines), fenceRlimits+1)
+	}
+	value := func(s string) (uint64, error) {
+		if s == "unlimited" {
+			return unix.RLIM_INFINITY, nil
+		}
+		return strconv.ParseUint(s, 10, 64)
+	}
+	for r := range out {
+		line := lines[r+1]
+		if len(line) < 26 {
+			return out, fmt.Errorf("line %q", line)
+		}
+		f := strings.Fields(line[26:])
+		if len(f) < 2 {
+			return out, fmt.Errorf("line %q", line)
+		}
+		soft, err1 := value(f[0])
+		hard, err2 := value(f[1])
+		if err1 != nil || err2 != nil || soft > hard {
+			return out, fmt.Errorf("line %q", line)
+		}
+		out[r] = unix.Rlimit{Cur: soft, Max: hard}
+	}
+	return out, nil
+}
+
+// limit lowers the resource limits of pid, which has the calling thread's ids, to the
+// caller's where the caller's are lower: the command gets at most the caller's limits,
+// never the daemon's when they are higher. (Raising one needs CAP_SYS_RESOURCE, which
+// the daemon may not hold; a limit the daemon has lower than the caller stays so.)
+func (cr *fenceCaller) limit(pid int) error {
+	for r, want := range cr.limits {
+		var have unix.Rlimit
+		if err := unix.Prlimit(pid, r, nil, &have); err != nil {
+			return fmt.Errorf("resource limit %d: %w", r, err)
+		}
+		next := unix.Rlimit{Cur: min(have.Cur, want.Cur), Max: min(have.Max, want.Max)}
+		next.Cur = min(next.Cur, next.Max)
+		if next == have {
+			continue
+		}
+		if err := unix.Prlimit(pid, r, &next, nil); err != nil {
+			return fmt.Errorf("resource limit %d: %w", r, err)
+		}
+	}
+	return nil
 }
 
 // enterNamespaces puts the calling thread into the caller's mount namespace, and its
@@ -506,7 +601,8 @@ func fenceCgroupDirs(root, procCgroup string) ([]string, error) {
 }
 
 // joinCgroups moves pid into the caller's cgroups, so the command counts against the
-// caller's limits and never the daemon's.
+// caller's limits and never the daemon's. With limit, right after the command started:
+// it runs for that moment with the daemon's.
 func (cr *fenceCaller) joinCgroups(pid int) error {
 	dirs, err := fenceCgroupDirs(fenceCgroupRoot, cr.cgroups)
 	if err != nil {

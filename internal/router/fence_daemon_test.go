@@ -305,3 +305,32 @@ func TestFenceCgroupDirs(t *testing.T) {
 		}
 	}
 }
+
+// TestParseLimits reads this process's /proc/self/limits as the daemon reads a caller's,
+// and checks each limit against getrlimit; a short or garbled text is refused.
+func TestParseLimits(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseLimits(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, l := range got {
+		var want unix.Rlimit
+		if err := unix.Getrlimit(r, &want); err != nil {
+			t.Fatal(err)
+		}
+		if l != want {
+			t.Errorf("limit %d: parsed %+v, getrlimit says %+v", r, l, want)
+		}
+	}
+	lines := strings.Split(string(b), "\n")
+	for _, bad := range []string{"", strings.Join(lines[:5], "\n"),
+		strings.Replace(string(b), "unlimited", "plenty", 1)} {
+		if _, err := parseLimits(bad); err == nil {
+			t.Errorf("parseLimits(%.60q…) took it", bad)
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -110,6 +111,7 @@ func (c *FenceCmd) fenceThread() error {
 	if err := unix.Unshare(flags); err != nil {
 		return fmt.Errorf("fence: new namespaces for the fence thread: %w", err)
 	}
+
 	var open func(string) (int, error)
 	if c.caller != nil {
 		var err error
@@ -143,6 +145,8 @@ func (c *FenceCmd) fenceThread() error {
 		if err := fenceCapsetNone(); err != nil {
 			return fmt.Errorf("fence: drop capabilities: %w", err)
 		}
+		// This thread's own since CLONE_FS; set after the mounts, whose points it made.
+		unix.Umask(c.caller.umask)
 		if err := unix.Chdir(dir); err != nil {
 			return fenceDirError(dir)
 		}
@@ -193,6 +197,10 @@ func (c *FenceCmd) fenceThread() error {
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
 	cmd.WaitDelay = c.WaitDelay
+	if c.caller != nil {
+		// A session of its own: never the daemon's controlling terminal (/dev/tty).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		var pe *fs.PathError
 		if !errors.As(err, &pe) || pe.Op != "fork/exec" {
@@ -207,6 +215,15 @@ func (c *FenceCmd) fenceThread() error {
 		return nil
 	}
 	c.cmd = cmd
+	if c.caller != nil {
+		// From this thread, which has the command's ids, so no capability is needed.
+		if err := c.caller.limit(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			c.cmd = nil
+			return fmt.Errorf("fence: give the command the caller's limits: %w", err)
+		}
+	}
 	return nil
 }
 
