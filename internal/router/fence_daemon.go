@@ -337,7 +337,7 @@ type fenceCaller struct {
 	cgroups  string // the caller's /proc/PID/cgroup, read when it connected
 	umask    int
 	limits   [fenceRlimits]unix.Rlimit // the caller's resource limits
-	home     string // $HOME of the request's environment
+	home     string                    // $HOME of the request's environment
 }
 
 // resolve resolves spec's paths as the caller (Fence.resolve) and finds the homes to
