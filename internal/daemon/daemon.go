@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"time"
@@ -37,6 +38,7 @@ import (
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/secret"
@@ -108,6 +110,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			return err
 		}
 	}
+	// The daemon runs runc as root for every sandbox: one found on PATH must be as
+	// trusted as a configured one.
+	if cfg.Runc == "" {
+		if p, err := exec.LookPath("runc"); err == nil {
+			if err := TrustedFile(p, "runc found on PATH"); err != nil {
+				return fmt.Errorf("%w; or set runc: in the configuration to a root-owned binary", err)
+			}
+			cfg.Runc = p
+		}
+	}
 	// secret.NewDelivery mounts a tmpfs on it: it must be a directory no one else can
 	// point elsewhere.
 	if err := trustedDir(cfg.SecretsDir, 0o700, "secrets_dir"); err != nil {
@@ -169,7 +181,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		Root: filepath.Join(cfg.StateDir, "sandboxes-runsc"), RuncRoot: filepath.Join(cfg.StateDir, "runsc"),
 		AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent + "-runsc", DiskPoolBytes: disk,
 		DiskPoolDir: filepath.Join(cfg.StateDir, "disk-pool-runsc"),
-	})
+	}, log)
 	if err != nil {
 		return err
 	}
@@ -186,7 +198,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if runsc != nil {
 		defer runsc.Close()
 	} else if cfg.Runsc != "off" {
-		m.AddProbe(gvisor.Probe) // says why there is no runsc runtime
+		m.AddProbe(probeRunsc) // says why there is no runsc runtime
 	}
 	m.SetSnapshots(snaps)
 	authSvc, err := openAuth(ctx, cfg, st, log)
@@ -441,13 +453,23 @@ func traversable(dir string) error {
 // openRunsc returns the node's gVisor driver: nil when the configuration turns runsc off
 // or none is found, an error when one is asked for (by path or as the default runtime)
 // and cannot run.
-func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options) (*gvisor.Driver, error) {
+func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options, log *slog.Logger) (*gvisor.Driver, error) {
 	path := cfg.Runsc
 	switch path {
 	case "off":
 		return nil, nil
 	case "":
 		p, ok := gvisor.Find()
+		if ok {
+			// Checking it runs it, as root: never one another user could have put there.
+			if err := TrustedFile(p, "runsc found on PATH"); err != nil {
+				if cfg.DefaultRuntime == "runsc" {
+					return nil, err
+				}
+				log.Warn("not using runsc", "err", err)
+				return nil, nil
+			}
+		}
 		if !ok || !gvisor.Check(ctx, p).OK {
 			if cfg.DefaultRuntime == "runsc" {
 				return nil, errors.New("default_runtime is runsc, and no runsc that can run here was found (install one: make runsc)")
@@ -461,6 +483,19 @@ func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options) (*gviso
 		return nil, fmt.Errorf("runtime runsc: %w", err)
 	}
 	return d, nil
+}
+
+// probeRunsc is gvisor.Probe for a runsc the daemon may run: one another user could
+// have put on the PATH is reported, never run.
+func probeRunsc(ctx context.Context) (runtime.Check, bool) {
+	p, ok := gvisor.Find()
+	if !ok {
+		return runtime.Check{}, false
+	}
+	if err := TrustedFile(p, "runsc found on PATH"); err != nil {
+		return runtime.Check{Name: "gvisor runsc", Optional: true, Detail: err.Error(), Degrades: "runsc cannot be used"}, true
+	}
+	return gvisor.Check(ctx, p), true
 }
 
 // openAuth starts the node's authentication: on the first start it creates the

@@ -57,7 +57,8 @@ func Find() (path string, ok bool) {
 
 // Probe looks for runsc on PATH and reports whether it could run sandboxes here, for a
 // node that does not run it; ok is false when there is no runsc at all, so a node
-// without one shows nothing.
+// without one shows nothing. It runs what it finds: a daemon checks first that no user
+// but root could have put it there.
 func Probe(ctx context.Context) (c runtime.Check, ok bool) {
 	path, ok := Find()
 	if !ok {
