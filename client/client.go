@@ -10,6 +10,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,8 +39,12 @@ type Options struct {
 	// Socket is the daemon's unix socket: default $AIRLOCK_SOCKET, then DefaultSocket.
 	// It is ignored when Addr is set.
 	Socket string
-	// Addr is the "host:port" of a daemon listening on TCP (plain HTTP).
+	// Addr is the "host:port" of a daemon listening on TCP: plain HTTP, or HTTPS written
+	// "https://host:port" (a daemon with tls_cert).
 	Addr string
+	// CAFile is a PEM file of the certificates to trust for an HTTPS Addr, instead of the
+	// system's: default $AIRLOCK_CA_FILE.
+	CAFile string
 	// Token is sent as "Authorization: Bearer <token>"; a TCP listener requires one.
 	Token string
 	// HTTPClient, if set, carries every request except the PTY upgrade, which dials
@@ -53,6 +59,28 @@ type Client struct {
 	hc      *http.Client
 	network string // "unix" or "tcp", for raw dials
 	address string
+	tls     *tls.Config // for an HTTPS address
+}
+
+// tlsConfig trusts the certificates in caFile (default $AIRLOCK_CA_FILE), or the
+// system's when there is none.
+func tlsConfig(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		caFile = os.Getenv("AIRLOCK_CA_FILE")
+	}
+	if caFile == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CA file: %w", errdefs.ErrInvalidArgument, err)
+	}
+	cfg.RootCAs = x509.NewCertPool()
+	if !cfg.RootCAs.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", errdefs.ErrInvalidArgument, caFile)
+	}
+	return cfg, nil
 }
 
 // Local says whether the client reaches the daemon over its unix socket, as a process
@@ -81,11 +109,22 @@ func New(opts Options) (*Client, error) {
 	}
 	c := &Client{token: opts.Token, hc: opts.HTTPClient}
 	if opts.Addr != "" {
+		scheme := "http"
 		addr := strings.TrimPrefix(opts.Addr, "http://")
-		if _, _, err := net.SplitHostPort(addr); err != nil || strings.Contains(addr, "/") {
-			return nil, fmt.Errorf("%w: addr %q is not host:port", errdefs.ErrInvalidArgument, opts.Addr)
+		if a, ok := strings.CutPrefix(opts.Addr, "https://"); ok {
+			scheme, addr = "https", a
 		}
-		c.network, c.address, c.base = "tcp", addr, "http://"+addr
+		if _, _, err := net.SplitHostPort(addr); err != nil || strings.Contains(addr, "/") {
+			return nil, fmt.Errorf("%w: addr %q is not host:port (or http://host:port, https://host:port)", errdefs.ErrInvalidArgument, opts.Addr)
+		}
+		c.network, c.address, c.base = "tcp", addr, scheme+"://"+addr
+		if scheme == "https" {
+			cfg, err := tlsConfig(opts.CAFile)
+			if err != nil {
+				return nil, err
+			}
+			c.tls = cfg
+		}
 	} else {
 		sock := opts.Socket
 		if sock == "" {
@@ -99,6 +138,7 @@ func New(opts Options) (*Client, error) {
 	if c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.Proxy = nil // the daemon is local or named explicitly; never go through a proxy
+		tr.TLSClientConfig = c.tls
 		if c.network == "unix" {
 			sock := c.address
 			tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {

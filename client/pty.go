@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,17 @@ func (c *Client) PTY(ctx context.Context, ref string, rows, cols uint16, argv []
 
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, c.network, c.address)
+	if err == nil && c.tls != nil {
+		cfg := c.tls.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(c.address)
+		}
+		tc := tls.Client(conn, cfg)
+		if err = tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+		}
+		conn = tc
+	}
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}

@@ -146,7 +146,7 @@ func newCmd(ctx context.Context, v *verb, stdin io.Reader, stdout, stderr io.Wri
 		return c
 	}
 	c.fs.StringVar(&c.socket, "socket", "", "daemon `path` (default $AIRLOCK_SOCKET or "+client.DefaultSocket+")")
-	c.fs.StringVar(&c.addr, "addr", "", "daemon `host:port` over TCP instead of the socket")
+	c.fs.StringVar(&c.addr, "addr", "", "daemon `host:port` (or https://host:port) over TCP instead of the socket")
 	c.fs.StringVar(&c.token, "token", "", "bearer `token` for --addr (default $AIRLOCK_TOKEN)")
 	c.fs.StringVar(&c.output, "output", "table", "output `format`: table or json")
 	c.fs.StringVar(&c.output, "o", "table", "short for --output")

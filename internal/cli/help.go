@@ -61,7 +61,8 @@ const helpDaemon = `  serve                           run the daemon
 const helpFooter = `
 Global flags (accepted by every command, before or after it):
   --socket PATH        daemon socket (default $AIRLOCK_SOCKET or /run/airlock/airlock.sock)
-  --addr HOST:PORT     reach a daemon over TCP instead (with --token or $AIRLOCK_TOKEN)
+  --addr HOST:PORT     reach a daemon over TCP instead (with --token or $AIRLOCK_TOKEN);
+                       https://HOST:PORT for one with tls_cert ($AIRLOCK_CA_FILE: CAs to trust)
   --token T            bearer token for --addr (default $AIRLOCK_TOKEN)
   -o, --output FORMAT  table (default) or json
 

@@ -144,7 +144,12 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	Socket   string `yaml:"socket"`
 	Listen   string `yaml:"listen"`
-	// E2BListen, if set, is the HOST:PORT of the E2B-compatible API (plain HTTP): the
+	// TLSCert and TLSKey, set together, are a PEM certificate (chain) and its key: listen
+	// and e2b_listen then serve HTTPS (TLS 1.2 and later), and the files are read again
+	// when they change. Without them both serve plain HTTP.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// E2BListen, if set, is the HOST:PORT of the E2B-compatible API (plain HTTP, or HTTPS with tls_cert): the
 	// control plane, whose requests need an API key in X-API-Key, and the in-sandbox
 	// plane, whose requests carry a sandbox's access token. See docs/e2b.md.
 	E2BListen string `yaml:"e2b_listen"`
@@ -360,6 +365,14 @@ func (c Config) Settings() (Settings, error) {
 	}
 	if c.E2BDomain != "" && (len(c.E2BDomain) > 253 || !e2bDomainRE().MatchString(c.E2BDomain)) {
 		errs = append(errs, fmt.Errorf("e2b_domain %q must be a DNS name such as sandboxes.example.com (letters, digits, hyphens, dots)", c.E2BDomain))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, fmt.Errorf("tls_cert and tls_key go together: set both (a PEM certificate and its key) or neither"))
+	}
+	for _, f := range []struct{ name, v string }{{"tls_cert", c.TLSCert}, {"tls_key", c.TLSKey}} {
+		if f.v != "" && !filepath.IsAbs(f.v) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", f.name, f.v))
+		}
 	}
 	if c.E2BListen != "" {
 		if _, port, err := net.SplitHostPort(c.E2BListen); err != nil || port == "" {

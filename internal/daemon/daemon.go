@@ -120,6 +120,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			cfg.Runc = p
 		}
 	}
+	var certs *certFiles
+	if cfg.TLSCert != "" {
+		if certs, err = openCertFiles(cfg.TLSCert, cfg.TLSKey, log); err != nil {
+			return err
+		}
+	}
 	// secret.NewDelivery mounts a tmpfs on it: it must be a directory no one else can
 	// point elsewhere.
 	if err := trustedDir(cfg.SecretsDir, 0o700, "secrets_dir"); err != nil {
@@ -227,6 +233,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	publicURL := ""
 	if cfg.Listen != "" {
 		publicURL = "http://" + cfg.Listen
+		if certs != nil {
+			publicURL = "https://" + cfg.Listen
+		}
 	}
 	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
 	ports := portproxy.New() // the API's exposed ports and the E2B plane's, cut together
@@ -286,9 +295,22 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			hs.Close()
 			return err
 		}
-		go func() { errc <- hs.Serve(tl) }()
-		log.Info("listening", "tcp", tl.Addr().String())
-		warnPlainHTTP(log, "listen", tl.Addr())
+		// A server of its own: one http.Server serving plain HTTP on the socket first
+		// answers HTTP/2 over TLS with a closed connection.
+		ts := &http.Server{Handler: srv, ReadHeaderTimeout: hs.ReadHeaderTimeout, ErrorLog: hs.ErrorLog}
+		if certs != nil {
+			ts.TLSConfig = certs.config()
+		}
+		go func() { errc <- serveTCP(ts, tl) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ts.Shutdown(sctx)
+		}()
+		log.Info("listening", "tcp", tl.Addr().String(), "tls", certs != nil)
+		if certs == nil {
+			warnPlainHTTP(log, "listen", tl.Addr())
+		}
 	}
 	if cfg.E2BListen != "" {
 		key, err := e2bTokenKey(cfg.StateDir)
@@ -309,15 +331,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		es.Protocols = new(http.Protocols)
 		es.Protocols.SetHTTP1(true)
 		es.Protocols.SetUnencryptedHTTP2(true)
-		go func() { errc <- es.Serve(el) }()
-		warnPlainHTTP(log, "e2b_listen", el.Addr())
+		if certs != nil {
+			es.Protocols.SetHTTP2(true)
+			es.TLSConfig = certs.config()
+		} else {
+			warnPlainHTTP(log, "e2b_listen", el.Addr())
+		}
+		go func() { errc <- serveTCP(es, el) }()
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			es.Shutdown(sctx)
 			ec.Close()
 		}()
-		log.Info("listening", "e2b", el.Addr().String())
+		log.Info("listening", "e2b", el.Addr().String(), "tls", certs != nil)
 	}
 	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "version", version.String())
 	select {

@@ -158,7 +158,8 @@ class AsyncTransport:
         if self.target.network == "unix":
             opening = asyncio.open_unix_connection(self.target.address, limit=2 * MAX_EVENT_LINE)
         else:
-            opening = asyncio.open_connection(self.target.host, self.target.port, limit=2 * MAX_EVENT_LINE)
+            opening = asyncio.open_connection(self.target.host, self.target.port, limit=2 * MAX_EVENT_LINE,
+                                              ssl=self.target.tls)
         reader, writer = await asyncio.wait_for(opening, CONNECT_TIMEOUT)
         return _Conn(reader, writer)
 

@@ -9,6 +9,7 @@ stream becomes lines (:class:`LineSplitter`) and then chunks and a result
 import base64
 import json
 import os
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode, urlsplit
@@ -45,33 +46,53 @@ class Target:
     host: str = ""
     port: int = 0
     token: str = field(default="", repr=False)
+    #: For an https:// URL: the TLS context its connections use; None is plain HTTP.
+    tls: Optional[ssl.SSLContext] = field(default=None, repr=False)
 
     @property
     def host_header(self) -> str:
         return "airlock" if self.network == "unix" else self.address
 
 
-def _parse_url(url: str) -> Tuple[str, int]:
+def _parse_url(url: str) -> Tuple[str, int, bool]:
+    """The host, port and whether it is HTTPS, of a daemon's URL."""
     raw = url if "://" in url else "http://" + url
+    want = "give http://HOST:PORT, https://HOST:PORT (a daemon with tls_cert) or HOST:PORT"
     try:
         u = urlsplit(raw)
         port = u.port
     except ValueError:
-        raise InvalidArgument(f"invalid url {url!r}: give http://HOST:PORT or HOST:PORT") from None
-    if u.scheme != "http" or not u.hostname or u.path not in ("", "/") or u.query:
-        raise InvalidArgument(f"invalid url {url!r}: give http://HOST:PORT or HOST:PORT (plain HTTP; the daemon has no TLS)")
-    return u.hostname, port or 80
+        raise InvalidArgument(f"invalid url {url!r}: {want}") from None
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query:
+        raise InvalidArgument(f"invalid url {url!r}: {want}")
+    https = u.scheme == "https"
+    return u.hostname, port or (443 if https else 80), https
 
 
-def resolve_target(socket: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None) -> Target:
+def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
+    """A context trusting the certificates in ``ca_file`` (else ``$AIRLOCK_CA_FILE``,
+    else the system's)."""
+    path = ca_file or os.environ.get("AIRLOCK_CA_FILE") or None
+    try:
+        ctx = ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as e:
+        raise InvalidArgument(f"invalid ca_file {path!r}: {e}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def resolve_target(socket: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None,
+                   ca_file: Optional[str] = None) -> Target:
     """Say which daemon to reach, like the Go SDK (client.New) and the CLI.
 
     In order: ``url``, then ``socket``; then ``$AIRLOCK_URL``, then ``$AIRLOCK_SOCKET``;
     then, inside an Airlock sandbox, ``$AIRLOCK_API`` with the session credential read
     from ``$AIRLOCK_SESSION_TOKEN_FILE``; then :data:`DEFAULT_SOCKET`. The token is
     ``token``, else ``$AIRLOCK_TOKEN`` (else, inside a sandbox, the session credential).
+    An ``https://`` URL trusts the certificates in ``ca_file``, else
+    ``$AIRLOCK_CA_FILE``, else the system's.
     """
-    for what, v in (("socket", socket), ("url", url), ("token", token)):
+    for what, v in (("socket", socket), ("url", url), ("token", token), ("ca_file", ca_file)):
         if v is not None and not isinstance(v, str):
             raise InvalidArgument(f"invalid {what} {v!r}: give a str")
     env = os.environ
@@ -97,9 +118,9 @@ def resolve_target(socket: Optional[str] = None, url: Optional[str] = None, toke
                     except OSError:
                         pass
     if url:
-        host, port = _parse_url(url)
+        host, port, https = _parse_url(url)
         addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return Target("tcp", addr, host, port, tok)
+        return Target("tcp", addr, host, port, tok, _tls_context(ca_file) if https else None)
     sock = socket or DEFAULT_SOCKET
     if "\x00" in sock:
         raise InvalidArgument(f"invalid socket path {sock!r}")

@@ -8,6 +8,7 @@ daemon is raised as :class:`Unavailable`, naming the socket or address.
 import http.client
 import select
 import socket
+import ssl
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -36,12 +37,24 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 class _TCPConnection(http.client.HTTPConnection):
     """An HTTPConnection with a connect timeout apart from the read timeout, and
-    Nagle's algorithm off (a request is one small write)."""
+    Nagle's algorithm off (a request is one small write); over TLS when given a context."""
+
+    def __init__(self, host: str, port: int, timeout: Optional[float] = None,
+                 tls: Optional[ssl.SSLContext] = None) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._tls = tls
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self.host, self.port), CONNECT_TIMEOUT)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(self.timeout)
+        sock = socket.create_connection((self.host, self.port), CONNECT_TIMEOUT)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            try:
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+        sock.settimeout(self.timeout)
+        self.sock = sock
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
@@ -68,7 +81,7 @@ class Transport:
     def _new(self) -> http.client.HTTPConnection:
         if self.target.network == "unix":
             return UnixHTTPConnection(self.target.address, timeout=self.timeout)
-        return _TCPConnection(self.target.host, self.target.port, timeout=self.timeout)
+        return _TCPConnection(self.target.host, self.target.port, timeout=self.timeout, tls=self.target.tls)
 
     def _get(self) -> Tuple[http.client.HTTPConnection, bool]:
         with self._lock:

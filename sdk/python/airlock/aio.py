@@ -106,10 +106,11 @@ class AsyncClient:
         token: Optional[str] = None,
         *,
         timeout: Optional[float] = None,
+        ca_file: Optional[str] = None,
     ) -> None:
         if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
             raise InvalidArgument(f"invalid timeout {timeout!r}: a positive number of seconds, or None")
-        self.target = resolve_target(socket, url, token)
+        self.target = resolve_target(socket, url, token, ca_file)
         self._tr = AsyncTransport(self.target, timeout)
 
     def __repr__(self) -> str:

@@ -89,11 +89,14 @@ class Client:
     Args:
         socket: the daemon's unix socket (default ``$AIRLOCK_SOCKET``, then
             ``/run/airlock/airlock.sock``).
-        url: ``http://HOST:PORT`` of a daemon listening on TCP (default
-            ``$AIRLOCK_URL``); it wins over ``socket``.
+        url: ``http://HOST:PORT`` of a daemon listening on TCP, or
+            ``https://HOST:PORT`` of one with ``tls_cert`` (default ``$AIRLOCK_URL``); it
+            wins over ``socket``.
         token: the bearer token for TCP (default ``$AIRLOCK_TOKEN``).
         timeout: seconds to wait on any one read from the daemon (default None: as long
             as the call takes, which for an exec is as long as the command runs).
+        ca_file: for an ``https://`` URL, a PEM file of the certificates to trust
+            (default ``$AIRLOCK_CA_FILE``, else the system's).
 
     Inside an Airlock sandbox, with none of these set, the client reaches the API
     through ``$AIRLOCK_API`` with the sandbox's session credential, as the Go SDK does.
@@ -106,10 +109,11 @@ class Client:
         token: Optional[str] = None,
         *,
         timeout: Optional[float] = None,
+        ca_file: Optional[str] = None,
     ) -> None:
         if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
             raise InvalidArgument(f"invalid timeout {timeout!r}: a positive number of seconds, or None")
-        self.target = resolve_target(socket, url, token)
+        self.target = resolve_target(socket, url, token, ca_file)
         self._tr = Transport(self.target, timeout)
 
     def __repr__(self) -> str:

@@ -87,9 +87,15 @@ def test_calls_validate_before_sending(nowhere, call, says):
     assert says in str(ei.value)
 
 
-def test_bad_client_arguments():
+def test_bad_client_arguments(tmp_path):
     with pytest.raises(airlock.InvalidArgument):
-        Client(url="https://example.com:443")
+        Client(url="ftp://example.com:21")
+    with pytest.raises(airlock.InvalidArgument):
+        Client(url="https://example.com:443", ca_file=str(tmp_path / "none.pem"))
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate")
+    with pytest.raises(airlock.InvalidArgument):
+        Client(url="https://example.com:443", ca_file=str(not_pem))
     with pytest.raises(airlock.InvalidArgument):
         Client(url="http://host:99999")
     with pytest.raises(airlock.InvalidArgument):
