@@ -79,7 +79,9 @@ func TestNewOptions(t *testing.T) {
 		{"tcp", Options{Addr: "127.0.0.1:8080"}, "127.0.0.1:8080", "http://127.0.0.1:8080", false},
 		{"tcp with scheme", Options{Addr: "http://h:1"}, "h:1", "http://h:1", false},
 		{"bad addr", Options{Addr: "nohost"}, "", "", true},
-		{"https refused", Options{Addr: "https://h:1"}, "", "", true},
+		{"https", Options{Addr: "https://h:1"}, "h:1", "https://h:1", false},
+		{"https with a CA file that is not there", Options{Addr: "https://h:1", CAFile: "/nonexistent/ca.pem"}, "", "", true},
+		{"ftp", Options{Addr: "ftp://h:1"}, "", "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
