@@ -461,6 +461,30 @@ type Status struct {
 	Checks    []Check `json:"checks"`
 	// Runtimes name the node's runtimes, its default first.
 	Runtimes []string `json:"runtimes,omitempty"`
+	// Router is the command router's state under the node's profile.
+	Router *RouterStatus `json:"router,omitempty"`
+}
+
+// RouterStatus says whether the router can contain what its profile contains: live (a
+// runtime works), degraded (the profile contains work but no runtime can run sandboxes:
+// such work runs on the host in the fence, or is refused with fail_closed) or off (no
+// profile, or off: work runs on the host by design).
+type RouterStatus struct {
+	State      string `json:"state"`
+	Profile    string `json:"profile"`
+	FailClosed bool   `json:"fail_closed"`
+	Reason     string `json:"reason"`
+	// Matrix says which mechanism governs each kind of caller under the profile.
+	Matrix []RouterMatrixRow `json:"matrix"`
+}
+
+// RouterMatrixRow is one kind of caller (run_code, shell command, workflow step,
+// verification check, MCP server) and the mechanism that governs it: sandbox, fence,
+// host, or router (each command decided by its risk).
+type RouterMatrixRow struct {
+	Caller    string `json:"caller"`
+	Mechanism string `json:"mechanism"`
+	Behaviour string `json:"behaviour"`
 }
 
 // Error is the one error shape: {"error": {...}}.
@@ -741,4 +765,7 @@ type RouteDecision struct {
 	// into a sandbox of its default runtime (CreateSandboxRequest.Workspace); else the
 	// caller copies the workspace in.
 	WorkspaceMount bool `json:"workspace_mount,omitempty"`
+	// Degraded says the work would run in a sandbox but no runtime can run one: Place
+	// is fence instead, and the audit log has a sandbox.degraded record.
+	Degraded bool `json:"degraded,omitempty"`
 }

@@ -92,6 +92,7 @@ type runResult struct {
 	Threshold       float64           `json:"threshold"`
 	WorkspaceAccess string            `json:"workspace_access"`
 	Network         bool              `json:"network"`
+	Degraded        bool              `json:"degraded,omitempty"` // a sandbox was due, but no runtime could run one
 	ExitCode        int               `json:"exit_code"`
 	State           string            `json:"state"`
 	Duration        string            `json:"duration"`
@@ -293,6 +294,7 @@ func (c *cmd) runRouted(cl *client.Client, lim *limitFlags, w *work) error {
 	d := w.decision
 	res.RanIn, res.Reason, res.Score, res.Reasons = d.Place, d.Reason, d.Score, d.Reasons
 	res.Profile, res.Threshold, res.WorkspaceAccess, res.Network = d.Profile, d.Threshold, w.access, d.Network
+	res.Degraded = d.Degraded
 	if res.Reasons == nil {
 		res.Reasons = []api.RouteReason{}
 	}
@@ -337,6 +339,8 @@ func ranLine(w *work, res *runResult) string {
 	threshold := strconv.FormatFloat(d.Threshold, 'f', -1, 64)
 	var why string
 	switch {
+	case d.Degraded:
+		why = d.Reason
 	case d.Profile == "":
 		why = "no profile: every run is contained"
 	case router.Place(d.Place) == router.PlaceHost:

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/testenv"
@@ -445,4 +446,30 @@ func TestArtifactsDirectoryGuard(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(dir)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a directory with nothing but its marker, and its parent, were kept: %v", err)
 	}
+}
+
+// TestStatusRouter: status says the router's state under the node's profile, and with
+// --matrix which mechanism governs each kind of caller.
+func TestStatusRouter(t *testing.T) {
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) {
+		c.Router = manager.RouterConfig{Profile: "safe", FailClosed: true}
+	}})}
+	out := n.must(t, "status")
+	wantContains(t, "status", out, "router: LIVE (profile safe, fail_closed)")
+	if strings.Contains(out, "CALLER") {
+		t.Errorf("status without --matrix printed the matrix:\n%s", out)
+	}
+	out = n.must(t, "status", "--matrix")
+	wantContains(t, "status --matrix", out, "CALLER", "run_code", "sandbox", "shell command", "router",
+		"workflow step", "verification check", "MCP server", "fence")
+	var st api.Status
+	if err := json.Unmarshal([]byte(n.must(t, "-o", "json", "status")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Router == nil || st.Router.State != "live" || !st.Router.FailClosed || len(st.Router.Matrix) != 5 {
+		t.Errorf("status -o json router: %+v; want live, fail_closed and five rows", st.Router)
+	}
+
+	none := newNode(t)
+	wantContains(t, "status with no profile", none.must(t, "status", "--matrix"), "router: OFF (profile none)", "no profile, so no matrix")
 }

@@ -7,13 +7,18 @@ import (
 
 var statusVerb = &verb{
 	name:  "status",
-	args:  "",
+	args:  "[--matrix]",
 	short: "check the daemon and what the host provides",
-	long:  "Prints each check as OK or MISSING, and what a missing one degrades. Exits 1 if any check fails.",
-	run:   runStatus,
+	long: `Prints each check as OK or MISSING, and what a missing one degrades, and the command
+router's state: live (a runtime works; work is contained as the profile says), degraded
+(the profile contains work but no runtime can run sandboxes: such work runs on the host
+in the fence, or is refused with router.fail_closed) or off. With --matrix, also which
+mechanism governs each kind of caller under the profile. Exits 1 if any check fails.`,
+	run: runStatus,
 }
 
 func runStatus(c *cmd, args []string) error {
+	matrix := c.fs.Bool("matrix", false, "also print which mechanism governs each kind of caller")
 	if _, _, err := c.parse(args, 0, false); err != nil {
 		return err
 	}
@@ -57,6 +62,27 @@ func runStatus(c *cmd, args []string) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if r := st.Router; r != nil {
+			profile := r.Profile
+			if profile == "" {
+				profile = "none"
+			}
+			fmt.Fprintf(c.stdout, "\nrouter: %s (profile %s%s): %s\n", strings.ToUpper(r.State), profile,
+				map[bool]string{true: ", fail_closed"}[r.FailClosed], termSafe(r.Reason))
+			if *matrix && len(r.Matrix) > 0 {
+				fmt.Fprintln(c.stdout)
+				tw := newTable(c.stdout)
+				fmt.Fprintln(tw, "CALLER\tGOVERNED BY\tBEHAVIOUR")
+				for _, row := range r.Matrix {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", row.Caller, row.Mechanism, termSafe(row.Behaviour))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			} else if *matrix {
+				fmt.Fprintln(c.stdout, "no profile, so no matrix: each request names its own (airlock run --profile)")
+			}
 		}
 	}
 	if failed > 0 {

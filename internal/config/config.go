@@ -219,6 +219,10 @@ type Router struct {
 	// Threshold is the risk score at or above which the safe profile runs a command in
 	// a sandbox (default 0.5).
 	Threshold float64 `yaml:"threshold"`
+	// FailClosed refuses work the profile would contain while no runtime can run
+	// sandboxes; without it such work runs on the host inside the fence, with a
+	// sandbox.degraded record in the audit log.
+	FailClosed bool `yaml:"fail_closed"`
 }
 
 // LimitBounds are the range a default limit may take.

@@ -152,6 +152,12 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// runtimeWorks' answer, kept for runtimeCheckTTL.
+	rtMu      sync.Mutex
+	rtChecked time.Time
+	rtOK      bool
+	rtWhy     string
 }
 
 // New builds a manager. Call Recover before serving, and Close when done.

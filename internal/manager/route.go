@@ -1,13 +1,17 @@
 package manager
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"mvdan.cc/sh/v3/syntax"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/runtime"
 )
 
 // RouterConfig is the command router's defaults.
@@ -19,6 +23,84 @@ type RouterConfig struct {
 	// Threshold is the risk score at or above which the safe profile contains a
 	// command (0: router.DefaultThreshold).
 	Threshold float64
+	// FailClosed refuses work a profile would contain while no runtime can run
+	// sandboxes (the router is degraded), rather than run it on the host in the fence.
+	FailClosed bool
+}
+
+// RouterState says whether the router can contain what its profile contains.
+type RouterState string
+
+const (
+	// RouterLive: a runtime works, and work is contained as the profile says.
+	RouterLive RouterState = "live"
+	// RouterDegraded: the profile contains work but no runtime can run sandboxes: such
+	// work runs on the host in the fence (with a sandbox.degraded record in the audit
+	// log), or is refused with FailClosed.
+	RouterDegraded RouterState = "degraded"
+	// RouterOff: no profile, or the off profile: work runs on the host by design.
+	RouterOff RouterState = "off"
+)
+
+// RouterStatus is the router's state under the node's profile.
+type RouterStatus struct {
+	State      RouterState
+	Profile    string // the node's router.profile; "" for none
+	FailClosed bool
+	Reason     string
+	// Matrix says which mechanism governs each kind of caller under the profile (none
+	// without one).
+	Matrix []router.MatrixRow
+}
+
+// runtimeCheckTTL is how long the answer of runtimeWorks is kept: a route is asked for
+// each command, and checking the runtime runs a program.
+const runtimeCheckTTL = 5 * time.Second
+
+// runtimeWorks reports whether the default runtime can run sandboxes (its health
+// checks that are not optional pass), and if not, why.
+func (m *Manager) runtimeWorks(ctx context.Context) (bool, string) {
+	m.rtMu.Lock()
+	defer m.rtMu.Unlock()
+	if now := time.Now(); m.rtChecked.IsZero() || now.Sub(m.rtChecked) > runtimeCheckTTL || now.Before(m.rtChecked) {
+		m.rtOK, m.rtWhy = true, ""
+		if hc, ok := m.Driver().(runtime.HealthChecker); ok {
+			for _, c := range hc.Health(ctx) {
+				if !c.OK && !c.Optional {
+					m.rtOK, m.rtWhy = false, m.defaultRuntime+" "+c.Name+": "+c.Degrades
+					break
+				}
+			}
+		}
+		m.rtChecked = now
+	}
+	return m.rtOK, m.rtWhy
+}
+
+// RouterStatus reports the router's state under the node's profile.
+func (m *Manager) RouterStatus(ctx context.Context) RouterStatus {
+	st := RouterStatus{Profile: m.cfg.Router.Profile, FailClosed: m.cfg.Router.FailClosed}
+	s, err := router.ProfileSettings(st.Profile)
+	if err != nil || s.Mode == router.ModeOff {
+		st.State, st.Reason = RouterOff, "no router profile: work runs as asked (a request may name a profile)"
+		if err == nil {
+			st.State, st.Reason = RouterOff, "the off profile: everything runs on the host, by design"
+			st.Matrix = router.Matrix(s)
+		}
+		return st
+	}
+	s.Threshold = m.cfg.Router.Threshold
+	st.Matrix = router.Matrix(s)
+	ok, why := m.runtimeWorks(ctx)
+	switch {
+	case ok:
+		st.State, st.Reason = RouterLive, "a runtime works: work is contained as the "+st.Profile+" profile says"
+	case st.FailClosed:
+		st.State, st.Reason = RouterDegraded, "no runtime can run sandboxes ("+why+"): work the profile contains is refused (router.fail_closed)"
+	default:
+		st.State, st.Reason = RouterDegraded, "no runtime can run sandboxes ("+why+"): work the profile contains runs on the host inside the fence instead"
+	}
+	return st
 }
 
 // RouteRequest is one command or code snippet to place. Nothing runs.
@@ -49,6 +131,9 @@ type RouteDecision struct {
 	// WorkspaceMount says that a sandbox of this node's default runtime can have a local
 	// caller's workspace mounted (workspace.go); else the caller copies it in.
 	WorkspaceMount bool
+	// Degraded says the work would be in a sandbox, but no runtime can run one: it runs
+	// on the host in the fence instead (the router is degraded).
+	Degraded bool
 }
 
 // Languages are the code snippets' languages the router knows.
@@ -58,7 +143,7 @@ var Languages = []string{"python", "node", "bash"}
 // the node's default one. A request with no profile at all is scored but given no
 // place. Invalid input is errdefs.ErrInvalidArgument; the decision is the router's
 // alone (a command it cannot score is held to be high risk).
-func (m *Manager) Route(call Call, req RouteRequest) (RouteDecision, error) {
+func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (RouteDecision, error) {
 	kind := req.Kind
 	if kind == "" {
 		kind = router.KindCommand
@@ -129,7 +214,34 @@ func (m *Manager) Route(call Call, req RouteRequest) (RouteDecision, error) {
 		return RouteDecision{}, err
 	}
 	out.Decision, out.Profile = d, s.Profile()
+	if d.Place == router.PlaceSandbox {
+		if ok, why := m.runtimeWorks(ctx); !ok {
+			if m.cfg.Router.FailClosed {
+				m.auditDegraded(ctx, call.Owner, text, kind, "refused", d.Reason)
+				return RouteDecision{}, errdefs.Unavailable("the router is degraded: no runtime can run sandboxes here (%s), and router.fail_closed refuses what the %s profile contains rather than run it on the host (%s)", why, out.Profile, d.Reason)
+			}
+			out.Place, out.Degraded = router.PlaceFence, true
+			out.Reason = "degraded: no runtime can run sandboxes here (" + why + "), so on the host inside the fence instead of a sandbox (" + d.Reason + ")"
+			m.auditDegraded(ctx, call.Owner, text, kind, "fence", d.Reason)
+			m.log.Warn("router degraded: contained work runs on the host in the fence", "owner", call.Owner, "runtime", why)
+		}
+	}
 	return out, nil
+}
+
+// auditDegraded records a sandbox.degraded entry: work the profile would contain, with
+// no runtime to contain it, run on the host in the fence or refused (result).
+func (m *Manager) auditDegraded(ctx context.Context, owner, text string, kind router.Kind, result, reason string) {
+	if m.auditLog == nil {
+		return
+	}
+	d := map[string]any{"kind": string(kind), "reason": audit.Clip(reason)}
+	if text != "" {
+		d["command"] = audit.Clip(text)
+	}
+	if err := m.auditLog.Append(ctx, audit.Entry{Identity: owner, Action: "sandbox.degraded", Result: result, Detail: d}); err != nil {
+		m.log.Error("audit log", "err", err)
+	}
 }
 
 // quoteArgv is argv as one line of shell text, each word quoted as bash needs it.

@@ -1,13 +1,21 @@
 package manager
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
 func TestRoute(t *testing.T) {
@@ -36,7 +44,7 @@ func TestRoute(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &Manager{cfg: Config{Router: tc.def}}
-			d, err := m.Route(Call{Owner: "o"}, tc.req)
+			d, err := m.Route(context.Background(), Call{Owner: "o"}, tc.req)
 			if err != nil {
 				t.Fatalf("Route: %v", err)
 			}
@@ -77,7 +85,7 @@ func TestRouteRefusesBadInput(t *testing.T) {
 		{"argv that shell text cannot hold", RouteRequest{Argv: []string{"echo", "a\x00b"}, Profile: "safe"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := m.Route(Call{}, tc.req)
+			_, err := m.Route(context.Background(), Call{}, tc.req)
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("Route: %v; want invalid_argument", err)
 			}
@@ -91,5 +99,78 @@ func TestConfigKnowsTheRoutersProfiles(t *testing.T) {
 	if !slices.Equal(config.RouterProfiles, router.Profiles()) || config.DefaultRouterThreshold != router.DefaultThreshold {
 		t.Errorf("config has %v and %v, the router %v and %v", config.RouterProfiles, config.DefaultRouterThreshold,
 			router.Profiles(), router.DefaultThreshold)
+	}
+}
+
+// brokenRuntime is a driver whose health says it cannot run sandboxes.
+type brokenRuntime struct{ runtime.Driver }
+
+func (brokenRuntime) Health(context.Context) []runtime.Check {
+	return []runtime.Check{{Name: "runc", OK: false, Degrades: "no sandbox can start"},
+		{Name: "gvisor", OK: false, Optional: true, Degrades: "runsc cannot be used"}}
+}
+
+// TestRouteDegraded: with no working runtime, work the profile would contain runs on the
+// host in the fence (marked degraded), or is refused with fail_closed; work the profile
+// leaves on the host is unchanged, and the status says which state the router is in.
+func TestRouteDegraded(t *testing.T) {
+	broken := func(rc RouterConfig) *Manager {
+		return &Manager{cfg: Config{Router: rc}, drivers: map[string]runtime.Driver{"runc": brokenRuntime{}}, defaultRuntime: "runc",
+			log: slog.New(slog.DiscardHandler)}
+	}
+	ctx := context.Background()
+	m := broken(RouterConfig{Profile: "safe"})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	chain, err := audit.OpenChain(ctx, st, []byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.auditLog = chain
+	d, err := m.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "rm -rf build"})
+	if err != nil || d.Place != router.PlaceFence || !d.Degraded || !strings.Contains(d.Reason, "degraded") || !strings.Contains(d.Reason, "no sandbox can start") {
+		t.Errorf("a risky command, no runtime: %+v, %v; want the fence, degraded, saying why", d, err)
+	}
+	if d.Network != true || d.Workspace != router.WorkspaceRW {
+		t.Errorf("degraded under safe: network %v workspace %q; want the profile's", d.Network, d.Workspace)
+	}
+	recs, err := chain.List(ctx, store.AuditFilter{})
+	if err != nil || len(recs) != 1 || recs[0].Action != "sandbox.degraded" || recs[0].Identity != "o" || !strings.Contains(string(recs[0].Doc), "rm -rf build") {
+		t.Errorf("audit log after a degraded route: %v, %+v; want one sandbox.degraded record of o naming the command", err, recs)
+	}
+	d, err = m.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "rm -rf build", Profile: "strict"})
+	if err != nil || d.Place != router.PlaceFence || !d.Degraded || d.Network {
+		t.Errorf("strict, no runtime: %+v, %v; want the fence without network", d, err)
+	}
+	d, err = m.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "ls"})
+	if err != nil || d.Place != router.PlaceFence || d.Degraded {
+		t.Errorf("a harmless command, no runtime: %+v, %v; want the fence, not degraded", d, err)
+	}
+	if st := m.RouterStatus(ctx); st.State != RouterDegraded || !strings.Contains(st.Reason, "no sandbox can start") || len(st.Matrix) != 5 {
+		t.Errorf("status: %+v; want degraded with the reason and a matrix", st)
+	}
+
+	closed := broken(RouterConfig{Profile: "safe", FailClosed: true})
+	if _, err := closed.Route(ctx, Call{Owner: "o"}, RouteRequest{Kind: router.KindCode, Language: "python"}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "fail_closed") {
+		t.Errorf("code with fail_closed and no runtime: %v; want it refused as unavailable, naming fail_closed", err)
+	}
+	if d, err := closed.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "ls"}); err != nil || d.Place != router.PlaceFence {
+		t.Errorf("a harmless command with fail_closed: %+v, %v; want the fence", d, err)
+	}
+
+	for _, tc := range []struct {
+		m    *Manager
+		want RouterState
+	}{
+		{&Manager{cfg: Config{Router: RouterConfig{Profile: "safe"}}}, RouterLive},
+		{broken(RouterConfig{Profile: "off"}), RouterOff},
+		{broken(RouterConfig{}), RouterOff},
+	} {
+		if st := tc.m.RouterStatus(ctx); st.State != tc.want || st.Reason == "" {
+			t.Errorf("status under %q: %+v; want %s", tc.m.cfg.Router.Profile, st, tc.want)
+		}
 	}
 }

@@ -230,3 +230,53 @@ func Route(s Settings, kind Kind, a Assessment) (Decision, error) {
 	}
 	return d, nil
 }
+
+// Callers are the kinds of work the matrix (Matrix) covers.
+const (
+	CallerRunCode      = "run_code"           // code an agent wrote (airlock run-code)
+	CallerShell        = "shell command"      // a shell command an agent runs (airlock run)
+	CallerWorkflowStep = "workflow step"      // a step of a workflow a framework runs
+	CallerVerification = "verification check" // a loop's pass/fail check (airlock fence)
+	CallerMCPServer    = "MCP server"         // a third party's tool server (airlock fence)
+)
+
+// MatrixRow says which mechanism governs one kind of caller, and how.
+type MatrixRow struct {
+	Caller    string `json:"caller"`
+	Mechanism string `json:"mechanism"` // "sandbox", "fence", "host" or "router" (each command decided)
+	Behaviour string `json:"behaviour"`
+}
+
+// Matrix says, for each kind of caller, which mechanism governs it under s: the
+// router's profile for code, shell commands and workflow steps; the fence for a
+// verification check or an MCP server, which a framework wraps itself (airlock fence),
+// unless the profile is off.
+func Matrix(s Settings) []MatrixRow {
+	label := s.Profile() + " profile"
+	shell := MatrixRow{Caller: CallerShell}
+	switch {
+	case s.Mode == ModeOff:
+		shell.Mechanism, shell.Behaviour = "host", label+": on the host, unfenced"
+	case s.Scope == ScopeCode:
+		shell.Mechanism, shell.Behaviour = "fence", label+": on the host inside the fence (commands are out of scope)"
+	case s.Mode == ModeAlways:
+		shell.Mechanism, shell.Behaviour = "sandbox", label+": always in a sandbox"
+	default:
+		shell.Mechanism = "router"
+		shell.Behaviour = fmt.Sprintf("%s: scored; in a sandbox at risk %.2f or more, else on the host inside the fence", label, s.EffectiveThreshold())
+	}
+	code := MatrixRow{Caller: CallerRunCode, Mechanism: "sandbox", Behaviour: label + ": always in a sandbox"}
+	fenced := func(caller string) MatrixRow {
+		r := MatrixRow{Caller: caller, Mechanism: "fence", Behaviour: "on the host inside the fence, whatever the profile decides for commands"}
+		if s.Mode == ModeOff {
+			r.Mechanism, r.Behaviour = "host", label+": on the host, unfenced"
+		}
+		return r
+	}
+	if s.Mode == ModeOff {
+		code.Mechanism, code.Behaviour = "host", label+": on the host, unfenced"
+	}
+	step := shell
+	step.Caller = CallerWorkflowStep
+	return []MatrixRow{code, shell, step, fenced(CallerVerification), fenced(CallerMCPServer)}
+}

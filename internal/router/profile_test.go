@@ -163,3 +163,33 @@ func TestRoute(t *testing.T) {
 		t.Errorf("Route with kind script = %v, want an invalid-argument error", err)
 	}
 }
+
+// TestMatrix: which mechanism governs each kind of caller under each profile.
+func TestMatrix(t *testing.T) {
+	want := map[string][5]string{ // run_code, shell, workflow step, verification, MCP server
+		ProfileOff:    {"host", "host", "host", "host", "host"},
+		ProfileSafe:   {"sandbox", "router", "router", "fence", "fence"},
+		ProfileStrict: {"sandbox", "sandbox", "sandbox", "fence", "fence"},
+	}
+	callers := []string{CallerRunCode, CallerShell, CallerWorkflowStep, CallerVerification, CallerMCPServer}
+	for name, mech := range want {
+		s, err := ProfileSettings(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := Matrix(s)
+		if len(rows) != len(callers) {
+			t.Fatalf("%s: %d rows, want %d", name, len(rows), len(callers))
+		}
+		for i, r := range rows {
+			if r.Caller != callers[i] || r.Mechanism != mech[i] || r.Behaviour == "" {
+				t.Errorf("%s, row %d: %+v; want %s governed by %s", name, i, r, callers[i], mech[i])
+			}
+		}
+	}
+	s, _ := ProfileSettings(ProfileSafe)
+	s.Scope = ScopeCode
+	if r := Matrix(s)[1]; r.Mechanism != "fence" {
+		t.Errorf("commands out of scope: %+v; want the fence", r)
+	}
+}

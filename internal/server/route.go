@@ -15,7 +15,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	d, err := s.m.Route(manager.Call{Owner: owner(r), Admin: isAdmin(r)}, manager.RouteRequest{
+	d, err := s.m.Route(r.Context(), manager.Call{Owner: owner(r), Admin: isAdmin(r)}, manager.RouteRequest{
 		Command: req.Command, Argv: req.Argv, Kind: router.Kind(req.Kind), Language: req.Language,
 		Profile: req.Profile, Workspace: router.WorkspaceAccess(req.WorkspaceAccess), Network: req.Network,
 	})
@@ -25,7 +25,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	out := api.RouteDecision{
 		Place: string(d.Place), Reason: d.Reason, Score: d.Assessment.Score, Reasons: []api.RouteReason{},
 		Profile: d.Profile, Threshold: d.Threshold, WorkspaceAccess: string(d.Workspace), Network: d.Network,
-		WorkspaceMount: d.WorkspaceMount,
+		WorkspaceMount: d.WorkspaceMount, Degraded: d.Degraded,
 	}
 	for _, rs := range d.Assessment.Reasons {
 		out.Reasons = append(out.Reasons, api.RouteReason{Code: rs.Code, Text: rs.Text})

@@ -21,6 +21,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	for _, c := range h.Checks {
 		out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades, Optional: c.Optional})
 	}
+	rs := s.m.RouterStatus(r.Context())
+	out.Router = &api.RouterStatus{State: string(rs.State), Profile: rs.Profile, FailClosed: rs.FailClosed, Reason: rs.Reason,
+		Matrix: []api.RouterMatrixRow{}}
+	for _, row := range rs.Matrix {
+		out.Router.Matrix = append(out.Router.Matrix, api.RouterMatrixRow{Caller: row.Caller, Mechanism: row.Mechanism, Behaviour: row.Behaviour})
+	}
 	if !admin {
 		for i := range out.Checks {
 			out.Checks[i].Detail = ""
