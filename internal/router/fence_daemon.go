@@ -170,6 +170,10 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 	for i, f := range theirs {
 		fds[i] = int(f.Fd())
 	}
+	// Until the daemon answers, a done context closes the connection (which kills
+	// whatever it may have started).
+	abort := context.AfterFunc(c.ctx, func() { c.conn.Close() })
+	defer abort()
 	head := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
 	_, _, err = c.conn.WriteMsgUnix(head, unix.UnixRights(fds...), nil)
 	if err == nil {
@@ -179,6 +183,9 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 	if derr := r.dec.Decode(&rep); derr != nil { // a refusal may have come before the request was sent
 		if err == nil {
 			err = derr
+		}
+		if cerr := c.ctx.Err(); cerr != nil {
+			err = cerr
 		}
 		return fmt.Errorf("fence: the daemon did not answer: %w", err)
 	}
