@@ -14,7 +14,9 @@ package router
 //	                                         the mounts and loopback, as root
 //	                                         bounding set emptied; every id the caller's
 //	                                         chdir, Landlock ruleset and restrict, as it
-//	                                         fork and exec the command
+//	                                         fork and exec the command, traced: it
+//	                                         stops after its exec to join the caller's
+//	                                         cgroups and take its limits, then goes on
 //	         ◄──  {"started":true}         wait for it
 //	  ctx done ──► {"signal":9}            signal it; a closed connection kills it
 //	         ◄──  {"exit":N,"signal":S}
@@ -607,21 +609,54 @@ func fenceCgroupDirs(root, procCgroup string) ([]string, error) {
 	return dirs, nil
 }
 
-// joinCgroups moves pid into the caller's cgroups, so the command counts against the
-// caller's limits and never the daemon's. With limit, right after the command started:
-// it runs for that moment with the daemon's.
-func (cr *fenceCaller) joinCgroups(pid int) error {
+// openCgroups opens, for writing, the cgroup.procs file of each of the caller's cgroups.
+// It runs as root, before the fence thread takes the caller's ids: the kernel checks a
+// migration against the credentials the file was opened with (Linux 5.16 and later).
+func (cr *fenceCaller) openCgroups() ([]*os.File, error) {
 	dirs, err := fenceCgroupDirs(fenceCgroupRoot, cr.cgroups)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var files []*os.File
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err != nil {
 			continue // an empty hierarchy (the hybrid unified one) the caller is at the root of, or gone
 		}
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-			return fmt.Errorf("move the command into the caller's cgroup %s: %w", d, err)
+		f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, err
 		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// settle waits for the command pid, which the calling thread traces, to stop after its
+// exec, moves it into the caller's cgroups (procs, from openCgroups), gives it the
+// caller's resource limits, and lets it go: it runs no instruction of its own before
+// it counts against the caller's limits and never the daemon's.
+func (cr *fenceCaller) settle(pid int, procs []*os.File) error {
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+		return fmt.Errorf("wait for the command to stop after its exec: %w", err)
+	}
+	if !ws.Stopped() {
+		return fmt.Errorf("the command ended (%v) before it could be given the caller's limits", ws)
+	}
+	for _, f := range procs {
+		if _, err := f.WriteString(strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("move the command into the caller's cgroup %s: %w", filepath.Dir(f.Name()), err)
+		}
+	}
+	// From this thread, which has the command's ids, so no capability is needed.
+	if err := cr.limit(pid); err != nil {
+		return fmt.Errorf("give the command the caller's limits: %w", err)
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		return fmt.Errorf("let the command go: %w", err)
 	}
 	return nil
 }
@@ -794,13 +829,6 @@ func (s *FenceServer) serveConn(conn *net.UnixConn) {
 	files = nil
 	if c.failed != nil {
 		reply(fenceReply{Exit: &c.failed.Code, Error: c.failedMsg.String()})
-		return
-	}
-	if err := cr.joinCgroups(c.cmd.Process.Pid); err != nil {
-		c.cmd.Process.Kill()
-		c.cmd.Wait()
-		s.log().Warn("fence refused", "uid", cr.uid, "pid", cr.pid, "command", req.Argv[0], "err", err)
-		refuse(fmt.Errorf("fence: %w", err))
 		return
 	}
 	if !s.track(c, true) {

@@ -99,7 +99,20 @@ func (c *FenceCmd) fenceThread() error {
 		}
 		dir = wd
 	}
+	// The caller's cgroups, opened as root in the daemon's mount namespace (in the
+	// fence's, its mounts become read-only, and a mount with a file open for writing
+	// cannot).
+	var procs []*os.File
+	defer func() {
+		for _, f := range procs {
+			f.Close()
+		}
+	}()
 	if c.caller != nil {
+		var err error
+		if procs, err = c.caller.openCgroups(); err != nil {
+			return fmt.Errorf("fence: the caller's cgroups: %w", err)
+		}
 		if err := c.caller.enterNamespaces(spec.Network); err != nil {
 			return fmt.Errorf("fence: enter the caller's namespaces: %w", err)
 		}
@@ -199,7 +212,9 @@ func (c *FenceCmd) fenceThread() error {
 	cmd.WaitDelay = c.WaitDelay
 	if c.caller != nil {
 		// A session of its own: never the daemon's controlling terminal (/dev/tty).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		// Traced, so that it stops right after its exec, before its first instruction,
+		// to be moved into the caller's cgroups and given the caller's limits.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Ptrace: true}
 	}
 	if err := cmd.Start(); err != nil {
 		var pe *fs.PathError
@@ -216,12 +231,11 @@ func (c *FenceCmd) fenceThread() error {
 	}
 	c.cmd = cmd
 	if c.caller != nil {
-		// From this thread, which has the command's ids, so no capability is needed.
-		if err := c.caller.limit(cmd.Process.Pid); err != nil {
+		if err := c.caller.settle(cmd.Process.Pid, procs); err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
 			c.cmd = nil
-			return fmt.Errorf("fence: give the command the caller's limits: %w", err)
+			return fmt.Errorf("fence: %w", err)
 		}
 	}
 	return nil
