@@ -272,7 +272,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	go func() { errc <- hs.Serve(ul) }()
 	// Beside it, fences for callers who may not put one up themselves (the socket's lock
 	// covers this name too), where no fenced command can reach it.
-	if fencePath := router.FenceSocketPath(cfg.Socket); router.FenceHides(fencePath) {
+	fencePath := router.FenceSocketPath(cfg.Socket)
+	switch err := router.FenceDaemonUsable(); {
+	case err != nil:
+		log.Info("no fence socket: `airlock fence` run by users other than root starts itself again instead", "why", err)
+	case router.FenceHides(fencePath):
 		fl, err := listenUnix(fencePath, 0o666) // anyone: a fence runs a command with its caller's ids
 		if err != nil {
 			hs.Close()
@@ -285,7 +289,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			fences.Close()
 			os.Remove(fencePath)
 		}()
-	} else {
+	default:
 		log.Info("no fence socket: fenced commands could reach one beside this socket; `airlock fence` run by users other than root starts itself again instead",
 			"fence_socket", fencePath)
 	}

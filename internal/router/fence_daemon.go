@@ -60,6 +60,20 @@ func FenceSocketPath(apiSocket string) string {
 	return strings.TrimSuffix(apiSocket, ".sock") + "-fence.sock"
 }
 
+// FenceDaemonUsable says why this host cannot have a daemon put fences up, or nil: the
+// command is traced to stop after its exec, which Yama's ptrace_scope 2 and 3 forbid to
+// a tracer without capabilities.
+func FenceDaemonUsable() error {
+	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	if err != nil {
+		return nil // no Yama
+	}
+	if scope, _ := strconv.Atoi(strings.TrimSpace(string(b))); scope >= 2 {
+		return fmt.Errorf("kernel.yama.ptrace_scope is %d: a fenced command cannot be traced to its exec to be given its caller's cgroups and limits", scope)
+	}
+	return nil
+}
+
 // FenceHides reports whether a fenced command can never reach path, which lies in a
 // directory every fence hides. A fence socket anywhere else would let a fenced command
 // ask for a looser fence, so a daemon serves one only where this holds.
