@@ -15,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -39,7 +38,7 @@ func TestTLSListeners(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir, cgroup := daemonDir(t, "tls-")
 	t.Cleanup(func() { secret.Unmount(filepath.Join(dir, "secrets")) })
-	ca := daemon.NewTestCA(t)
+	ca := testenv.NewCA(t)
 	certPath, keyPath, caPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
 	ca.Issue(t, 7, certPath, keyPath)
 	if err := os.WriteFile(caPath, ca.PEM, 0o644); err != nil {

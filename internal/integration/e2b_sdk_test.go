@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,6 +73,43 @@ func TestE2BSDK(t *testing.T) {
 	n.kill(t, n.userKey(t, "other"), other.SandboxID)
 }
 
+// TestE2BSDKOverTLS runs testdata/e2b/tls.mjs against a daemon whose e2b_listen serves
+// HTTPS (tls_cert, tls_key): the unmodified SDK at https:// URLs, trusting the test's CA
+// through NODE_EXTRA_CA_CERTS; and checks the listener answers no plain HTTP.
+func TestE2BSDKOverTLS(t *testing.T) {
+	pkg, node := e2bSDK(t)
+	ca := testenv.NewCA(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o700) // the daemon checks the key's directories are root's alone to change
+	certPath, keyPath, caPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
+	ca.Issue(t, 1, certPath, keyPath)
+	if err := os.WriteFile(caPath, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startE2BDaemon(t, "tls_cert: "+certPath, "tls_key: "+keyPath)
+	n.url = strings.Replace(n.url, "http://", "https://", 1)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	plain := n.hc
+	n.hc = &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	dev := n.userKey(t, "dev")
+
+	out, err := runNode(t, node, pkg, filepath.Join("testdata", "e2b", "tls.mjs"), append(n.sdkEnv(dev), "NODE_EXTRA_CA_CERTS="+caPath)...)
+	if err != nil {
+		t.Errorf("node tls.mjs: %v\n%s", err, out)
+	}
+	for _, sb := range n.sandboxes(t, dev) {
+		t.Errorf("tls.mjs left sandbox %s (%s)", sb.SandboxID, sb.State)
+	}
+	resp, err := plain.Get(strings.Replace(n.url, "https://", "http://", 1) + "/sandboxes")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP to the TLS listener: %s, want 400", resp.Status)
+		}
+	}
+}
+
 // e2bSDK returns the directory of E2B's JavaScript SDK, installed by npmPackage, and
 // the node to run it with. The SDK needs node 20.18.1 or later (its engines); where the
 // system's node is older (Debian 12's nodejs is 18), node itself comes from the npm
@@ -109,8 +148,9 @@ type e2bNode struct {
 	hc   *http.Client
 }
 
-// startE2BDaemon starts a daemon with e2b_listen on a free loopback port.
-func startE2BDaemon(t *testing.T) *e2bNode {
+// startE2BDaemon starts a daemon with e2b_listen on a free loopback port, and extra
+// lines in its configuration.
+func startE2BDaemon(t *testing.T, extra ...string) *e2bNode {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,7 +158,7 @@ func startE2BDaemon(t *testing.T) *e2bNode {
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	d := startDaemonB(t, "e2b_listen: 127.0.0.1:"+port)
+	d := startDaemonB(t, append([]string{"e2b_listen: 127.0.0.1:" + port}, extra...)...)
 	return &e2bNode{d: d, url: "http://127.0.0.1:" + port, keys: map[string]string{}, hc: &http.Client{Timeout: time.Minute}}
 }
 
