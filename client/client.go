@@ -266,6 +266,12 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		// Not worth a retry: the daemon is there, and its certificate is not trusted.
+		return fmt.Errorf("%w: airlock at %s: its certificate is not trusted (give its CA in $AIRLOCK_CA_FILE or Options.CAFile): %w",
+			errdefs.ErrFailedPrecondition, c.address, err)
+	}
 	return fmt.Errorf("%w: airlock at %s: %w", errdefs.ErrUnavailable, c.address, err)
 }
 

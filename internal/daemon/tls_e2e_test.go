@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -76,8 +78,8 @@ func TestTLSListeners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := untrusting.List(ctx, client.ListOptions{}); err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("the API over HTTPS, trusting only the system's CAs: %v, want a certificate error", err)
+	if _, err := untrusting.List(ctx, client.ListOptions{}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("the API over HTTPS, trusting only the system's CAs: %v, want a certificate error, not to retry", err)
 	}
 	plain, err := client.New(client.Options{Addr: listen, Token: strings.TrimSpace(string(token))})
 	if err != nil {
@@ -107,7 +109,7 @@ except airlock.AirlockError as e:
 		cmd := exec.Command(py, "-c", script, "https://"+listen, strings.TrimSpace(string(token)), caPath)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONDONTWRITEBYTECODE=1", "AIRLOCK_CA_FILE=")
 		out, err := cmd.CombinedOutput()
-		if err != nil || string(out) != "0\n0\nuntrusted: Unavailable\n" {
+		if err != nil || string(out) != "0\n0\nuntrusted: FailedPrecondition\n" {
 			t.Errorf("the Python SDK over HTTPS: %v\n%s", err, out)
 		}
 	}

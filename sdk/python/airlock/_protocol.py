@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import (AirlockError, Internal, InvalidArgument, StreamBroken, Unavailable, code_for_status, error_from_code,
-                     status_for_code)
+from .errors import (AirlockError, FailedPrecondition, Internal, InvalidArgument, StreamBroken, Unavailable, code_for_status,
+                     error_from_code, status_for_code)
 from .types import Chunk, ExecResult
 
 #: Where the daemon listens when neither an argument nor the environment says otherwise.
@@ -318,7 +318,8 @@ class EventReader:
 
 
 def unavailable(target: Target, err: BaseException) -> AirlockError:
-    """The retryable error for failing to reach target."""
+    """The error for failing to reach target: the retryable Unavailable, or
+    FailedPrecondition when the daemon answered with a certificate not trusted."""
     what = "socket" if target.network == "unix" else "address"
     reason = str(err) or type(err).__name__
     if isinstance(err, FileNotFoundError):
@@ -327,4 +328,8 @@ def unavailable(target: Target, err: BaseException) -> AirlockError:
         reason = "connection refused (is the daemon running?)"
     elif isinstance(err, PermissionError):
         reason = "permission denied (are you in the airlock group, or root?)"
+    elif isinstance(err, ssl.SSLCertVerificationError):
+        # Not worth a retry: the daemon is there, and its certificate is not trusted.
+        return FailedPrecondition(f"airlock daemon at {target.address}: its certificate is not trusted "
+                                  f"(give its CA as ca_file= or in $AIRLOCK_CA_FILE): {reason}")
     return Unavailable(f"airlock daemon unreachable at {what} {target.address}: {reason}")
