@@ -17,6 +17,14 @@ import (
 // node's own services there through the proxy or its relay. So the proxy's dials ask
 // the kernel at every connect whether a public destination is local (checkNotLocal).
 
+// proxyDialer is the proxy's dialer: the Guard's list of the node's addresses is the
+// one of now, and each connect asks the kernel about addresses the node gained since.
+func proxyDialer(guard egress.Guard, res egress.Resolver) *egress.Dialer {
+	known := guard.Node
+	return &egress.Dialer{Guard: guard, Resolver: res,
+		AtConnect: func(address string) error { return checkNotLocal(address, known, kernelIsLocal) }}
+}
+
 // checkNotLocal is the proxy dial's check at connect time (egress.Dialer.AtConnect),
 // after the Guard's: it refuses a destination isLocal says is the node's own, unless the
 // Guard already knew it (known: the node's addresses at start, which the Guard makes

@@ -7,10 +7,10 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -116,15 +116,19 @@ func TestGuardedDialAsksTheKernel(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		c, err := dialChecked(nil).DialContext(ctx, "tcp", l.Addr().String())
+		port := l.Addr().(*net.TCPAddr).Port
+		// The proxy's own dialer, as the node builds it, knowing none of these at start.
+		c, _, err := proxyDialer(egress.Guard{}, nil).DialChecked(ctx, added.String(), port, nil)
 		if err == nil {
 			c.Close()
 		}
 		if !errors.Is(err, errdefs.ErrPermissionDenied) {
 			t.Errorf("dial %v, the node's own address: %v, want permission denied", l.Addr(), err)
 		}
-		// Known at start, the Guard decides it (Private, allow_private): the dial goes.
-		c, err = dialChecked([]netip.Prefix{netip.PrefixFrom(added, 32)}).DialContext(ctx, "tcp", l.Addr().String())
+		// Known at start, the Guard decides it (Private, allowed here as allow_private
+		// would): the dial goes.
+		known := []netip.Prefix{netip.PrefixFrom(added, 32)}
+		c, _, err = proxyDialer(egress.Guard{Node: known}, nil).DialChecked(ctx, added.String(), port, known)
 		if err != nil {
 			t.Errorf("dial %v known to the Guard: %v", l.Addr(), err)
 		} else {
@@ -176,12 +180,4 @@ func TestAcceptSurvivesErrors(t *testing.T) {
 	if calls := ll.Listener.(*errListener).calls; calls != 4 {
 		t.Errorf("limitedListener called Accept %d times, want 4", calls)
 	}
-}
-
-// dialChecked is a dialer with the proxy's connect-time check of the node's own
-// addresses, known being those at start.
-func dialChecked(known []netip.Prefix) *net.Dialer {
-	return &net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
-		return checkNotLocal(address, known, kernelIsLocal)
-	}}
 }

@@ -182,10 +182,7 @@ func New(opts Options) (_ *Node, retErr error) {
 		pcfg.API = func(w http.ResponseWriter, r *http.Request, sb egress.SandboxInfo) { opts.API(w, r, sb.ID) }
 		pcfg.SessionToken = n.sessionToken
 	}
-	// The Guard's list of the node's addresses is the one of now; the dial asks the
-	// kernel about addresses the node gains later (localdial.go).
-	pcfg.Dialer = &egress.Dialer{Guard: guard, Resolver: upstreamResolver(opts.Upstream),
-		AtConnect: func(address string) error { return checkNotLocal(address, known, kernelIsLocal) }}
+	pcfg.Dialer = proxyDialer(guard, upstreamResolver(opts.Upstream))
 	pcfg.UpstreamRoots, pcfg.Logger = roots, opts.Logger
 	n.proxy, err = egress.NewProxy(pcfg)
 	if err != nil {
