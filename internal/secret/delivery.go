@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -24,7 +25,9 @@ import (
 // Delivery hands bound secrets to running sandboxes: files on a tmpfs of its own
 // (never under the state directory, so never in a snapshot, fork or copy of a
 // sandbox's layers), variables for each execution, and the substitutions the egress
-// proxy makes. It keeps what it delivered per running sandbox in memory only.
+// proxy makes. It keeps what it delivered per running sandbox in memory, and beside
+// the sandbox's files on the tmpfs the versions it pinned (pins.json), which a
+// restarted daemon reads back for a sandbox still running.
 type Delivery struct {
 	svc *Service
 	dir string
@@ -171,9 +174,16 @@ func (d *Delivery) loadPins(sandbox string) map[string]int {
 	return pins
 }
 
-// savePins records the versions sandbox's sandbox-scoped bindings deliver.
+// savePins records the versions sandbox's sandbox-scoped bindings deliver; with none,
+// it removes the record (and makes no directory: most sandboxes have no secrets).
 func (d *Delivery) savePins(sandbox string, pins map[string]int) error {
 	dir := filepath.Join(d.dir, sandbox)
+	if len(pins) == 0 {
+		if err := os.Remove(filepath.Join(dir, pinsFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}

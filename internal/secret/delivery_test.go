@@ -2,6 +2,8 @@ package secret_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +43,14 @@ func TestDeliveryFilesSurviveARestart(t *testing.T) {
 	bind("gh", "GH_TOKEN", "proxy")
 	bind("db", "DB_PASSWORD", "env")
 
+	// A sandbox without secrets leaves nothing in the delivery directory.
+	if m, err := d.Start(ctx, "alice", "sb_none", uint32(os.Getuid())); err != nil || len(m) != 0 {
+		t.Fatalf("Start of a sandbox with no bindings = %+v, %v", m, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sb_none")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a sandbox with no bindings has a directory of delivered secrets: %v", err)
+	}
+	d.Stop("sb_none")
 	mounts, err := d.Start(ctx, "alice", "sb_1", uint32(os.Getuid()))
 	if err != nil || len(mounts) != 1 || mounts[0].Destination != "/etc/app/db" {
 		t.Fatalf("Start = %+v, %v", mounts, err)
