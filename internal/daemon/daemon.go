@@ -206,6 +206,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	} else if cfg.Runsc != "off" {
 		m.AddProbe(probeRunsc) // says why there is no runsc runtime
 	}
+	// Beside the API socket, fences for callers who may not put one up themselves (the
+	// socket's lock covers this name too), where Yama lets the daemon trace the command
+	// and no fenced command can reach the socket.
+	fencePath := router.FenceSocketPath(cfg.Socket)
+	fenceNote := "" // why there is no fence socket
+	if err := router.FenceDaemonUsable(); err != nil {
+		fenceNote = err.Error()
+	} else if !router.FenceHides(fencePath) {
+		fenceNote = "fenced commands could reach a fence socket beside " + cfg.Socket
+	}
+	m.AddProbe(func(context.Context) (runtime.Check, bool) { return fenceCheck(fencePath, fenceNote), true })
 	m.SetSnapshots(snaps)
 	authSvc, err := openAuth(ctx, cfg, st, log)
 	if err != nil {
@@ -270,13 +281,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	defer os.Remove(cfg.Socket) // on every way out, the lock still held
 	errc := make(chan error, 4)
 	go func() { errc <- hs.Serve(ul) }()
-	// Beside it, fences for callers who may not put one up themselves (the socket's lock
-	// covers this name too), where no fenced command can reach it.
-	fencePath := router.FenceSocketPath(cfg.Socket)
-	switch err := router.FenceDaemonUsable(); {
-	case err != nil:
-		log.Info("no fence socket: `airlock fence` run by users other than root starts itself again instead", "why", err)
-	case router.FenceHides(fencePath):
+	if fenceNote == "" { // the fence socket, as decided above
 		fl, err := listenUnix(fencePath, 0o666) // anyone: a fence runs a command with its caller's ids
 		if err != nil {
 			hs.Close()
@@ -289,9 +294,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			fences.Close()
 			os.Remove(fencePath)
 		}()
-	default:
-		log.Info("no fence socket: fenced commands could reach one beside this socket; `airlock fence` run by users other than root starts itself again instead",
-			"fence_socket", fencePath)
+	} else {
+		log.Info("no fence socket: `airlock fence` run by users other than root starts itself again instead", "why", fenceNote)
 	}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
@@ -514,6 +518,24 @@ func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options, log *sl
 		return nil, fmt.Errorf("runtime runsc: %w", err)
 	}
 	return d, nil
+}
+
+// fenceCheck reports the host fence (airlock fence, the router's host route): Landlock,
+// and how users other than root get one — the daemon's fence socket, or, where note says
+// why there is none, the binary starting again.
+func fenceCheck(socket, note string) runtime.Check {
+	c := runtime.Check{Name: "host fence", Optional: true}
+	abi, err := router.LandlockABI()
+	if err != nil {
+		c.Detail, c.Degrades = err.Error(), "airlock fence and the router's host route refuse to run commands"
+		return c
+	}
+	c.OK = true
+	c.Detail = fmt.Sprintf("Landlock ABI %d; for users other than root, the daemon's fence socket %s", abi, socket)
+	if note != "" {
+		c.Detail = fmt.Sprintf("Landlock ABI %d; users other than root start airlock again in a user namespace (no fence socket: %s)", abi, note)
+	}
+	return c
 }
 
 // probeRunsc is gvisor.Probe for a runsc the daemon may run: one another user could

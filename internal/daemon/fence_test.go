@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/router"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/testenv"
@@ -55,6 +57,21 @@ func TestFenceForAnotherUser(t *testing.T) {
 	}
 	if fi, err := os.Stat(router.FenceSocketPath(sock)); err != nil || fi.Mode()&0o777 != 0o666 {
 		t.Fatalf("fence socket: %v, %v; want one anyone may connect to", fi, err)
+	}
+	cl, err := client.New(client.Options{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := cl.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := false
+	for _, c := range status.Checks {
+		reported = reported || c.Name == "host fence" && c.OK && strings.Contains(c.Detail, router.FenceSocketPath(sock))
+	}
+	if !reported {
+		t.Errorf("status checks %+v; want the host fence, naming the fence socket", status.Checks)
 	}
 
 	// What the user owns: a copy of the binary it may run, a workspace and a home.

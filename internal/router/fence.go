@@ -178,6 +178,10 @@ func fenceSysProcAttr(network bool) *syscall.SysProcAttr {
 	return attr
 }
 
+// LandlockABI returns the Landlock ABI version of the running kernel, or
+// ErrFenceUnavailable saying why the fence cannot be put up here.
+func LandlockABI() (int, error) { return fenceABI() }
+
 // fenceABI returns the Landlock ABI version of the running kernel, or ErrFenceUnavailable.
 func fenceABI() (int, error) {
 	v, err := llsys.LandlockGetABIVersion()
