@@ -117,6 +117,8 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"runc: runc\n", `runc "runc" must be an absolute path`},
 		{"runsc: ./runsc\n", `runsc "./runsc" must be an absolute path`},
 		{"roles_file: roles.yaml\n", `roles_file "roles.yaml" must be an absolute path`},
+		{"tls_cert: /etc/al/cert.pem\n", "tls_cert and tls_key go together"},
+		{"tls_cert: cert.pem\ntls_key: /etc/al/key.pem\n", `tls_cert "cert.pem" must be an absolute path`},
 		{"network: {extra_cas: [ca.pem]}\n", `network.extra_cas[0] "ca.pem" must be an absolute path`},
 		{"network: {new_connections_per_second: -1}\n", "network.new_connections_per_second -1 must be from 1 to 1000000 (0: 200)"},
 		{"network: {node_new_connections_per_second: 2000000}\n", "network.node_new_connections_per_second 2000000 must be from 1"},
