@@ -23,10 +23,11 @@ package router
 //
 // The command runs with the ids the kernel reported for the connection, never ids the
 // request names, in the caller's namespaces and cgroups, with its umask and resource
-// limits, in a session of its own, and with no capabilities: it may do at most what its caller may, less
-// the walls. Every path of the request is resolved and opened with the caller's ids, so
-// the daemon's rights reach no path for it. Anyone may connect; a caller gets at most
-// fenceServerPerUser commands at once and the daemon fenceServerTotal.
+// limits, in a session of its own, and with no capabilities: it may do at most what its
+// caller may, less the walls. Every path of the request is resolved and opened with the
+// caller's ids, so the daemon's rights reach no path for it. Anyone may connect; a
+// caller gets at most fenceServerPerUser commands at once and the daemon
+// fenceServerTotal.
 
 import (
 	"bufio"
