@@ -30,8 +30,8 @@ func (c *Client) Upload(ctx context.Context, ref, path string, mode os.FileMode,
 }
 
 // DownloadRange copies length bytes (0: to the end) of the file at path, from offset,
-// to w, and returns the bytes copied and the file's whole size. A range that starts
-// past the end copies nothing.
+// to w, and returns the bytes copied and the file's whole size (-1 when the daemon does
+// not say). A range that starts past the end copies nothing.
 func (c *Client) DownloadRange(ctx context.Context, ref, path string, offset, length int64, w io.Writer) (n, size int64, err error) {
 	if offset < 0 || length < 0 {
 		return 0, 0, &Error{Code: "invalid_argument", Message: "offset and length must not be negative"}
@@ -44,7 +44,11 @@ func (c *Client) DownloadRange(ctx context.Context, ref, path string, offset, le
 		header: http.Header{"Range": {rng}}})
 	var e *Error
 	if errors.As(err, &e) && e.Status == http.StatusRequestedRangeNotSatisfiable {
-		return 0, -1, nil
+		size = -1
+		if v, ok := e.Details["size"].(float64); ok && v >= 0 { // the daemon says how long the file is
+			size = int64(v)
+		}
+		return 0, size, nil
 	}
 	if err != nil {
 		return 0, 0, err

@@ -105,7 +105,8 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 	}
 	if start >= size {
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
-		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errRangeUnsatisfiable, Msg: fmt.Sprintf("range %s starts past the end of %s (%d bytes)", rng, p, size)}
+		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errRangeUnsatisfiable, Msg: fmt.Sprintf("range %s starts past the end of %s (%d bytes)", rng, p, size),
+			Details: map[string]any{"size": size}}
 	}
 	length := end - start + 1
 	part := &partWriter{w: w, tw: tw, contentRange: fmt.Sprintf("bytes %d-%d/%d", start, end, size), length: length}

@@ -31,7 +31,7 @@ func TestDownloadRange(t *testing.T) {
 		off, n int64
 		want   string
 		size   int64
-	}{{2, 3, "234", 10}, {7, 0, "789", 10}, {8, 100, "89", 10}, {10, 0, "", -1}} {
+	}{{2, 3, "234", 10}, {7, 0, "789", 10}, {8, 100, "89", 10}, {10, 0, "", 10}, {50, 3, "", 10}} {
 		var buf bytes.Buffer
 		got, size, err := c.DownloadRange(bg, "box", "/tmp/digits", part.off, part.n, &buf)
 		if err != nil || buf.String() != part.want || got != int64(len(part.want)) || size != part.size {
