@@ -261,11 +261,8 @@ func describeEvent(ev api.Event, name func(id string) string) string {
 		case "memory":
 			return fmt.Sprintf("hit its memory limit (%s): a process was killed", formatSize(d.int("limit")))
 		case "pids":
-			forks := "forks"
-			if d.int("refused_forks") == 1 {
-				forks = "fork"
-			}
-			return fmt.Sprintf("hit its process limit (%d): %d %s refused", d.int("limit"), d.int("refused_forks"), forks)
+			n := d.int("refused_forks")
+			return fmt.Sprintf("hit its process limit (%d): %d %s refused", d.int("limit"), n, plural(int(n), "fork", "forks"))
 		case "exec_timeout":
 			return fmt.Sprintf("a command ran past its timeout (%s) and was stopped", d.str("timeout"))
 		}

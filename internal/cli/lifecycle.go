@@ -31,8 +31,7 @@ type lifecycleCall func(*client.Client, context.Context, string, ...client.CallO
 func runLifecycle(c *cmd, args []string, done string, do lifecycleCall) error {
 	ifMatch := c.fs.Int64("if-match", 0, "act only at this `VERSION`")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
-	verbose := c.fs.Bool("verbose", false, "print the operation")
-	c.fs.BoolVar(verbose, "v", false, "short for --verbose")
+	verbose := c.verboseFlag("print the operation")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
 		return err

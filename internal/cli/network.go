@@ -65,8 +65,7 @@ change dropped; -v prints the operation instead of the policy.`,
 	run: func(c *cmd, args []string) error {
 		var nf networkFlags
 		nf.register(c)
-		verbose := c.fs.Bool("verbose", false, "print the operation")
-		c.fs.BoolVar(verbose, "v", false, "short for --verbose")
+		verbose := c.verboseFlag("print the operation")
 		pos, _, err := c.parse(args, 1, false)
 		if err != nil {
 			return err

@@ -21,8 +21,7 @@ sandbox changed since you read VERSION (see "airlock get").`,
 func runRm(c *cmd, args []string) error {
 	ifMatch := c.fs.Int64("if-match", 0, "terminate only at this `VERSION` (one NAME only)")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation (one NAME only)")
-	verbose := c.fs.Bool("verbose", false, "print each operation")
-	c.fs.BoolVar(verbose, "v", false, "short for --verbose")
+	verbose := c.verboseFlag("print each operation")
 	names, _, err := c.parse(args, -1, false)
 	if err != nil {
 		return err

@@ -385,6 +385,13 @@ func artifactSummary(w *work, list []artifact) string {
 	return strings.Join(parts, ", ")
 }
 
+// verboseFlag registers --verbose and its short -v, with usage.
+func (c *cmd) verboseFlag(usage string) *bool {
+	v := c.fs.Bool("verbose", false, usage)
+	c.fs.BoolVar(v, "v", false, "short for --verbose")
+	return v
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one

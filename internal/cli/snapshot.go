@@ -129,8 +129,7 @@ func runSnapshotRm(c *cmd, args []string) error {
 func runRestore(c *cmd, args []string) error {
 	noSafety := c.fs.Bool("no-safety-snapshot", false, "do not snapshot the current state first")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
-	verbose := c.fs.Bool("verbose", false, "print the operation")
-	c.fs.BoolVar(verbose, "v", false, "short for --verbose")
+	verbose := c.verboseFlag("print the operation")
 	pos, cl, err := c.connect(args, 2)
 	if err != nil {
 		return err
