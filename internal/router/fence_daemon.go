@@ -655,8 +655,15 @@ func (cr *fenceCaller) openCgroups() ([]*os.File, error) {
 // it counts against the caller's limits and never the daemon's.
 func (cr *fenceCaller) settle(pid int, procs []*os.File) error {
 	var ws unix.WaitStatus
-	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
-		return fmt.Errorf("wait for the command to stop after its exec: %w", err)
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) { // the Go runtime's own signals interrupt it
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait for the command to stop after its exec: %w", err)
+		}
+		break
 	}
 	if !ws.Stopped() {
 		return fmt.Errorf("the command ended (%v) before it could be given the caller's limits", ws)
