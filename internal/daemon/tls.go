@@ -9,11 +9,12 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // certFiles serves the certificate of tls_cert and tls_key, read again when either file
-// changes (its size or modification time), so a renewed certificate takes effect
+// changes (its inode, size or modification time), so a renewed certificate takes effect
 // without a restart. A reload that fails keeps the last good pair and logs why, once
 // for each version of the files.
 type certFiles struct {
@@ -26,7 +27,10 @@ type certFiles struct {
 	pair   *tls.Certificate
 }
 
+// fileStamp tells one version of a file from the next: a renewal written to a new file
+// and renamed into place has a new inode even within one tick of the file clock.
 type fileStamp struct {
+	ino  uint64
 	size int64
 	mod  time.Time
 }
@@ -66,7 +70,11 @@ func (c *certFiles) stamps() ([2]fileStamp, error) {
 		if err != nil {
 			return out, err
 		}
-		out[i] = fileStamp{fi.Size(), fi.ModTime()}
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		out[i] = fileStamp{ino, fi.Size(), fi.ModTime()}
 	}
 	return out, nil
 }
