@@ -196,6 +196,10 @@ func fenceABI() (int, error) {
 	return v, nil
 }
 
+// fenceMaxExtraPaths bounds ExtraRead and ExtraWrite together: each is resolved, opened
+// and given a Landlock rule, and a daemon does that for any caller.
+const fenceMaxExtraPaths = 64
+
 // resolve validates f and makes its paths absolute and free of symbolic links; homes
 // are the home directories to hide (fenceHomes).
 func (f Fence) resolve(homes []string) (fenceSpec, error) {
@@ -223,6 +227,9 @@ func (f Fence) resolve(homes []string) (fenceSpec, error) {
 		if spec.Scratch, err = fenceCheckPath("scratch directory", f.Scratch, spec.Homes, true); err != nil {
 			return fenceSpec{}, err
 		}
+	}
+	if n := len(f.ExtraRead) + len(f.ExtraWrite); n > fenceMaxExtraPaths {
+		return fenceSpec{}, errdefs.Invalid("fence: %d extra paths; at most %d", n, fenceMaxExtraPaths)
 	}
 	for _, p := range f.ExtraRead {
 		r, err := fenceCheckPath("extra read path", p, spec.Homes, false)

@@ -378,13 +378,31 @@ func (cr *fenceCaller) resolve(spec fenceSpec) (fenceSpec, error) {
 	return out, err
 }
 
-// open opens p (O_PATH) as the caller.
+// open opens p (O_PATH) as the caller, never through a /proc magic link: those lead to
+// the daemon's own open files and directories (/proc/self/fd/N), past the directories
+// above them that the caller may not enter.
 func (cr *fenceCaller) open(p string) (fd int, err error) {
 	err = cr.as(func() error {
-		fd, err = fenceOpenPath(p)
+		fd, err = fenceOpenNoMagic(p, unix.O_PATH)
 		return err
 	})
 	return fd, err
+}
+
+// fenceOpenNoMagic opens p with flags (and O_CLOEXEC) without following /proc magic links.
+func fenceOpenNoMagic(p string, flags int) (int, error) {
+	return unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_NO_MAGICLINKS})
+}
+
+// chdir enters dir, as the caller (the thread has its ids) and never through a /proc
+// magic link.
+func (cr *fenceCaller) chdir(dir string) error {
+	fd, err := fenceOpenNoMagic(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fchdir(fd)
 }
 
 // as runs fn with the caller's groups and file system ids on this thread, then takes

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -333,4 +334,25 @@ func TestParseLimits(t *testing.T) {
 			t.Errorf("parseLimits(%.60q…) took it", bad)
 		}
 	}
+}
+
+// TestFenceOpenNoMagic: what the daemon opens or enters for a caller never goes through
+// a /proc magic link, which would reach the daemon's own open directories.
+func TestFenceOpenNoMagic(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	magic := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	if fd, err := fenceOpenNoMagic(magic, unix.O_PATH); err == nil {
+		unix.Close(fd)
+		t.Errorf("opened %s, this process's open directory, through the magic link", magic)
+	}
+	fd, err := fenceOpenNoMagic(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	unix.Close(fd)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -477,6 +478,7 @@ func TestFenceRefuses(t *testing.T) {
 		{"/run as extra read path", Fence{ExtraRead: []string{"/run"}}, []string{"true"}},
 		{"the daemon's directory as extra write path", Fence{ExtraWrite: []string{FenceDaemonDir}}, []string{"true"}},
 		{"the home as extra read path", Fence{ExtraRead: []string{d.home}}, []string{"true"}},
+		{"more extra paths than the bound", Fence{ExtraRead: slices.Repeat([]string{d.ws}, fenceMaxExtraPaths+1)}, []string{"true"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

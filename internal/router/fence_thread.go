@@ -160,7 +160,7 @@ func (c *FenceCmd) fenceThread() error {
 		}
 		// This thread's own since CLONE_FS; set after the mounts, whose points it made.
 		unix.Umask(c.caller.umask)
-		if err := unix.Chdir(dir); err != nil {
+		if err := c.caller.chdir(dir); err != nil {
 			return fenceDirError(dir)
 		}
 	}

@@ -115,6 +115,9 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 		// An agent older than ranged reads sends the whole file: the part is cut from
 		// it here, so the answer is the same 206 and the client never holds more.
 		_, err = cl.Download(r.Context(), p, &sectionWriter{w: part, skip: start, left: length})
+		if errors.Is(err, errSectionDone) {
+			err = nil // the rest of the file is not read
+		}
 	}
 	if err == nil && !part.started {
 		err = fmt.Errorf("the agent sent none of bytes %d-%d of %s (the file changed?)", start, end, p)
@@ -152,12 +155,16 @@ func (p *partWriter) Write(b []byte) (int, error) {
 	return p.tw.Write(b)
 }
 
-// sectionWriter passes on the left bytes that follow the first skip bytes written to it
-// and drops the rest.
+// sectionWriter passes on the left bytes that follow the first skip bytes written to it,
+// then stops the copy with errSectionDone: what an agent sends past the part (it could
+// send without end) is not read. (client's rangeWriter does the same on the other side
+// of the API; the client package may not share the daemon's code.)
 type sectionWriter struct {
 	w          io.Writer
 	skip, left int64
 }
+
+var errSectionDone = errors.New("section written")
 
 func (s *sectionWriter) Write(b []byte) (int, error) {
 	n := len(b)
@@ -169,6 +176,9 @@ func (s *sectionWriter) Write(b []byte) (int, error) {
 			return 0, err
 		}
 		s.left -= keep
+	}
+	if s.left == 0 {
+		return n, errSectionDone
 	}
 	return n, nil
 }

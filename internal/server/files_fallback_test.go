@@ -45,3 +45,37 @@ func TestDownloadRangeFromAnOldAgent(t *testing.T) {
 		}
 	}
 }
+
+// endlessAgent answers a whole-file read without end, as a hostile sandbox can.
+type endlessAgent struct{ sent *int64 }
+
+func (a endlessAgent) Download(_ context.Context, _ string, w io.Writer) (int64, error) {
+	chunk := []byte(strings.Repeat("x", 4096))
+	for *a.sent < 1<<30 {
+		n, err := w.Write(chunk)
+		*a.sent += int64(n)
+		if err != nil {
+			return *a.sent, err
+		}
+	}
+	return *a.sent, nil
+}
+
+func (endlessAgent) DownloadRange(context.Context, string, int64, int64, io.Writer) (int64, error) {
+	return 0, manager.ErrNoRangedRead
+}
+
+// TestDownloadRangeStopsReadingAnOldAgent: once the part is cut, nothing more of the
+// whole file is read, however much the sandbox would send.
+func TestDownloadRangeStopsReadingAnOldAgent(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	var sent int64
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/v1/sandboxes/box/files?path=/f", nil)
+	if err := s.downloadRange(w, r, &trackingWriter{w: w}, endlessAgent{&sent}, nil, "/f", "bytes=5000-5009", 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != 206 || w.Body.String() != strings.Repeat("x", 10) || sent > 3*4096 {
+		t.Errorf("%d %q after the agent sent %d bytes; want 206 with ten bytes, and no more read than the part needs", w.Code, w.Body.String(), sent)
+	}
+}
