@@ -90,17 +90,14 @@ const (
 	fenceServerTotal    = 256              // commands at once
 )
 
-// fenceRequest is what a caller asks of the daemon; the paths are absolute.
+// fenceRequest is what a caller asks of the daemon: the fence as the caller resolved it
+// (the daemon resolves its paths again as the caller, and finds the homes itself), the
+// command, its environment and its absolute working directory.
 type fenceRequest struct {
-	Workspace  string   `json:"workspace,omitempty"`
-	Access     string   `json:"access"`
-	Scratch    string   `json:"scratch,omitempty"`
-	Network    bool     `json:"network,omitempty"`
-	ExtraRead  []string `json:"extra_read,omitempty"`
-	ExtraWrite []string `json:"extra_write,omitempty"`
-	Argv       []string `json:"argv"`
-	Env        []string `json:"env"`
-	Dir        string   `json:"dir"`
+	Spec fenceSpec `json:"spec"`
+	Argv []string  `json:"argv"`
+	Env  []string  `json:"env"`
+	Dir  string    `json:"dir"`
 }
 
 // fenceReply is one line the daemon sends: the start (Started, or Error and whether the
@@ -160,9 +157,7 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	req := fenceRequest{Workspace: c.spec.Workspace, Access: c.spec.Access, Scratch: c.spec.Scratch,
-		Network: c.spec.Network, ExtraRead: c.spec.ExtraRead, ExtraWrite: c.spec.ExtraWrite,
-		Argv: c.argv, Env: env, Dir: dir}
+	req := fenceRequest{Spec: c.spec, Argv: c.argv, Env: env, Dir: dir}
 	b, err := json.Marshal(&req)
 	if err != nil {
 		return err
@@ -171,7 +166,7 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 		return errdefs.Invalid("fence: the command, its environment and its paths take %d bytes; the daemon takes at most %d", len(b), fenceMaxRequest)
 	}
 	r := &fenceRemote{conn: c.conn, dec: json.NewDecoder(bufio.NewReader(c.conn))}
-	theirs, err := r.stdio(c)
+	theirs, copies, err := r.stdio(c)
 	defer func() {
 		for _, f := range theirs {
 			f.Close() // the daemon holds its own copies once they are sent
@@ -222,7 +217,7 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 	case !rep.Started:
 		return errors.New("fence: the daemon's answer says neither started nor why not")
 	}
-	for _, fn := range r.copyFns(c) {
+	for _, fn := range copies {
 		r.copies.Go(fn)
 	}
 	r.stop = context.AfterFunc(c.ctx, func() { r.send(fenceSignalMsg{Signal: int(unix.SIGKILL)}) })
@@ -230,76 +225,61 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 	return nil
 }
 
-// stdio returns the files to send as the command's standard input, output and error.
-func (r *fenceRemote) stdio(c *FenceCmd) ([]*os.File, error) {
-	var theirs []*os.File
+// stdio returns the files to send as the command's standard input, output and error,
+// and the copies to run once it started.
+func (r *fenceRemote) stdio(c *FenceCmd) (theirs []*os.File, copies []func(), err error) {
 	for i, v := range []any{c.Stdin, c.Stdout, c.Stderr} {
-		f, err := r.stdioFile(v, i == 0)
+		f, cp, err := r.stdioFile(v, i == 0)
 		if err != nil {
 			for _, f := range theirs {
 				f.Close()
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		theirs = append(theirs, f)
+		if cp != nil {
+			copies = append(copies, cp)
+		}
 	}
-	return theirs, nil
+	return theirs, copies, nil
 }
 
 // stdioFile returns what to send for one of c's standard files, v: a copy of it when it
 // is a file (closing what was sent never closes the caller's own), /dev/null for nil, else
-// the daemon's end of a pipe, whose other end (kept in r.ours) copyFns serves.
-func (r *fenceRemote) stdioFile(v any, in bool) (*os.File, error) {
-	if f, ok := v.(*os.File); ok && f != nil {
+// the daemon's end of a pipe, with the copy between v and the other end (kept in r.ours).
+func (r *fenceRemote) stdioFile(v any, in bool) (*os.File, func(), error) {
+	f, isFile := v.(*os.File)
+	switch {
+	case isFile && f != nil:
 		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return os.NewFile(uintptr(fd), f.Name()), nil
-	}
-	if f, ok := v.(*os.File); v == nil || ok && f == nil {
+		return os.NewFile(uintptr(fd), f.Name()), nil, nil
+	case v == nil || isFile:
+		flag := os.O_WRONLY
 		if in {
-			return os.Open(os.DevNull)
+			flag = os.O_RDONLY
 		}
-		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		f, err := os.OpenFile(os.DevNull, flag, 0)
+		return f, nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if in {
 		r.ours = append(r.ours, pw)
-		return pr, nil
+		return pr, func() {
+			io.Copy(pw, v.(io.Reader))
+			pw.Close()
+		}, nil
 	}
 	r.ours = append(r.ours, pr)
-	return pw, nil
-}
-
-// copyFns returns the copies between c's readers and writers and the pipes of stdio, in
-// the order stdio made the pipes.
-func (r *fenceRemote) copyFns(c *FenceCmd) []func() {
-	var fns []func()
-	i := 0
-	if _, isFile := c.Stdin.(*os.File); c.Stdin != nil && !isFile {
-		pw := r.ours[i]
-		i++
-		fns = append(fns, func() {
-			io.Copy(pw, c.Stdin)
-			pw.Close()
-		})
-	}
-	for _, w := range []io.Writer{c.Stdout, c.Stderr} {
-		if _, isFile := w.(*os.File); w == nil || isFile {
-			continue
-		}
-		pr := r.ours[i]
-		i++
-		fns = append(fns, func() {
-			io.Copy(w, pr)
-			pr.Close()
-		})
-	}
-	return fns
+	return pw, func() {
+		io.Copy(v.(io.Writer), pr)
+		pr.Close()
+	}, nil
 }
 
 func (r *fenceRemote) closeOurs() {
@@ -456,7 +436,8 @@ func (cr *fenceCaller) become() error {
 	return nil
 }
 
-// peerCaller reads who is on the other end of conn.
+// peerCaller reads who is on the other end of conn, and pins its process (the caller
+// closes cr.pidfd); readProcess reads the rest once the caller is admitted.
 func peerCaller(conn *net.UnixConn) (*fenceCaller, error) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
@@ -483,10 +464,6 @@ func peerCaller(conn *net.UnixConn) (*fenceCaller, error) {
 		err = opErr
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := cr.readProcess(); err != nil {
-		unix.Close(cr.pidfd)
 		return nil, err
 	}
 	return &cr, nil
@@ -733,8 +710,8 @@ type FenceServer struct {
 }
 
 // Serve accepts connections on l until l is closed. Anyone may connect: a fence runs a
-// command with its caller's own ids. A failed accept (out of
-// descriptors, say) is retried after a pause, as net/http does: callers cannot stop it.
+// command with its caller's own ids. A failed accept (out of descriptors, say) is
+// retried after a pause, as net/http does: callers cannot stop it.
 func (s *FenceServer) Serve(l *net.UnixListener) error {
 	var pause time.Duration
 	for {
@@ -841,6 +818,10 @@ func (s *FenceServer) serveConn(conn *net.UnixConn) {
 		return
 	}
 	defer s.release(cr.uid)
+	if err := cr.readProcess(); err != nil {
+		refuse(fmt.Errorf("fence: who is calling: %w", err))
+		return
+	}
 	conn.SetReadDeadline(time.Now().Add(fenceRequestTimeout))
 	req, files, err := readFenceRequest(conn)
 	defer func() {
@@ -969,8 +950,10 @@ func newCallerCmd(req fenceRequest, cr *fenceCaller, files []*os.File) (*FenceCm
 	if !filepath.IsAbs(req.Dir) {
 		return nil, errdefs.Invalid("fence: the working directory %q is not an absolute path", req.Dir)
 	}
-	paths := append([]string{req.Workspace, req.Scratch}, req.ExtraRead...)
-	for _, p := range append(paths, req.ExtraWrite...) {
+	spec := req.Spec
+	spec.Homes, spec.Resolv = nil, "" // the daemon finds these for the caller
+	paths := append([]string{spec.Workspace, spec.Scratch}, spec.ExtraRead...)
+	for _, p := range append(paths, spec.ExtraWrite...) {
 		if p != "" && !filepath.IsAbs(p) {
 			return nil, errdefs.Invalid("fence: %q is not an absolute path", p)
 		}
@@ -988,8 +971,6 @@ func newCallerCmd(req fenceRequest, cr *fenceCaller, files []*os.File) (*FenceCm
 	if env == nil {
 		env = []string{} // never the daemon's own
 	}
-	spec := fenceSpec{Workspace: req.Workspace, Access: req.Access, Scratch: req.Scratch, Network: req.Network,
-		ExtraRead: req.ExtraRead, ExtraWrite: req.ExtraWrite}
 	return &FenceCmd{ctx: context.Background(), argv: slices.Clone(req.Argv), spec: spec, abi: abi,
 		way: FenceThread, caller: cr, Env: env, Dir: req.Dir,
 		Stdin: files[0], Stdout: files[1], Stderr: files[2]}, nil

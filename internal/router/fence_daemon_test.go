@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -54,26 +53,6 @@ func dialAs(uid, gid int) func(string) (*net.UnixConn, error) {
 		r := <-done
 		return r.conn, r.err
 	}
-}
-
-// onSpareThread runs fn in a new goroutine locked to a thread other than the main one,
-// and never unlocks it: the thread ends with whatever fn did to it (Go keeps the main
-// thread, so fn must not change that one).
-func onSpareThread(fn func()) {
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer runtime.UnlockOSThread()
-			done := make(chan struct{})
-			onSpareThread(func() {
-				defer close(done)
-				fn()
-			})
-			<-done
-			return
-		}
-		fn()
-	}()
 }
 
 // fenceCallerDirs makes, in a directory anyone may enter, a workspace and a home (with an
@@ -242,7 +221,7 @@ func TestFenceServerRefusesBadRequests(t *testing.T) {
 		return binary.BigEndian.AppendUint32(nil, uint32(len(b))), b
 	}
 	mark := filepath.Join(t.TempDir(), "ran")
-	good := fenceRequest{Access: "none", Argv: []string{"/usr/bin/touch", mark}, Dir: "/"}
+	good := fenceRequest{Spec: fenceSpec{Access: "none"}, Argv: []string{"/usr/bin/touch", mark}, Dir: "/"}
 	for _, tt := range []struct {
 		name  string
 		req   func() ([]byte, []byte)
@@ -255,8 +234,8 @@ func TestFenceServerRefusesBadRequests(t *testing.T) {
 		{"not JSON", func() ([]byte, []byte) { return binary.BigEndian.AppendUint32(nil, 3), []byte("{{{") }, 3, "not valid JSON"},
 		{"no command", func() ([]byte, []byte) { r := good; r.Argv = nil; return frame(r) }, 3, "empty command"},
 		{"relative directory", func() ([]byte, []byte) { r := good; r.Dir = "proj"; return frame(r) }, 3, "not an absolute path"},
-		{"relative workspace", func() ([]byte, []byte) { r := good; r.Workspace, r.Access = "proj", "rw"; return frame(r) }, 3, "not an absolute path"},
-		{"unknown access", func() ([]byte, []byte) { r := good; r.Access = "all"; return frame(r) }, 3, "unknown workspace access"},
+		{"relative workspace", func() ([]byte, []byte) { r := good; r.Spec.Workspace, r.Spec.Access = "proj", "rw"; return frame(r) }, 3, "not an absolute path"},
+		{"unknown access", func() ([]byte, []byte) { r := good; r.Spec.Access = "all"; return frame(r) }, 3, "unknown workspace access"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			head, body := tt.req()

@@ -57,28 +57,34 @@ func fenceThreadCapable() bool {
 // startThread puts the fence up on a new locked thread and starts the command from it.
 func (c *FenceCmd) startThread() error {
 	done := make(chan error, 1)
-	go c.onFenceThread(done)
+	onSpareThread(func() {
+		c.tid = unix.Gettid()
+		done <- c.fenceThread()
+	})
 	return <-done
 }
 
-// onFenceThread locks its goroutine to its thread and, unless that is the main thread,
-// puts the fence up there. It never unlocks a thread it fenced: when the goroutine
-// returns, Go ends the thread, and with it the namespaces, the Landlock domain and the
-// dropped capabilities it holds.
-func (c *FenceCmd) onFenceThread(done chan<- error) {
-	runtime.LockOSThread()
-	if unix.Gettid() == unix.Getpid() {
-		// Go never ends the main thread (it parks it for good), and /proc/self shows
-		// the main thread's namespaces: leave it untouched, and hold it while another
-		// goroutine, which then runs elsewhere, puts the fence up.
-		defer runtime.UnlockOSThread()
-		inner := make(chan error, 1)
-		go c.onFenceThread(inner)
-		done <- <-inner
-		return
-	}
-	c.tid = unix.Gettid()
-	done <- c.fenceThread()
+// onSpareThread runs fn in a new goroutine locked to a thread other than the main one,
+// and never unlocks it: when fn returns, Go ends the thread, and with it whatever fn did
+// to it (namespaces, a Landlock domain, ids, dropped capabilities). Go never ends the
+// main thread (it parks it for good), and /proc/self shows the main thread's
+// namespaces: that one is left untouched, held while another goroutine, which then runs
+// elsewhere, runs fn.
+func onSpareThread(fn func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			defer runtime.UnlockOSThread()
+			done := make(chan struct{})
+			onSpareThread(func() {
+				defer close(done)
+				fn()
+			})
+			<-done
+			return
+		}
+		fn()
+	}()
 }
 
 // fenceThread runs on the locked thread. Any error leaves the command unstarted.
