@@ -105,18 +105,12 @@ func fenceDir(f router.Fence, wd string) string {
 	return ws
 }
 
-// fenceDaemon is the fence socket of the local daemon this command would talk to, or ""
-// when it talks to one over TCP.
+// fenceDaemon is the fence socket of the local daemon this command would talk to (as
+// the client finds it), or "" when it talks to one over TCP.
 func (c *cmd) fenceDaemon() string {
-	if c.addr != "" {
+	cl, err := client.New(client.Options{Socket: c.socket, Addr: c.addr})
+	if err != nil || !cl.Local() {
 		return ""
 	}
-	sock := c.socket
-	if sock == "" {
-		sock = os.Getenv("AIRLOCK_SOCKET")
-	}
-	if sock == "" {
-		sock = client.DefaultSocket
-	}
-	return router.FenceSocketPath(sock)
+	return router.FenceSocketPath(cl.Target())
 }

@@ -494,16 +494,13 @@ func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options, log *sl
 	case "off":
 		return nil, nil
 	case "":
-		p, ok := gvisor.Find()
-		if ok {
-			// Checking it runs it, as root: never one another user could have put there.
-			if err := TrustedFile(p, "runsc found on PATH"); err != nil {
-				if cfg.DefaultRuntime == "runsc" {
-					return nil, err
-				}
-				log.Warn("not using runsc", "err", err)
-				return nil, nil
+		p, ok, err := findRunsc()
+		if err != nil {
+			if cfg.DefaultRuntime == "runsc" {
+				return nil, err
 			}
+			log.Warn("not using runsc", "err", err)
+			return nil, nil
 		}
 		if !ok || !gvisor.Check(ctx, p).OK {
 			if cfg.DefaultRuntime == "runsc" {
@@ -538,15 +535,23 @@ func fenceCheck(socket, note string) runtime.Check {
 	return c
 }
 
-// probeRunsc is gvisor.Probe for a runsc the daemon may run: one another user could
-// have put on the PATH is reported, never run.
-func probeRunsc(ctx context.Context) (runtime.Check, bool) {
-	p, ok := gvisor.Find()
-	if !ok {
-		return runtime.Check{}, false
+// findRunsc is gvisor.Find for a runsc the daemon may run: checking one runs it, as
+// root, so one another user could have put there is an error, never run.
+func findRunsc() (path string, ok bool, err error) {
+	if path, ok = gvisor.Find(); ok {
+		err = TrustedFile(path, "runsc found on PATH")
 	}
-	if err := TrustedFile(p, "runsc found on PATH"); err != nil {
+	return path, ok, err
+}
+
+// probeRunsc is gvisor.Probe for a runsc the daemon may run (findRunsc).
+func probeRunsc(ctx context.Context) (runtime.Check, bool) {
+	p, ok, err := findRunsc()
+	switch {
+	case err != nil:
 		return runtime.Check{Name: "gvisor runsc", Optional: true, Detail: err.Error(), Degrades: "runsc cannot be used"}, true
+	case !ok:
+		return runtime.Check{}, false
 	}
 	return gvisor.Check(ctx, p), true
 }

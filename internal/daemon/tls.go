@@ -36,31 +36,39 @@ type fileStamp struct {
 }
 
 // openCertFiles checks the files as it checks every file it is configured with (root's,
-// writable by root alone), refuses a key other users may read, and loads the pair.
+// writable by root alone) and loads the pair (load).
 func openCertFiles(cert, key string, log *slog.Logger) (*certFiles, error) {
 	for _, f := range []struct{ path, what string }{{cert, "tls_cert"}, {key, "tls_key"}} {
 		if err := TrustedFile(f.path, f.what); err != nil {
 			return nil, err
 		}
 	}
-	fi, err := os.Stat(key)
-	if err != nil {
-		return nil, fmt.Errorf("tls_key: %w", err)
-	}
-	if mode := fi.Mode().Perm(); mode&0o077 != 0 {
-		return nil, fmt.Errorf("tls_key %s has mode %s: users other than root may read the key (chmod 600 %s)", key, strconv.FormatUint(uint64(mode), 8), key)
-	}
 	c := &certFiles{cert: cert, key: key, log: log}
 	stamp, err := c.stamps()
 	if err != nil {
 		return nil, err
 	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err := c.load(stamp); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// load reads the pair as of stamp, refusing a key other users may read.
+func (c *certFiles) load(stamp [2]fileStamp) error {
+	fi, err := os.Stat(c.key)
 	if err != nil {
-		return nil, fmt.Errorf("tls_cert and tls_key: %w", err)
+		return fmt.Errorf("tls_key: %w", err)
+	}
+	if mode := fi.Mode().Perm(); mode&0o077 != 0 {
+		return fmt.Errorf("tls_key %s has mode %s: users other than root may read the key (chmod 600 %s)", c.key, strconv.FormatUint(uint64(mode), 8), c.key)
+	}
+	pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+	if err != nil {
+		return fmt.Errorf("tls_cert and tls_key: %w", err)
 	}
 	c.stamp, c.pair = stamp, &pair
-	return c, nil
+	return nil
 }
 
 func (c *certFiles) stamps() ([2]fileStamp, error) {
@@ -87,13 +95,11 @@ func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if err != nil || stamp == c.stamp || stamp == c.failed {
 		return c.pair, nil
 	}
-	pair, err := tls.LoadX509KeyPair(c.cert, c.key)
-	if err != nil {
+	if err := c.load(stamp); err != nil {
 		c.failed = stamp
 		c.log.Warn("tls_cert and tls_key changed but do not load; serving the certificate loaded before", "err", err)
 		return c.pair, nil
 	}
-	c.stamp, c.pair = stamp, &pair
 	c.log.Info("loaded the renewed TLS certificate", "tls_cert", c.cert)
 	return c.pair, nil
 }

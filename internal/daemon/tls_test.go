@@ -58,6 +58,13 @@ func TestCertFiles(t *testing.T) {
 	if got := serial(); got != 11 {
 		t.Errorf("after renewal, serving serial %d, want 11", got)
 	}
+	ca.Issue(t, 13, certPath, keyPath)
+	if err := os.Chmod(keyPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got != 11 {
+		t.Errorf("after a renewal with a key others may read, serving serial %d, want the last good 11", got)
+	}
 	if err := os.WriteFile(certPath, []byte("not a certificate"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -81,16 +81,16 @@ func (m *Manager) runtimeWorks(ctx context.Context) (bool, string) {
 func (m *Manager) RouterStatus(ctx context.Context) RouterStatus {
 	st := RouterStatus{Profile: m.cfg.Router.Profile, FailClosed: m.cfg.Router.FailClosed}
 	s, err := router.ProfileSettings(st.Profile)
-	if err != nil || s.Mode == router.ModeOff {
+	if err != nil {
 		st.State, st.Reason = RouterOff, "no router profile: work runs as asked (a request may name a profile)"
-		if err == nil {
-			st.State, st.Reason = RouterOff, "the off profile: everything runs on the host, by design"
-			st.Matrix = router.Matrix(s)
-		}
 		return st
 	}
 	s.Threshold = m.cfg.Router.Threshold
 	st.Matrix = router.Matrix(s)
+	if s.Mode == router.ModeOff {
+		st.State, st.Reason = RouterOff, "the off profile: everything runs on the host, by design"
+		return st
+	}
 	ok, why := m.runtimeWorks(ctx)
 	switch {
 	case ok:

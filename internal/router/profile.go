@@ -247,36 +247,29 @@ type MatrixRow struct {
 	Behaviour string `json:"behaviour"`
 }
 
-// Matrix says, for each kind of caller, which mechanism governs it under s: the
-// router's profile for code, shell commands and workflow steps; the fence for a
-// verification check or an MCP server, which a framework wraps itself (airlock fence),
-// unless the profile is off.
+// Matrix says, for each kind of caller, which mechanism governs it under s (valid
+// settings): for code, shell commands and workflow steps, where Route puts them —
+// "router" when a command's place depends on its score; for a verification check or an
+// MCP server, which a framework wraps itself (airlock fence), the fence, unless the
+// profile is off.
 func Matrix(s Settings) []MatrixRow {
-	label := s.Profile() + " profile"
-	shell := MatrixRow{Caller: CallerShell}
-	switch {
-	case s.Mode == ModeOff:
-		shell.Mechanism, shell.Behaviour = "host", label+": on the host, unfenced"
-	case s.Scope == ScopeCode:
-		shell.Mechanism, shell.Behaviour = "fence", label+": on the host inside the fence (commands are out of scope)"
-	case s.Mode == ModeAlways:
-		shell.Mechanism, shell.Behaviour = "sandbox", label+": always in a sandbox"
-	default:
+	code, _ := Route(s, KindCode, Assessment{})
+	low, _ := Route(s, KindCommand, Assessment{Score: 0})
+	high, _ := Route(s, KindCommand, Assessment{Score: 1})
+	shell := MatrixRow{Caller: CallerShell, Mechanism: string(low.Place), Behaviour: low.Reason}
+	if low.Place != high.Place {
 		shell.Mechanism = "router"
-		shell.Behaviour = fmt.Sprintf("%s: scored; in a sandbox at risk %.2f or more, else on the host inside the fence", label, s.EffectiveThreshold())
-	}
-	code := MatrixRow{Caller: CallerRunCode, Mechanism: "sandbox", Behaviour: label + ": always in a sandbox"}
-	fenced := func(caller string) MatrixRow {
-		r := MatrixRow{Caller: caller, Mechanism: "fence", Behaviour: "on the host inside the fence, whatever the profile decides for commands"}
-		if s.Mode == ModeOff {
-			r.Mechanism, r.Behaviour = "host", label+": on the host, unfenced"
-		}
-		return r
-	}
-	if s.Mode == ModeOff {
-		code.Mechanism, code.Behaviour = "host", label+": on the host, unfenced"
+		shell.Behaviour = fmt.Sprintf("%s profile: scored; in a sandbox at risk %.2f or more, else on the host inside the fence",
+			s.Profile(), s.EffectiveThreshold())
 	}
 	step := shell
 	step.Caller = CallerWorkflowStep
-	return []MatrixRow{code, shell, step, fenced(CallerVerification), fenced(CallerMCPServer)}
+	fenced := func(caller string) MatrixRow {
+		if s.Mode == ModeOff {
+			return MatrixRow{Caller: caller, Mechanism: string(PlaceHost), Behaviour: low.Reason}
+		}
+		return MatrixRow{Caller: caller, Mechanism: string(PlaceFence), Behaviour: "on the host inside the fence, whatever the profile decides for commands"}
+	}
+	return []MatrixRow{{Caller: CallerRunCode, Mechanism: string(code.Place), Behaviour: code.Reason},
+		shell, step, fenced(CallerVerification), fenced(CallerMCPServer)}
 }
