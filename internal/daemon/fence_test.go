@@ -24,12 +24,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir, cgroup := daemonDir(t, "fence-")
 	sock := filepath.Join(dir, "api.sock")
-	cfg := filepath.Join(dir, "airlock.yaml")
-	body := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nrunsc: \"off\"\nnetwork: {enabled: false}\nlog_level: info\n",
-		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), sock, cgroup)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, dir, cgroup)
 	daemon := startDaemon(t, bin, cfg)
 	var stopped func() // removes what needs the daemon gone
 	t.Cleanup(func() {

@@ -83,3 +83,20 @@ func startDaemon(t *testing.T, bin, cfg string) *exec.Cmd {
 	}
 	return cmd
 }
+
+// writeConfig writes dir/airlock.yaml for a test daemon of its own in dir (state,
+// secrets and socket api.sock there, the cgroup parent cgroup, no runsc, no sandbox
+// network) with extra lines, and returns its path.
+func writeConfig(t *testing.T, dir, cgroup string, extra ...string) string {
+	t.Helper()
+	body := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nrunsc: \"off\"\nnetwork: {enabled: false}\nlog_level: info\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), filepath.Join(dir, "api.sock"), cgroup)
+	for _, l := range extra {
+		body += l + "\n"
+	}
+	path := filepath.Join(dir, "airlock.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

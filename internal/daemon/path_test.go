@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,12 +34,7 @@ func TestUntrustedRuncOnPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := filepath.Join(dir, "airlock.yaml")
-	body := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nrunsc: \"off\"\nnetwork: {enabled: false}\n",
-		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), filepath.Join(dir, "api.sock"), cgroup)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, dir, cgroup)
 	cmd := exec.Command(bin, "serve", "--config", cfg)
 	cmd.Env = append(os.Environ(), "PATH="+userBin+":/usr/sbin:/usr/bin:/sbin:/bin")
 	done := make(chan struct{})

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -47,14 +46,7 @@ func TestTLSListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	listen, e2bListen := freePort(t), freePort(t)
-	cfg := filepath.Join(dir, "airlock.yaml")
-	body := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nrunsc: \"off\"\nnetwork: {enabled: false}\n"+
-		"listen: %s\ne2b_listen: %s\ntls_cert: %s\ntls_key: %s\n",
-		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), filepath.Join(dir, "api.sock"), cgroup,
-		listen, e2bListen, certPath, keyPath)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, dir, cgroup, "listen: "+listen, "e2b_listen: "+e2bListen, "tls_cert: "+certPath, "tls_key: "+keyPath)
 	d := startDaemon(t, bin, cfg)
 	t.Cleanup(func() {
 		d.Process.Signal(syscall.SIGTERM)

@@ -102,11 +102,12 @@ func TestE2BSDKOverTLS(t *testing.T) {
 		t.Errorf("tls.mjs left sandbox %s (%s)", sb.SandboxID, sb.State)
 	}
 	resp, err := plain.Get(strings.Replace(n.url, "https://", "http://", 1) + "/sandboxes")
-	if err == nil {
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("plain HTTP to the TLS listener: %s, want 400", resp.Status)
-		}
+	if err != nil {
+		t.Fatalf("plain HTTP to the TLS listener: %v, want its 400 answer", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("plain HTTP to the TLS listener: %s, want 400", resp.Status)
 	}
 }
 
