@@ -264,6 +264,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		}
 		defer net.Close()
 		m.SetNetwork(net)
+		m.AddProbe(net.Probe)
+		if c, _ := net.Probe(ctx); !c.OK {
+			log.Error("sandbox networking does not work", "reason", c.Detail, "means", c.Degrades)
+		}
 	}
 	if err := m.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)

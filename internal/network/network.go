@@ -107,6 +107,8 @@ type Node struct {
 	roles  map[string]string // sandbox id -> the role it acts with ("": its owner's)
 	links  map[string]*sandboxlink.Sandbox
 
+	probe probeCache // the last Probe
+
 	wg   sync.WaitGroup
 	stop chan struct{} // closed by Close: ends the table's guard
 }
@@ -188,7 +190,18 @@ func New(opts Options) (_ *Node, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.listen(); err != nil {
+	// The listeners carry the mark the node's table will protect them by; the lock
+	// ReserveMark takes is held until the table names it.
+	mark, release, err := sandboxlink.ReserveMark("", opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	if err := n.listen(mark); err != nil {
 		return nil, err
 	}
 	n.dns, err = egress.NewDNSServer(egress.DNSConfig{Lookup: n.lookup, Upstream: opts.Upstream, Guard: guard,
@@ -199,10 +212,13 @@ func New(opts Options) (_ *Node, retErr error) {
 	n.nm, err = sandboxlink.New(sandboxlink.Config{Subnet: opts.Subnet, HostPrefix: opts.HostPrefix,
 		RunDir: filepath.Join(opts.Dir, "netns"), ProxyPort: n.ports.Proxy,
 		TransparentHTTPPort: n.ports.HTTP, TransparentTLSPort: n.ports.TLS, TransparentTCPPort: n.ports.TCP,
-		DNSPort: n.ports.DNS, Table: opts.Table, NewFlowRate: opts.NewFlowRate, NodeNewFlowRate: opts.NodeNewFlowRate})
+		DNSPort: n.ports.DNS, Table: opts.Table, NewFlowRate: opts.NewFlowRate, NodeNewFlowRate: opts.NodeNewFlowRate,
+		ListenerMark: mark})
 	if err != nil {
 		return nil, err
 	}
+	release()
+	release = nil
 	n.serve()
 	return n, nil
 }
@@ -212,14 +228,14 @@ func New(opts Options) (_ *Node, retErr error) {
 // free, so sandboxes that run on across a restart of the daemon keep reaching the
 // proxy at the address their environment names; otherwise any free ones, which
 // ports.json then remembers (the nftables rules name whatever ports the node got).
-func (n *Node) listen() error {
+func (n *Node) listen(mark uint32) error {
 	path := filepath.Join(n.opts.Dir, "ports.json")
 	var saved ports
 	if b, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(b, &saved) // unreadable: start afresh
 	}
 	// Every socket carries the mark by which the rules keep all but sandboxes out.
-	lc := net.ListenConfig{Control: sandboxlink.MarkSocket}
+	lc := net.ListenConfig{Control: sandboxlink.MarkSocket(mark)}
 	ctx := context.Background()
 	listen := func(want int) (net.Listener, int, error) {
 		if want != 0 {

@@ -24,7 +24,7 @@ func (n *Node) closeListeners() {
 func TestListenKeepsPorts(t *testing.T) {
 	dir := t.TempDir()
 	first := &Node{opts: Options{Dir: dir}}
-	if err := first.listen(); err != nil {
+	if err := first.listen(0x1001); err != nil {
 		t.Fatal(err)
 	}
 	first.closeListeners()
@@ -34,7 +34,7 @@ func TestListenKeepsPorts(t *testing.T) {
 	}
 
 	again := &Node{opts: Options{Dir: dir}}
-	if err := again.listen(); err != nil {
+	if err := again.listen(0x1001); err != nil {
 		t.Fatal(err)
 	}
 	again.closeListeners()
@@ -49,7 +49,7 @@ func TestListenKeepsPorts(t *testing.T) {
 	}
 	defer taken.Close()
 	moved := &Node{opts: Options{Dir: dir}}
-	if err := moved.listen(); err != nil {
+	if err := moved.listen(0x1001); err != nil {
 		t.Fatal(err)
 	}
 	moved.closeListeners()

@@ -4,16 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"golang.org/x/sys/unix"
 )
 
 // Config says where a Manager puts its namespaces, which addresses it hands out and
@@ -59,6 +56,11 @@ type Config struct {
 	// keep sandboxes from filling it. Packets over a rate are dropped, so a client's
 	// connection attempt waits and retries instead of failing.
 	NewFlowRate, NodeNewFlowRate int
+	// ListenerMark is the SO_MARK the node's proxy and DNS sockets carry (MarkSocket),
+	// by which the rules keep every other interface from opening connections to them:
+	// one ReserveMark gave, so that no other table on the host matches on it. Zero
+	// makes New reserve one (Manager.ListenerMark says which).
+	ListenerMark uint32
 }
 
 // DefaultNewFlowRate and DefaultNodeNewFlowRate are the new-flow rates, per second,
@@ -91,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.RunDir) {
 		return errdefs.Invalid("netns: run directory %q is not an absolute path", c.RunDir)
+	}
+	if c.ListenerMark != 0 && !validMark(c.ListenerMark) {
+		return errdefs.Invalid("netns: listener mark %#x is not one of %#x-%#x", c.ListenerMark, markBase, markBase+markCount-1)
 	}
 	for _, r := range []struct {
 		name string
@@ -195,27 +200,6 @@ func (c Config) netnsPath(id string) string { return filepath.Join(c.RunDir, id)
 
 // sandboxIf is the name of the sandbox-side veth inside its namespace.
 const sandboxIf = "eth0"
-
-// ListenerMark is the SO_MARK the node's proxy and DNS sockets carry (MarkSocket), by
-// which the rules keep every other interface from opening connections to them. The
-// mark also rides on those sockets' replies to sandboxes; its bits are clear of the
-// ones Kubernetes, Calico, Cilium and Tailscale test in their routing marks.
-const ListenerMark = 0x10ac
-
-// MarkSocket sets ListenerMark on a socket before it binds: use it as the Control of
-// a net.ListenConfig.
-func MarkSocket(_, _ string, c syscall.RawConn) error {
-	var serr error
-	if err := c.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, ListenerMark)
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("netns: mark the listening socket: %w", serr)
-	}
-	return nil
-}
 
 // aliasPrefix labels a host-side veth as Airlock's; the sandbox id follows it.
 const aliasPrefix = "airlock:"

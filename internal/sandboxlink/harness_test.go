@@ -154,8 +154,11 @@ func upWithRoute(name string, self, gw netip.Addr, dst netip.Prefix) error {
 func (n *testNode) config() Config {
 	return Config{Subnet: testSubnet, HostPrefix: "alt", RunDir: filepath.Join(n.dir, "netns"),
 		ProxyPort: proxyPort, TransparentHTTPPort: httpPort, TransparentTLSPort: tlsPort,
-		TransparentTCPPort: tcpPort, DNSPort: dnsPort, HostNetns: n.path}
+		TransparentTCPPort: tcpPort, DNSPort: dnsPort, HostNetns: n.path, ListenerMark: testMark}
 }
+
+// testMark is the test node's listener mark: its namespace has no other table.
+const testMark = markBase | 0x42
 
 // newTestManager returns a Manager on node. At cleanup a fresh Manager deletes whatever
 // any Manager of the test left, and the test fails unless that leaves nothing.
@@ -238,7 +241,7 @@ func startServices(t testing.TB, n *testNode) *services {
 			if name == "forbidden" {
 				return net.ListenConfig{}
 			}
-			return net.ListenConfig{Control: MarkSocket}
+			return net.ListenConfig{Control: MarkSocket(testMark)}
 		}
 		for port, name := range map[int]string{proxyPort: "proxy", dnsPort: "dns", httpPort: "http", tlsPort: "tls", tcpPort: "tcp", forbiddenPort: "forbidden"} {
 			lc := lc(name)

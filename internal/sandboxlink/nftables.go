@@ -34,7 +34,7 @@ import (
 //	  meta nfproto ipv4 iifname @sandbox_ifs tcp redirect to :TransparentTCPPort }
 //	chain input   { type filter hook input priority filter
 //	  iifname @sandbox_ifs goto sandbox_in
-//	  ct state new socket mark ListenerMark drop }
+//	  ct state new socket mark ListenerMark drop }   # the node's own mark (mark.go)
 //	chain sandbox_in {
 //	  ct state established,related accept
 //	  ct state new update @sandbox_rate { iifname limit rate over NewFlowRate/second burst 2×NewFlowRate packets } drop
@@ -63,8 +63,8 @@ import (
 // whatever its destination (the proxy decides it), UDP only to DNS, and nothing else
 // anywhere. The base chains accept by default, so the table never touches traffic of
 // other interfaces, except that no other interface may open a connection to the proxy's
-// and DNS server's sockets: they serve sandboxes only. Those sockets carry ListenerMark
-// (SO_MARK), and the rule matches the socket a packet would reach, not a port number:
+// and DNS server's sockets: they serve sandboxes only. Those sockets carry the node's
+// ListenerMark (SO_MARK), and the rule matches the socket a packet would reach, not a port number:
 // the table outlives the daemon (sandboxes keep their rules across a restart), and a
 // rule naming ports would then black-hole whatever other program later got one of them.
 // Rejecting (rather than dropping) makes a forbidden connection fail at once inside the
@@ -199,7 +199,7 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), redirect(cfg.TransparentTCPPort))},
 
 		{input, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainIn))},
-		{input, cat(ctState(expr.CtStateBitNEW), socketMark(ListenerMark), verdict(expr.VerdictDrop, ""))},
+		{input, cat(ctState(expr.CtStateBitNEW), socketMark(cfg.ListenerMark), verdict(expr.VerdictDrop, ""))},
 
 		{in, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
 		{in, cat(ctState(expr.CtStateBitNEW), overRatePerIf(rate, perSandbox), verdict(expr.VerdictDrop, ""))},
@@ -225,7 +225,11 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	}
 	counts := map[string]int{}
 	for _, r := range rules {
-		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})
+		rule := &nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e}
+		if _, ok := ruleSocketMark(r.e); ok {
+			rule.UserData = markComment(cfg.ListenerMark)
+		}
+		c.AddRule(rule)
 		counts[r.ch.Name]++
 	}
 	for _, sb := range restore {

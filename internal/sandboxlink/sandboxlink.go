@@ -87,6 +87,14 @@ func New(cfg Config) (_ *Manager, retErr error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return nil, fmt.Errorf("netns: %w", err)
 	}
+	if cfg.ListenerMark == 0 {
+		mark, release, err := ReserveMark(cfg.HostNetns, cfg.Table)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		cfg.ListenerMark = mark
+	}
 	hostPath := cfg.HostNetns
 	if hostPath == "" {
 		hostPath = "/proc/self/ns/net"
@@ -161,6 +169,10 @@ func (m *Manager) own(i int, id string) {
 	_, sb := m.cfg.slotAddrs(i)
 	m.byAddr[sb] = id
 }
+
+// ListenerMark is the mark the node's listeners must carry (MarkSocket) for the rules
+// to keep every interface but the sandboxes' out.
+func (m *Manager) ListenerMark() uint32 { return m.cfg.ListenerMark }
 
 // Close releases the Manager's handles. Sandboxes, links and rules stay.
 func (m *Manager) Close() error {

@@ -9,6 +9,7 @@ package testenv
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -268,7 +269,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 			upstream = "127.0.0.1:9" // nothing answers: allowed names fail, nothing leaves the host
 		}
 		n.Network, err = network.New(network.Options{Dir: filepath.Join(dir, "network"),
-			Subnet: netip.MustParsePrefix(fmt.Sprintf("10.211.%d.0/24", time.Now().UnixNano()%250)), HostPrefix: "t" + tag,
+			Subnet: freeSubnet(t), HostPrefix: "t" + tag,
 			Table: "airlock_t" + tag, Upstream: upstream, ExtraCAs: o.ExtraCAs, MaxConns: o.MaxConns,
 			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log,
 			Secrets: n.Delivery.Substitutions, API: n.Server.ServeFromSandbox, SessionToken: n.Auth.SessionToken, EndSessions: n.Auth.EndSessions})
@@ -276,6 +277,7 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 			t.Fatal(err)
 		}
 		n.Manager.SetNetwork(n.Network)
+		n.Manager.AddProbe(n.Network.Probe)
 	}
 	var hs *http.Server
 	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
@@ -516,4 +518,33 @@ func newSecrets(t testing.TB, st store.Store, dir string) *secret.Service {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// freeSubnet picks a /24 of 10.211.0.0/16 that no interface of the host has an address
+// in, so that nodes of tests running at once (other packages, other test processes)
+// get links of their own.
+func freeSubnet(t testing.TB) netip.Prefix {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		var b [1]byte
+		crand.Read(b[:])
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 211, b[0], 0}), 24)
+		taken := false
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && p.Contains(ip.Unmap()) {
+					taken = true
+				}
+			}
+		}
+		if !taken {
+			return p
+		}
+	}
+	t.Fatal("no free /24 in 10.211.0.0/16 for the node's sandbox links")
+	return netip.Prefix{}
 }
