@@ -68,11 +68,7 @@ func processID(pid int) string {
 // ownerGone reports whether the process that marked dir is gone; a directory without
 // a mark (or with one not of this package's form) is never taken for a dead one's.
 func ownerGone(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, ownerName))
-	if err != nil {
-		return false
-	}
-	id := strings.TrimSpace(string(b))
+	id := owner(dir)
 	pidText, _, ok := strings.Cut(id, " ")
 	pid, err := strconv.Atoi(pidText)
 	if !ok || err != nil || pid <= 0 {
@@ -91,15 +87,28 @@ func Sweep(w io.Writer) {
 	if os.Geteuid() != 0 {
 		return // no node here could have run
 	}
+	sweepMarked(w, "that a killed test process left", ownerGone)
+}
+
+// sweepMarked runs sweepDir on the marked directories in /tmp that take chooses.
+func sweepMarked(w io.Writer, note string, take func(dir string) bool) {
 	entries, _ := os.ReadDir("/tmp")
 	for _, e := range entries {
 		dir := filepath.Join("/tmp", e.Name())
-		if !e.IsDir() || !ownerGone(dir) {
-			continue
+		if e.IsDir() && take(dir) {
+			n := sweepDir(dir)
+			fmt.Fprintf(w, "testenv: removed %s and %d things on the host %s\n", dir, n, note)
 		}
-		n := sweepDir(dir)
-		fmt.Fprintf(w, "testenv: removed %s and %d things on the host that a killed test process left\n", dir, n)
 	}
+}
+
+// owner returns the mark of dir, "" if it has none.
+func owner(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, ownerName))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // sweepDir cleans up after the nodes of a dead test's directory dir and removes it.

@@ -98,10 +98,14 @@ func Binary(t testing.TB) string {
 
 // Main first removes what test processes that were killed left on the host (Sweep),
 // then runs a package's tests, and then removes the binary Binary built, if any: call
-// it from TestMain (os.Exit(testenv.Main(m))).
+// it from TestMain (os.Exit(testenv.Main(m))). A little before go test's -timeout,
+// which would panic without running cleanups, it removes what this process's nodes
+// made and exits instead, with every goroutine's stack.
 func Main(m *testing.M) int {
 	Sweep(os.Stderr)
+	stop := processWatchdog()
 	code := m.Run()
+	stop()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
@@ -129,6 +133,8 @@ type Node struct {
 	SecretsDir string
 	Server     *server.Server
 	Client     *client.Client
+	// Ctx ends at the test's deadline (see Watchdog).
+	Ctx context.Context
 
 	tcpAddr string
 	tokens  map[string]string // owner -> token
@@ -288,6 +294,9 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	}
 	var hs *http.Server
 	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
+	// A test still running at its deadline fails, and its calls to the node fail
+	// with it, so that it ends and the cleanup below removes its sandboxes.
+	n.Ctx = Watchdog(t, func() { hs.Close() })
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
