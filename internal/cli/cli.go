@@ -6,7 +6,8 @@
 // internals) nor reach the daemon any way but the HTTP API, and it never calls os.Exit —
 // Run returns an ExitError that main turns into the process's exit code. The verbs that
 // run on the caller's own machine (risk, fence, and run's host and fence routes) use
-// package router; mcp serves package mcp's tools.
+// package router; mcp serves package mcp's tools; gc --state-dir, which cleans up after
+// a daemon that is gone, uses package sweep.
 //
 // Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in
 // events and egress records) reaches the user's terminal only through termSafe, which

@@ -1,19 +1,39 @@
 package cli
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/airlockhq/airlock/internal/sweep"
+)
 
 var gcVerb = &verb{
 	name:  "gc",
-	args:  "[--dry-run]",
+	args:  "[--dry-run] [--state-dir DIR]",
 	short: "remove leftover host resources that no live sandbox owns",
-	long:  `With --dry-run, only lists what would be removed. Needs the unix socket.`,
-	run:   runGC,
+	long: `Asks the daemon to remove the host resources (containers, mounts, cgroups,
+network namespaces, veths) that carry Airlock's names but no live sandbox's record.
+Needs the unix socket.
+
+With --state-dir DIR, it needs no daemon: it cleans up after the daemon of the state
+directory DIR, which must be gone (it refuses while one holds DIR's lock). It stops
+every container that daemon left running, kills what is left in its cgroups, unmounts
+everything under DIR and its secrets tmpfs, and removes its cgroups, nftables table
+and veths, found by the names the daemon recorded in DIR/host.json. The sandboxes'
+records and files stay: a daemon started on DIR again finds their containers ended.
+Runs as root.
+
+With --dry-run, only lists what would be removed.`,
+	run: runGC,
 }
 
 func runGC(c *cmd, args []string) error {
 	dry := c.fs.Bool("dry-run", false, "list what would be removed, remove nothing")
+	stateDir := c.fs.String("state-dir", "", "clean up after the gone daemon of state `DIR` instead of asking a daemon")
 	if _, _, err := c.parse(args, 0, false); err != nil {
 		return err
+	}
+	if *stateDir != "" {
+		return c.gcStateDir(*stateDir, *dry)
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -36,6 +56,58 @@ func runGC(c *cmd, args []string) error {
 	}
 	for _, l := range res.Leftovers {
 		fmt.Fprintf(c.stdout, "%s sandbox resources %s (%s)\n", verb, l.SandboxID, l.Reason)
+	}
+	return nil
+}
+
+// gcStateDirResult is what gc --state-dir prints with -o json.
+type gcStateDirResult struct {
+	StateDir string       `json:"state_dir"`
+	DryRun   bool         `json:"dry_run"`
+	Items    []sweep.Item `json:"items"`
+}
+
+// gcStateDir is gc --state-dir: in table form, one line per thing as it is handled.
+func (c *cmd) gcStateDir(dir string, dry bool) error {
+	verb := "removed"
+	if dry {
+		verb = "would remove"
+	}
+	each := func(it sweep.Item) {
+		if c.json() {
+			return
+		}
+		if it.Error != "" {
+			fmt.Fprintf(c.stdout, "could not remove %s %s: %s\n", it.Kind, termSafe(it.Name), termSafe(it.Error))
+			return
+		}
+		fmt.Fprintf(c.stdout, "%s %s %s\n", verb, it.Kind, termSafe(it.Name))
+	}
+	if _, ok := terminalFd(c.stderr); ok && !c.json() {
+		fmt.Fprintf(c.stderr, "looking for what the daemon of %s left…\n", dir)
+	}
+	items, err := sweep.StateDir(c.ctx, dir, dry, each)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, it := range items {
+		if it.Error != "" {
+			failed++
+		}
+	}
+	if c.json() {
+		if items == nil {
+			items = []sweep.Item{}
+		}
+		if err := c.printJSON(gcStateDirResult{StateDir: dir, DryRun: dry, Items: items}); err != nil {
+			return err
+		}
+	} else if len(items) == 0 {
+		fmt.Fprintln(c.stdout, "nothing to remove")
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d could not be removed", failed, len(items))
 	}
 	return nil
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/sweep"
 	"github.com/airlockhq/airlock/internal/version"
 	"golang.org/x/sys/unix"
 )
@@ -74,7 +75,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	}
 	// One daemon per state directory: a second one's recovery would reconcile the
 	// first's sandboxes under it.
-	stateLock, err := lockFile(filepath.Join(cfg.StateDir, "airlock.lock"), "state directory "+cfg.StateDir)
+	stateLock, err := lockFile(filepath.Join(cfg.StateDir, sweep.LockName), "state directory "+cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -119,6 +120,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			}
 			cfg.Runc = p
 		}
+	}
+	// What this node makes on the host, recorded before any of it is made: `airlock gc
+	// --state-dir` finds it there once the daemon is gone.
+	if err := sweep.WriteRecord(cfg.StateDir, hostRecord(cfg)); err != nil {
+		return fmt.Errorf("record the host names of %s: %w", cfg.StateDir, err)
 	}
 	var certs *certFiles
 	if cfg.TLSCert != "" {
@@ -371,6 +377,32 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	hs.Shutdown(sctx)
 	log.Info("airlock stopped; sandboxes keep running")
 	return retErr
+}
+
+// hostRecord names what a node with cfg makes on the host (cfg.Runc resolved): its
+// cgroup parents, runtimes' state roots, nftables table, veth prefix and secrets tmpfs.
+func hostRecord(cfg config.Config) sweep.Record {
+	runc := cfg.Runc
+	if runc == "" {
+		runc = "runc"
+	}
+	r := sweep.Record{CgroupParents: []string{cfg.CgroupParent, cfg.CgroupParent + "-runsc"},
+		Runtimes:   []sweep.Runtime{{Binary: runc, Root: filepath.Join(cfg.StateDir, "runc")}},
+		SecretsDir: filepath.Clean(cfg.SecretsDir)}
+	if cfg.Runsc != "off" {
+		runsc := cfg.Runsc
+		if runsc == "" {
+			runsc = "runsc"
+			if p, ok := gvisor.Find(); ok {
+				runsc = p
+			}
+		}
+		r.Runtimes = append(r.Runtimes, sweep.Runtime{Binary: runsc, Root: filepath.Join(cfg.StateDir, "runsc")})
+	}
+	if cfg.Network.Enabled {
+		r.Table, r.VethPrefix = cfg.Network.Table, cfg.Network.HostPrefix
+	}
+	return r
 }
 
 // claimSocket readies the socket's directory (root's, writable by root alone: in one

@@ -20,11 +20,7 @@ import (
 // under the parent, then removes the parent, its host lock and the directory.
 func daemonDir(t *testing.T, prefix string) (dir, cgroup string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o711)
+	dir = testenv.TempDir(t, prefix)
 	cgroup = "airlock-test-" + filepath.Base(dir)
 	t.Cleanup(func() {
 		if m := testenv.MountsUnder(dir); len(m) > 0 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/sweep"
 	"golang.org/x/sys/unix"
 )
 
@@ -185,7 +186,7 @@ func lockFile(path, what string) (*os.File, error) {
 // hostLockDir holds the locks of the names a daemon takes on the host itself. It is
 // fixed, not configured, so that daemons with different configurations find each
 // other's locks, and it is in /run, where only root makes directories.
-const hostLockDir = "/run/airlock.names"
+const hostLockDir = sweep.HostLockDir
 
 // lockHostNames locks the names on the host that two daemons must never share, whatever
 // their state directories: the cgroup parent (a second daemon would reap the first's

@@ -42,11 +42,7 @@ func startDaemon(t *testing.T) *daemon { return startDaemonB(t) }
 func startDaemonB(t testing.TB, extra ...string) *daemon {
 	t.Helper()
 	testenv.RequireHost(t)
-	dir, err := os.MkdirTemp("/tmp", "al-cli-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o711)
+	dir := testenv.TempDir(t, "al-cli-")
 	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
 	cfg := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.213.%d.0/24, table: %s, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",

@@ -9,6 +9,7 @@ import (
 	airlockrt "github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/drivertest"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/sweep"
 )
 
 // DriverHarness makes an OCI driver running engine (nil: runc) in a private directory
@@ -17,11 +18,12 @@ import (
 func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.Driver, string) {
 	RequireHost(t)
 	bin := Binary(t)
-	dir, err := os.MkdirTemp("/tmp", "al-drv-")
-	if err != nil {
+	dir := TempDir(t, "al-drv-")
+	parent := "airlock-test-" + filepath.Base(dir)
+	if err := sweep.WriteRecord(dir, sweep.Record{CgroupParents: []string{parent},
+		Runtimes: []sweep.Runtime{{Binary: engineBinary(engine), Root: filepath.Join(dir, "runc")}}}); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o711)
 	images, err := image.Open(filepath.Join(dir, "images"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,6 @@ func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := "airlock-test-" + filepath.Base(dir)
 	d, err := oci.New(oci.Options{Root: filepath.Join(dir, "sb"), RuncRoot: filepath.Join(dir, "runc"),
 		AgentBinary: bin, CgroupParent: parent, Engine: engine, Images: images})
 	if err != nil {
@@ -71,4 +72,12 @@ func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.D
 		},
 	}
 	return h, d, dir
+}
+
+// engineBinary is the binary of engine (nil: runc).
+func engineBinary(engine *oci.Engine) string {
+	if engine == nil || engine.Path == "" {
+		return "runc"
+	}
+	return engine.Path
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/sweep"
 )
 
 // InCI reports whether the tests run in CI, where missing host parts are failures.
@@ -77,7 +78,7 @@ func Binary(t testing.TB) string {
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "airlock-bin-")
+		dir, err := markedDir("airlock-bin-")
 		if err != nil {
 			buildErr = err
 			return
@@ -96,10 +97,16 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// Main runs a package's tests and then removes the binary Binary built, if any: call it
-// from TestMain (os.Exit(testenv.Main(m))).
+// Main first removes what test processes that were killed left on the host (Sweep),
+// then runs a package's tests, and then removes the binary Binary built, if any: call
+// it from TestMain (os.Exit(testenv.Main(m))). A little before go test's -timeout,
+// which would panic without running cleanups, it removes what this process's nodes
+// made and exits instead, with every goroutine's stack.
 func Main(m *testing.M) int {
+	Sweep(os.Stderr)
+	stop := processWatchdog()
 	code := m.Run()
+	stop()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
@@ -127,6 +134,8 @@ type Node struct {
 	SecretsDir string
 	Server     *server.Server
 	Client     *client.Client
+	// Ctx ends at the test's deadline (see Watchdog).
+	Ctx context.Context
 
 	tcpAddr string
 	tokens  map[string]string // owner -> token
@@ -178,13 +187,22 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	t.Helper()
 	RequireHost(t)
 	bin := Binary(t)
-	// Short paths: unix socket paths are limited to 108 bytes.
-	dir, err := os.MkdirTemp("/tmp", "al-")
-	if err != nil {
+	dir := TempDir(t, "al-")
+	n := &Node{Dir: dir, Socket: filepath.Join(dir, "api.sock"), CgroupParent: "airlock-test-" + filepath.Base(dir),
+		SecretsDir: dir + "-secrets"} // delivered secrets live on a tmpfs outside the state directory, as on a real node
+	tag := fmt.Sprintf("%04x", uint16(time.Now().UnixNano()))
+	rec := sweep.Record{CgroupParents: []string{n.CgroupParent, n.CgroupParent + "-runsc"},
+		Runtimes:   []sweep.Runtime{{Binary: "runc", Root: filepath.Join(dir, "runc")}, {Binary: "runsc", Root: filepath.Join(dir, "runsc")}},
+		SecretsDir: n.SecretsDir}
+	for _, o := range opts {
+		if o.Network {
+			rec.Table, rec.VethPrefix = "airlock_t"+tag, "t"+tag
+		}
+	}
+	if err := sweep.WriteRecord(dir, rec); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o711)
-	n := &Node{Dir: dir, Socket: filepath.Join(dir, "api.sock"), CgroupParent: "airlock-test-" + filepath.Base(dir)}
+	var err error
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for _, o := range opts {
 		if o.LogTo != nil {
@@ -252,8 +270,6 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	n.AuditLog = newAuditLog(t, n.Store, dir)
 	n.Manager.SetAuditLog(n.AuditLog)
 	n.Secrets = newSecrets(t, n.Store, dir)
-	// Delivered secrets live on a tmpfs outside the state directory, as on a real node.
-	n.SecretsDir = dir + "-secrets"
 	if n.Delivery, err = secret.NewDelivery(n.Secrets, n.SecretsDir, log); err != nil {
 		t.Fatal(err)
 	}
@@ -263,14 +279,13 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		if !o.Network {
 			continue
 		}
-		tag := fmt.Sprintf("%04x", uint16(time.Now().UnixNano()))
 		upstream := o.UpstreamDNS
 		if upstream == "" {
 			upstream = "127.0.0.1:9" // nothing answers: allowed names fail, nothing leaves the host
 		}
 		n.Network, err = network.New(network.Options{Dir: filepath.Join(dir, "network"),
-			Subnet: freeSubnet(t), HostPrefix: "t" + tag,
-			Table: "airlock_t" + tag, Upstream: upstream, ExtraCAs: o.ExtraCAs, MaxConns: o.MaxConns,
+			Subnet: freeSubnet(t), HostPrefix: rec.VethPrefix,
+			Table: rec.Table, Upstream: upstream, ExtraCAs: o.ExtraCAs, MaxConns: o.MaxConns,
 			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log,
 			Secrets: n.Delivery.Substitutions, API: n.Server.ServeFromSandbox, SessionToken: n.Auth.SessionToken, EndSessions: n.Auth.EndSessions})
 		if err != nil {
@@ -281,6 +296,9 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	}
 	var hs *http.Server
 	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
+	// A test still running at its deadline fails, and its calls to the node fail
+	// with it, so that it ends and the cleanup below removes its sandboxes.
+	n.Ctx = Watchdog(t, func() { hs.Close() })
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
