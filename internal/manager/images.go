@@ -120,15 +120,16 @@ func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn 
 	return nil, errors.Join(errs...) // not reached: the last try returns
 }
 
-// ImageSandboxes maps image digests to the caller's sandboxes (not terminated) on them.
-func (m *Manager) ImageSandboxes(ctx context.Context, owner string) (map[string][]string, error) {
+// ImageSandboxes maps image digests to the names of owner's sandboxes (not terminated)
+// on them that keep keeps (every one, when keep is nil).
+func (m *Manager) ImageSandboxes(ctx context.Context, owner string, keep func(*Sandbox) bool) (map[string][]string, error) {
 	list, err := m.List(ctx, store.SandboxFilter{Owner: owner})
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]string{}
 	for _, sb := range list {
-		if sb.State != Terminated {
+		if sb.State != Terminated && (keep == nil || keep(sb)) {
 			out[sb.ImageDigest] = append(out[sb.ImageDigest], sb.Name)
 		}
 	}

@@ -32,13 +32,19 @@ func requestHash(kind string, body any) string {
 // is true when the key was seen before with the same request.
 func (m *Manager) beginOp(ctx context.Context, call Call, kind, sandboxID string, body any) (op *store.Operation, replay bool, err error) {
 	now := m.now()
-	op = &store.Operation{
-		ID: newID("op_"), Kind: kind, Owner: call.Owner, SandboxID: sandboxID, State: store.OpRunning,
-		IdempotencyKey: call.IdempotencyKey, RequestHash: requestHash(kind, body),
-		CreatedAt: now, UpdatedAt: now,
-	}
 	if len(call.IdempotencyKey) > 256 {
 		return nil, false, errdefs.Invalid("Idempotency-Key is longer than 256 characters")
+	}
+	key := call.IdempotencyKey
+	if from := creatorOf(ctx); key != "" && from != "" {
+		// Code inside a sandbox has keys of its own: one its owner (or a sibling) used
+		// never replays that caller's operation to it.
+		key = from + "/" + key
+	}
+	op = &store.Operation{
+		ID: newID("op_"), Kind: kind, Owner: call.Owner, SandboxID: sandboxID, State: store.OpRunning,
+		IdempotencyKey: key, RequestHash: requestHash(kind, body),
+		CreatedAt: now, UpdatedAt: now,
 	}
 	existing, err := m.store.CreateOperation(ctx, op)
 	if errors.Is(err, errdefs.ErrAlreadyExists) && existing != nil {

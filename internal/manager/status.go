@@ -9,7 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// Health is what the node can do and how many live sandboxes owner holds.
+// Health is what the node can do and how many live sandboxes of owner's the caller sees.
 type Health struct {
 	Sandboxes int
 	// Checks come first from the store, then from the runtime driver; Detail may name
@@ -17,9 +17,13 @@ type Health struct {
 	Checks []runtime.Check
 }
 
-// Health checks the store and the driver.
-func (m *Manager) Health(ctx context.Context, owner string) Health {
+// Health checks the store and the driver, and counts owner's live sandboxes that keep
+// keeps (every one, when keep is nil).
+func (m *Manager) Health(ctx context.Context, owner string, keep func(*Sandbox) bool) Health {
 	list, err := m.List(ctx, store.SandboxFilter{Owner: owner, States: []store.State{Running, Suspended, Creating}})
+	if keep != nil {
+		list = slices.DeleteFunc(list, func(sb *Sandbox) bool { return !keep(sb) })
+	}
 	c := runtime.Check{Name: "store", OK: err == nil, Detail: "SQLite"}
 	if err != nil {
 		c.Degrades = "the daemon cannot read or write its records: " + err.Error()

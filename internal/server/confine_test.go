@@ -3,11 +3,16 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http/httptest"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -112,4 +117,139 @@ func createSandbox(t *testing.T, n *testenv.FakeNode, name string) *api.Sandbox 
 		t.Fatal(err)
 	}
 	return resp.Sandbox
+}
+
+// TestConfinementMatrix calls every API route, generated from the server's route table,
+// as code inside sandbox A whose owner also holds sandbox B, B's snapshot and operation,
+// and a secret bound to B. Named after B (or its snapshot, operation, secret), a route is
+// refused and leaks nothing of B's it was not given; named after A, a reading route
+// answers nothing of B's. A route the table does not classify fails here.
+func TestConfinementMatrix(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	ctx := context.Background()
+	a := createSandbox(t, n, "inside-a7")
+	bResp, err := n.Client.Create(ctx, api.CreateSandboxRequest{Name: "sibling-b9"}, client.WithIdempotencyKey("the-owners-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bResp.Sandbox
+	snapOf := func(ref string) *api.OperationResponse {
+		resp, err := n.Client.Snapshot(ctx, ref, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	aSnap, bSnap := snapOf(a.Name), snapOf(b.Name)
+	sec, err := n.Client.CreateSecret(ctx, api.CreateSecretRequest{Name: "owners-secret-k4", Type: "token",
+		AllowedHosts: []string{"api.example.com"}, Value: "sk-live-0123456789abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.BindSecret(ctx, sec.Name, api.BindSecretRequest{Sandbox: b.Name, Target: "TOKEN"}); err != nil {
+		t.Fatal(err)
+	}
+	token, err := n.Auth.SessionToken(ctx, "local", "", a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What code inside A must never learn, unless it named it itself.
+	hidden := map[string]string{"B's id": b.ID, "B's name": b.Name, "B's snapshot": bSnap.Snapshot.ID,
+		"B's operation": bResp.Operation.ID, "B's snapshot operation": bSnap.Operation.ID, "the secret's name": sec.Name,
+		"the secret's preview": sec.Versions[0].Preview, "the secret's fingerprint": sec.Versions[0].Fingerprint}
+
+	type target struct{ ref, snapshot, operation, query string }
+	aims := map[string]target{
+		"B":       {b.Name, bSnap.Snapshot.ID, bResp.Operation.ID, b.Name},
+		"B by id": {b.ID, bSnap.Snapshot.ID, bSnap.Operation.ID, b.ID},
+		"A":       {a.Name, aSnap.Snapshot.ID, aSnap.Operation.ID, a.Name},
+	}
+	param := regexp.MustCompile(`\{([a-z]+)(\.\.\.)?\}`)
+	reach := (&server.Server{}).RouteReach()
+	for _, route := range slices.Sorted(maps.Keys(reach)) {
+		class := reach[route]
+		if class == "" {
+			t.Errorf("%s: the route table does not say how far a request from inside a sandbox goes on it", route)
+			continue
+		}
+		method, pattern, _ := strings.Cut(route, " ")
+		for _, aim := range slices.Sorted(maps.Keys(aims)) {
+			to := aims[aim]
+			if aim == "A" && method != "GET" {
+				continue // its own sandbox's changes are other tests' business
+			}
+			path := param.ReplaceAllStringFunc(pattern, func(p string) string {
+				switch name := strings.Trim(p, "{.}"); {
+				case name == "ref" && strings.HasPrefix(pattern, "/v1/images/"):
+					return "host"
+				case name == "ref", name == "sandbox":
+					return to.ref
+				case name == "id" && strings.HasPrefix(pattern, "/v1/snapshots/"):
+					return to.snapshot
+				case name == "id" && strings.HasPrefix(pattern, "/v1/operations/"):
+					return to.operation
+				case name == "name" && strings.HasPrefix(pattern, "/v1/secrets/"):
+					return sec.Name
+				case name == "port":
+					return "8080"
+				default:
+					return "x"
+				}
+			})
+			path += "?sandbox=" + to.query
+			body := ""
+			if method == "POST" || method == "PUT" {
+				body = `{"name":"` + b.Name + `"}`
+			}
+			r := httptest.NewRequest(method, path, strings.NewReader(body))
+			r.Header.Set("Authorization", "Bearer "+token)
+			r.Header.Set("Idempotency-Key", "the-owners-key")
+			if body != "" {
+				r.Header.Set("Content-Type", "application/json")
+			}
+			w := httptest.NewRecorder()
+			n.Server.ServeFromSandbox(w, r, a.ID)
+			got := w.Body.String()
+			for what, s := range hidden {
+				if strings.Contains(got, s) && !strings.Contains(path+body, s) {
+					t.Errorf("%s %s (%s, aimed at %s): the answer names %s (%s): %d %.300s", method, path, class, aim, what, s, w.Code, got)
+				}
+			}
+			named := class == "own sandbox" || class == "own snapshot" || class == "own operation" || class == "named sandbox"
+			if aim != "A" && (named || class == "outside") && w.Code < 400 {
+				t.Errorf("%s %s (%s, aimed at %s): HTTP %d, want it refused", method, path, class, aim, w.Code)
+			}
+			if class == "outside" && w.Code != 403 {
+				t.Errorf("%s %s (outside): HTTP %d %.300s, want 403", method, path, w.Code, got)
+			}
+		}
+	}
+
+	// What was aimed at B left it as it was.
+	if got, err := n.Client.Get(ctx, b.ID); err != nil || got.State != "running" || got.Name != b.Name {
+		t.Errorf("B after the calls: %+v, %v", got, err)
+	}
+	if _, err := n.Client.GetSnapshot(ctx, bSnap.Snapshot.ID); err != nil {
+		t.Errorf("B's snapshot after the calls: %v", err)
+	}
+	if got, err := n.Client.Secret(ctx, sec.Name); err != nil || got.RevokedAt != nil || len(got.Bindings) != 1 {
+		t.Errorf("the secret after the calls: %+v, %v", got, err)
+	}
+	// The status counts only what A reaches: itself and the sandboxes it created.
+	r := httptest.NewRequest("GET", "/v1/status", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	w := httptest.NewRecorder()
+	n.Server.ServeFromSandbox(w, r, a.ID)
+	var st api.Status
+	json.Unmarshal(w.Body.Bytes(), &st)
+	list, _ := n.Client.List(ctx, client.ListOptions{States: []string{"running"}})
+	created := 0
+	for _, sb := range list {
+		if sb.Name != a.Name && sb.Name != b.Name {
+			created++ // made by the calls above, from inside A
+		}
+	}
+	if st.Sandboxes != 1+created {
+		t.Errorf("/v1/status from inside A counts %d sandboxes; want %d (A and the %d it created), not its owner's others", st.Sandboxes, 1+created, created)
+	}
 }

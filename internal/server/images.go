@@ -30,7 +30,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	used, err := s.m.ImageSandboxes(r.Context(), owner(r))
+	used, err := s.m.ImageSandboxes(r.Context(), owner(r), visible(r))
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	used, err := s.m.ImageSandboxes(r.Context(), owner(r))
+	used, err := s.m.ImageSandboxes(r.Context(), owner(r), visible(r))
 	if err != nil {
 		return err
 	}

@@ -129,9 +129,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list))}
-	from := principal(r).Sandbox // code inside a sandbox sees only what it reaches
+	keep := visible(r)
 	for _, sb := range list {
-		if from == "" || reaches(from, sb) {
+		if keep == nil || keep(sb) {
 			out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
 		}
 	}

@@ -103,12 +103,13 @@ func New(m *manager.Manager, opts Options, log *slog.Logger) *Server {
 	s := &Server{m: m, opts: opts, log: log.With("component", "api"), mux: http.NewServeMux(),
 		outBudget: newOutputBudget(opts.OutputBudget), ports: opts.Ports}
 	for _, r := range s.routes() {
-		s.mux.HandleFunc(r.pattern, s.adapt(r.pattern, r.perm, r.handler))
+		s.mux.HandleFunc(r.pattern, s.adapt(r))
 	}
 	m.SetPortCloser(s.ClosePortConns)
-	s.mux.HandleFunc("/", s.adapt("unknown route", anyone, func(w http.ResponseWriter, r *http.Request) error {
-		return errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path)
-	}))
+	s.mux.HandleFunc("/", s.adapt(route{pattern: "unknown route", perm: anyone, inside: public,
+		handler: func(w http.ResponseWriter, r *http.Request) error {
+			return errdefs.NotFound("no such route: %s %s", r.Method, r.URL.Path)
+		}}))
 	return s
 }
 
@@ -117,6 +118,8 @@ type route struct {
 	handler handler
 	// perm is what the caller must hold; anyone is any authenticated caller.
 	perm auth.Permission
+	// inside is how far a request from inside a sandbox goes (see confine).
+	inside reach
 }
 
 // anyone marks a route every authenticated caller may call (its answer is scoped to
@@ -131,27 +134,27 @@ type handler func(w http.ResponseWriter, r *http.Request) error
 // adapt checks the route's permission (and, for a mutating call, that the audit log
 // can be written), is the one place a handler's error becomes the response, and
 // records the request in the audit log.
-func (s *Server) adapt(pattern string, perm auth.Permission, h handler) http.HandlerFunc {
+func (s *Server) adapt(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
 		ctx, noted := manager.NoteSandbox(r.Context())
 		r = r.WithContext(ctx)
-		err := permitted(r, perm)
+		err := permitted(r, rt.perm)
 		if err == nil {
-			err = s.confine(r, pattern, perm)
+			err = s.confine(r, rt.perm, rt.inside)
 		}
 		if err == nil && mutating(r) && s.opts.AuditLog != nil {
 			err = s.opts.AuditLog.Healthy()
 		}
 		if err == nil {
-			err = h(rec, r)
+			err = rt.handler(rec, r)
 		}
 		if err != nil {
 			s.writeError(rec, r, err)
 		}
 		if principal(r) != nil { // the exposed ports' traffic is no API request
-			s.auditRequest(r, pattern, noted(), rec.status, err, start)
+			s.auditRequest(r, rt.pattern, noted(), rec.status, err, start)
 		}
 	}
 }
@@ -159,6 +162,11 @@ func (s *Server) adapt(pattern string, perm auth.Permission, h handler) http.Han
 // permitted says whether the request's caller holds perm. The exposed ports' routes,
 // which carry their own token and have no principal, are anyone's.
 func permitted(r *http.Request, perm auth.Permission) error {
+	return permittedTo(r, perm, "this call")
+}
+
+// permittedTo says whether the request's caller holds perm, which what needs.
+func permittedTo(r *http.Request, perm auth.Permission, what string) error {
 	p := principal(r)
 	if perm == anyone || p.Can(perm) {
 		return nil
@@ -167,85 +175,85 @@ func permitted(r *http.Request, perm auth.Permission) error {
 		return &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "this call needs an authenticated caller"}
 	}
 	return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
-		Msg:     fmt.Sprintf("this call needs the %s permission, which the roles of %q (%s) do not grant", perm, p.Identity, strings.Join(p.Roles, ", ")),
+		Msg:     fmt.Sprintf("%s needs the %s permission, which the roles of %q (%s) do not grant", what, perm, p.Identity, strings.Join(p.Roles, ", ")),
 		Details: map[string]any{"permission": string(perm)}}
 }
 
 func (s *Server) routes() []route {
 	return []route{
-		{"GET /v1/status", s.status, anyone},
-		{"GET /v1/openapi.yaml", s.openapi, anyone},
-		{"POST /v1/route", s.route, auth.SandboxRead},
-		{"POST /v1/sandboxes", s.createSandbox, auth.SandboxCreate},
-		{"GET /v1/sandboxes", s.listSandboxes, auth.SandboxRead},
-		{"GET /v1/sandboxes/{ref}", s.getSandbox, auth.SandboxRead},
-		{"DELETE /v1/sandboxes/{ref}", s.terminateSandbox, auth.SandboxCreate},
-		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox, auth.SandboxCreate},
-		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox, auth.SandboxCreate},
-		{"GET /v1/events", s.events, auth.SandboxRead},
-		{"GET /v1/sandboxes/{ref}/network", s.getNetwork, auth.SandboxRead},
-		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork, auth.SandboxNetwork},
-		{"GET /v1/sandboxes/{ref}/egress", s.egressLog, auth.SandboxRead},
-		{"POST /v1/sandboxes/{ref}/ports", s.exposePort, auth.SandboxNetwork},
-		{"GET /v1/sandboxes/{ref}/ports", s.listPorts, auth.SandboxRead},
-		{"DELETE /v1/sandboxes/{ref}/ports/{port}", s.closePort, auth.SandboxNetwork},
-		{"GET /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
-		{"POST /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
-		{"PUT /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
-		{"PATCH /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
-		{"DELETE /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone},
-		{"POST /v1/gc", s.gc, auth.SandboxAdmin},
-		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot, auth.SnapshotCreate},
-		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox, auth.SnapshotCreate},
-		{"POST /v1/sandboxes/{ref}/fork", s.forkSandbox, auth.SandboxCreate},
-		{"GET /v1/snapshots", s.listSnapshots, auth.SnapshotRead},
-		{"GET /v1/snapshots/{id}", s.getSnapshot, auth.SnapshotRead},
-		{"DELETE /v1/snapshots/{id}", s.deleteSnapshot, auth.SnapshotDelete},
-		{"POST /v1/snapshots/{id}/fork", s.forkSnapshot, auth.SandboxCreate},
-		{"POST /v1/sandboxes/{ref}/exec", s.exec, auth.SandboxExec},
-		{"POST /v1/sandboxes/{ref}/sessions", s.startSession, auth.SandboxExec},
-		{"GET /v1/sandboxes/{ref}/sessions", s.listSessions, auth.SandboxRead},
-		{"POST /v1/sandboxes/{ref}/sessions/{sid}/send", s.send, auth.SandboxExec},
-		{"GET /v1/sandboxes/{ref}/sessions/{sid}/logs", s.sessionLogs, auth.SandboxExec}, // a process's output, like an exec's
-		{"DELETE /v1/sandboxes/{ref}/sessions/{sid}", s.closeSession, auth.SandboxExec},
-		{"PUT /v1/sandboxes/{ref}/files", s.upload, auth.SandboxFiles},
-		{"GET /v1/sandboxes/{ref}/files", s.download, auth.SandboxFiles},
-		{"DELETE /v1/sandboxes/{ref}/files", s.removeFile, auth.SandboxFiles},
-		{"GET /v1/sandboxes/{ref}/files/list", s.listFiles, auth.SandboxFiles},
-		{"GET /v1/sandboxes/{ref}/files/stat", s.statFile, auth.SandboxFiles},
-		{"POST /v1/sandboxes/{ref}/files/mkdir", s.mkdir, auth.SandboxFiles},
-		{"POST /v1/sandboxes/{ref}/pty", s.pty, auth.SandboxExec},
-		{"GET /v1/operations/{id}", s.getOperation, anyone},
-		{"GET /v1/images", s.listImages, auth.ImageRead},
-		{"POST /v1/images", s.importImage, auth.ImageCreate},
-		{"POST /v1/images/pull", s.pullImage, auth.ImageCreate},
-		{"POST /v1/images/prune", s.pruneImages, auth.ImageDelete},
-		{"GET /v1/images/{ref}", s.getImage, auth.ImageRead},
-		{"GET /v1/images/{ref}/export", s.exportImage, auth.ImageRead},
-		{"POST /v1/registries/login", s.registryLogin, auth.SecretCreate},
-		{"DELETE /v1/registries/{registry}", s.registryLogout, auth.SecretCreate},
-		{"DELETE /v1/images/{ref}", s.removeImage, auth.ImageDelete},
-		{"GET /v1/users", s.listUsers, auth.Admin},
-		{"POST /v1/users", s.createUser, auth.Admin},
-		{"DELETE /v1/users/{name}", s.deleteUser, auth.Admin},
-		{"PUT /v1/users/{name}/roles", s.setUserRoles, auth.Admin},
-		{"GET /v1/roles", s.listRoles, anyone},
-		{"PUT /v1/roles/{name}", s.putRole, auth.Admin},
-		{"DELETE /v1/roles/{name}", s.deleteRole, auth.Admin},
-		{"GET /v1/tokens", s.listTokens, auth.Admin},
-		{"POST /v1/tokens", s.createToken, auth.Admin},
-		{"DELETE /v1/tokens/{id}", s.revokeToken, auth.Admin},
-		{"GET /v1/whoami", s.whoami, anyone},
-		{"GET /v1/audit", s.auditList, auth.AuditRead},
-		{"POST /v1/audit/verify", s.auditVerify, auth.Admin},
-		{"GET /v1/secrets", s.listSecrets, auth.SecretCreate},
-		{"POST /v1/secrets", s.createSecret, auth.SecretCreate},
-		{"POST /v1/secrets/rekey", s.rekeySecrets, auth.Admin},
-		{"GET /v1/secrets/{name}", s.getSecret, auth.SecretCreate},
-		{"POST /v1/secrets/{name}/rotate", s.rotateSecret, auth.SecretCreate},
-		{"DELETE /v1/secrets/{name}", s.revokeSecret, auth.SecretCreate},
-		{"POST /v1/secrets/{name}/bindings", s.bindSecret, auth.SecretBind},
-		{"DELETE /v1/secrets/{name}/bindings", s.unbindSecret, auth.SecretBind},
+		{"GET /v1/status", s.status, anyone, filtered},
+		{"GET /v1/openapi.yaml", s.openapi, anyone, public},
+		{"POST /v1/route", s.route, auth.SandboxRead, public},
+		{"POST /v1/sandboxes", s.createSandbox, auth.SandboxCreate, creates},
+		{"GET /v1/sandboxes", s.listSandboxes, auth.SandboxRead, filtered},
+		{"GET /v1/sandboxes/{ref}", s.getSandbox, auth.SandboxRead, ownSandbox},
+		{"DELETE /v1/sandboxes/{ref}", s.terminateSandbox, auth.SandboxCreate, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox, auth.SandboxCreate, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox, auth.SandboxCreate, ownSandbox},
+		{"GET /v1/events", s.events, auth.SandboxRead, namedSandbox},
+		{"GET /v1/sandboxes/{ref}/network", s.getNetwork, auth.SandboxRead, ownSandbox},
+		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork, auth.SandboxNetwork, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/egress", s.egressLog, auth.SandboxRead, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/ports", s.exposePort, auth.SandboxNetwork, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/ports", s.listPorts, auth.SandboxRead, ownSandbox},
+		{"DELETE /v1/sandboxes/{ref}/ports/{port}", s.closePort, auth.SandboxNetwork, ownSandbox},
+		{"GET /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone, public},
+		{"POST /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone, public},
+		{"PUT /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone, public},
+		{"PATCH /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone, public},
+		{"DELETE /v1/ports/{sandbox}/{port}/{rest...}", s.portProxy, anyone, public},
+		{"POST /v1/gc", s.gc, auth.SandboxAdmin, outside},
+		{"POST /v1/sandboxes/{ref}/snapshots", s.createSnapshot, auth.SnapshotCreate, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/restore", s.restoreSandbox, auth.SnapshotCreate, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/fork", s.forkSandbox, auth.SandboxCreate, ownSandbox},
+		{"GET /v1/snapshots", s.listSnapshots, auth.SnapshotRead, namedSandbox},
+		{"GET /v1/snapshots/{id}", s.getSnapshot, auth.SnapshotRead, ownSnapshot},
+		{"DELETE /v1/snapshots/{id}", s.deleteSnapshot, auth.SnapshotDelete, ownSnapshot},
+		{"POST /v1/snapshots/{id}/fork", s.forkSnapshot, auth.SandboxCreate, ownSnapshot},
+		{"POST /v1/sandboxes/{ref}/exec", s.exec, auth.SandboxExec, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/sessions", s.startSession, auth.SandboxExec, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/sessions", s.listSessions, auth.SandboxRead, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/sessions/{sid}/send", s.send, auth.SandboxExec, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/sessions/{sid}/logs", s.sessionLogs, auth.SandboxExec, ownSandbox}, // a process's output, like an exec's
+		{"DELETE /v1/sandboxes/{ref}/sessions/{sid}", s.closeSession, auth.SandboxExec, ownSandbox},
+		{"PUT /v1/sandboxes/{ref}/files", s.upload, auth.SandboxFiles, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/files", s.download, auth.SandboxFiles, ownSandbox},
+		{"DELETE /v1/sandboxes/{ref}/files", s.removeFile, auth.SandboxFiles, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/files/list", s.listFiles, auth.SandboxFiles, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/files/stat", s.statFile, auth.SandboxFiles, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/files/mkdir", s.mkdir, auth.SandboxFiles, ownSandbox},
+		{"POST /v1/sandboxes/{ref}/pty", s.pty, auth.SandboxExec, ownSandbox},
+		{"GET /v1/operations/{id}", s.getOperation, anyone, ownOperation},
+		{"GET /v1/images", s.listImages, auth.ImageRead, shared},
+		{"POST /v1/images", s.importImage, auth.ImageCreate, shared},
+		{"POST /v1/images/pull", s.pullImage, auth.ImageCreate, shared},
+		{"POST /v1/images/prune", s.pruneImages, auth.ImageDelete, shared},
+		{"GET /v1/images/{ref}", s.getImage, auth.ImageRead, shared},
+		{"GET /v1/images/{ref}/export", s.exportImage, auth.ImageRead, shared},
+		{"POST /v1/registries/login", s.registryLogin, auth.SecretCreate, outside},
+		{"DELETE /v1/registries/{registry}", s.registryLogout, auth.SecretCreate, outside},
+		{"DELETE /v1/images/{ref}", s.removeImage, auth.ImageDelete, shared},
+		{"GET /v1/users", s.listUsers, auth.Admin, outside},
+		{"POST /v1/users", s.createUser, auth.Admin, outside},
+		{"DELETE /v1/users/{name}", s.deleteUser, auth.Admin, outside},
+		{"PUT /v1/users/{name}/roles", s.setUserRoles, auth.Admin, outside},
+		{"GET /v1/roles", s.listRoles, anyone, public},
+		{"PUT /v1/roles/{name}", s.putRole, auth.Admin, outside},
+		{"DELETE /v1/roles/{name}", s.deleteRole, auth.Admin, outside},
+		{"GET /v1/tokens", s.listTokens, auth.Admin, outside},
+		{"POST /v1/tokens", s.createToken, auth.Admin, outside},
+		{"DELETE /v1/tokens/{id}", s.revokeToken, auth.Admin, outside},
+		{"GET /v1/whoami", s.whoami, anyone, public},
+		{"GET /v1/audit", s.auditList, auth.AuditRead, outside},
+		{"POST /v1/audit/verify", s.auditVerify, auth.Admin, outside},
+		{"GET /v1/secrets", s.listSecrets, auth.SecretCreate, outside},
+		{"POST /v1/secrets", s.createSecret, auth.SecretCreate, outside},
+		{"POST /v1/secrets/rekey", s.rekeySecrets, auth.Admin, outside},
+		{"GET /v1/secrets/{name}", s.getSecret, auth.SecretCreate, outside},
+		{"POST /v1/secrets/{name}/rotate", s.rotateSecret, auth.SecretCreate, outside},
+		{"DELETE /v1/secrets/{name}", s.revokeSecret, auth.SecretCreate, outside},
+		{"POST /v1/secrets/{name}/bindings", s.bindSecret, auth.SecretBind, outside},
+		{"DELETE /v1/secrets/{name}/bindings", s.unbindSecret, auth.SecretBind, outside},
 	}
 }
 
@@ -258,6 +266,16 @@ func (s *Server) RoutePermissions() map[string]string {
 		if !strings.Contains(r.pattern, " /v1/ports/") {
 			out[r.pattern] = string(r.perm)
 		}
+	}
+	return out
+}
+
+// RouteReach maps "METHOD /path" of every route to how far a request from inside a
+// sandbox goes on it ("" for a route that does not say, which such requests are refused).
+func (s *Server) RouteReach() map[string]string {
+	out := map[string]string{}
+	for _, r := range s.routes() {
+		out[r.pattern] = reachNames[r.inside]
 	}
 	return out
 }

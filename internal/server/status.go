@@ -16,7 +16,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if admin {
 		out.StateDir = s.opts.StateDir
 	}
-	h := s.m.Health(r.Context(), owner(r))
+	h := s.m.Health(r.Context(), owner(r), visible(r))
 	out.Sandboxes, out.Runtimes = h.Sandboxes, s.m.Runtimes()
 	for _, c := range h.Checks {
 		out.Checks = append(out.Checks, api.Check{Name: c.Name, OK: c.OK, Detail: c.Detail, Degrades: c.Degrades, Optional: c.Optional})
