@@ -145,6 +145,7 @@ type PortList struct {
 type Sandbox struct {
 	ID           string            `json:"id"`
 	Name         string            `json:"name"`
+	Owner        string            `json:"owner"` // the identity that holds it
 	State        string            `json:"state"`
 	Image        string            `json:"image"`
 	ImageDigest  string            `json:"image_digest"`

@@ -35,6 +35,9 @@ func (c *Client) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
 type ListOptions struct {
 	States []string
 	Labels map[string]string
+	// AllOwners lists every owner's sandboxes, not only the caller's; it needs the
+	// admin permission. Another owner's sandbox is reached by its id.
+	AllOwners bool
 }
 
 // List returns the sandboxes that match opts.
@@ -50,6 +53,9 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]api.Sandbox, err
 	sort.Strings(keys)
 	for _, k := range keys {
 		q.Add("label", k+"="+opts.Labels[k])
+	}
+	if opts.AllOwners {
+		q.Set("all_owners", "true")
 	}
 	var out api.SandboxList
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q}, &out); err != nil {

@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +158,61 @@ func TestStatusShowsHostPathsToAdminsOnly(t *testing.T) {
 		if c.Detail != "" {
 			t.Errorf("a TCP owner's status check %q has detail %q; want none", c.Name, c.Detail)
 		}
+	}
+}
+
+// TestAdministratorListsEveryOwner checks that root on the unix socket lists every
+// owner's sandboxes (the SDK's AllOwners and airlock ls --all-owners, with an OWNER
+// column), removes another owner's by the id the listing gives, and that an owner
+// without the admin permission is refused such a listing.
+func TestAdministratorListsEveryOwner(t *testing.T) {
+	n := testenv.NewNode(t, testenv.Options{Owners: []string{"alice", "bob"}})
+	alice, bob := n.As(t, "alice"), n.As(t, "bob")
+	ids := map[string]string{}
+	for owner, c := range map[string]*client.Client{"alice": alice, "bob": bob} {
+		resp, err := c.Create(background, api.CreateSandboxRequest{Name: "work"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[owner] = resp.Sandbox.ID
+	}
+	list, err := n.Client.List(background, client.ListOptions{AllOwners: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, sb := range list {
+		seen[sb.Owner] = sb.ID
+	}
+	if seen["alice"] != ids["alice"] || seen["bob"] != ids["bob"] || len(list) != 2 {
+		t.Fatalf("root lists %+v; want alice's and bob's sandboxes %v, each with its owner", seen, ids)
+	}
+	out, err := exec.Command(testenv.Binary(t), "--socket", n.Socket, "ls", "--all-owners").CombinedOutput()
+	if err != nil {
+		t.Fatalf("airlock ls --all-owners: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "OWNER") {
+		t.Fatalf("airlock ls --all-owners printed\n%s\nwant a header with OWNER and two sandboxes", out)
+	}
+	for _, owner := range []string{"alice", "bob"} {
+		if !slices.ContainsFunc(lines[1:], func(l string) bool {
+			f := strings.Fields(l)
+			return len(f) > 2 && f[0] == owner && f[2] == ids[owner]
+		}) {
+			t.Errorf("airlock ls --all-owners printed\n%s\nwant %s's sandbox %s on a line of its own", out, owner, ids[owner])
+		}
+	}
+	_, err = alice.List(background, client.ListOptions{AllOwners: true})
+	wantAPIError(t, "alice lists every owner's sandboxes", err, 403, "permission_denied")
+
+	if _, err := n.Client.Terminate(background, seen["bob"]); err != nil {
+		t.Fatalf("root removes bob's sandbox by the listed id: %v", err)
+	}
+	if sb, err := bob.Get(background, "work"); err != nil || sb.State != "terminated" {
+		t.Errorf("bob's sandbox after root removed it: %+v, %v", sb, err)
+	}
+	if sb, err := alice.Get(background, "work"); err != nil || sb.State != "running" {
+		t.Errorf("alice's sandbox after root removed bob's: %+v, %v", sb, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -189,5 +190,67 @@ func TestSandboxAdminReachesOthersByID(t *testing.T) {
 	recs := auditEntries(t, admin, client.AuditFilter{Action: "exec"})
 	if len(recs) != 1 || recs[0].Identity != "local" || recs[0].Sandbox != id {
 		t.Errorf("the exec's audit record: %+v; want it made by local in %s", recs, id)
+	}
+}
+
+// all_owners=true lists every owner's sandboxes, each naming its owner, to a caller with
+// the admin permission only; anyone else is refused and told which permission it lacks,
+// and so is code inside a sandbox whatever its owner's role.
+func TestListAllOwners(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	alice, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "alice")})
+	bob, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "bob")})
+	for c, name := range map[*client.Client]string{alice: "a-box", bob: "b-box"} {
+		if _, err := c.Create(bg, api.CreateSandboxRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := n.Client.List(bg, client.ListOptions{AllOwners: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sb := range list {
+		got = append(got, sb.Owner+"/"+sb.Name)
+	}
+	if want := []string{"alice/a-box", "bob/b-box"}; !slices.Equal(got, want) {
+		t.Errorf("the administrator lists all owners' sandboxes: %v, want %v", got, want)
+	}
+	if own, _ := n.Client.List(bg, client.ListOptions{}); len(own) != 0 {
+		t.Errorf("the administrator's own list has %d sandboxes; want none without all_owners", len(own))
+	}
+	if own, _ := alice.List(bg, client.ListOptions{}); len(own) != 1 || own[0].Owner != "alice" {
+		t.Errorf("alice's own list: %+v; want a-box, naming her as its owner", own)
+	}
+	_, err = alice.List(bg, client.ListOptions{AllOwners: true})
+	wantCode(t, "alice lists all owners", err, "permission_denied")
+	if err == nil || !strings.Contains(err.Error(), "admin permission") {
+		t.Errorf("alice's refusal %v; want it to name the admin permission", err)
+	}
+	for _, q := range []string{"all_owners=yes", "all_owners=1"} {
+		req, _ := http.NewRequest("GET", "http://"+n.Addr+"/v1/sandboxes?"+q, nil)
+		req.Header.Set("Authorization", "Bearer "+n.Token(t, "alice"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Errorf("?%s: HTTP %d, want 400", q, resp.StatusCode)
+		}
+	}
+
+	// From inside a sandbox of the administrator, all_owners is refused.
+	inside := createSandbox(t, n, "admins-own")
+	token, err := n.Auth.SessionToken(bg, "local", "", inside.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/v1/sandboxes?all_owners=true", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	w := httptest.NewRecorder()
+	n.Server.ServeFromSandbox(w, r, inside.ID)
+	if w.Code != 403 || strings.Contains(w.Body.String(), "a-box") {
+		t.Errorf("all_owners from inside the administrator's sandbox: %d %s; want 403", w.Code, w.Body.String())
 	}
 }

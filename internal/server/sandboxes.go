@@ -12,7 +12,7 @@ import (
 
 func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 	out := &api.Sandbox{
-		ID: sb.ID, Name: sb.Name, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime, Role: sb.Role,
+		ID: sb.ID, Name: sb.Name, Owner: sb.Owner, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime, Role: sb.Role,
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles, Disk: sb.Limits.Disk},
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
@@ -103,6 +103,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return s.opResult(w, r, http.StatusCreated, op, sb, err)
 }
 
+// listSandboxes lists the caller's sandboxes, or with all_owners=true, for a caller
+// with the admin permission, every owner's.
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := manager.SandboxFilter{Owner: owner(r)}
@@ -110,9 +112,19 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		f.States = append(f.States, manager.State(st))
 	}
 	for k := range q {
-		if k != "state" && k != "label" {
-			return errdefs.Invalid("unknown query parameter %q; use state and label", k)
+		if k != "state" && k != "label" && k != "all_owners" {
+			return errdefs.Invalid("unknown query parameter %q; use state, label and all_owners", k)
 		}
+	}
+	switch all := q.Get("all_owners"); all {
+	case "", "false":
+	case "true":
+		if err := s.adminOnly(r, "listing every owner's sandboxes (all_owners=true)"); err != nil {
+			return err
+		}
+		f.Owner = ""
+	default:
+		return errdefs.Invalid("invalid all_owners %q: true or false", all)
 	}
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, "=")

@@ -179,6 +179,15 @@ func permittedTo(r *http.Request, perm auth.Permission, what string) error {
 		Details: map[string]any{"permission": string(perm)}}
 }
 
+// adminOnly refuses what, a part of a route that is the node's administrators' only,
+// unless the caller holds the admin permission and is outside sandboxes.
+func (s *Server) adminOnly(r *http.Request, what string) error {
+	if err := permittedTo(r, auth.Admin, what); err != nil {
+		return err
+	}
+	return s.confine(r, auth.Admin, outside)
+}
+
 func (s *Server) routes() []route {
 	return []route{
 		{"GET /v1/status", s.status, anyone, filtered},

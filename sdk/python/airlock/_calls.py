@@ -101,7 +101,9 @@ def get(ref: str) -> Request[SandboxInfo]:
     return Request("GET", sandbox_path(v.ref(ref)), parse=SandboxInfo.from_json)
 
 
-def list_sandboxes(states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None) -> Request[List[SandboxInfo]]:
+def list_sandboxes(
+    states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None, all_owners: bool = False
+) -> Request[List[SandboxInfo]]:
     q: List[Tuple[str, str]] = []
     for s in [states] if isinstance(states, str) else (states or []):
         if not isinstance(s, str) or not s:
@@ -109,6 +111,8 @@ def list_sandboxes(states: Optional[Sequence[str]] = None, labels: Optional[Mapp
         q.append(("state", s))
     for k, val in sorted((v.labels(labels) or {}).items()):
         q.append(("label", f"{k}={val}"))
+    if all_owners:
+        q.append(("all_owners", "true"))
     return Request("GET", "/v1/sandboxes", query=q, parse=lambda d: [SandboxInfo.from_json(s) for s in d.get("sandboxes") or []])
 
 

@@ -175,8 +175,10 @@ class AsyncClient:
     async def get(self, ref: str) -> SandboxInfo:
         return await self._do(_calls.get(ref))
 
-    async def list(self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None) -> List[SandboxInfo]:
-        return await self._do(_calls.list_sandboxes(states, labels))
+    async def list(
+        self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None, all_owners: bool = False
+    ) -> List[SandboxInfo]:
+        return await self._do(_calls.list_sandboxes(states, labels, all_owners))
 
     async def terminate(self, ref: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> SandboxInfo:
         return await self._do(_calls.terminate(ref, if_match=if_match, idempotency_key=idempotency_key))

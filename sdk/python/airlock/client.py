@@ -190,9 +190,15 @@ class Client:
         """A sandbox by name or id."""
         return self._do(_calls.get(ref))
 
-    def list(self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None) -> List[SandboxInfo]:
-        """The sandboxes in one of states (any, if None) that carry every label given."""
-        return self._do(_calls.list_sandboxes(states, labels))
+    def list(
+        self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None, all_owners: bool = False
+    ) -> List[SandboxInfo]:
+        """The sandboxes in one of states (any, if None) that carry every label given.
+
+        ``all_owners=True`` lists every owner's (each names its ``owner``), for a caller
+        with the admin permission; another owner's sandbox is reached by its id.
+        """
+        return self._do(_calls.list_sandboxes(states, labels, all_owners))
 
     def terminate(self, ref: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> SandboxInfo:
         """End a sandbox and delete what it owns; its handle remains as a tombstone."""

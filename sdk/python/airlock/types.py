@@ -104,6 +104,7 @@ class SandboxInfo:
     failure: str = ""
     parent: str = ""
     forked_from: str = ""
+    owner: str = ""
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -130,6 +131,7 @@ class SandboxInfo:
             failure=d.get("failure", ""),
             parent=d.get("parent", ""),
             forked_from=d.get("forked_from", ""),
+            owner=d.get("owner", ""),
         )
 
 

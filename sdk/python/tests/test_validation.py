@@ -207,3 +207,12 @@ def test_file_part_from_a_whole_answer():
     assert rest.encode(resolve_target(socket="/x"))[1]["Range"] == "bytes=7-"
     assert file_part(rest, 200, b"0123456789") == b"789"
     assert "Range" not in _calls.download("box", "/f").encode(resolve_target(socket="/x"))[1]
+
+
+def test_list_all_owners_asks_for_every_owner():
+    """all_owners=True asks the daemon for every owner's sandboxes; by default only the caller's."""
+    from airlock import _calls
+    assert ("all_owners", "true") in _calls.list_sandboxes(all_owners=True).query
+    assert not any(k == "all_owners" for k, _ in _calls.list_sandboxes(["running"]).query)
+    info = airlock.SandboxInfo.from_json({"id": "sb_1", "name": "box", "owner": "alice"})
+    assert info.owner == "alice"
