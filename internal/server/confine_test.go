@@ -94,6 +94,10 @@ func TestSessionCredentialIsConfined(t *testing.T) {
 	// What it creates, it reaches; the listing shows only those.
 	code, body = call(a.ID, token, "POST", "/v1/sandboxes", `{"name":"child"}`)
 	want("create a child", 201, code, body)
+	var made api.OperationResponse
+	json.Unmarshal([]byte(body), &made)
+	code, body = call(a.ID, token, "GET", "/v1/operations/"+made.Operation.ID, "")
+	want("its child's operation", 200, code, body)
 	code, body = call(a.ID, token, "GET", "/v1/sandboxes/child", "")
 	want("its child", 200, code, body)
 	code, body = call(a.ID, token, "GET", "/v1/sandboxes", "")
@@ -218,6 +222,9 @@ func TestConfinementMatrix(t *testing.T) {
 			named := class == "own sandbox" || class == "own snapshot" || class == "own operation" || class == "named sandbox"
 			if aim != "A" && (named || class == "outside") && w.Code < 400 {
 				t.Errorf("%s %s (%s, aimed at %s): HTTP %d, want it refused", method, path, class, aim, w.Code)
+			}
+			if aim == "A" && class != "outside" && w.Code == 403 {
+				t.Errorf("%s %s (%s, aimed at A itself): refused: %.300s", method, path, class, got)
 			}
 			if class == "outside" && w.Code != 403 {
 				t.Errorf("%s %s (outside): HTTP %d %.300s, want 403", method, path, w.Code, got)
