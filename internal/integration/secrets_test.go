@@ -213,6 +213,22 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 		if code := exec(deny.Name, `curl -s -o /dev/null -w '%{http_code}' http://airlock.internal/v1/whoami`); code != "401" {
 			t.Errorf("the API from a sandbox without its credential: HTTP %s, want 401", code)
 		}
+		// Its owner's secrets and other sandboxes are in no answer it gets.
+		get := func(path string) string {
+			return exec(deny.Name, `curl -sS -w ' HTTP %{http_code}' -H "Authorization: Bearer $(cat /run/airlock/session/token)" http://airlock.internal`+path)
+		}
+		if out := get("/v1/secrets"); !strings.HasSuffix(out, "HTTP 403") || strings.Contains(out, "gh") {
+			t.Errorf("the owner's secrets from inside: %q, want 403", out)
+		}
+		for _, path := range []string{"/v1/sandboxes", "/v1/images", "/v1/status"} {
+			out := get(path)
+			if !strings.HasSuffix(out, "HTTP 200") || strings.Contains(out, open.Name) || strings.Contains(out, viewer.ID) {
+				t.Errorf("GET %s from inside: %q, want 200 naming none of its owner's other sandboxes", path, out)
+			}
+		}
+		if out := get("/v1/status"); !strings.Contains(out, `"sandboxes":1,`) {
+			t.Errorf("the status from inside: %q, want it to count only its own sandbox", out)
+		}
 	})
 
 	t.Run("file and env delivery", func(t *testing.T) {
