@@ -23,7 +23,15 @@ func Engine(path string) oci.Engine {
 		Args:    []string{"--platform=" + Platform, "--overlay2=none", "--gofer-network-namespace=new"},
 		PassFDs: true,
 		Sentry:  true,
+		Logs:    logFlags,
 	}
+}
+
+// logFlags has runsc log each start into dir: the run command, the sandbox's kernel
+// (boot) and its gofer at runsc's default level (no debug logging), each to
+// <command>.log, and Go runtime messages of the sandbox's processes to panic.log.
+func logFlags(dir string) []string {
+	return []string{"--debug-log=" + dir + "/%COMMAND%.log", "--panic-log=" + dir + "/%COMMAND%.log"}
 }
 
 // Driver runs sandboxes under runsc through the OCI driver: the same bundle, root

@@ -276,7 +276,16 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 		}
 		defer channel.Close()
 	}
-	args := append(d.globalArgs(), "run", "--detach", "--bundle", bundle)
+	args := d.globalArgs()
+	if d.opts.Engine.Logs != nil {
+		dir := filepath.Join(d.dir(id), engineLogDir)
+		if err := resetEngineLogs(dir); err != nil {
+			readyW.Close()
+			return err
+		}
+		args = append(args, d.opts.Engine.Logs(dir)...)
+	}
+	args = append(args, "run", "--detach", "--bundle", bundle)
 	args = append(args, d.opts.Engine.passFDs(2)...)
 	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
 	cmd := exec.CommandContext(ctx, d.opts.Engine.Path, args...)
@@ -290,7 +299,7 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 		err = cmd.Wait()
 	}
 	if err != nil {
-		return fmt.Errorf("%s run: %w: %s", d.opts.Engine.Name, err, d.tail(id))
+		return fmt.Errorf("%s run: %w: %s%s", d.opts.Engine.Name, err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.ReadyTimeout)
 	defer cancel()
@@ -305,12 +314,12 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("sandbox agent did not start (%v); agent log: %s", err, d.tail(id))
+			return fmt.Errorf("sandbox agent did not start (%v); agent log: %s%s", err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
 		}
 		return nil
 	case <-ctx.Done():
 		readyR.Close()
-		return fmt.Errorf("sandbox agent not ready: %w", ctx.Err())
+		return fmt.Errorf("sandbox agent not ready: %w%s", ctx.Err(), engineTail(d.dir(id), d.opts.Engine.Name))
 	}
 }
 

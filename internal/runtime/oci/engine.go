@@ -22,6 +22,12 @@ type Engine struct {
 	// process that listens on the agent's socket is the sandbox's kernel (the process
 	// the pid file names), and sandbox code cannot make host system calls.
 	Sentry bool
+	// Logs, when set, returns the global flags that make the engine write its own logs
+	// of a start into dir, one file per process, each named *.log (runsc: its run, boot
+	// and gofer logs). The driver empties dir before every start, caps the files as it
+	// caps the agent's log, and adds the last lines of each to the error of a start
+	// that fails.
+	Logs func(dir string) []string
 }
 
 // Runc is the engine for the runc binary at path ("" finds it on PATH).

@@ -2,8 +2,10 @@ package oci
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -33,5 +35,42 @@ func TestCapLogRotatesInPlace(t *testing.T) {
 	capLog(dir, 1000) // under the cap: untouched
 	if got := logTail(dir, 100); string(got) != "next" {
 		t.Fatalf("a log under the cap was changed: %q", got)
+	}
+}
+
+// A failed start quotes the last lines of each engine log, bounded in lines and in
+// bytes per line, with control characters replaced; empty logs say nothing.
+func TestEngineTailIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	logs := filepath.Join(dir, engineLogDir)
+	if err := resetEngineLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	var boot bytes.Buffer
+	for i := range 1000 {
+		fmt.Fprintf(&boot, "line %d\n", i)
+	}
+	boot.WriteString("FATAL \x1b[31mboom" + strings.Repeat("x", 2000) + "\n")
+	os.WriteFile(filepath.Join(logs, "boot.log"), boot.Bytes(), 0o600)
+	os.WriteFile(filepath.Join(logs, "panic.log"), nil, 0o600)
+	got := engineTail(dir, "runsc")
+	lines := strings.Split(strings.TrimPrefix(got, "\n"), "\n")
+	if lines[0] != "runsc boot.log, last lines:" || len(lines) != 1+engineLogLines {
+		t.Fatalf("tail = %d lines starting %q; want a heading and %d lines:\n%s", len(lines), lines[0], engineLogLines, got)
+	}
+	if lines[1] != "  line 981" || !strings.HasPrefix(lines[len(lines)-1], "  FATAL ?[31mboom") {
+		t.Errorf("tail lines: first %q, last %.30q; want line 981 and the FATAL line, escape replaced", lines[1], lines[len(lines)-1])
+	}
+	if n := len(lines[len(lines)-1]); n > engineLineBytes+8 {
+		t.Errorf("a long line is quoted as %d bytes; want it cut at %d", n, engineLineBytes)
+	}
+	if strings.Contains(got, "panic.log") {
+		t.Errorf("an empty log is quoted:\n%s", got)
+	}
+	if err := resetEngineLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if got := engineTail(dir, "runsc"); got != "" {
+		t.Errorf("after a reset the tail is %q; want nothing", got)
 	}
 }
