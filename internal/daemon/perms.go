@@ -28,6 +28,7 @@ const stateUmask = 0o066
 var traversed = map[string]bool{
 	"bin":               true, // the agent binary, bound into every sandbox
 	"sandboxes":         false,
+	"sandboxes-runsc":   false, // gVisor's gofer opens each root as the sandbox's uid
 	"runc":              false,
 	"network":           true,
 	"network/sandboxes": false,
@@ -38,7 +39,7 @@ var traversed = map[string]bool{
 // shared are files every sandbox reads, so others may read them too; they hold nothing
 // secret.
 var shared = map[string]os.FileMode{
-	"bin/airlock":           0o711, // executed, never read, by sandboxes
+	"bin/airlock":           0o755, // the public binary; gVisor's kernel reads it to load it
 	"network/ca-bundle.pem": 0o644, // public CA certificates
 }
 

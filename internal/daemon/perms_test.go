@@ -102,7 +102,7 @@ network:
 	readable := map[string]string{
 		"network/ca-bundle.pem":            "public CA certificates every sandbox reads",
 		"network/netns/" + resp.Sandbox.ID: "a network namespace's nsfs file: its mode is the kernel's, and opening it grants nothing",
-		"bin/airlock":                      "", // searchable only: checked below
+		"bin/airlock":                      "the public airlock binary, which gVisor's kernel reads to load it",
 	}
 	// The sandbox's directory is its own: root's, group the sandbox's gid, 0710.
 	idmap, err := cl.Exec(ctx, "p", api.ExecRequest{Shell: "awk '{print $2}' /proc/self/gid_map", Timeout: "60s"})

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
@@ -123,4 +125,44 @@ func TestRunscIsolation(t *testing.T) {
 			t.Errorf("after resume: %q", got)
 		}
 	})
+}
+
+// TestRunscAfterDaemonRestart starts gVisor sandboxes on a daemon with networking in a
+// subnet of its own, then restarts the daemon on the same state directory and starts
+// more, several at once. At start the daemon closes its state directory to other host
+// users; gVisor's gofer opens each sandbox's root as the sandbox's own uid and its
+// kernel reads the agent binary to load it, so both must stay reachable by that uid
+// (a restart once made every runsc start fail: "cannot read client sync file").
+func TestRunscAfterDaemonRestart(t *testing.T) {
+	testenv.Runsc(t)
+	d := startDaemonB(t)
+	d.must("create", "--runtime", "runsc", "gv-first")
+	d.stop(syscall.SIGTERM)
+	d.start()
+	names := []string{"gv-again-1", "gv-again-2", "gv-again-3"}
+	var wg sync.WaitGroup
+	errs := make([]string, len(names))
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, errOut, code := d.airlock("create", "--runtime", "runsc", name); code != 0 {
+				errs[i] = fmt.Sprintf("create %s after a restart: exit %d\n%s%s", name, code, out, errOut)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != "" {
+			t.Error(e)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, name := range append(names, "gv-first") {
+		if out := d.must("exec", name, "--", "echo", "up"); out != "up\n" {
+			t.Errorf("exec in %s: %q, want \"up\\n\"", name, out)
+		}
+	}
 }
