@@ -166,3 +166,46 @@ func TestRunscAfterDaemonRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestRunscStatusStartsASandbox checks that the node's status does not call runsc usable
+// while sandboxes cannot start under it: the check starts a test sandbox, and again
+// after a start failed, and says why.
+func TestRunscStatusStartsASandbox(t *testing.T) {
+	n := testenv.NewNode(t, testenv.Options{Runtime: "runsc"})
+	runsc := func() api.Check {
+		t.Helper()
+		st, err := n.Client.Status(background)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range st.Checks {
+			if c.Name == "runtime runsc" {
+				return c
+			}
+		}
+		t.Fatalf("no runsc check in %+v", st.Checks)
+		return api.Check{}
+	}
+	if c := runsc(); !c.OK || !strings.Contains(c.Detail, "a test sandbox started") {
+		t.Fatalf("a working runsc: %+v; want OK, a test sandbox started", c)
+	}
+	// The sandboxes' uids can no longer reach their roots: every start fails.
+	root := filepath.Join(n.Dir, "sb-runsc")
+	if err := os.Chmod(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.Create(background, api.CreateSandboxRequest{Name: "gv-fails"}); err == nil {
+		t.Fatal("a sandbox started under runsc with a root its uid cannot reach")
+	}
+	c := runsc()
+	if c.OK || c.Degrades == "" || !strings.Contains(c.Detail, "a test sandbox failed to start") || !strings.Contains(c.Detail, "permission denied") {
+		t.Errorf("after a failed start: %+v; want degraded, saying the test sandbox failed and why", c)
+	}
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	n.Create(t, api.CreateSandboxRequest{Name: "gv-works"})
+	if c := runsc(); !c.OK {
+		t.Errorf("after a start that worked: %+v; want OK again", c)
+	}
+}

@@ -39,7 +39,8 @@ func logFlags(dir string) []string {
 // code and the host's.
 type Driver struct {
 	*oci.Driver
-	path string
+	path   string
+	starts startHealth
 }
 
 // New returns a driver for the runsc at path, which Check must have found usable; opts
@@ -57,11 +58,22 @@ func New(ctx context.Context, path string, opts oci.Options) (*Driver, error) {
 	return &Driver{Driver: d, path: path}, nil
 }
 
+// Start implements runtime.Driver, and keeps the outcome for Health.
+func (d *Driver) Start(ctx context.Context, s runtime.Spec) error {
+	err := d.Driver.Start(ctx, s)
+	d.starts.record(err)
+	return err
+}
+
 // Health implements runtime.HealthChecker: the host's parts are the runc driver's to
-// report; this says which runsc runs and how.
+// report; this says which runsc runs and how, and whether sandboxes start under it
+// (health.go).
 func (d *Driver) Health(ctx context.Context) []runtime.Check {
 	c := Check(ctx, d.path)
 	c.Optional = false
 	c.Name = "runtime runsc"
+	if c.OK {
+		d.starts.check(ctx, &c, d.Probe)
+	}
 	return []runtime.Check{c}
 }

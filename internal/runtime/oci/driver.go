@@ -276,16 +276,12 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 		}
 		defer channel.Close()
 	}
-	args := d.globalArgs()
-	if d.opts.Engine.Logs != nil {
-		dir := filepath.Join(d.dir(id), engineLogDir)
-		if err := resetEngineLogs(dir); err != nil {
-			readyW.Close()
-			return err
-		}
-		args = append(args, d.opts.Engine.Logs(dir)...)
+	logArgs, err := d.engineLogArgs(d.dir(id))
+	if err != nil {
+		readyW.Close()
+		return err
 	}
-	args = append(args, "run", "--detach", "--bundle", bundle)
+	args := append(append(d.globalArgs(), logArgs...), "run", "--detach", "--bundle", bundle)
 	args = append(args, d.opts.Engine.passFDs(2)...)
 	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
 	cmd := exec.CommandContext(ctx, d.opts.Engine.Path, args...)
@@ -439,7 +435,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") { // not Probe's
 			seen[e.Name()] = true
 		}
 	}
@@ -461,7 +457,9 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 		}
 	}
 	for _, id := range d.cg.list("/" + d.opts.CgroupParent) {
-		seen[id] = true
+		if !strings.HasPrefix(id, ".") { // not Probe's
+			seen[id] = true
+		}
 	}
 	ids := make([]string, 0, len(seen))
 	for id := range seen {

@@ -114,6 +114,20 @@ func resetEngineLogs(dir string) error {
 	return os.Mkdir(dir, 0o700)
 }
 
+// engineLogArgs empties the engine's log directory in dir (a sandbox's directory) and
+// returns the flags that have the engine log a start there; none for an engine
+// without logs of its own.
+func (d *Driver) engineLogArgs(dir string) ([]string, error) {
+	if d.opts.Engine.Logs == nil {
+		return nil, nil
+	}
+	logs := filepath.Join(dir, engineLogDir)
+	if err := resetEngineLogs(logs); err != nil {
+		return nil, err
+	}
+	return d.opts.Engine.Logs(logs), nil
+}
+
 // engineLogs lists the engine's current logs in a sandbox's directory.
 func engineLogs(dir string) []string {
 	paths, _ := filepath.Glob(filepath.Join(dir, engineLogDir, "*.log"))
