@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,8 +130,8 @@ func TestRunscIsolation(t *testing.T) {
 }
 
 // TestRunscAfterDaemonRestart starts gVisor sandboxes on a daemon with networking in a
-// subnet of its own, then restarts the daemon on the same state directory and starts
-// more, several at once. At start the daemon closes its state directory to other host
+// subnet of its own, then restarts the daemon on the same state directory, checks that
+// its status calls runsc usable and starts more, several at once. At start the daemon closes its state directory to other host
 // users; gVisor's gofer opens each sandbox's root as the sandbox's own uid and its
 // kernel reads the agent binary to load it, so both must stay reachable by that uid
 // (a restart once made every runsc start fail: "cannot read client sync file").
@@ -139,6 +141,14 @@ func TestRunscAfterDaemonRestart(t *testing.T) {
 	d.must("create", "--runtime", "runsc", "gv-first")
 	d.stop(syscall.SIGTERM)
 	d.start()
+	// The daemon's status starts a test sandbox, under the daemon's own umask.
+	var st api.Status
+	if err := json.Unmarshal([]byte(d.must("status", "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(st.Checks, func(c api.Check) bool { return c.Name == "runtime runsc" }); i < 0 || !st.Checks[i].OK {
+		t.Errorf("after a restart the status says of runsc: %+v", st.Checks)
+	}
 	names := []string{"gv-again-1", "gv-again-2", "gv-again-3"}
 	var wg sync.WaitGroup
 	errs := make([]string, len(names))

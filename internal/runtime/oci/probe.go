@@ -45,7 +45,8 @@ func (d *Driver) Probe(ctx context.Context) error {
 			return err
 		}
 	}
-	// The root is read-only: the mount points are made beforehand.
+	// The root is read-only: the mount points are made beforehand, with modes set, not
+	// left to the umask (the daemon's keeps others out).
 	for _, p := range []string{rootfs, filepath.Join(rootfs, "proc"), filepath.Join(rootfs, filepath.Dir(agentPath))} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return err
@@ -54,7 +55,11 @@ func (d *Driver) Probe(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(rootfs, agentPath), nil, 0o755); err != nil {
+	target := filepath.Join(rootfs, agentPath)
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		return err
+	}
+	if err := os.Chmod(target, 0o644); err != nil {
 		return err
 	}
 	data, err := json.Marshal(d.probeSpec(rootfs))
