@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,8 +168,11 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return unix.EACCES
+		if fi.IsDir() {
+			return fmt.Errorf("%w (a directory)", unix.EACCES)
+		}
+		if fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%w (not executable: mode %v)", unix.EACCES, fi.Mode().Perm())
 		}
 		return nil
 	}
@@ -177,7 +181,11 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 			if errors.Is(err, os.ErrNotExist) {
 				return "", &startError{code: 127, msg: fmt.Sprintf("executable not found: %s", file)}
 			}
-			return "", &startError{code: 126, msg: fmt.Sprintf("cannot execute %s: %v", file, errors.Unwrap(err))}
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // the path is said once, below
+			}
+			return "", &startError{code: 126, msg: fmt.Sprintf("cannot execute %s: %v", file, err)}
 		}
 		return file, nil
 	}

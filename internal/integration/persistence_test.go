@@ -61,7 +61,7 @@ for d in /tmp /run /dev/shm; do echo wiped > $d/matrix; done`)
 		if _, err := n.Client.Terminate(background, sb.Name); err != nil {
 			t.Fatal(err)
 		}
-		if left := testenv.MountsUnder(n.Dir); len(left) > 0 {
+		if left := testenv.SandboxMountsUnder(n.Dir); len(left) > 0 {
 			t.Errorf("mounts left after terminate: %v", left)
 		}
 		entries, _ := readDirNames(n.Dir + "/sb")

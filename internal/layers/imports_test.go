@@ -30,6 +30,7 @@ var forbidden = map[string][]string{
 	"internal/router":     {"airlock:internal/errdefs"},
 	"internal/mcp":        {"airlock:api,client,internal/errdefs"},
 	"internal/portproxy":  {"airlock:"},
+	"internal/bindsource": {"airlock:internal/durable"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.
 	"internal/e2b/envdpb/processpb":    {"airlock:"},
 	"internal/e2b/envdpb/filesystempb": {"airlock:"},

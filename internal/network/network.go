@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -382,7 +383,8 @@ func (n *Node) Close() error {
 	if n.nm != nil {
 		n.nm.Close()
 	}
-	return nil
+	// Running sandboxes keep their binds of the bundle; only the node's view goes.
+	return bindsource.Unview(filepath.Join(n.opts.Dir, bundleView))
 }
 
 func (n *Node) lookup(remote netip.AddrPort) (egress.SandboxInfo, bool) {
@@ -451,7 +453,13 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	n.roles[sb.ID] = sb.Role
 	n.links[sb.ID] = link
 	n.mu.Unlock()
+	// The files are on a tmpfs of the sandbox's own, mounted at its directory, so that
+	// its mount table shows them as /NAME (bindsource); a running sandbox found again
+	// after a restart of the daemon keeps the one it has, whose files it binds.
 	dir := filepath.Join(n.opts.Dir, "sandboxes", sb.ID)
+	if err := bindsource.Tmpfs(dir, "mode=0700,size=256k,nr_inodes=64"); err != nil {
+		return nil, err
+	}
 	if err := ownDir(dir, sb.UIDBase); err != nil {
 		return nil, err
 	}
@@ -502,7 +510,11 @@ func (n *Node) Detach(ctx context.Context, id string) error {
 		n.opts.EndSessions(id)
 	}
 	err := n.nm.Delete(ctx, id)
-	os.RemoveAll(filepath.Join(n.opts.Dir, "sandboxes", id))
+	dir := filepath.Join(n.opts.Dir, "sandboxes", id)
+	if uerr := bindsource.Unmount(dir); uerr != nil {
+		return errors.Join(err, uerr) // never remove through a mount
+	}
+	os.RemoveAll(dir)
 	return err
 }
 
@@ -542,12 +554,33 @@ func ownDir(dir string, gid uint32) error {
 	return os.Chmod(dir, 0o710)
 }
 
-// writeBundle writes the host's CA bundle plus the node CA, which sandboxes trust.
+// The CA bundle is written alone in bundleDir and sandboxes bind it from a view of that
+// directory (bundleView), which their mount table shows as /ca-bundle.pem.
+const (
+	bundleDir  = "ca-public"
+	bundleView = "ca-view"
+	bundleName = "ca-bundle.pem"
+)
+
+// writeBundle writes the host's CA bundle plus the node CA, which sandboxes trust, and
+// returns the path sandboxes bind it from.
 func writeBundle(dir string, caPEM []byte) (string, error) {
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
-	path := filepath.Join(dir, "ca-bundle.pem")
-	return path, durable.WriteFile(path, data, 0o644)
+	pub := filepath.Join(dir, bundleDir)
+	if err := os.MkdirAll(pub, 0o711); err != nil {
+		return "", err
+	}
+	// Replaced whole (renamed into place), never written in place: a view's layer must
+	// not change under it.
+	if err := durable.WriteFile(filepath.Join(pub, bundleName), data, 0o644); err != nil {
+		return "", err
+	}
+	view, err := bindsource.View(filepath.Join(dir, bundleView), pub)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(view, bundleName), nil
 }
 
 // hostResolver is the first nameserver of the host's resolv.conf.

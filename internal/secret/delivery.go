@@ -10,12 +10,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -29,9 +28,10 @@ import (
 // the sandbox's files on the tmpfs the versions it pinned (pins.json), which a
 // restarted daemon reads back for a sandbox still running.
 type Delivery struct {
-	svc *Service
-	dir string
-	log *slog.Logger
+	svc   *Service
+	dir   string
+	names *bindsource.Names // a sandbox's directory is named for its id by a keyed hash
+	log   *slog.Logger
 
 	mu   sync.Mutex
 	live map[string]*liveSandbox
@@ -63,83 +63,32 @@ func NewDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	mounted, err := isTmpfsMount(dir)
-	if err != nil {
-		return nil, err
-	}
 	// A tmpfs of its own, not one it happens to be on (/run is one): private, sized,
 	// nosuid and nodev. Not noexec: a sandbox's read-only bind of a file from it must be
 	// able to keep every flag the mount has, and its runtime sets nosuid and nodev only.
-	if !mounted {
-		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size="+tmpfsSize); err != nil {
-			return nil, fmt.Errorf("mount the secrets tmpfs on %s: %w", dir, err)
-		}
+	if err := bindsource.Tmpfs(dir, "mode=0711,size="+tmpfsSize); err != nil {
+		return nil, err
 	}
-	d := &Delivery{svc: svc, dir: dir, log: log.With("component", "secrets"), live: map[string]*liveSandbox{}}
+	names, err := bindsource.OpenNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Delivery{svc: svc, dir: dir, names: names, log: log.With("component", "secrets"), live: map[string]*liveSandbox{}}
 	svc.mu.Lock()
 	svc.onChange = d.refresh
 	svc.mu.Unlock()
 	return d, nil
 }
 
-// isTmpfsMount says whether a tmpfs is mounted at dir itself (the topmost mount there),
-// by the mount table: a directory that is merely on a tmpfs, such as one under /run,
-// is not.
-func isTmpfsMount(dir string) (bool, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return false, err
-	}
-	// The mount table holds the path with its links resolved (/var/run is /run).
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	found := false
-	for _, line := range strings.Split(string(b), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		pre, post, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		if !ok || len(f) < 5 || unescapeMount(f[4]) != abs {
-			continue
-		}
-		fstype, _, _ := strings.Cut(post, " ")
-		found = fstype == "tmpfs" // a later line is a mount on top of an earlier one
-	}
-	return found, nil
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) of a mountinfo path.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var out strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		out.WriteByte(s[i])
-	}
-	return out.String()
+// sandboxDir holds sandbox's delivered files. Its name is all a sandbox's mount table
+// shows of where a file comes from: it says nothing of the sandbox.
+func (d *Delivery) sandboxDir(sandbox string) string {
+	return filepath.Join(d.dir, d.names.Name(sandbox))
 }
 
 // Unmount removes the delivery tmpfs (for tests and a node's removal; a daemon that
 // stops leaves it for the sandboxes that run on).
-func Unmount(dir string) error {
-	err := unix.Unmount(dir, unix.MNT_DETACH)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	return err
-}
+func Unmount(dir string) error { return bindsource.Unmount(dir) }
 
 // Start readies a sandbox's secrets as it starts: it writes the files of file
 // deliveries and of placeholders bound to paths, pins the version sandbox-scoped
@@ -164,7 +113,7 @@ const pinsFile = "pins.json"
 // loadPins reads the versions recorded for sandbox; none when there are none.
 func (d *Delivery) loadPins(sandbox string) map[string]int {
 	pins := map[string]int{}
-	b, err := os.ReadFile(filepath.Join(d.dir, sandbox, pinsFile))
+	b, err := os.ReadFile(filepath.Join(d.sandboxDir(sandbox), pinsFile))
 	if err == nil {
 		if err := json.Unmarshal(b, &pins); err != nil {
 			d.log.Warn("the recorded secret versions of a sandbox do not decode; the newest are delivered", "sandbox", sandbox, "err", err)
@@ -177,7 +126,7 @@ func (d *Delivery) loadPins(sandbox string) map[string]int {
 // savePins records the versions sandbox's sandbox-scoped bindings deliver; with none,
 // it removes the record (and makes no directory: most sandboxes have no secrets).
 func (d *Delivery) savePins(sandbox string, pins map[string]int) error {
-	dir := filepath.Join(d.dir, sandbox)
+	dir := d.sandboxDir(sandbox)
 	if len(pins) == 0 {
 		if err := os.Remove(filepath.Join(dir, pinsFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -211,7 +160,7 @@ func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32,
 	if running {
 		ls.pinned = d.loadPins(sandbox)
 	}
-	dir := filepath.Join(d.dir, sandbox)
+	dir := d.sandboxDir(sandbox)
 	var mounts []Mount
 	for _, b := range bound {
 		if b.Revoked {
@@ -280,7 +229,7 @@ func (d *Delivery) Stop(sandbox string) {
 	d.mu.Lock()
 	delete(d.live, sandbox)
 	d.mu.Unlock()
-	os.RemoveAll(filepath.Join(d.dir, sandbox))
+	os.RemoveAll(d.sandboxDir(sandbox))
 }
 
 // Substitutions is what the proxy substitutes for a sandbox; it is called per request.

@@ -420,6 +420,19 @@ func MountsUnder(dir string) []string {
 	return out
 }
 
+// SandboxMountsUnder is MountsUnder less the views a running node keeps for every
+// sandbox to bind files from (the agent binary's, the CA bundle's; see bindsource),
+// which go when the node closes.
+func SandboxMountsUnder(dir string) []string {
+	var out []string
+	for _, m := range MountsUnder(dir) {
+		if !strings.HasSuffix(m, "-agent/view") && !strings.HasSuffix(m, "/network/ca-view/view") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // RemoveHostLocks removes the lock files a root daemon of a test took for its host
 // names (see internal/daemon's lockHostNames): "cgroup-NAME", "nftables-TABLE",
 // "veth-PREFIX". A daemon leaves them, as a lock file must stay where it is.

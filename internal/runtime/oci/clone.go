@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
@@ -61,7 +62,7 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 	os.RemoveAll(filepath.Join(fsDir, "work"))
 	err := shiftIDs(filepath.Join(fsDir, "upper"), srcBase, dstBase)
 	// Unmounting writes the shifted inodes back into the image, before the flush below.
-	if uerr := unmountAll(fsDir); err == nil {
+	if uerr := bindsource.Unmount(fsDir); err == nil {
 		err = uerr
 	}
 	if err != nil {

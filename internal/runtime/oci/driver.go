@@ -10,7 +10,8 @@
 // the sandbox never sees (ctl/, 0700) and every connection's peer is checked against the
 // container's init pid and uid (agentconn.go); each sandbox's directory is 0710, group
 // the sandbox's gid, so no other host user reaches its files; the overlay is mounted
-// with relative paths so the sandbox's mount table names no host path; tmpfs mounts are
+// with relative paths, and the agent binary bound from a view of its directory
+// (bindsource), so the sandbox's mount table names no host path; tmpfs mounts are
 // sized under the memory limit and the agent's log is rate-limited inside and capped
 // and rotated outside (logs.go), so nothing the sandbox writes outlives its disk cap.
 package oci
@@ -32,6 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
@@ -73,6 +75,7 @@ type Options struct {
 // Driver runs sandboxes with runc.
 type Driver struct {
 	opts           Options
+	agent          string // the agent binary, as sandboxes bind it (agentView)
 	cg             cgroups
 	swapAccounting bool
 	maxFiles       uint64
@@ -87,7 +90,8 @@ func (d *Driver) Close() error {
 		d.pool.close()
 	}
 	d.stopLogs()
-	return nil
+	// Running sandboxes keep their binds of the agent; only the node's view goes.
+	return bindsource.Unview(d.agentViewDir())
 }
 
 // MaxOpenFiles is the highest open-files limit a sandbox can be given on this host.
@@ -133,12 +137,18 @@ func New(opts Options) (*Driver, error) {
 	}
 	cg := detectCgroups()
 	d := &Driver{opts: opts, cg: cg, swapAccounting: cg.swapAccounting(), maxFiles: maxFiles}
+	view, err := bindsource.View(d.agentViewDir(), filepath.Dir(opts.AgentBinary))
+	if err != nil {
+		return nil, fmt.Errorf("oci: agent binary: %w", err)
+	}
+	d.agent = filepath.Join(view, filepath.Base(opts.AgentBinary))
 	if opts.DiskPoolBytes > 0 {
 		if opts.DiskPoolDir == "" {
 			opts.DiskPoolDir = filepath.Join(filepath.Dir(filepath.Clean(opts.Root)), "disk-pool")
 		}
 		var err error
 		if d.pool, err = newDiskPool(opts.DiskPoolDir, opts.DiskPoolBytes, 4); err != nil {
+			bindsource.Unview(d.agentViewDir())
 			return nil, err
 		}
 	}
@@ -150,6 +160,11 @@ func New(opts Options) (*Driver, error) {
 }
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.opts.Root, id) }
+
+// agentViewDir, beside Root, holds the view sandboxes bind the agent binary from, so that
+// their mount table shows it as /NAME, not the directory it was installed in
+// (bindsource).
+func (d *Driver) agentViewDir() string { return filepath.Clean(d.opts.Root) + "-agent" }
 
 // sandboxDir makes dir the sandbox's own: root's, group the host gid of the sandbox's
 // root, mode 0710. The container's processes (root of their namespace, that gid on the
@@ -353,7 +368,7 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 	dir := d.dir(id)
 	if err := (rootfs{dir}).unmount(); err != nil {
 		errs = append(errs, err)
-	} else if err := unmountAll(filepath.Join(dir, "fs")); err != nil {
+	} else if err := bindsource.Unmount(filepath.Join(dir, "fs")); err != nil {
 		errs = append(errs, err)
 	}
 	d.peers.Delete(id)
@@ -480,20 +495,12 @@ func mountsUnder(dir string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMount(f[4])
+		mp := bindsource.UnescapeMount(f[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
 	}
 	return out
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 // attachStorage makes sure the sandbox's upper-layer filesystem exists and is mounted
@@ -561,7 +568,7 @@ func (d *Driver) withStorage(ctx context.Context, id string, disk int64, readOnl
 		return err
 	}
 	if !mounted && disk > 0 {
-		defer unmountAll(fsDir)
+		defer bindsource.Unmount(fsDir)
 	}
 	if err := os.MkdirAll(fsDir, 0o711); err != nil {
 		return err

@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/bindsource"
 )
 
 // idRange is the size of every sandbox's uid and gid range.
@@ -140,62 +141,28 @@ func (r rootfs) mount(us *userns, base uint32, layers []string) (retErr error) {
 	// sandbox's own mount table, and the host's layout is none of its business.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off",
 		strings.Join(lowers, ":"), filepath.Join("fs", "upper"), filepath.Join("fs", "work"))
-	if err := mountIn(r.dir, "overlay", r.merged(), "overlay", opts); err != nil {
+	if err := bindsource.MountIn(r.dir, "overlay", r.merged(), "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
 	return nil
-}
-
-// mountIn mounts with dir as the working directory, so that relative paths in data
-// resolve under it. The change of directory happens on a thread of its own that no
-// longer shares the process's working directory, and that thread is retired after.
-func mountIn(dir, source, target, fstype, data string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			errc <- err
-			return
-		}
-		if err := unix.Chdir(dir); err != nil {
-			errc <- err
-			return
-		}
-		errc <- unix.Mount(source, target, fstype, 0, data)
-	}()
-	return <-errc
 }
 
 // unmount removes the overlay and the idmapped mounts; it is safe to call on a partly
 // mounted or unmounted rootfs.
 func (r rootfs) unmount() error {
 	var errs []error
-	if err := unmountAll(r.merged()); err != nil {
+	if err := bindsource.Unmount(r.merged()); err != nil {
 		errs = append(errs, err)
 	}
 	mdir := filepath.Join(r.dir, "m")
 	entries, _ := os.ReadDir(mdir)
 	for _, e := range entries {
 		p := filepath.Join(mdir, e.Name())
-		if err := unmountAll(p); err != nil {
+		if err := bindsource.Unmount(p); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		os.Remove(p)
 	}
 	return errors.Join(errs...)
-}
-
-// unmountAll detaches every mount stacked on p.
-func unmountAll(p string) error {
-	for i := 0; i < 16; i++ {
-		err := unix.Unmount(p, unix.MNT_DETACH)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil // not a mount point (any more)
-		}
-		if err != nil {
-			return fmt.Errorf("unmount %s: %w", p, err)
-		}
-	}
-	return fmt.Errorf("unmount %s: still mounted", p)
 }

@@ -90,7 +90,7 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.M
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpfs.tmp, 10)}},
 			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=" + strconv.FormatInt(tmpfs.run, 10)}},
-			{Destination: agentPath, Type: "bind", Source: d.opts.AgentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			{Destination: agentPath, Type: "bind", Source: d.agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings: idmap,
