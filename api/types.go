@@ -660,6 +660,7 @@ type SecretBinding struct {
 	Delivery string    `json:"delivery"` // proxy, file or env
 	Hosts    []string  `json:"hosts"`
 	Query    bool      `json:"query,omitempty"`
+	Headers  []string  `json:"headers,omitempty"` // proxy delivery: where it is substituted; none means Authorization
 	Created  time.Time `json:"created_at"`
 	// Risk is set for the deliveries that put the value itself where sandbox code can
 	// read it (env: any process can print its environment).
@@ -674,6 +675,7 @@ type BindSecretRequest struct {
 	Delivery string   `json:"delivery,omitempty"`
 	Hosts    []string `json:"hosts,omitempty"`
 	Query    bool     `json:"query,omitempty"`
+	Headers  []string `json:"headers,omitempty"`
 }
 
 // BindSecretResult is the answer to a binding: it and when the sandbox sees it.

@@ -41,12 +41,16 @@ var secretRekeyVerb = &verb{name: "secret rekey", args: "", short: "re-seal ever
 
 var secretBindVerb = &verb{
 	name:  "secret bind",
-	args:  "NAME --sandbox SB --target VAR|/PATH [--delivery proxy|file|env] [--scope sandbox|execution] [--hosts H,…] [--query]",
+	args:  "NAME --sandbox SB --target VAR|/PATH [--delivery proxy|file|env] [--scope sandbox|execution] [--hosts H,…] [--header NAME]… [--query]",
 	short: "hand a secret to a sandbox (secret.bind)",
 	long: `Delivery proxy (the default) puts only a placeholder in the sandbox, in the variable or
-file named by --target; the egress proxy puts the real value in its place in requests to the
-binding's hosts only (headers and basic auth, and the query string with --query), and opens
-those hosts with every method. Delivery file puts the value in a file on a tmpfs, outside
+file named by --target; the egress proxy puts the real value in its place in https requests
+to the binding's hosts only, in the Authorization header (basic auth included) or instead in
+the headers named by --header (repeat it or separate with commas; name Authorization too to keep it), and the query
+string with --query. The placeholder anywhere else (another header, the path, another host)
+refuses the request; in a body it goes as it is. Each form of the value (as it is, escaped,
+base64) is starred out of every answer from those hosts, compressed bodies decoded. The
+proxy opens those hosts with every method. Delivery file puts the value in a file on a tmpfs, outside
 everything that is snapshotted, forked or copied; a file bound to a running sandbox appears
 at its next start. Delivery env puts the value in every execution's environment: the
 higher-risk choice, since any process in the sandbox can read and print it.
@@ -102,8 +106,13 @@ func describeBinding(b api.SecretBinding) string {
 	line := fmt.Sprintf("%s %s, %s delivery at %s (scope %s)", b.ID, b.Sandbox, b.Delivery, b.Target, b.Scope)
 	if b.Delivery == "proxy" {
 		line += " for " + strings.Join(b.Hosts, ", ")
+		headers := b.Headers
+		if len(headers) == 0 {
+			headers = []string{"Authorization"}
+		}
+		line += ", in " + strings.Join(headers, ", ")
 		if b.Query {
-			line += ", query string too"
+			line += " and the query string"
 		}
 	}
 	if b.Risk != "" {
@@ -120,6 +129,8 @@ func runSecretBind(c *cmd, args []string) error {
 	var hosts listFlag
 	c.fs.Var(&hosts, "hosts", "`H`osts a proxy delivery is substituted for (default: the secret's allowed hosts)")
 	query := c.fs.Bool("query", false, "proxy delivery: also substitute in the URL's query string")
+	var headers listFlag
+	c.fs.Var(&headers, "header", "proxy delivery: request header `NAME`s to substitute in, instead of Authorization")
 	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
@@ -128,7 +139,7 @@ func runSecretBind(c *cmd, args []string) error {
 		return usagef("--sandbox and --target are required")
 	}
 	res, err := cl.BindSecret(c.ctx, pos[0], api.BindSecretRequest{Sandbox: *sandbox, Scope: *scope, Target: *target,
-		Delivery: *delivery, Hosts: hosts, Query: *query})
+		Delivery: *delivery, Hosts: hosts, Query: *query, Headers: headers})
 	if err != nil {
 		return err
 	}

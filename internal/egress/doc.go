@@ -8,10 +8,12 @@
 //
 // The proxy also brokers what a sandbox must not hold. Secrets (substitute.go): the
 // sandbox holds a placeholder, and the proxy puts the real value in its place only in
-// requests to the secret's own hosts (headers, Basic credentials, and the query string
-// if the secret allows it), opening the value per request so a revocation applies at
-// once; a placeholder anywhere else refuses the request, and the value appears in no
-// record, log or answer of the proxy's own. The Airlock API (api.go): requests to
+// requests to the secret's own hosts (the headers its binding names, Authorization and
+// its Basic credentials by default, and the query string if the secret allows it),
+// opening the value per request so a revocation applies at once; a placeholder anywhere
+// else refuses the request, and the value appears in no record, log or answer of the
+// proxy's own. What those hosts answer is redacted (redact.go) before the sandbox reads
+// it. The Airlock API (api.go): requests to
 // APIHost, in every mode but none, are served in-process by the caller's handler, with
 // the sandbox's session placeholder swapped for a short-lived token, and never
 // dialled. SandboxInfo.Decide opens both (a secret's hosts on ports 80 and 443 only),

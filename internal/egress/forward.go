@@ -27,7 +27,8 @@ type forwardState struct {
 	host   string
 	port   int
 	scheme string
-	open   []openSecret // the secrets to substitute, with their values
+	open   []openSecret // the secrets of the host, with their values
+	redact *redactor    // what is taken out of the answer; nil: nothing
 
 	mu   sync.Mutex
 	addr string // the upstream address, from the connection the transport used
@@ -74,7 +75,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 		out.Body = up
 	}
 	down := &countWriter{ResponseWriter: w}
-	p.rp.ServeHTTP(down, out)
+	var rw http.ResponseWriter = down
+	if len(open) > 0 {
+		rw = informational{ResponseWriter: down, st: st}
+	}
+	p.rp.ServeHTTP(rw, out)
 
 	st.mu.Lock()
 	rec.Addr, rec.BytesUp, rec.BytesDown = st.addr, up.n.Load(), down.n
@@ -96,9 +101,38 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL = &u
 	pr.Out.Host = ""
 	if len(st.open) > 0 {
-		applySecrets(pr.Out, st.open)
+		st.redact = redactorFor(st.open, applySecrets(pr.Out, st.open))
+	}
+	if st.redact != nil {
+		st.redact.prepare(pr.Out)
 	}
 }
+
+// modifyResponse redacts an answer from a secret's host (see redact.go).
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	st := res.Request.Context().Value(forwardKey{}).(*forwardState)
+	if st.redact == nil {
+		return nil
+	}
+	return st.redact.response(res)
+}
+
+// informational redacts the headers of the informational (1xx) answers the reverse
+// proxy passes on as they come, before the final one reaches modifyResponse.
+type informational struct {
+	http.ResponseWriter
+	st *forwardState
+}
+
+func (w informational) WriteHeader(code int) {
+	if code < http.StatusOK && w.st.redact != nil {
+		w.st.redact.header(w.Header())
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack.
+func (w informational) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // urlHost is host:port for a URL, without a default port and with IPv6 in brackets.
 func urlHost(host string, port int, scheme string) string {
@@ -124,7 +158,11 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	case errors.Is(err, context.Canceled):
 		return // the client went away; there is no one to answer
 	default:
-		p.log.Debug("upstream request failed", "sandbox", st.sb.ID, "host", st.host, "err", redact(err.Error(), st.open))
+		msg := err.Error()
+		if st.redact != nil {
+			msg = st.redact.String(msg)
+		}
+		p.log.Debug("upstream request failed", "sandbox", st.sb.ID, "host", st.host, "err", msg)
 		e = &errdefs.Error{Class: errdefs.ErrUnavailable, Msg: "upstream " + urlHost(st.host, st.port, st.scheme) + " failed", Cause: err}
 	}
 	writeError(w, e)

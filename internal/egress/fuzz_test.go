@@ -175,7 +175,7 @@ func FuzzSubstitution(f *testing.F) {
 	f.Add("Bearer PH_x", "%50H_x", "/", "xPH_xPH_x", true)
 	f.Add("basic UEhfeA", "", "", "", true)
 	f.Fuzz(func(t *testing.T, auth, query, path, header string, toItsHost bool) {
-		subs := []Substitution{{Secret: "gh", Placeholder: "PH_x", Hosts: []string{"api.example.com"}, Query: true,
+		subs := []Substitution{{Secret: "gh", Placeholder: "PH_x", Hosts: []string{"api.example.com"}, Query: true, Headers: []string{"Authorization", "x-key"},
 			Value: func() ([]byte, error) { return []byte("VALUE"), nil }}}
 		host := "evil.example"
 		if toItsHost {

@@ -42,6 +42,10 @@ type Substitution struct {
 	Placeholder string   // what the sandbox holds in place of the value
 	Hosts       []string // "api.example.com" or "*.example.com" (subdomains): the only hosts it is substituted for
 	Query       bool     // also substitute in the URL's query string
+	// Headers are the request headers it is substituted in (any case); none means
+	// Authorization, Basic credentials included. A placeholder in any other header
+	// refuses the request.
+	Headers []string
 	// Value opens the real value at each request; an error (revoked, expired) means no
 	// substitution, and the request is refused and audited.
 	Value func() ([]byte, error)
@@ -208,11 +212,12 @@ func NewProxy(cfg Config) (*Proxy, error) {
 		transports: make(map[string]*sandboxTransport),
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:      p.rewrite,
-		Transport:    roundTripFunc(p.roundTrip),
-		ErrorHandler: p.upstreamError,
-		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
-		BufferPool:   copyBuffers{},
+		Rewrite:        p.rewrite,
+		ModifyResponse: p.modifyResponse,
+		Transport:      roundTripFunc(p.roundTrip),
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		BufferPool:     copyBuffers{},
 	}
 	p.srv = &http.Server{
 		Handler:           p,

@@ -40,7 +40,8 @@ type testEnv struct {
 	httpUp    *httptest.Server
 	httpsUp   *httptest.Server
 	sandbox   atomic.Pointer[SandboxInfo]
-	names     ResolvedNames // what the sandbox resolved, as the node's DNS would record it
+	echoed    atomic.Pointer[string] // the upstreams' last /echo answer, as they sent it
+	names     ResolvedNames          // what the sandbox resolved, as the node's DNS would record it
 
 	mu        sync.Mutex
 	records   []Record
@@ -62,8 +63,8 @@ func newTestEnv(t testing.TB, sb SandboxInfo, opts ...func(*Config)) *testEnv {
 	if e.upCA, err = NewCA("test upstream CA"); err != nil {
 		t.Fatal(err)
 	}
-	e.httpUp = httptest.NewServer(upstreamHandler("http-upstream", &e.httpHits))
-	e.httpsUp = httptest.NewUnstartedServer(upstreamHandler("https-upstream", &e.httpsHits))
+	e.httpUp = httptest.NewServer(upstreamHandler("http-upstream", &e.httpHits, &e.echoed))
+	e.httpsUp = httptest.NewUnstartedServer(upstreamHandler("https-upstream", &e.httpsHits, &e.echoed))
 	ipLeaf, err := e.upCA.Leaf("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +128,13 @@ func newTestEnv(t testing.TB, sb SandboxInfo, opts ...func(*Config)) *testEnv {
 	return e
 }
 
-func upstreamHandler(name string, hits *atomic.Int64) http.Handler {
+func upstreamHandler(name string, hits *atomic.Int64, echoed *atomic.Pointer[string]) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
+		if strings.HasPrefix(r.URL.Path, "/leak/") {
+			leakHandler(w, r)
+			return
+		}
 		n, _ := io.Copy(io.Discard, r.Body)
 		switch r.URL.Path {
 		case "/redirect":
@@ -138,14 +143,26 @@ func upstreamHandler(name string, hits *atomic.Int64) http.Handler {
 			k, _ := strconv.Atoi(r.URL.Query().Get("n"))
 			w.Write(bytes.Repeat([]byte("x"), k))
 		case "/echo": // the query and the headers, as the upstream got them
-			fmt.Fprintf(w, "query=%s\n", r.URL.RawQuery)
+			var b strings.Builder
+			fmt.Fprintf(&b, "query=%s\n", r.URL.RawQuery)
 			for _, k := range slices.Sorted(maps.Keys(r.Header)) {
-				fmt.Fprintf(w, "%s: %s\n", k, strings.Join(r.Header[k], ", "))
+				fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(r.Header[k], ", "))
 			}
+			echo := b.String()
+			echoed.Store(&echo)
+			io.WriteString(w, echo)
 		default:
 			fmt.Fprintf(w, "%s %s %s %s body=%d", name, r.Method, r.Host, r.URL.Path, n)
 		}
 	})
+}
+
+// lastEcho is the upstreams' last /echo answer: what they got of a request.
+func (e *testEnv) lastEcho() string {
+	if s := e.echoed.Load(); s != nil {
+		return *s
+	}
+	return ""
 }
 
 // lookup knows one sandbox, at 127.0.0.1.
@@ -271,6 +288,20 @@ func do(t testing.TB, c *http.Client, method, rawURL string, body string) (int, 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// tlsTunnel opens a CONNECT tunnel to host:443 and TLS inside it, trusting the node CA;
+// the test fails if the tunnel is refused. The connection closes with the test.
+func (e *testEnv) tlsTunnel(t *testing.T, host string) *tls.Conn {
+	t.Helper()
+	status, conn := e.rawConnect(t, host+":443")
+	if conn == nil {
+		t.Fatalf("CONNECT %s:443 = %d, want 200", host, status)
+	}
+	tc := tls.Client(conn, &tls.Config{ServerName: host, RootCAs: e.nodeCA.Pool()})
+	t.Cleanup(func() { tc.Close() })
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	return tc
 }
 
 // rawConnect sends CONNECT target over a new connection and returns the status and

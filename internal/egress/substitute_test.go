@@ -16,15 +16,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/miekg/dns"
 )
 
-// The test secrets: "gh" for api.example.com in headers only, "q" for every
-// subdomain of example.com, in the query string too. The values have characters a
-// query must escape.
+// The test secrets: "gh" for api.example.com in Authorization and X-Api-Key, "q" for
+// every subdomain of example.com, in Authorization (the default) and the query string.
+// The values have characters a query must escape.
 const (
 	ghPlaceholder = "AIRLOCK_PH_gh_5f2c9a"
 	ghValue       = "ghp_real/VALUE+1"
@@ -59,7 +58,8 @@ func (e *secretEnv) secrets() []Substitution {
 		}
 	}
 	return []Substitution{
-		{Secret: "gh", Placeholder: ghPlaceholder, Hosts: []string{"api.example.com"}, Value: value(ghValue)},
+		{Secret: "gh", Placeholder: ghPlaceholder, Hosts: []string{"api.example.com"}, Headers: []string{"authorization", "X-Api-Key"},
+			Value: value(ghValue)},
 		{Secret: "q", Placeholder: qPlaceholder, Hosts: []string{"*.example.com"}, Query: true, Value: value(qValue)},
 	}
 }
@@ -133,6 +133,15 @@ func TestSecretSubstitution(t *testing.T) {
 		{name: "path", method: "GET", host: "api.example.com", path: "/repos/" + ghPlaceholder,
 			headers: []string{"Authorization", "Bearer " + ghPlaceholder}, want: 403, secrets: []string{"gh"},
 			reason: `placeholder of secret "gh" in the URL path`},
+		{name: "header the binding does not name", method: "GET", host: "api.example.com", path: "/echo",
+			headers: []string{"Authorization", "Bearer " + ghPlaceholder, "Origin", "https://" + ghPlaceholder}, want: 403, secrets: []string{"gh"},
+			reason: `placeholder of secret "gh" in the Origin header, where this secret is not substituted (its binding names Authorization, X-Api-Key)`},
+		{name: "header outside the default", method: "GET", host: "other.example.com", path: "/echo",
+			headers: []string{"x-anything", qPlaceholder}, want: 403, secrets: []string{"q"},
+			reason: `placeholder of secret "q" in the X-Anything header, where this secret is not substituted (its binding names Authorization)`},
+		{name: "basic auth of a binding without Authorization", method: "GET", host: "other.example.com", path: "/echo",
+			headers: []string{"Authorization", basicAuth("user:" + qPlaceholder)}, want: 200,
+			upstream: []string{"Authorization: " + basicAuth("user:"+qValue)}, secrets: []string{"q"}},
 		{name: "host the policy allows", method: "GET", host: "pypi.org", path: "/echo",
 			headers: []string{"Authorization", "Bearer " + ghPlaceholder}, want: 403, secrets: []string{"gh"},
 			reason: `placeholder of secret "gh" sent to pypi.org, not one of its allowed hosts`},
@@ -154,15 +163,25 @@ func TestSecretSubstitution(t *testing.T) {
 				t.Errorf("%s: %s %s = %d (%s), want %d", what, tt.method, tt.path, got, body, tt.want)
 				continue
 			}
+			seen := e.lastEcho()
 			for _, line := range tt.upstream {
-				if !slices.Contains(strings.Split(body, "\n"), line) {
-					t.Errorf("%s: the upstream got\n%s\nwant the line %q", what, body, line)
+				if !slices.Contains(strings.Split(seen, "\n"), line) {
+					t.Errorf("%s: the upstream got\n%s\nwant the line %q", what, seen, line)
 				}
 			}
 			for _, ph := range []string{ghPlaceholder, qPlaceholder} {
-				if got == 200 && strings.Contains(body, ph) {
-					t.Errorf("%s: the upstream got the placeholder %s:\n%s", what, ph, body)
+				if got == 200 && strings.Contains(seen, ph) {
+					t.Errorf("%s: the upstream got the placeholder %s:\n%s", what, ph, seen)
 				}
+			}
+			// What the upstream echoed reaches the sandbox with every value starred out.
+			for _, v := range []string{ghValue, qValue, qEscaped} {
+				if strings.Contains(body, v) {
+					t.Errorf("%s: the sandbox got the value %q back:\n%s", what, v, body)
+				}
+			}
+			if got == 200 && len(body) != len(seen) {
+				t.Errorf("%s: the sandbox got %d bytes of the upstream's %d:\n%s", what, len(body), len(seen), body)
 			}
 			r := e.waitRecord(what, func(r Record) bool { return r.Method == tt.method && r.Host == tt.host })
 			if !slices.Equal(r.Secrets, tt.secrets) || r.Allowed != (tt.want == 200) || !strings.Contains(r.Reason, tt.reason) {
@@ -208,13 +227,7 @@ func TestSecretRevoked(t *testing.T) {
 // sandbox's, the next request on the same connection is refused.
 func TestSecretRevokedOnOpenTunnel(t *testing.T) {
 	e := newSecretEnv(t, Policy{Mode: ModeBaseline, AllowPrivate: loopback8})
-	status, conn := e.rawConnect(t, "api.example.com:443")
-	if conn == nil {
-		t.Fatalf("CONNECT api.example.com:443 = %d, want 200 (the secret's host)", status)
-	}
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.example.com", RootCAs: e.nodeCA.Pool()})
-	defer tc.Close()
-	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := e.tlsTunnel(t, "api.example.com") // the secret's host
 	br := bufio.NewReader(tc)
 	get := func() (int, string) {
 		t.Helper()
@@ -231,8 +244,9 @@ func TestSecretRevokedOnOpenTunnel(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if got, body := get(); got != 200 || !strings.Contains(body, "Authorization: Bearer "+ghValue) {
-		t.Fatalf("first request = %d (%s), want 200 with the value substituted", got, body)
+	if got, body := get(); got != 200 || !strings.Contains(e.lastEcho(), "Authorization: Bearer "+ghValue) ||
+		!strings.Contains(body, "Authorization: Bearer ****************\n") {
+		t.Fatalf("first request = %d (%s), want 200 with the value substituted (upstream got %s) and starred out", got, body, e.lastEcho())
 	}
 	e.revoked.Store(true)
 	if got, body := get(); got != 403 || !strings.Contains(body, "is unavailable") {
@@ -244,13 +258,7 @@ func TestSecretRevokedOnOpenTunnel(t *testing.T) {
 	// The refusal closed that connection; on a new one, the secret taken from the
 	// sandbox closes its host again (baseline does not reach api.example.com).
 	e.revoked.Store(false)
-	status, conn = e.rawConnect(t, "api.example.com:443")
-	if conn == nil {
-		t.Fatalf("second CONNECT = %d, want 200", status)
-	}
-	tc = tls.Client(conn, &tls.Config{ServerName: "api.example.com", RootCAs: e.nodeCA.Pool()})
-	defer tc.Close()
-	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	tc = e.tlsTunnel(t, "api.example.com")
 	br = bufio.NewReader(tc)
 	if got, _ := get(); got != 200 {
 		t.Fatalf("request on the second tunnel = %d, want 200", got)

@@ -21,6 +21,7 @@ package integration
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -228,7 +229,8 @@ var netZeros = make([]byte, 1<<20)
 //	/bytes?n=N        N zero bytes
 //	/redirect?to=URL  302 to URL
 //	/hold?ms=N        answers after N ms (counting requests in flight)
-//	/echo             the request as JSON
+//	/echo             the request as JSON, its Authorization in X-Echo-Authorization too
+//	/echo?gzip        the same, gzip-encoded
 //
 // any other method than GET and HEAD reads the body and answers "METHOD N bytes".
 func (w *netWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
@@ -276,7 +278,15 @@ func (w *netWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.inflight.Add(-1)
 		fmt.Fprintf(rw, "held %s\n", host)
 	case "/echo":
-		json.NewEncoder(rw).Encode(map[string]any{"method": r.Method, "host": r.Host, "uri": r.RequestURI,
+		var out io.Writer = rw
+		if q.Has("gzip") {
+			rw.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(rw)
+			defer zw.Close()
+			out = zw
+		}
+		rw.Header().Set("X-Echo-Authorization", r.Header.Get("Authorization"))
+		json.NewEncoder(out).Encode(map[string]any{"method": r.Method, "host": r.Host, "uri": r.RequestURI,
 			"tls": r.TLS != nil, "header": r.Header})
 	default:
 		fmt.Fprintf(rw, "hello from %s\n", host)

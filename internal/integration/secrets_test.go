@@ -32,6 +32,9 @@ func leakForms(v string) map[string][]byte {
 	}
 }
 
+// basicForm is the basic credentials "bot:VALUE" as they go upstream, in base64.
+func basicForm(v string) string { return base64.StdEncoding.EncodeToString([]byte("bot:" + v)) }
+
 // secretValue is a value no other test or file could hold by chance.
 func secretValue(prefix string) string {
 	b := make([]byte, 18)
@@ -51,7 +54,8 @@ func shaHex(s string) string {
 // and variables are delivered, revocation stops delivery at once, code inside reaches
 // the API with its creator's identity (narrowed by --role), and then no value is found
 // anywhere: the state directory (database, snapshot chunks, layers), the daemon's log,
-// the API's answers, and every process's environment and command line.
+// the API's answers (what every exec printed among them: what the sandbox received,
+// echoes of its requests included), and every process's environment and command line.
 func TestSecretsAndSessionCredential(t *testing.T) {
 	w := newNetWorld(t)
 	netRequireHostNetns(t)
@@ -99,7 +103,7 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 		keep(res)
 		return res
 	}
-	bind("gh", open.Name, api.BindSecretRequest{Target: "GH_TOKEN"})
+	bind("gh", open.Name, api.BindSecretRequest{Target: "GH_TOKEN", Headers: []string{"Authorization", "x-api-key"}})
 	bind("gh", deny.Name, api.BindSecretRequest{Target: "GH_TOKEN", Scope: "execution"})
 	if res := bind("db", open.Name, api.BindSecretRequest{Target: "/etc/app/db-password", Delivery: "file"}); res.Applies != "at the next start" {
 		t.Errorf("a file bound to a running sandbox applies %q, want at the next start", res.Applies)
@@ -145,11 +149,35 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 			t.Errorf("basic auth at the upstream: %q %q %v, want bot and the real value", user, pass, ok)
 		}
 
+		// A header the binding does not name: refused, never sent.
+		before := w.hitsOf("api.example.test")
+		if code := exec(open.Name, `curl -s -o /dev/null -w '%{http_code}' -H "Origin: https://$GH_TOKEN" https://api.example.test/`); code != "403" ||
+			w.hitsOf("api.example.test") != before {
+			t.Errorf("the placeholder in Origin: HTTP %s, upstream hits %d; want 403 and none", code, w.hitsOf("api.example.test")-before)
+		}
+		// An upstream that echoes the request (headers, body, gzip body, basic auth)
+		// hands the sandbox the value starred out; the scan at the end looks at every
+		// exec's output too.
+		stars := strings.Repeat("*", len(values["gh"]))
+		for _, q := range []string{"", "?gzip"} {
+			out := exec(open.Name, `curl -sS -i --compressed --fail-with-body -H "Authorization: Bearer $GH_TOKEN" -H "X-Api-Key: $GH_TOKEN" https://api.example.test/echo`+q)
+			if strings.Count(out, stars) < 3 || strings.Contains(out, values["gh"]) {
+				t.Errorf("echo%s: the sandbox got\n%s\nwant the value starred out in the header and the body", q, out)
+			}
+			if seen, _ := w.lastSeen("api.example.test"); seen.Header.Get("X-Api-Key") != values["gh"] {
+				t.Errorf("echo%s: the upstream got X-Api-Key %q, want the real value", q, seen.Header.Get("X-Api-Key"))
+			}
+		}
+		if out := exec(open.Name, `curl -sS -i --fail-with-body -u "bot:$GH_TOKEN" https://api.example.test/echo`); strings.Contains(out, basicForm(values["gh"])) ||
+			!strings.Contains(out, "Basic "+strings.Repeat("*", len(basicForm(values["gh"])))) {
+			t.Errorf("basic auth echoed: the sandbox got\n%s\nwant the credentials starred out", out)
+		}
+
 		if code := exec(open.Name, `curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $GH_TOKEN" http://api.example.test/`); code != "403" {
 			t.Errorf("the placeholder over plain http: HTTP %s, want 403", code)
 		}
 		// The same placeholder to another host: refused, never sent, audited.
-		before := w.hitsOf("other.example.test")
+		before = w.hitsOf("other.example.test")
 		code := exec(open.Name, `curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $GH_TOKEN" https://other.example.test/`)
 		if code != "403" || w.hitsOf("other.example.test") != before {
 			t.Errorf("placeholder to another host: HTTP %s, upstream hits %d; want 403 and none", code, w.hitsOf("other.example.test")-before)
@@ -312,7 +340,7 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 		audit, _ := c.AuditLog(background, client.AuditFilter{})
 		keep(audit)
 	}
-	needles := map[string][]byte{}
+	needles := map[string][]byte{"gh (basic credentials)": []byte(basicForm(values["gh"]))}
 	for name, v := range values {
 		for form, needle := range leakForms(v) {
 			needles[name+" ("+form+")"] = needle

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -63,6 +64,7 @@ type BindRequest struct {
 	Delivery string // DeliverProxy (default), DeliverFile or DeliverEnv
 	Hosts    []string
 	Query    bool
+	Headers  []string // proxy delivery: where it is substituted (default Authorization)
 }
 
 // checkBinding validates req against sec and returns it with defaults filled in.
@@ -115,6 +117,14 @@ func checkBinding(sec *store.Secret, req BindRequest) (BindRequest, error) {
 	if req.Query && req.Delivery != DeliverProxy {
 		return req, errdefs.Invalid("--query applies to proxy delivery only")
 	}
+	if len(req.Headers) > 0 && req.Delivery != DeliverProxy {
+		return req, errdefs.Invalid("--header applies to proxy delivery only")
+	}
+	headers, err := egress.SubstitutionHeaders(req.Headers)
+	if err != nil {
+		return req, err
+	}
+	req.Headers = headers
 	if len(req.Hosts) == 0 {
 		req.Hosts = slices.Clone(sec.AllowedHosts)
 	}
@@ -170,7 +180,7 @@ func (s *Service) Bind(ctx context.Context, owner string, req BindRequest) (*sto
 			}
 		}
 		b := store.SecretBinding{ID: "bnd_" + hex.EncodeToString(randomBytes(8)), Sandbox: r.Sandbox, Scope: r.Scope,
-			Target: r.Target, Delivery: r.Delivery, Hosts: r.Hosts, Query: r.Query, CreatedAt: s.now().UTC()}
+			Target: r.Target, Delivery: r.Delivery, Hosts: r.Hosts, Query: r.Query, Headers: r.Headers, CreatedAt: s.now().UTC()}
 		sec.Bindings = append(sec.Bindings, b)
 		err = s.st.UpdateSecret(ctx, sec)
 		if errors.Is(err, errdefs.ErrVersionConflict) {

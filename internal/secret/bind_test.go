@@ -38,6 +38,17 @@ func TestBindRules(t *testing.T) {
 		{secret.BindRequest{Target: "GH", Delivery: "env", Query: true}, "proxy delivery only"},
 		{secret.BindRequest{Target: "GH", Hosts: []string{"evil.example"}}, `not one of secret "gh"'s allowed hosts`},
 		{secret.BindRequest{Target: "GH", Hosts: []string{"githubusercontent.com"}}, "not one of"},
+		{secret.BindRequest{Target: "GH", Delivery: "env", Headers: []string{"X-Api-Key"}}, "proxy delivery only"},
+		{secret.BindRequest{Target: "GH", Headers: []string{"X Api Key"}}, `invalid header name "X Api Key"`},
+		{secret.BindRequest{Target: "GH", Headers: []string{"X-Key:"}}, "invalid header name"},
+		{secret.BindRequest{Target: "GH", Headers: []string{""}}, "invalid header name"},
+		{secret.BindRequest{Target: "GH", Headers: []string{strings.Repeat("x", 129)}}, "at most 128 bytes"},
+		{secret.BindRequest{Target: "GH", Headers: []string{"host"}}, "never substituted in the Host header"},
+		{secret.BindRequest{Target: "GH", Headers: []string{"Proxy-Authorization"}}, "Proxy-Authorization"},
+		{secret.BindRequest{Target: "GH", Headers: []string{"connection"}}, "Connection"},
+		{secret.BindRequest{Target: "GH", Headers: []string{"X-Forwarded-For"}}, "X-Forwarded-For"},
+		{secret.BindRequest{Target: "GH", Headers: []string{"Content-Length"}}, "Content-Length"},
+		{secret.BindRequest{Target: "GH", Headers: strings.Split(strings.Repeat("X-A,", 17)[:4*17-1], ",")}, "at most 16"},
 	}
 	for _, c := range bad {
 		c.req.Secret, c.req.Sandbox = "gh", "sb_1"
@@ -54,8 +65,16 @@ func TestBindRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Scope != secret.ScopeSandbox || b.Delivery != secret.DeliverProxy || b.Hosts[0] != "raw.githubusercontent.com" {
+	if b.Scope != secret.ScopeSandbox || b.Delivery != secret.DeliverProxy || b.Hosts[0] != "raw.githubusercontent.com" || b.Headers != nil {
 		t.Errorf("defaults: %+v", b)
+	}
+	_, bh, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "gh", Sandbox: "sb_1", Target: "GH_KEY",
+		Headers: []string{"x-api-key", "Authorization", "X-API-KEY"}})
+	if err != nil || !slicesEqual(bh.Headers, []string{"X-Api-Key", "Authorization"}) {
+		t.Errorf("headers of a binding: %+v, %v; want X-Api-Key and Authorization, canonical, once each", bh, err)
+	}
+	if _, n, err := s.Unbind(ctx, "alice", "gh", "sb_1", "GH_KEY"); n != 1 || err != nil {
+		t.Fatalf("unbind GH_KEY: %d, %v", n, err)
 	}
 	if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "gh", Sandbox: "sb_1", Target: "GH"}); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("a second binding at one target: %v, want already exists", err)

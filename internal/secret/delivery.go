@@ -256,7 +256,8 @@ func (d *Delivery) substitutions(owner, sandbox string, pinned map[string]int, b
 		}
 		subs = append(subs, egress.Substitution{
 			Secret: name, Placeholder: d.svc.Placeholder(owner, name, sandbox), Hosts: b.Binding.Hosts, Query: b.Binding.Query,
-			Value: func() ([]byte, error) { return d.svc.Value(context.Background(), owner, name, version) },
+			Headers: b.Binding.Headers,
+			Value:   func() ([]byte, error) { return d.svc.Value(context.Background(), owner, name, version) },
 		})
 	}
 	return subs

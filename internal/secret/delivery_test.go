@@ -40,7 +40,9 @@ func TestDeliveryFilesSurviveARestart(t *testing.T) {
 		}
 	}
 	bind("db", "/etc/app/db", "file")
-	bind("gh", "GH_TOKEN", "proxy")
+	if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "gh", Sandbox: "sb_1", Target: "GH_TOKEN", Headers: []string{"x-api-key"}}); err != nil {
+		t.Fatal(err)
+	}
 	bind("db", "DB_PASSWORD", "env")
 
 	// A sandbox without secrets leaves nothing in the delivery directory.
@@ -60,7 +62,8 @@ func TestDeliveryFilesSurviveARestart(t *testing.T) {
 		t.Fatalf("the delivered file holds %q, %v", b, err)
 	}
 	subs := d.Substitutions("sb_1")
-	if len(subs) != 1 || subs[0].Secret != "gh" || subs[0].Placeholder != s.Placeholder("alice", "gh", "sb_1") {
+	if len(subs) != 1 || subs[0].Secret != "gh" || subs[0].Placeholder != s.Placeholder("alice", "gh", "sb_1") ||
+		strings.Join(subs[0].Headers, ",") != "X-Api-Key" {
 		t.Fatalf("substitutions %+v", subs)
 	}
 	if v, err := subs[0].Value(); err != nil || string(v) != "ghp_abcdefghijklmnopqrstuvwxyz" {

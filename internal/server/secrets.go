@@ -36,7 +36,7 @@ const envRisk = "high: the value itself is in every execution's environment, whe
 
 func toAPIBinding(b secret.Binding) api.SecretBinding {
 	out := api.SecretBinding{ID: b.ID, Sandbox: b.Sandbox, Scope: b.Scope, Target: b.Target, Delivery: b.Delivery,
-		Hosts: b.Hosts, Query: b.Query, Created: b.CreatedAt}
+		Hosts: b.Hosts, Query: b.Query, Headers: b.Headers, Created: b.CreatedAt}
 	if b.Delivery == secret.DeliverEnv {
 		out.Risk = envRisk
 	}
@@ -52,7 +52,7 @@ func (s *Server) bindSecret(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("a binding needs the sandbox (name or id) to hand the secret to")
 	}
 	res, err := s.m.BindSecret(r.Context(), owner(r), req.Sandbox, secret.BindRequest{Secret: r.PathValue("name"),
-		Scope: req.Scope, Target: req.Target, Delivery: req.Delivery, Hosts: req.Hosts, Query: req.Query})
+		Scope: req.Scope, Target: req.Target, Delivery: req.Delivery, Hosts: req.Hosts, Query: req.Query, Headers: req.Headers})
 	if err != nil {
 		return err
 	}

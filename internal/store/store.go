@@ -122,6 +122,9 @@ type SecretBinding struct {
 	Delivery string   `json:"delivery"` // "proxy", "file" or "env"
 	Hosts    []string `json:"hosts"`    // where a proxy delivery is substituted
 	Query    bool     `json:"query,omitempty"`
+	// Headers are the request headers a proxy delivery is substituted in; none means
+	// Authorization.
+	Headers []string `json:"headers,omitempty"`
 	// CreatedAt is when the binding was made.
 	CreatedAt time.Time `json:"created_at"`
 }
