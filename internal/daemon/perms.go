@@ -34,13 +34,20 @@ var traversed = map[string]bool{
 	"network/sandboxes": false,
 	"network/netns":     false,
 	"workspaces":        false, // a 0700 directory of root's per sandbox, its workspace mounted at mnt
+	// The read-only views sandboxes bind the agent binary and the CA bundle from
+	// (bindsource.View): overlay mounts, left as they are.
+	"sandboxes-agent":       false,
+	"sandboxes-runsc-agent": false,
+	"network/ca-view":       false,
+	"network/ca-public":     true, // the CA bundle's view shows this directory
 }
 
 // shared are files every sandbox reads, so others may read them too; they hold nothing
 // secret.
 var shared = map[string]os.FileMode{
-	"bin/airlock":           0o755, // the public binary; gVisor's kernel reads it to load it
-	"network/ca-bundle.pem": 0o644, // public CA certificates
+	"bin/airlock":                     0o755, // the public binary; gVisor's kernel reads it to load it
+	"network/ca-bundle.pem":           0o644, // public CA certificates
+	"network/ca-public/ca-bundle.pem": 0o644,
 }
 
 // secureStateDir sets the modes of the state directory and its daemon-owned entries, so

@@ -100,9 +100,13 @@ network:
 	sandboxDir := filepath.Join("sandboxes", resp.Sandbox.ID)
 	// Paths others may read (or, for directories, list), each with why.
 	readable := map[string]string{
-		"network/ca-bundle.pem":            "public CA certificates every sandbox reads",
-		"network/netns/" + resp.Sandbox.ID: "a network namespace's nsfs file: its mode is the kernel's, and opening it grants nothing",
-		"bin/airlock":                      "the public airlock binary, which gVisor's kernel reads to load it",
+		"network/ca-bundle.pem":              "public CA certificates every sandbox reads",
+		"network/netns/" + resp.Sandbox.ID:   "a network namespace's nsfs file: its mode is the kernel's, and opening it grants nothing",
+		"bin/airlock":                        "the public airlock binary, which gVisor's kernel reads to load it",
+		"network/ca-public/ca-bundle.pem":    "the CA certificates' copy the sandboxes' view shows",
+		"network/ca-view/view/ca-bundle.pem": "the view sandboxes bind the CA certificates from",
+		"sandboxes-agent/view/airlock":       "the view sandboxes bind the agent binary from",
+		"sandboxes-runsc-agent/view/airlock": "the view gVisor sandboxes bind the agent binary from",
 	}
 	// The sandbox's directory is its own: root's, group the sandbox's gid, 0710.
 	idmap, err := cl.Exec(ctx, "p", api.ExecRequest{Shell: "awk '{print $2}' /proc/self/gid_map", Timeout: "60s"})
