@@ -73,7 +73,6 @@ func (f kvFlag) orNil() map[string]string {
 	return f
 }
 
-// listFlag is a repeatable string flag.
 // listFlag is a repeatable flag whose values may also be comma-separated.
 type listFlag []string
 
@@ -84,6 +83,19 @@ func (f *listFlag) Set(v string) error {
 		if s = strings.TrimSpace(s); s != "" {
 			*f = append(*f, s)
 		}
+	}
+	return nil
+}
+
+// repeatFlag is a repeatable flag that takes each value whole: an egress rule's commas
+// separate its own ports and methods (api.example.com:443,8443/GET,POST).
+type repeatFlag []string
+
+func (f *repeatFlag) String() string { return strings.Join(*f, " ") }
+
+func (f *repeatFlag) Set(v string) error {
+	if v = strings.TrimSpace(v); v != "" {
+		*f = append(*f, v)
 	}
 	return nil
 }

@@ -14,13 +14,13 @@ import (
 // networkFlags are the egress flags of create and run.
 type networkFlags struct {
 	mode         string
-	allow        listFlag
+	allow        repeatFlag
 	allowPrivate listFlag
 }
 
 func (n *networkFlags) register(c *cmd) {
 	c.fs.StringVar(&n.mode, "network", "", "egress `MODE`: none, deny_all, baseline (default), allowlist or unrestricted")
-	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain, an address or a CIDR prefix such as 198.51.100.0/24:5432, which also allows plain TCP; implies allowlist)")
+	c.fs.Var(&n.allow, "allow", "allow `HOST[:PORT][/METHODS]` (repeatable; HOST may be *.domain, an address or a CIDR prefix such as 198.51.100.0/24:5432, which also allows plain TCP; commas separate ports or methods of one rule; implies allowlist)")
 	c.fs.Var(&n.allowPrivate, "allow-private", "authorise a private `CIDR` explicitly (repeatable)")
 }
 

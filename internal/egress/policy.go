@@ -160,6 +160,9 @@ func ParseRule(s string) (Rule, error) {
 			return Rule{}, bad("empty port after :")
 		}
 	}
+	if strings.Contains(host, ",") {
+		return Rule{}, bad("a comma separates the ports or the methods of one rule, not hosts: give one rule per host")
+	}
 	h, err := ruleHost(host)
 	if err != nil {
 		return Rule{}, bad("%s", err)
