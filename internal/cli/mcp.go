@@ -24,7 +24,8 @@ var mcpVerb = &verb{
 	short: "serve Airlock's tools to AI agents over the Model Context Protocol",
 	long: `Without --listen, MCP runs over standard input and output, the way MCP clients start a
 local server; with --listen, over streamable HTTP at http://HOST:PORT/mcp. It runs until
-interrupted (or until the stdio client goes away). Logs go to standard error.
+interrupted, or until the stdio client closes standard input (every request read before
+that is still answered, so requests can be piped in). Logs go to standard error.
 
 The tools: run_code, exec, read_file, write_file, list_files, create_sandbox,
 list_sandboxes, suspend, resume, terminate, snapshot, fork (docs/mcp.md). Every call
@@ -93,19 +94,14 @@ func checkListen(addr, token string) error {
 }
 
 // serveMCPStdio speaks MCP on the command's standard input and output until the client
-// closes its end or the command is interrupted.
+// closes its end (once every request read is answered) or the command is interrupted.
 func serveMCPStdio(c *cmd, srv *mcpsdk.Server) error {
-	t := &mcpsdk.IOTransport{Reader: io.NopCloser(c.stdin), Writer: nopWriteCloser{c.stdout}}
-	err := srv.Run(c.ctx, t)
+	err := srv.Run(c.ctx, mcp.Stdio(c.stdin, c.stdout))
 	if c.ctx.Err() != nil || errors.Is(err, io.EOF) {
 		return nil // interrupted, or the client went away: both are the normal end
 	}
 	return err
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // serveMCPHTTP serves MCP over streamable HTTP at /mcp until ctx ends.
 func serveMCPHTTP(ctx context.Context, srv *mcpsdk.Server, addr, token string, log *slog.Logger) error {

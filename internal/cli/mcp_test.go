@@ -76,6 +76,37 @@ func TestMCPVerbStdio(t *testing.T) {
 	}
 }
 
+// TestMCPVerbStdinClosed: requests piped in, then the end of standard input, as
+// `printf ... | airlock mcp` does: every request read is answered, then the command ends.
+func TestMCPVerbStdinClosed(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"pipe","version":"0"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"bash","code":"echo from-pipe"}}}
+`
+	var out, stderr strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), []string{"--socket", n.Socket, "mcp"}, strings.NewReader(in), &out, &stderr)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("airlock mcp ended with %v, want nil; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("airlock mcp did not end after its standard input closed")
+	}
+	got := out.String()
+	for _, id := range []string{`"id":1,`, `"id":2,`, `"id":3,`} {
+		if !strings.Contains(got, id) {
+			t.Errorf("no answer with %s; stdout:\n%s", id, got)
+		}
+	}
+	wantContains(t, "answers", got, `"serverInfo"`, `"run_code"`, "from-pipe")
+}
+
 // TestMCPVerbHTTP serves streamable HTTP on a loopback port with a token.
 func TestMCPVerbHTTP(t *testing.T) {
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
