@@ -708,8 +708,8 @@ type CreateSecretRequest struct {
 	Name         string   `json:"name"`
 	Type         string   `json:"type"` // token, password or certificate
 	Description  string   `json:"description,omitempty"`
-	AllowedHosts []string `json:"allowed_hosts"`
-	Expires      string   `json:"expires,omitempty"` // RFC 3339 time or a duration from now
+	AllowedHosts []string `json:"allowed_hosts,omitempty"` // none: file and env delivery only
+	Expires      string   `json:"expires,omitempty"`       // RFC 3339 time or a duration from now
 	Value        string   `json:"value"`
 }
 

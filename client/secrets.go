@@ -39,6 +39,13 @@ func (c *Client) RevokeSecret(ctx context.Context, name string) (*api.Secret, er
 	return &out, c.do(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + url.PathEscape(name)}, &out)
 }
 
+// DeleteSecret revokes a secret, if it is not revoked yet, and removes it with its
+// bindings; its name can be used again.
+func (c *Client) DeleteSecret(ctx context.Context, name string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + url.PathEscape(name),
+		query: url.Values{"purge": {"true"}}}, nil)
+}
+
 // RekeySecrets re-seals every secret under a new node key (admin).
 func (c *Client) RekeySecrets(ctx context.Context) (*api.RekeyResult, error) {
 	var out api.RekeyResult

@@ -10,12 +10,13 @@ import (
 
 var secretCreateVerb = &verb{
 	name:  "secret create",
-	args:  "--name N --type token|password|certificate --allowed-hosts H[,H2] [--description D] [--expires T] < value",
+	args:  "--name N --type token|password|certificate [--allowed-hosts H[,H2]] [--description D] [--expires T] < value",
 	short: "store a secret read from standard input, sealed at rest (secret.create)",
 	long: `The value is read from standard input; one trailing newline is trimmed, and an empty
 value or one of 64 KiB or more is refused. It is sealed with AES-256-GCM under the node's
-key and never shown again: listings show a safe preview and a fingerprint. Only the
-allowed hosts will ever be sent it. --expires takes an RFC 3339 time or a duration (720h).`,
+key and never shown again: listings show a safe preview and a fingerprint. Proxy
+delivery sends it to the allowed hosts only; a secret without --allowed-hosts can be
+delivered only as a file or in the environment. --expires takes an RFC 3339 time or a duration (720h).`,
 	run: runSecretCreate,
 }
 
@@ -35,6 +36,13 @@ var secretRevokeVerb = &verb{
 	args:  "NAME --yes",
 	short: "revoke a secret: its values are destroyed and delivery stops at once",
 	run:   runSecretRevoke,
+}
+
+var secretRmVerb = &verb{
+	name:  "secret rm",
+	args:  "NAME --yes",
+	short: "remove a secret and its bindings (revoking it first if it is not revoked); its name is free again",
+	run:   runSecretRm,
 }
 
 var secretRekeyVerb = &verb{name: "secret rekey", args: "", short: "re-seal every secret under a new node key, without downtime (admin)", run: runSecretRekey}
@@ -88,7 +96,7 @@ func printSecret(c *cmd, s *api.Secret) error {
 		state = "revoked"
 	}
 	kv := [][2]string{{"name", s.Name}, {"type", s.Type}, {"description", orNone(s.Description)},
-		{"allowed hosts", strings.Join(s.AllowedHosts, ", ")}, {"expires", expires}, {"state", state}}
+		{"allowed hosts", orNone(strings.Join(s.AllowedHosts, ", "))}, {"expires", expires}, {"state", state}}
 	for _, p := range kv {
 		fmt.Fprintf(c.stdout, "%-14s %s\n", p[0]+":", termSafe(p[1]))
 	}
@@ -185,15 +193,15 @@ func runSecretCreate(c *cmd, args []string) error {
 	name := c.fs.String("name", "", "the secret's `N`ame")
 	typ := c.fs.String("type", "", "`TYPE`: token, password or certificate")
 	var hosts listFlag
-	c.fs.Var(&hosts, "allowed-hosts", "the only `H`osts it is sent to (comma-separated)")
+	c.fs.Var(&hosts, "allowed-hosts", "the only `H`osts proxy delivery sends it to (comma-separated; none: file or env delivery only)")
 	desc := c.fs.String("description", "", "description `D`: what it is for")
 	expires := c.fs.String("expires", "", "expiry `T`: an RFC 3339 time or a duration")
 	_, cl, err := c.connect(args, 0)
 	if err != nil {
 		return err
 	}
-	if *name == "" || *typ == "" || len(hosts) == 0 {
-		return usagef("--name, --type and --allowed-hosts are required")
+	if *name == "" || *typ == "" {
+		return usagef("--name and --type are required")
 	}
 	value, err := c.readValue()
 	if err != nil {
@@ -227,7 +235,7 @@ func runSecretLs(c *cmd, args []string) error {
 		if s.RevokedAt != nil {
 			state = "revoked"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", termSafe(s.Name), s.Type, v.Version, termSafe(v.Preview), termSafe(strings.Join(s.AllowedHosts, ",")), state)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", termSafe(s.Name), s.Type, v.Version, termSafe(v.Preview), termSafe(orNone(strings.Join(s.AllowedHosts, ","))), state)
 	}
 	return tw.Flush()
 }
@@ -282,6 +290,25 @@ func runSecretRevoke(c *cmd, args []string) error {
 		return c.printJSON(s)
 	}
 	fmt.Fprintf(c.stdout, "revoked %s\n", termSafe(s.Name))
+	return nil
+}
+
+func runSecretRm(c *cmd, args []string) error {
+	yes := c.fs.Bool("yes", false, "remove without asking")
+	pos, cl, err := c.connect(args, 1)
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		return usagef("removing %s destroys its values, stops its delivery at once and forgets it; confirm with --yes", pos[0])
+	}
+	if err := cl.DeleteSecret(c.ctx, pos[0]); err != nil {
+		return err
+	}
+	if c.json() {
+		return c.printJSON(map[string]string{"removed": pos[0]})
+	}
+	fmt.Fprintf(c.stdout, "removed %s\n", termSafe(pos[0]))
 	return nil
 }
 

@@ -71,7 +71,13 @@ func (n *node) run(ctx context.Context, stdin string, args ...string) (string, s
 // must runs the CLI and fails the test unless it succeeds.
 func (n *node) must(t *testing.T, args ...string) string {
 	t.Helper()
-	out, errOut, err := n.run(bg, "", args...)
+	return n.mustIn(t, "", args...)
+}
+
+// mustIn is must with stdin as the standard input.
+func (n *node) mustIn(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, errOut, err := n.run(bg, stdin, args...)
 	if err != nil {
 		t.Fatalf("airlock %s: %v\n%s", strings.Join(args, " "), err, errOut)
 	}
@@ -615,6 +621,34 @@ func TestAuditVerbs(t *testing.T) {
 	_, errOut, err := n.run(bg, "", "audit", "ls", "--since", "yesterday")
 	wantExit(t, err, 2)
 	wantContains(t, "a bad --since", errOut, "RFC 3339")
+}
+
+// TestSecretWithoutHostsAndRm: a secret meant for a file needs no allowed hosts (only
+// proxy delivery does, and says so), and a secret, revoked or not, can be removed, which
+// frees its name.
+func TestSecretWithoutHostsAndRm(t *testing.T) {
+	n := newNode(t)
+	wantContains(t, "secret create without hosts", n.mustIn(t, "pw-1\n", "secret", "create", "--name", "db", "--type", "password"), "allowed hosts: -")
+	n.must(t, "create", "app")
+	n.must(t, "secret", "bind", "db", "--sandbox", "app", "--target", "/etc/app/db-password", "--delivery", "file")
+	_, errOut, err := n.run(bg, "", "secret", "bind", "db", "--sandbox", "app", "--target", "DB_PASSWORD")
+	wantExit(t, err, 1)
+	wantContains(t, "proxy delivery of a secret without hosts", errOut, "no allowed hosts", "file or env", "(invalid_argument)")
+
+	_, errOut, err = n.run(bg, "", "secret", "rm", "db")
+	wantExit(t, err, 2)
+	wantContains(t, "rm without --yes", errOut, "--yes")
+	n.must(t, "secret", "revoke", "db", "--yes")
+	wantContains(t, "secret rm of a revoked secret", n.must(t, "secret", "rm", "db", "--yes"), "removed db")
+	if out := n.must(t, "secret", "ls"); strings.Contains(out, "db") {
+		t.Errorf("secret ls still lists the removed secret: %q", out)
+	}
+	_, errOut, err = n.run(bg, "", "secret", "rm", "db", "--yes")
+	wantExit(t, err, 1)
+	wantContains(t, "rm of a removed secret", errOut, "not found")
+	// The name is free again, and an active secret is revoked and removed in one step.
+	n.mustIn(t, "pw-2\n", "secret", "create", "--name", "db", "--type", "password")
+	n.must(t, "secret", "rm", "db", "--yes")
 }
 
 // Secrets go in through standard input and never come out: no answer, listing, log

@@ -128,6 +128,10 @@ func checkBinding(sec *store.Secret, req BindRequest) (BindRequest, error) {
 	if len(req.Hosts) == 0 {
 		req.Hosts = slices.Clone(sec.AllowedHosts)
 	}
+	if req.Delivery == DeliverProxy && len(req.Hosts) == 0 {
+		return req, errdefs.Invalid("secret %q has no allowed hosts, so proxy delivery has no host to send it to; "+
+			"deliver it as a file or env, or create a secret with --allowed-hosts", sec.Name)
+	}
 	for _, h := range req.Hosts {
 		if !slices.ContainsFunc(sec.AllowedHosts, func(a string) bool { return hostCovers(a, h) }) {
 			return req, errdefs.Invalid("host %q is not one of secret %q's allowed hosts (%s)", h, sec.Name, strings.Join(sec.AllowedHosts, ", "))

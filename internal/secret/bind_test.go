@@ -13,6 +13,26 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
+// TestNoAllowedHosts: a secret with no allowed hosts is for file or env delivery only;
+// proxy delivery has nowhere to send it, and says so.
+func TestNoAllowedHosts(t *testing.T) {
+	s, _ := newService(t)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: "db", Type: "password", Value: []byte("pw")}); err != nil {
+		t.Fatalf("a secret without allowed hosts: %v", err)
+	}
+	_, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "db", Sandbox: "sb_1", Target: "DB"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "no allowed hosts") {
+		t.Errorf("proxy delivery of a secret without hosts: %v, want invalid: no allowed hosts", err)
+	}
+	for _, req := range []secret.BindRequest{{Target: "/etc/db-password", Delivery: "file"}, {Target: "DB", Delivery: "env"}} {
+		req.Secret, req.Sandbox = "db", "sb_1"
+		if _, _, err := s.Bind(ctx, "alice", req); err != nil {
+			t.Errorf("%s delivery of a secret without hosts: %v", req.Delivery, err)
+		}
+	}
+}
+
 func TestBindRules(t *testing.T) {
 	s, _ := newService(t)
 	ctx := context.Background()

@@ -180,9 +180,11 @@ func (s *Service) version(n int, typ string, value []byte) (store.SecretVersion,
 // CreateRequest says what secret to make.
 type CreateRequest struct {
 	Name, Type, Description string
-	AllowedHosts            []string
-	ExpiresAt               time.Time
-	Value                   []byte
+	// AllowedHosts are the only hosts proxy delivery sends the value to; a secret with
+	// none is for file and env delivery only.
+	AllowedHosts []string
+	ExpiresAt    time.Time
+	Value        []byte
 }
 
 // Create stores a new secret of owner's.
@@ -192,9 +194,6 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	}
 	if !slices.Contains(Types, req.Type) {
 		return nil, errdefs.Invalid("invalid secret type %q: %s", req.Type, strings.Join(Types, ", "))
-	}
-	if len(req.AllowedHosts) == 0 {
-		return nil, errdefs.Invalid("a secret needs at least one allowed host: the only hosts it is ever sent to")
 	}
 	for _, h := range req.AllowedHosts {
 		if !hostRE().MatchString(h) {
@@ -282,6 +281,19 @@ func (s *Service) Revoke(ctx context.Context, owner, name string) (*store.Secret
 		}
 		return sec, err
 	}
+}
+
+// Delete revokes the secret (delivery stops at once) and then removes it, with every
+// binding; its name can be used again.
+func (s *Service) Delete(ctx context.Context, owner, name string) error {
+	if _, err := s.Revoke(ctx, owner, name); err != nil {
+		return err
+	}
+	err := s.st.DeleteSecret(ctx, owner, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return errdefs.NotFound("secret %q not found", name)
+	}
+	return err
 }
 
 // Rekey seals every secret's every version under a new key, then forgets the old keys.

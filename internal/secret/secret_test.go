@@ -99,7 +99,6 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"empty value": {Name: "x", Type: "password", AllowedHosts: ok.AllowedHosts, Value: []byte("\n")},
 		"64 KiB":      {Name: "x", Type: "password", AllowedHosts: ok.AllowedHosts, Value: bytes.Repeat([]byte("a"), 64<<10)},
 		"bad type":    {Name: "x", Type: "key", AllowedHosts: ok.AllowedHosts, Value: ok.Value},
-		"no hosts":    {Name: "x", Type: "password", Value: ok.Value},
 		"bad host":    {Name: "x", Type: "password", AllowedHosts: []string{"http://x"}, Value: ok.Value},
 		"bad name":    {Name: "a b", Type: "password", AllowedHosts: ok.AllowedHosts, Value: ok.Value},
 	} {

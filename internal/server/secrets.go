@@ -10,7 +10,7 @@ import (
 )
 
 func toAPISecret(s *secret.Secret) api.Secret {
-	out := api.Secret{Name: s.Name, Type: s.Type, Description: s.Description, AllowedHosts: s.AllowedHosts,
+	out := api.Secret{Name: s.Name, Type: s.Type, Description: s.Description, AllowedHosts: append([]string{}, s.AllowedHosts...),
 		CreatedAt: s.CreatedAt, Versions: []api.SecretVersion{}}
 	if !s.ExpiresAt.IsZero() {
 		t := s.ExpiresAt
@@ -157,6 +157,15 @@ func (s *Server) revokeSecret(w http.ResponseWriter, r *http.Request) error {
 	svc, err := s.secrets()
 	if err != nil {
 		return err
+	}
+	if purge := r.URL.Query().Get("purge"); purge == "true" {
+		if err := svc.Delete(r.Context(), owner(r), r.PathValue("name")); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	} else if purge != "" && purge != "false" {
+		return errdefs.Invalid("invalid purge %q: true or false", purge)
 	}
 	sec, err := svc.Revoke(r.Context(), owner(r), r.PathValue("name"))
 	if err != nil {
