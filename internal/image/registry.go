@@ -390,9 +390,35 @@ func (r *registryClient) fail(err error, what string) error {
 	case errors.As(err, &to):
 		return errdefs.Unavailable("registry %s did not answer within %s", r.host, r.timeout).WithCause(err)
 	case errors.As(err, &ue), errors.As(err, &oe):
+		if why := unreachable(err); why != "" {
+			return errdefs.Unavailable("cannot reach registry %s: %s", r.host, why).WithCause(err)
+		}
 		return errdefs.Unavailable("cannot reach registry %s", r.host).WithCause(err)
 	}
 	return errdefs.Invalid("registry %s sent %s in a form that is not a valid image", r.host, what).WithCause(err)
+}
+
+// unreachable says in a few words why a registry could not be reached ("lookup
+// index.docker.io: no such host", "connect: connection refused", a certificate that
+// does not verify), leaving out the node's own resolver; "" when err says no more.
+func unreachable(err error) string {
+	var (
+		de *net.DNSError
+		oe *net.OpError
+		ue *url.Error
+	)
+	switch {
+	case errors.As(err, &de):
+		if de.IsNotFound {
+			return "lookup " + de.Name + ": no such host"
+		}
+		return "lookup " + de.Name + ": " + de.Err
+	case errors.As(err, &oe) && oe.Err != nil:
+		return oe.Err.Error()
+	case errors.As(err, &ue) && ue.Err != nil:
+		return ue.Err.Error() // a TLS handshake that failed, say
+	}
+	return ""
 }
 
 func (r *registryClient) statusError(te *transport.Error, what string) error {

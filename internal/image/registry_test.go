@@ -300,7 +300,7 @@ func TestPullRequestHidesThePassword(t *testing.T) {
 }
 
 // TestPullErrors: an unknown tag or repository is not found, a loopback registry needs
-// Insecure, and one that is not there is unavailable; each names the image.
+// Insecure, and one that is not there is unavailable, saying why; each names the image.
 func TestPullErrors(t *testing.T) {
 	requireRoot(t)
 	hermeticKeychain(t)
@@ -320,7 +320,8 @@ func TestPullErrors(t *testing.T) {
 		{"unknown tag", PullRequest{Ref: reg.host + "/there:2"}, errdefs.ErrNotFound, "pull " + reg.host + "/there:2: registry " + reg.host + " does not have the image", true},
 		{"unknown repository", PullRequest{Ref: reg.host + "/nowhere:1"}, errdefs.ErrNotFound, "does not have the image", true},
 		{"loopback not allowed", PullRequest{Ref: ref}, errdefs.ErrPermissionDenied, "registry address 127.0.0.1 is loopback", false},
-		{"no registry there", PullRequest{Ref: goneHost + "/x:1"}, errdefs.ErrUnavailable, "pull " + goneHost + "/x:1: cannot reach registry " + goneHost, true},
+		{"no registry there", PullRequest{Ref: goneHost + "/x:1"}, errdefs.ErrUnavailable, "pull " + goneHost + "/x:1: cannot reach registry " + goneHost + ": connect: connection refused", true},
+		{"no such host", PullRequest{Ref: "registry.invalid/x:1"}, errdefs.ErrUnavailable, "cannot reach registry registry.invalid: lookup registry.invalid: no such host", false},
 	} {
 		tc.req.Name, tc.req.Insecure = "x", tc.insecure
 		_, err := s.Pull(context.Background(), alice, tc.req, nil)
