@@ -60,7 +60,7 @@ refuses the request; in a body it goes as it is. Each form of the value (as it i
 base64) is starred out of every answer from those hosts, compressed bodies decoded. The
 proxy opens those hosts with every method. Delivery file puts the value in a file on a tmpfs, outside
 everything that is snapshotted, forked or copied; a file bound to a running sandbox appears
-at its next start. Delivery env puts the value in every execution's environment: the
+at once (under gVisor, at its next start). Delivery env puts the value in every execution's environment: the
 higher-risk choice, since any process in the sandbox can read and print it.
 --scope sandbox (the default) delivers the version that was newest when the sandbox started;
 --scope execution gives each execution (and each proxied request) the newest version.

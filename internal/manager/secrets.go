@@ -24,7 +24,7 @@ type BindResult struct {
 	Secret  *secret.Secret
 	Binding *secret.Binding
 	// Applies says when the sandbox sees it: "now", or "at the next start" for a file
-	// bound to a running sandbox (a mount is made as a sandbox starts).
+	// bound to a running sandbox whose runtime cannot add a mount to it (gVisor).
 	Applies string
 }
 
@@ -70,11 +70,29 @@ func (m *Manager) BindSecret(ctx context.Context, owner, ref string, req secret.
 		return nil, err
 	}
 	res := &BindResult{Secret: sec, Binding: b, Applies: "now"}
-	if strings.HasPrefix(b.Target, "/") && sb.State != Suspended && sb.State != Creating {
+	if strings.HasPrefix(b.Target, "/") && sb.State != Suspended && sb.State != Creating && !m.mountSecret(ctx, sb, b) {
 		res.Applies = "at the next start"
 	}
 	m.event(sb, "secret", "bound", map[string]any{"secret": sec.Name, "target": b.Target, "delivery": b.Delivery})
 	return res, nil
+}
+
+// mountSecret puts the file of a binding made while sb runs at its target at once, and
+// says whether it did; when the runtime cannot, the file appears at the next start.
+func (m *Manager) mountSecret(ctx context.Context, sb *store.Sandbox, b *secret.Binding) bool {
+	fm, ok := m.driver(sb).(runtime.FileMounter)
+	if !ok || m.delivery == nil || sb.State != Running {
+		return false
+	}
+	mnt, ok, err := m.delivery.Deliver(ctx, sb.Owner, sb.ID, b.ID, sb.UIDBase)
+	if err == nil && ok {
+		err = fm.MountFile(ctx, sb.ID, mnt.Source, mnt.Destination)
+	}
+	if err != nil {
+		m.log.Warn("a secret bound to a running sandbox waits for its next start", "sandbox", sb.ID, "target", b.Target, "err", err)
+		return false
+	}
+	return ok
 }
 
 // bindableHost refuses a binding host the sandbox's policy keeps closed.

@@ -129,6 +129,13 @@ type PortDialer interface {
 	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
+// FileMounter is implemented by drivers that can bind a host file, read-only, into a
+// running container (a secret bound while the sandbox runs); without it, such a file
+// appears at the sandbox's next start.
+type FileMounter interface {
+	MountFile(ctx context.Context, id, src, dst string) error
+}
+
 // Check is one line of a driver's host health report.
 type Check struct {
 	Name     string

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -160,7 +161,6 @@ func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32,
 	if running {
 		ls.pinned = d.loadPins(sandbox)
 	}
-	dir := d.sandboxDir(sandbox)
 	var mounts []Mount
 	for _, b := range bound {
 		if b.Revoked {
@@ -176,22 +176,9 @@ func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32,
 		if b.Binding.Target[0] != '/' {
 			continue
 		}
-		var body []byte
-		if b.Binding.Delivery == DeliverFile {
-			if body, err = d.svc.Value(ctx, owner, b.Secret, ls.pinned[b.Secret]); err != nil {
-				return nil, err
-			}
-		} else {
-			body = []byte(d.svc.Placeholder(owner, b.Secret, sandbox) + "\n")
-		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
-		file := filepath.Join(dir, b.Binding.ID)
-		err := writeOwned(file, body, uid)
-		clear(body)
+		file, err := d.writeFile(ctx, owner, sandbox, b, ls.pinned[b.Secret], uid)
 		if err != nil {
-			return nil, fmt.Errorf("deliver secret %q: %w", b.Secret, err)
+			return nil, err
 		}
 		ls.files[b.Binding.ID] = file
 		mounts = append(mounts, Mount{Source: file, Destination: b.Binding.Target})
@@ -205,6 +192,69 @@ func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32,
 	d.live[sandbox] = ls
 	d.mu.Unlock()
 	return mounts, nil
+}
+
+// writeFile writes the file of a binding to a path (the value of a file delivery at
+// version, or a placeholder) on the tmpfs and returns its path.
+func (d *Delivery) writeFile(ctx context.Context, owner, sandbox string, b Bound, version int, uid uint32) (string, error) {
+	var body []byte
+	if b.Binding.Delivery == DeliverFile {
+		var err error
+		if body, err = d.svc.Value(ctx, owner, b.Secret, version); err != nil {
+			return "", err
+		}
+	} else {
+		body = []byte(d.svc.Placeholder(owner, b.Secret, sandbox) + "\n")
+	}
+	defer clear(body)
+	dir := d.sandboxDir(sandbox)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, b.Binding.ID)
+	if err := writeOwned(file, body, uid); err != nil {
+		return "", fmt.Errorf("deliver secret %q: %w", b.Secret, err)
+	}
+	return file, nil
+}
+
+// Deliver writes the file of a binding to a path made while its sandbox runs, and
+// returns the mount that puts it at its target; the caller makes the mount in the
+// running sandbox. ok is false when the sandbox is not running here or the binding is
+// gone (or its secret revoked) meanwhile. A later revocation or unbinding empties the
+// file in place, as it does the files of a start.
+func (d *Delivery) Deliver(ctx context.Context, owner, sandbox, binding string, uid uint32) (m Mount, ok bool, err error) {
+	d.mu.Lock()
+	ls, live := d.live[sandbox]
+	var (
+		b       Bound
+		found   bool
+		version int
+	)
+	if live {
+		for _, x := range ls.bound {
+			if x.Binding.ID == binding && !x.Revoked {
+				b, found, version = x, true, ls.pinned[x.Secret]
+			}
+		}
+	}
+	d.mu.Unlock()
+	if !found || b.Binding.Target[0] != '/' {
+		return Mount{}, false, nil
+	}
+	file, err := d.writeFile(ctx, owner, sandbox, b, version, uid)
+	if err != nil {
+		return Mount{}, false, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	still := slices.ContainsFunc(ls.bound, func(x Bound) bool { return x.Binding.ID == binding && !x.Revoked })
+	if cur, ok := d.live[sandbox]; !ok || cur != ls || !still {
+		os.Truncate(file, 0) // stopped, restarted, unbound or revoked meanwhile
+		return Mount{}, false, nil
+	}
+	ls.files[binding] = file
+	return Mount{Source: file, Destination: b.Binding.Target}, true, nil
 }
 
 // writeOwned writes a delivered file in place (a mounted file keeps its inode), owned

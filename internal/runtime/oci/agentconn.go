@@ -195,19 +195,11 @@ func (d *Driver) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
 		return cl.DialPort(ctx, port)
 	}
-	p, err := d.peer(id)
+	pidfd, _, err := d.initPidfd(id)
 	if err != nil {
 		return nil, err
 	}
-	pidfd, err := unix.PidfdOpen(p.PID, 0)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: its container's init is gone: %w", id, err)
-	}
 	defer unix.Close(pidfd)
-	cg, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cgroup")
-	if !strings.Contains(string(cg), d.cgroupPath(id)+"\n") {
-		return nil, fmt.Errorf("sandbox %s: its container's init is gone", id)
-	}
 	c, err := sandboxlink.DialIn(ctx, pidfd, addr)
 	if err != nil {
 		return nil, fmt.Errorf("nothing answered on port %d in the sandbox: %w", port, err)
