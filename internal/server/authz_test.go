@@ -213,6 +213,7 @@ func TestListAllOwners(t *testing.T) {
 	for _, sb := range list {
 		got = append(got, sb.Owner+"/"+sb.Name)
 	}
+	slices.Sort(got) // created in map order
 	if want := []string{"alice/a-box", "bob/b-box"}; !slices.Equal(got, want) {
 		t.Errorf("the administrator lists all owners' sandboxes: %v, want %v", got, want)
 	}
