@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -34,12 +33,10 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
 )
-
-// maxBody bounds every JSON request body.
-const maxBody = 1 << 20
 
 // ClientID is what the control plane reports as every sandbox's (deprecated) clientID.
 const ClientID = "airlock"
@@ -296,7 +293,7 @@ type apiError struct {
 }
 
 // errTooLarge marks an oversize body (413).
-var errTooLarge = errors.New("request body too large")
+var errTooLarge = jsonbody.ErrTooLarge
 
 // errNotServed is the class of an E2B call that Airlock does not serve (501).
 var errNotServed = errors.New("not implemented")
@@ -338,27 +335,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// decode reads a JSON body of at most maxBody bytes. Fields this plane does not know
-// are ignored (E2B's SDKs add fields over time); an empty body is allowed when
+// decode reads a JSON body of at most jsonbody.MaxBytes. Fields this plane does not
+// know are ignored (E2B's SDKs add fields over time); an empty body is allowed when
 // optional, and leaves v as it was.
 func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: fmt.Sprintf("request body is larger than %d bytes", maxBody), Cause: errTooLarge}
-		case errors.Is(err, io.EOF):
-			if optional {
-				return nil
-			}
-			return errdefs.Invalid("request body is empty; a JSON object is required")
-		default:
-			return errdefs.Invalid("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
-		}
-	}
-	if dec.More() {
-		return errdefs.Invalid("invalid request body: more than one JSON value")
-	}
-	return nil
+	return jsonbody.Decode(w, r, v, jsonbody.Options{AllowUnknown: true, Optional: optional})
 }

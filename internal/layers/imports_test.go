@@ -31,6 +31,7 @@ var forbidden = map[string][]string{
 	"internal/mcp":        {"airlock:api,client,internal/errdefs"},
 	"internal/portproxy":  {"airlock:"},
 	"internal/bindsource": {"airlock:internal/durable"},
+	"internal/jsonbody":   {"airlock:internal/errdefs"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.
 	"internal/e2b/envdpb/processpb":    {"airlock:"},
 	"internal/e2b/envdpb/filesystempb": {"airlock:"},

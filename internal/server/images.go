@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/secret"
 )
@@ -215,7 +216,7 @@ func ndjson[E any](w http.ResponseWriter) func(E) {
 }
 
 func uploadTooLarge(limit int64) error {
-	return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errTooLarge,
+	return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: jsonbody.ErrTooLarge,
 		Msg:     fmt.Sprintf("the image archive is larger than %d bytes, the most this node accepts in one upload", limit),
 		Details: map[string]any{"limit": limit}}
 }

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,16 +27,11 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/secret"
 )
-
-// maxBody bounds every JSON request body.
-const maxBody = 1 << 20
-
-// errTooLarge marks an oversize body: invalid_argument, with status 413.
-var errTooLarge = errors.New("request body too large")
 
 // Options configure the server.
 type Options struct {
@@ -391,27 +385,10 @@ func (s *Server) scope(r *http.Request) string {
 // isAdmin says whether the caller holds the admin permission.
 func isAdmin(r *http.Request) bool { return principal(r).Can(auth.Admin) }
 
-// decode reads a JSON body strictly: unknown fields, trailing data and oversize bodies
-// are refused.
+// decode reads r's JSON body into v strictly: unknown fields, trailing data, empty and
+// oversize bodies are refused.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: fmt.Sprintf("request body is larger than %d bytes", maxBody), Cause: errTooLarge}
-		case errors.Is(err, io.EOF):
-			return errdefs.Invalid("request body is empty; a JSON object is required")
-		default:
-			return errdefs.Invalid("invalid request body: %s", strings.TrimPrefix(err.Error(), "json: "))
-		}
-	}
-	if dec.More() {
-		return errdefs.Invalid("invalid request body: more than one JSON value")
-	}
-	return nil
+	return jsonbody.Decode(w, r, v, jsonbody.Options{})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -425,7 +402,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // apiError turns any error into the wire shape, logging what the client does not see.
 func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 	code, status := errdefs.Code(err)
-	if errors.Is(err, errTooLarge) {
+	if errors.Is(err, jsonbody.ErrTooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
 	if errors.Is(err, errRangeUnsatisfiable) {
