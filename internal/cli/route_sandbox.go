@@ -40,6 +40,9 @@ const stageDir = "/var/tmp/.airlock-"
 // It prints the sandbox's root as its commands see it: / in a container; a runtime that
 // roots file calls elsewhere (the fake one of the tests) shows it as the working
 // directory, where the stage directory made through the files API then is.
+// A file's time comes from a coarse clock, and a file the command writes in the tick the
+// marker was made in would not be newer than it: the script returns once the clock has
+// moved past the marker's time.
 const setupScript = `set -e
 r=/
 [ -d "$1" ] || r=$PWD
@@ -51,6 +54,9 @@ if [ -f ".$1/workspace.tar" ]; then
 fi
 if [ "$2" = ro ] && [ "$3" != mounted ]; then chmod -R a-w workspace; fi
 touch ".$1/marker"
+i=0
+until touch ".$1/tick" && [ ".$1/tick" -nt ".$1/marker" ] || [ $i -ge 1000 ]; do i=$((i + 1)); done
+rm -f ".$1/tick"
 printf '%s' "$r"`
 
 // runInSandbox runs w in an ephemeral sandbox with the decided network, then copies out
