@@ -177,10 +177,11 @@ func Open(dir string) (*Store, error) {
 			return nil, err
 		}
 		if m.State == StateCreating {
+			// A crash cut its Create short: it is failed. It is failed in memory even
+			// when that cannot be written (a full disk must not keep the daemon from
+			// starting); the next Open writes it again.
 			m.State, m.Entries = StateFailed, nil
-			if err := s.writeManifest(m); err != nil {
-				return nil, err
-			}
+			_ = s.writeManifest(m)
 		}
 		if m.State == StateReady {
 			for _, hex := range chunkSet(m) {

@@ -334,6 +334,45 @@ func TestOpenRecoversFromCrash(t *testing.T) {
 	must(t, s2.Verify(context.Background(), m.ID))
 }
 
+// TestOpenOnAFullDisk: a store whose disk is full still opens after a crash (the daemon
+// must start to recover its sandboxes); the interrupted snapshot reads as failed, and
+// the next Open with room records that.
+func TestOpenOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	mnt := t.TempDir()
+	must(t, unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"))
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	s, err := Open(filepath.Join(mnt, "snapshots"))
+	must(t, err)
+	crashed := &Manifest{ID: newID(), SandboxID: "sb_one", State: StateCreating}
+	must(t, s.writeManifest(crashed))
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.Create(filler)
+	must(t, err)
+	for err == nil {
+		_, err = f.Write(make([]byte, 4096))
+	}
+	f.Close()
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("fill the disk: %v, want ENOSPC", err)
+	}
+
+	s2, err := Open(s.dir)
+	if err != nil {
+		t.Fatalf("Open on a full disk: %v, want it to open", err)
+	}
+	if got, err := s2.Get(crashed.ID); err != nil || got.State != StateFailed {
+		t.Errorf("the interrupted snapshot on a full disk: %+v, %v; want it failed", got, err)
+	}
+	must(t, os.Remove(filler))
+	_, err = Open(s.dir)
+	must(t, err)
+	if m, err := s.readManifest(crashed.ID); err != nil || m.State != StateFailed {
+		t.Errorf("manifest after an Open with room: %+v, %v; want it recorded failed", m, err)
+	}
+}
+
 func TestSparseFileStaysSparse(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
