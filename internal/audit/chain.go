@@ -132,12 +132,21 @@ func (c *Chain) AppendBatch(ctx context.Context, entries []Entry) error {
 	return nil
 }
 
-// Healthy says whether the last append succeeded; a mutating call is refused while not.
+// Healthy says whether the log can be written; a mutating call is refused while not.
+// After a failed append it tries again, with a record saying the log could not be
+// written and why, so that the first call after the cause is gone (a full disk that
+// was freed) goes through rather than being refused once more.
 func (c *Chain) Healthy() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.failed != nil {
-		return errdefs.Unavailable("the audit log cannot be written (%v); calls that change anything are refused until it can", c.failed)
+	failed := c.failed
+	c.mu.Unlock()
+	if failed == nil {
+		return nil
+	}
+	err := c.Append(context.Background(), Entry{Identity: "node", Action: "audit.resumed", Result: "ok",
+		Detail: map[string]any{"after": clip.Text(failed.Error(), 1024)}})
+	if err != nil {
+		return errdefs.Unavailable("the audit log cannot be written (%v); calls that change anything are refused until it can", failed)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
@@ -138,5 +141,59 @@ func TestWriterChainsItsRecords(t *testing.T) {
 	}
 	if res, err := c.Verify(ctx); err != nil || !res.OK || res.Records != 6 {
 		t.Errorf("verify: %+v, %v", res, err)
+	}
+}
+
+// failingStore fails every audit append while fail is set, as a full disk does.
+type failingStore struct {
+	store.Store
+	fail bool
+}
+
+func (f *failingStore) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
+	if f.fail {
+		return errors.New("database or disk is full")
+	}
+	return f.Store.AppendAudit(ctx, recs)
+}
+
+// TestChainHealsOnceItCanWrite: a log that could not be written refuses mutating calls
+// while it still cannot, and lets the first one through once it can, having recorded
+// why it was unwritable; the chain stays verifiable.
+func TestChainHealsOnceItCanWrite(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fs := &failingStore{Store: st}
+	c, err := OpenChain(ctx, fs, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Append(ctx, Entry{Identity: "alice", Action: "before", Result: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	fs.fail = true
+	if err := c.Append(ctx, Entry{Identity: "alice", Action: "lost", Result: "ok"}); err == nil {
+		t.Fatal("append to a failing store succeeded")
+	}
+	if err := c.Healthy(); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Healthy while the store still fails = %v; want unavailable", err)
+	}
+	fs.fail = false
+	if err := c.Healthy(); err != nil {
+		t.Errorf("Healthy once the store can be written = %v; want nil", err)
+	}
+	recs, err := c.List(ctx, store.AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(recs); n != 2 || recs[1].Action != "audit.resumed" || !strings.Contains(string(recs[1].Doc), "disk is full") {
+		t.Errorf("records = %d, last %+v; want the first append and a record of why the log was unwritable", n, recs[n-1])
+	}
+	if res, err := c.Verify(ctx); err != nil || !res.OK {
+		t.Errorf("Verify = %+v, %v; want ok", res, err)
 	}
 }
