@@ -84,6 +84,12 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 	defer cancel()
 	if uerr := m.store.UpdateOperation(ctx, op); uerr != nil {
 		m.log.Error("record operation", "op", op.ID, "err", uerr)
+		if err == nil {
+			// Success that is not on record is no success to report: the stored
+			// operation still says running, and the next start closes it as failed.
+			return errdefs.Unavailable("the outcome of operation %s could not be recorded; the sandbox's state shows it", op.ID).
+				WithCause(uerr).WithDetails(map[string]any{"operation_id": op.ID})
+		}
 	}
 	if err != nil && op.ErrorCode == "internal" {
 		err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: op.ErrorMessage, Cause: err,
