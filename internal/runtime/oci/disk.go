@@ -53,8 +53,12 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 }
 
 // mountDisk attaches img to a free loop device (detached automatically on unmount) and
-// mounts its ext4 at dir with the mount options opts (usually none).
+// mounts its ext4 at dir with the mount options opts (usually none). It first waits for
+// any earlier mount of img to be gone for good (see waitReleased).
 func mountDisk(img, dir, opts string) error {
+	if err := waitReleased(img); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
@@ -97,6 +101,56 @@ func mountDisk(img, dir, opts string) error {
 		return nil
 	}
 	return errors.New("no free loop device after 32 attempts")
+}
+
+// Every unmount here is lazy (MNT_DETACH): the ext4 of a disk image lives on, with
+// writes it has not flushed yet, until the last process that holds it (a container
+// still ending, a daemon killed half way through a stop) lets go; only then is the
+// loop device detached. Mounting or copying the image before that would read it
+// without those writes, and a second ext4 over the same file would lose them for
+// good. So whoever is about to read the image, and a stop about to report the sandbox
+// stopped, first waits for its loop device to be gone.
+
+// releaseWait bounds waitReleased.
+const releaseWait = 30 * time.Second
+
+// waitReleased waits until no loop device is backed by img any more, and fails if one
+// still is after releaseWait. The kernel tells of no detach, so it polls.
+func waitReleased(img string) error {
+	deadline := time.Now().Add(releaseWait)
+	for {
+		dev, err := loopOf(img)
+		if err != nil || dev == "" {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the disk image %s is still in use (by %s) after %s", img, dev, releaseWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// loopOf names a loop device backed by img, or "" if none is.
+func loopOf(img string) (string, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(img, &want); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "", nil
+		}
+		return "", err
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		var st unix.Stat_t
+		if unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			return filepath.Base(filepath.Dir(filepath.Dir(f))), nil
+		}
+	}
+	return "", nil
 }
 
 // diskPool keeps a few formatted images of one size ready.
