@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,18 +34,30 @@ type daemon struct {
 	cmd    *exec.Cmd
 	log    bytes.Buffer
 	env    []string // added to the daemon's environment
+	// stateMount is the file system the state directory is mounted from, when a test
+	// gave it one of its own (it is not a leftover).
+	stateMount string
 }
 
 func startDaemon(t *testing.T) *daemon { return startDaemonB(t) }
 
 // startDaemonB starts a daemon for a test or a benchmark; extra lines are added to its
 // configuration.
-func startDaemonB(t testing.TB, extra ...string) *daemon {
+func startDaemonB(t testing.TB, extra ...string) *daemon { return startDaemonOn(t, nil, extra...) }
+
+// startDaemonOn is startDaemonB with the state directory on a file system of the test's:
+// mount makes one at the (missing) state directory and returns how to remove it, which
+// runs after the daemon's own cleanup.
+func startDaemonOn(t testing.TB, mount func(t testing.TB, state string) (unmount func()), extra ...string) *daemon {
 	t.Helper()
 	testenv.RequireHost(t)
 	dir := testenv.TempDir(t, "al-cli-")
 	d := &daemon{t: t, bin: testenv.Binary(t), dir: dir, socket: filepath.Join(dir, "api.sock"),
 		cgroup: "airlock-test-" + filepath.Base(dir), config: filepath.Join(dir, "airlock.yaml")}
+	if mount != nil {
+		d.stateMount = filepath.Join(dir, "state")
+		t.Cleanup(mount(t, d.stateMount))
+	}
 	cfg := fmt.Sprintf("state_dir: %s\nsecrets_dir: %s\nsocket: %s\ncgroup_parent: %s\nlog_level: warn\nmin_max_lifetime: 1s\nlive_cap: 1000\nnetwork: {enabled: true, subnet: 10.213.%d.0/24, table: %s, host_prefix: c%s}\ndefault_limits: {cpu: 1, memory: 256MiB, pids: 512, open_files: 1024, disk: 1GiB}\n",
 		filepath.Join(dir, "state"), filepath.Join(dir, "secrets"), d.socket, d.cgroup, time.Now().UnixNano()%250, d.table(), d.cgroup[len(d.cgroup)-4:])
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
@@ -91,24 +104,10 @@ func (d *daemon) table() string { return "airlock_c" + d.cgroup[len(d.cgroup)-4:
 
 func (d *daemon) start() {
 	d.t.Helper()
-	d.cmd = exec.Command(d.bin, "serve", "--config", d.config)
-	d.cmd.Env = append(os.Environ(), d.env...)
-	d.cmd.Stdout, d.cmd.Stderr = &d.log, &d.log
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
+	if !d.startWithin(30 * time.Second) {
+		// Not up: startWithin ended it, since the caller's cleanup may not be registered yet.
+		d.t.Fatalf("daemon did not come up:\n%s", d.log.String())
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, _, code := d.airlock("status"); code == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// Not up: end it here, since the caller's cleanup may not be registered yet.
-	d.cmd.Process.Kill()
-	d.cmd.Wait()
-	d.cmd = nil
-	d.t.Fatalf("daemon did not come up:\n%s", d.log.String())
 }
 
 func (d *daemon) stop(sig syscall.Signal) {
@@ -179,7 +178,7 @@ func (d *daemon) assertClean() {
 	if c := d.runcContainers(); len(c) > 0 {
 		d.t.Errorf("runc containers left: %v", c)
 	}
-	if m := testenv.MountsUnder(d.dir); len(m) > 0 {
+	if m := slices.DeleteFunc(testenv.MountsUnder(d.dir), func(m string) bool { return m == d.stateMount }); len(m) > 0 {
 		d.t.Errorf("mounts left: %v", m)
 	}
 	for _, sbDir := range []string{"sandboxes", "sandboxes-runsc"} {
