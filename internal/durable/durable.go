@@ -6,7 +6,9 @@
 package durable
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -38,6 +40,21 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// EnsureFile is WriteFile unless path already holds data (and is no larger), in which
+// case it writes nothing: a daemon restarted on a full disk must not fail for a file it
+// need not change.
+func EnsureFile(path string, data []byte, perm os.FileMode) error {
+	if f, err := os.Open(path); err == nil {
+		old := make([]byte, len(data)+1)
+		n, _ := io.ReadFull(f, old)
+		f.Close()
+		if n == len(data) && bytes.Equal(old[:n], data) {
+			return nil
+		}
+	}
+	return WriteFile(path, data, perm)
 }
 
 // SyncDir makes a directory's entries (a rename, a new file) durable.

@@ -14,7 +14,6 @@ package network
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -564,8 +563,7 @@ const (
 )
 
 // writeBundle writes the host's CA bundle plus the node CA, which sandboxes trust, and
-// returns the path sandboxes bind it from. A bundle that is already as it should be is
-// left alone: a restart on a full disk must not fail for a file it need not write.
+// returns the path sandboxes bind it from.
 func writeBundle(dir string, caPEM []byte) (string, error) {
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
@@ -575,11 +573,8 @@ func writeBundle(dir string, caPEM []byte) (string, error) {
 	}
 	// Replaced whole (renamed into place), never written in place: a view's layer must
 	// not change under it.
-	path := filepath.Join(pub, bundleName)
-	if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, data) {
-		if err := durable.WriteFile(path, data, 0o644); err != nil {
-			return "", err
-		}
+	if err := durable.EnsureFile(filepath.Join(pub, bundleName), data, 0o644); err != nil {
+		return "", err
 	}
 	view, err := bindsource.View(filepath.Join(dir, bundleView), pub)
 	if err != nil {

@@ -95,7 +95,7 @@ func WriteRecord(dir string, r Record) error {
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(filepath.Join(dir, RecordName), append(b, '\n'), 0o600)
+	return durable.EnsureFile(filepath.Join(dir, RecordName), append(b, '\n'), 0o600)
 }
 
 // ReadRecord reads the Record of the state directory dir.
