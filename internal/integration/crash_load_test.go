@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/testenv"
@@ -271,9 +273,15 @@ func (d *daemon) startWithin(within time.Duration) bool {
 		d.cmd = nil
 		return false
 	}
+	c, err := client.New(client.Options{Socket: d.socket})
+	if err != nil {
+		d.stop(syscall.SIGKILL)
+		return false
+	}
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		if _, _, code := d.airlock("status"); code == 0 {
+		// Up once it answers, even to say it is degraded (a full disk).
+		if _, err := c.Status(background); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), d.socket) {
 			return true
 		}
 		time.Sleep(50 * time.Millisecond)
