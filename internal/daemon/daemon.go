@@ -159,6 +159,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	drv, err := oci.New(oci.Options{
 		Root: filepath.Join(cfg.StateDir, "sandboxes"), RuncRoot: filepath.Join(cfg.StateDir, "runc"),
 		Runc: cfg.Runc, AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent, DiskPoolBytes: disk,
+		Log: log.With("component", "runtime"),
 	})
 	if err != nil {
 		return err
@@ -192,7 +193,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	runsc, err := openRunsc(ctx, cfg, oci.Options{
 		Root: filepath.Join(cfg.StateDir, "sandboxes-runsc"), RuncRoot: filepath.Join(cfg.StateDir, "runsc"),
 		AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent + "-runsc", DiskPoolBytes: disk,
-		DiskPoolDir: filepath.Join(cfg.StateDir, "disk-pool-runsc"),
+		DiskPoolDir: filepath.Join(cfg.StateDir, "disk-pool-runsc"), Log: log.With("component", "runtime"),
 	}, log)
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 	// No flushes from this short mount: its unmount would otherwise wait for the whole
 	// image to reach the disk, which the background sync below does instead.
 	fsDir := filepath.Join(dstDir, "fs")
-	if err := mountDisk(dstImg, fsDir, "nobarrier"); err != nil {
+	if err := mountDisk(ctx, d.log, dstImg, fsDir, "nobarrier"); err != nil {
 		return nil, err
 	}
 	os.RemoveAll(filepath.Join(fsDir, "work"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,14 +55,39 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 
 // mountDisk attaches img to a free loop device (detached automatically on unmount) and
 // mounts its ext4 at dir with the mount options opts (usually none). It first waits for
-// any earlier mount of img to be gone for good (see waitReleased).
-func mountDisk(img, dir, opts string) error {
+// any earlier mount of img to be gone for good (see waitReleased), and repairs the file
+// system first if it records errors or if the mount finds it damaged (diskcheck.go).
+func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) error {
 	if err := waitReleased(img); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
+	if bad, err := recordsErrors(img); err != nil {
+		return err
+	} else if bad {
+		if err := repairDisk(ctx, log, img, "its file system recorded errors"); err != nil {
+			return err
+		}
+	}
+	err := mountLoop(img, dir, opts)
+	if !needsRepair(err) {
+		return err
+	}
+	// The failed mount's loop device goes on its last close; e2fsck must have the
+	// image to itself.
+	if werr := waitReleased(img); werr != nil {
+		return errors.Join(err, werr)
+	}
+	if rerr := repairDisk(ctx, log, img, err.Error()); rerr != nil {
+		return rerr
+	}
+	return mountLoop(img, dir, opts)
+}
+
+// mountLoop attaches img to a free loop device and mounts its ext4 at dir.
+func mountLoop(img, dir, opts string) error {
 	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,8 @@ type Options struct {
 	DiskPoolDir string
 	// ReadyTimeout bounds the wait for a new sandbox's agent (default 30 s).
 	ReadyTimeout time.Duration
+	// Log gets what the driver repaired on its own (default: discarded).
+	Log *slog.Logger
 }
 
 // Driver runs sandboxes with runc.
@@ -82,6 +85,7 @@ type Driver struct {
 	pool           *diskPool
 	peers          sync.Map // sandbox id → agentPeer
 	stopLogs       func()
+	log            *slog.Logger
 }
 
 // Close stops the driver's background work. Sandboxes keep running.
@@ -136,7 +140,10 @@ func New(opts Options) (*Driver, error) {
 		maxFiles = rl.Max
 	}
 	cg := detectCgroups()
-	d := &Driver{opts: opts, cg: cg, swapAccounting: cg.swapAccounting(), maxFiles: maxFiles}
+	d := &Driver{opts: opts, cg: cg, swapAccounting: cg.swapAccounting(), maxFiles: maxFiles, log: opts.Log}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
 	view, err := bindsource.View(d.agentViewDir(), filepath.Dir(opts.AgentBinary))
 	if err != nil {
 		return nil, fmt.Errorf("oci: agent binary: %w", err)
@@ -526,7 +533,7 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 	} else if err != nil {
 		return err
 	}
-	return mountDisk(img, fsDir, "")
+	return mountDisk(ctx, d.log, img, fsDir, "")
 }
 
 // ReadLayer implements runtime.Storage.
