@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -132,22 +133,29 @@ func (lc *loadClient) loop(ctx context.Context) {
 	}
 }
 
-// removeUnknown removes one sandbox whose create or fork had an unknown outcome, if
-// there is one, so that those do not pile up past the node's capacity; it reports
-// whether it tried.
+// removeUnknown sends a terminate again to one sandbox whose create, fork or
+// terminate had an unknown outcome, if there is one, so that those do not pile up past
+// the node's capacity (each running one holds a network link); it reports whether it
+// tried.
 func (lc *loadClient) removeUnknown(ctx context.Context) bool {
 	for _, sb := range lc.sandboxes {
-		if sb.created || sb.rmAcked {
+		if (sb.created && !sb.rmTried) || sb.rmAcked {
 			continue
 		}
 		sb.rmTried = true
 		ctx, cancel := call(ctx)
 		defer cancel()
-		_, err := lc.c.Terminate(ctx, sb.name)
-		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
-			sb.rmAcked = true
-		} else if errors.Is(err, errdefs.ErrUnavailable) {
-			time.Sleep(100 * time.Millisecond)
+		resp, err := lc.c.Terminate(ctx, sb.name)
+		if err == nil && sb.created {
+			err = lc.opOK(resp, err)
+		}
+		switch {
+		case err == nil:
+			sb.rmAcked, sb.want = true, api.StateTerminated
+		case !sb.created && errors.Is(err, errdefs.ErrNotFound):
+			sb.rmAcked = true // never made
+		default:
+			time.Sleep(100 * time.Millisecond) // the daemon is down, or the sandbox busy
 		}
 		return true
 	}
@@ -294,12 +302,17 @@ func (lc *loadClient) bind(ctx context.Context, sb *loadSandbox) error {
 // errorClass is an error's API code and message (or its text) without the names and
 // ids that make every one different.
 func errorClass(err error) string {
+	msg := err.Error()
 	var ce *client.Error
 	if errors.As(err, &ce) {
-		return ce.Code + ": " + ce.Message
+		msg = ce.Code + ": " + ce.Message
 	}
-	return err.Error()
+	return errorIDs.ReplaceAllString(msg, "…")
 }
+
+// errorIDs matches what differs between errors of one kind: sandbox names, operation,
+// request and sandbox ids, loop devices, temporary names and socket paths.
+var errorIDs = regexp.MustCompile(`"load[0-9-]+"|\b(op|req|sb|snap)_[0-9a-z]+|loop[0-9]+|[^ ]*\.sock|\.tmp-[0-9]+`)
 
 // check compares what the client was acknowledged with what the daemon holds after
 // recovery; byID is every sandbox the daemon lists.
