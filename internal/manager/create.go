@@ -122,7 +122,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	sb.Generation = 1 // the container being built is the first
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		m.rollbackCreate(sb)
-		return op, nil, m.finishOp(op, "", errdefs.Unavailable("sandbox %q could not start", req.Name).WithCause(err))
+		return op, nil, m.finishOp(op, "", unavailable(err, "sandbox %q could not start", req.Name))
 	}
 	if err := m.setState(ctx, sb, Running, "create"); err != nil {
 		m.rollbackCreate(sb)
@@ -247,7 +247,7 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 		}
 	}
 	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
-		return errdefs.Unavailable("sandbox %q could not be removed yet; it will be retried", sb.Name).WithCause(err)
+		return unavailable(err, "sandbox %q could not be removed yet; it will be retried", sb.Name)
 	}
 	m.detach(ctx, sb.ID)
 	if m.secrets != nil {

@@ -71,7 +71,7 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 		}
 	}
 	if err := m.driver(sb).Stop(ctx, sb.ID); err != nil {
-		return errdefs.Unavailable("sandbox %q could not be suspended", sb.Name).WithCause(err)
+		return unavailable(err, "sandbox %q could not be suspended", sb.Name)
 	}
 	m.detach(ctx, sb.ID)
 	sb.SuspendedAt = m.now()
@@ -110,7 +110,7 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 			// Left resuming: recovery and the next call put it back.
 			m.log.Warn("record a failed resume", "sandbox", sb.ID, "err", serr)
 		}
-		return errdefs.Unavailable("sandbox %q could not be resumed", sb.Name).WithCause(err)
+		return unavailable(err, "sandbox %q could not be resumed", sb.Name)
 	}
 	sb.LastActivity = m.now()
 	return m.setState(ctx, sb, Running, cause)

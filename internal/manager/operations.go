@@ -67,6 +67,10 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 	if sandboxID != "" {
 		op.SandboxID = sandboxID
 	}
+	if code, _ := errdefs.Code(err); err != nil && code == "internal" && nodeCondition(err) != "" {
+		// Not a fault of the daemon's but a state of the node, which callers may hear.
+		err = unavailable(err, "the %s failed", op.Kind)
+	}
 	if err != nil {
 		op.State = store.OpFailed
 		op.ErrorCode, _ = errdefs.Code(err)

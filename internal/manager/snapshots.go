@@ -319,7 +319,9 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	}
 	sb.Generation = 1
 	if err == nil {
-		err = m.startContainer(ctx, sb, img)
+		if err = m.startContainer(ctx, sb, img); err != nil {
+			err = unavailable(err, "sandbox %q could not start", req.Name)
+		}
 		// The copy reaches stable storage while the container starts; the fork is done
 		// only when both are.
 		if derr := durable(); err == nil {

@@ -41,7 +41,10 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 		out, cerr := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
 			"-E", "lazy_itable_init=1,lazy_journal_init=1", tmp).CombinedOutput()
 		if cerr != nil {
-			err = fmt.Errorf("mkfs.ext4: %v: %s", cerr, strings.TrimSpace(string(out)))
+			if strings.Contains(string(out), "No space left on device") {
+				cerr = unix.ENOSPC
+			}
+			err = fmt.Errorf("mkfs.ext4: %w: %s", cerr, strings.TrimSpace(string(out)))
 		}
 	}
 	if err == nil {
