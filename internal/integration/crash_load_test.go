@@ -124,20 +124,23 @@ func TestCrashUnderLoad(t *testing.T) {
 		t.Errorf("only %d calls were acknowledged in the whole run: the load did not run", sum.acked)
 	}
 	logFullDiskErrors(t, sum.fullErrs)
+	t.Logf("sandbox disks repaired: %d", strings.Count(d.log.String(), "sandbox disk repaired"))
 
 	list, err := c.List(background, client.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]api.Sandbox{}
+	byID, byState := map[string]api.Sandbox{}, map[string]int{}
 	for _, sb := range list {
 		byID[sb.ID] = sb
+		byState[sb.State]++
 		switch sb.State {
 		case api.StateRunning, api.StateSuspended, api.StateTerminated:
 		default:
 			t.Errorf("after recovery sandbox %s is %s (%s); want running, suspended or terminated", sb.Name, sb.State, sb.Failure)
 		}
 	}
+	t.Logf("sandboxes after recovery: %v", byState)
 	checkHostAgainstRecords(t, d, list) // first: the checks below resume sandboxes
 	for _, lc := range clients {
 		lc.check(t, byID, func(id string) string { out, _, _ := d.airlock("events", id); return out })
