@@ -176,6 +176,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold, FailClosed: cfg.Router.FailClosed}
 	mcfg.WorkspaceDir = filepath.Join(cfg.StateDir, "workspaces")
+	mcfg.StateDir = cfg.StateDir
 	mcfg.InsecureRegistries, mcfg.ImageCacheMax = cfg.Images.InsecureRegistries, set.ImageCacheMax
 	mcfg.RegistryMirrors = map[string][]string{}
 	for reg, mirrors := range cfg.Images.Mirrors {

@@ -88,6 +88,9 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return nil, nil, err
 	}
 	m.images.Touch(img.Digest) // recently used: the last the cache evicts
+	if err := m.roomToStart(); err != nil {
+		return nil, nil, err
+	}
 	op, replay, err := m.beginOp(ctx, call, "create", "", req)
 	if err != nil {
 		return nil, nil, err

@@ -94,6 +94,9 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	if err != nil {
 		return errdefs.Precondition("the image %s of sandbox %q is gone", sb.ImageDigest, sb.Name).WithCause(err)
 	}
+	if err := m.roomToStart(); err != nil {
+		return err
+	}
 	if sb.State != Resuming {
 		if err := m.setState(ctx, sb, Resuming, cause); err != nil {
 			return err

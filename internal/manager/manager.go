@@ -88,6 +88,11 @@ type Config struct {
 	// one directory per sandbox ("": no workspaces on this node). The sandboxes' roots
 	// must be able to pass through it (mode 0711).
 	WorkspaceDir string
+	// StateDir is the node's state directory, whose file system holds the sandboxes'
+	// disks ("": not watched); no sandbox starts or resumes while that file system has
+	// less than MinFreeStateDisk bytes free (statedisk.go).
+	StateDir         string
+	MinFreeStateDisk int64
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
@@ -112,6 +117,7 @@ func DefaultConfig() Config {
 		UIDSlots:           4096,
 		EventsPerSandbox:   100000,
 		EventMaxAge:        30 * 24 * time.Hour,
+		MinFreeStateDisk:   128 << 20,
 	}
 }
 

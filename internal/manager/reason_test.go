@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
 )
 
 // TestFailuresSayWhy: a start that fails because of the node's state says so to the
@@ -53,5 +55,51 @@ func TestFailuresSayWhy(t *testing.T) {
 		if strings.Contains(s, "/srv") {
 			t.Errorf("the caller hears a host path: %q", s)
 		}
+	}
+}
+
+// TestFullStateDiskRefusesStarts: below the state disk's floor a create, and a resume,
+// are refused with a clear error before anything is recorded, running sandboxes are
+// left alone, and the health report says why.
+func TestFullStateDiskRefusesStarts(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	fd := newFake(t)
+	m, st := newManagerWith(t, cfg, fd)
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "up"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Suspend(ctx, local, "up"); err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := st.ListOperations(ctx)
+
+	m.cfg.MinFreeStateDisk = 1 << 62 // more than any disk has
+	_, _, err := m.Create(ctx, local, CreateRequest{Name: "new"})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "the node's disk is full") {
+		t.Errorf("create on a full state disk: %v; want unavailable, saying the disk is full", err)
+	}
+	if _, _, err := m.Resume(ctx, local, "up"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("resume on a full state disk: %v; want unavailable", err)
+	}
+	if sb, err := m.Resolve(ctx, local.Owner, "up"); err != nil || sb.State != Suspended {
+		t.Errorf("after a refused resume: %+v, %v; want it suspended", sb, err)
+	}
+	if _, err := m.Resolve(ctx, local.Owner, "new"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a refused create left a sandbox: %v", err)
+	}
+	if now, _ := st.ListOperations(ctx); len(now) != len(ops)+1 { // the resume's, failed
+		t.Errorf("%d operations after a refused create and resume; want %d", len(now), len(ops)+1)
+	}
+	checks := m.Health(ctx, "", nil).Checks
+	i := slices.IndexFunc(checks, func(c runtime.Check) bool { return c.Name == "state disk" })
+	if i < 0 || checks[i].OK || checks[i].Degrades == "" {
+		t.Errorf("health on a full state disk: %+v; want a failing state disk check", checks)
+	}
+
+	m.cfg.MinFreeStateDisk = 1
+	if _, _, err := m.Resume(ctx, local, "up"); err != nil {
+		t.Errorf("resume with room: %v", err)
 	}
 }

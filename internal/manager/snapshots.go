@@ -169,6 +169,9 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		if err := may(VerbRestore, sb); err != nil {
 			return err
 		}
+		if err := m.roomToStart(); err != nil {
+			return err
+		}
 		man, err := m.snaps.Get(req.Snapshot)
 		if err != nil {
 			return err
@@ -256,6 +259,9 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	}
 	stg, err := m.storage(parent) // a fork runs on its parent's runtime
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.roomToStart(); err != nil {
 		return nil, nil, err
 	}
 	op, replay, err := m.beginOp(ctx, call, "fork", "", map[string]any{"src": src, "req": req})

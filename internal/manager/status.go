@@ -34,6 +34,9 @@ func (m *Manager) Health(ctx context.Context, owner string, keep func(*Sandbox) 
 			h.Checks = append(h.Checks, hc.Health(ctx)...)
 		}
 	})
+	if c, ok := m.stateDiskCheck(); ok {
+		h.Checks = append(h.Checks, c)
+	}
 	for _, probe := range m.probes {
 		if c, ok := probe(ctx); ok {
 			h.Checks = append(h.Checks, c)
