@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -322,5 +323,52 @@ func TestRuntimesByName(t *testing.T) {
 	got.Runtime = "gone"
 	if err := m.driver(got).Stop(ctx, got.ID); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("a record naming a missing runtime: %v; want unavailable", err)
+	}
+}
+
+// stopRecorder is the fake driver, noting every Stop.
+type stopRecorder struct {
+	*fake.Driver
+	mu      sync.Mutex
+	stopped []string
+}
+
+func (d *stopRecorder) Stop(ctx context.Context, id string) error {
+	d.mu.Lock()
+	d.stopped = append(d.stopped, id)
+	d.mu.Unlock()
+	return d.Driver.Stop(ctx, id)
+}
+
+// TestRecoverReleasesInterruptedStorage: a suspended sandbox whose snapshot a crash
+// interrupted (its disk mounted for the while) has its storage let go by recovery;
+// a suspended sandbox with nothing in flight is not touched.
+func TestRecoverReleasesInterruptedStorage(t *testing.T) {
+	drv := &stopRecorder{Driver: newFake(t)}
+	m, st := newManagerWith(t, DefaultConfig(), drv)
+	ctx := context.Background()
+	var ids []string
+	for _, name := range []string{"snapped", "idle"} {
+		_, sb, err := m.Create(ctx, local, CreateRequest{Name: name})
+		if err == nil {
+			_, _, err = m.Suspend(ctx, local, name)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if _, err := st.CreateOperation(ctx, &store.Operation{ID: "op_snap", Kind: "snapshot", Owner: "local", SandboxID: ids[0], State: store.OpRunning}); err != nil {
+		t.Fatal(err)
+	}
+	drv.stopped = nil
+	if err := New(DefaultConfig(), st, drv, m.images, nil).Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(drv.stopped, ids[:1]) {
+		t.Errorf("recovery stopped %v; want the storage of %v (the interrupted snapshot's) let go, and no other", drv.stopped, ids[:1])
+	}
+	if op, _ := st.GetOperation(ctx, "op_snap"); op.State != store.OpFailed {
+		t.Errorf("interrupted snapshot is %s; want failed", op.State)
 	}
 }

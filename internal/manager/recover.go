@@ -38,6 +38,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, op := range ops {
+		m.releaseInterrupted(ctx, op)
 		op.State = store.OpFailed
 		op.ErrorCode = "unavailable"
 		op.ErrorMessage = "interrupted by a daemon restart; the sandbox's state shows the outcome"
@@ -124,5 +125,23 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 			return
 		}
 		m.containerGone(ctx, sb, "the sandbox's container ended while the daemon was down")
+	}
+}
+
+// releaseInterrupted lets go of the storage of a suspended sandbox whose operation a
+// crash interrupted: a snapshot or a restore mounts a suspended sandbox's disk for the
+// while, and nothing else would unmount it before the sandbox's next start.
+func (m *Manager) releaseInterrupted(ctx context.Context, op *store.Operation) {
+	if op.SandboxID == "" {
+		return
+	}
+	unlock := m.locks.lock(op.SandboxID)
+	defer unlock()
+	sb, err := m.store.GetSandbox(ctx, op.SandboxID)
+	if err != nil || sb.State != Suspended {
+		return
+	}
+	if err := m.driver(sb).Stop(ctx, sb.ID); err != nil {
+		m.log.Warn("release the storage of an interrupted operation", "sandbox", sb.ID, "op", op.ID, "err", err)
 	}
 }
