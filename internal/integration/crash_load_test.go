@@ -345,12 +345,15 @@ func checkHostAgainstRecords(t *testing.T, d *daemon, list []api.Sandbox) {
 		if m == d.stateMount || filepath.Base(m) == "view" {
 			continue // the state's own, and the node's views of its agent binary and CA bundle
 		}
-		owned := false
-		for id := range running {
-			owned = owned || strings.Contains(m, id)
+		owner := ""
+		for id := range states {
+			if strings.Contains(m, id) {
+				owner = id
+			}
 		}
-		if !owned {
-			t.Errorf("mount %s belongs to no running sandbox", m)
+		if !running[owner] {
+			events, _, _ := d.airlock("events", owner)
+			t.Errorf("mount %s belongs to no running sandbox (its sandbox %q is %q); its events:\n%s", m, owner, states[owner], events)
 		}
 	}
 	prefix := "c" + d.cgroup[len(d.cgroup)-4:]
