@@ -311,8 +311,8 @@ func errorClass(err error) string {
 }
 
 // errorIDs matches what differs between errors of one kind: sandbox names, operation,
-// request and sandbox ids, loop devices, temporary names and socket paths.
-var errorIDs = regexp.MustCompile(`"load[0-9-]+"|\b(op|req|sb|snap)_[0-9a-z]+|loop[0-9]+|[^ ]*\.sock|\.tmp-[0-9]+`)
+// request and sandbox ids, loop devices, temporary names, socket paths and sizes.
+var errorIDs = regexp.MustCompile(`"load[0-9-]+"|\b(op|req|sb|snap)_[0-9a-z]+|loop[0-9]+|[^ ]*\.sock|\.tmp-[0-9]+|\b[0-9.]+[KMGT]?i?B\b`)
 
 // check compares what the client was acknowledged with what the daemon holds after
 // recovery; byID is every sandbox the daemon lists.
