@@ -65,20 +65,16 @@ def create(
     if cpu is not None:
         limits["cpu"] = v.cpu(cpu)
     if memory is not None:
-        limits["memory"] = v.size(memory, "memory", 16 << 20)
+        limits["memory"] = v.size(memory, "memory")
     if disk is not None:
-        limits["disk"] = v.size(disk, "disk", 64 << 20)
+        limits["disk"] = v.size(disk, "disk")
     if limits:
         body["limits"] = limits
     if network is not None:
         body["network"] = v.network(network)
-    for key, val, lo, hi in (
-        ("idle_suspend", idle_suspend, 60.0, 30 * 86400.0),
-        ("max_lifetime", max_lifetime, 1.0, 365 * 86400.0),
-        ("ttl", ttl, 60.0, 365 * 86400.0),
-    ):
+    for key, val in (("idle_suspend", idle_suspend), ("max_lifetime", max_lifetime), ("ttl", ttl)):
         if val is not None:
-            body[key] = v.duration(val, key, lo, hi)
+            body[key] = v.duration(val, key)
     if env is not None:
         body["env"] = v.env(env)
     if labels is not None:

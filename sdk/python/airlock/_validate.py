@@ -3,6 +3,12 @@
 Each function returns the value in its wire form or raises :class:`InvalidArgument`
 (a :class:`ValueError`) saying what is allowed. The daemon checks everything again;
 these checks only make the common mistakes fail early, with a clear message.
+
+Rules the daemon owns are not copied here: the ranges of limits and durations (the
+daemon's own configuration sets some of them) are left to the daemon, whose
+``invalid_argument`` comes back as :class:`InvalidArgument`. A size string is read here,
+because the API takes bytes; it follows the daemon's reader (internal/units), and both
+are tested against one table of cases, internal/units/testdata/sizes.json.
 """
 
 import math
@@ -17,17 +23,21 @@ _ID_RE = re.compile(r"^sb_[a-z0-9]{1,64}$")
 _SNAP_RE = re.compile(r"^snap_[a-z0-9]{1,64}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_RE = re.compile(r"^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$")
-_DURATION_RE = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_SIZE_RE = re.compile(r"^([0-9]+)\s*(|k|ki|kb|m|mi|mb|g|gi|gb|t|ti|tb)$", re.IGNORECASE)
-_SIZE_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_NUM = re.compile(r"[0-9.]*")
+_SIZE_UNIT = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kb": 1 << 10, "ki": 1 << 10, "kib": 1 << 10,
+    "m": 1 << 20, "mb": 1 << 20, "mi": 1 << 20, "mib": 1 << 20,
+    "g": 1 << 30, "gb": 1 << 30, "gi": 1 << 30, "gib": 1 << 30,
+    "t": 1 << 40, "tb": 1 << 40, "ti": 1 << 40, "tib": 1 << 40,
+}
+#: The largest size the daemon reads (1 EiB), as internal/units.Max.
+_SIZE_MAX = 1 << 60
+#: The forms of a size, as internal/units.Forms says them.
+SIZE_FORMS = ("use bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB "
+              "(K, M, G and T count in 1024s, with or without B or iB, as docker's do: 1G = 1GB = 1GiB)")
 
 NAME_RULE = "1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
-
-#: The longest exec timeout the daemon accepts, in seconds.
-MAX_TIMEOUT = 24 * 3600.0
-
 
 def _fail(msg: str) -> InvalidArgument:
     return InvalidArgument(msg, code="invalid_argument")
@@ -60,73 +70,73 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def duration_seconds(s: str) -> float:
-    """The length of a Go duration string such as ``"1m30s"``, in seconds."""
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(s))
-
-
 def _go_duration(seconds: float) -> str:
     ms = round(seconds * 1000)
     return f"{ms}ms" if ms % 1000 else f"{ms // 1000}s"
 
 
 def timeout(v: Any) -> Optional[str]:
-    """An exec timeout in seconds (None: the daemon's default), as a Go duration."""
+    """An exec timeout in seconds (None: the daemon's default), as a Go duration; the
+    daemon checks its range."""
     if v is None:
         return None
-    if not _number(v) or math.isnan(v) or v <= 0:
-        raise _fail(f"invalid timeout {v!r}: give a positive number of seconds (at most {MAX_TIMEOUT:.0f}), or None")
-    if v > MAX_TIMEOUT:
-        raise _fail(f"timeout {v!r} s is too long: at most {MAX_TIMEOUT:.0f} s (24 h)")
-    if v < 0.001:
-        raise _fail(f"timeout {v!r} s is too short: at least 0.001 s")
+    if not _number(v) or not math.isfinite(v):
+        raise _fail(f"invalid timeout {v!r}: give a number of seconds, or None")
     return _go_duration(float(v))
 
 
-def duration(v: Any, what: str, lo: float, hi: float) -> Optional[str]:
-    """A duration given in seconds or as a Go duration string ("10m"), within [lo, hi]."""
+def duration(v: Any, what: str) -> Optional[str]:
+    """A duration given in seconds or as a Go duration string ("10m"); the daemon
+    checks its form and range."""
     if v is None:
         return None
     if isinstance(v, str):
-        if not _DURATION_RE.match(v):
-            raise _fail(f"invalid {what} {v!r}: give seconds, or a duration such as '10m' or '24h'")
-        secs = duration_seconds(v)
-        wire = v
-    elif _number(v) and not math.isnan(v):
-        secs = float(v)
-        wire = _go_duration(secs)
-    else:
-        raise _fail(f"invalid {what} {v!r}: give seconds, or a duration such as '10m' or '24h'")
-    if secs < lo or secs > hi:
-        raise _fail(f"{what} {v!r} is out of range: from {lo:g} s to {hi:g} s")
-    return wire
+        return v
+    if _number(v) and math.isfinite(v):
+        return _go_duration(float(v))
+    raise _fail(f"invalid {what} {v!r}: give seconds, or a duration such as '10m' or '24h'")
 
 
 def cpu(v: Any) -> Optional[float]:
-    """A CPU limit in cores."""
+    """A CPU limit in cores; the daemon checks its range."""
     if v is None:
         return None
-    if not _number(v) or math.isnan(v) or v < 0.01:
-        raise _fail(f"invalid cpu {v!r}: give a number of cores, at least 0.01 (e.g. 0.5 or 2)")
+    if not _number(v) or not math.isfinite(v):
+        raise _fail(f"invalid cpu {v!r}: give a number of cores (e.g. 0.5 or 2)")
     return float(v)
 
 
-def size(v: Any, what: str, lo: int) -> Optional[int]:
-    """A size in bytes, as an int or a string such as "512Mi" or "2G" (powers of 1024)."""
+def parse_size(s: str) -> int:
+    """The bytes of a size string such as "512M", "1GiB" or "1.5G", read as the daemon
+    reads it (internal/units.ParseSize): every unit counts in 1024s."""
+    t = s.strip()
+    num = _SIZE_NUM.match(t).group(0)  # type: ignore[union-attr]
+    unit = t[len(num):].strip().lower()
+    mult = _SIZE_UNIT.get(unit)
+    if not num or mult is None:
+        raise _fail(f"invalid size {s!r}: {SIZE_FORMS}")
+    try:
+        v = float(int(num)) if mult == 1 else float(num) * mult
+    except ValueError:
+        raise _fail(f"invalid size {s!r}: {SIZE_FORMS}") from None
+    if v > _SIZE_MAX:
+        raise _fail(f"invalid size {s!r}: must be at most 1EiB")
+    return int(v)
+
+
+def size(v: Any, what: str) -> Optional[int]:
+    """A size in bytes, as an int or a string such as "512MiB" or "2G" (powers of 1024);
+    the daemon checks its range."""
     if v is None:
         return None
     if isinstance(v, str):
-        m = _SIZE_RE.match(v.strip())
-        if not m:
-            raise _fail(f"invalid {what} {v!r}: give bytes as an int, or a size such as '512Mi' or '2Gi'")
-        n = int(m.group(1)) * _SIZE_UNIT[m.group(2)[:1].lower()]
-    elif isinstance(v, int) and not isinstance(v, bool):
-        n = v
-    else:
-        raise _fail(f"invalid {what} {v!r}: give bytes as an int, or a size such as '512Mi' or '2Gi'")
-    if n < lo:
-        raise _fail(f"{what} {v!r} is too small: at least {lo} bytes ({lo >> 20} MiB)")
-    return n
+        try:
+            return parse_size(v)
+        except InvalidArgument as e:
+            raise _fail(f"invalid {what}: {e.message}") from None
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise _fail(f"invalid {what} {v!r}: give bytes as an int, or a size such as '512MiB' or '2G'")
 
 
 def network(v: Any) -> Optional[Dict[str, Any]]:
