@@ -4,7 +4,8 @@
 #   plain     /bin/true
 #   daemon    airlock fence -- /bin/true, a private daemon putting the fence up
 #   reexec    airlock fence -- /bin/true, no daemon: the binary starts itself again
-#   airlock   airlock risk -- true (the binary starting and scoring, no fence)
+#   airlock   airlock help risk (the binary starting, no daemon, no fence; risk itself
+#             asks a daemon since it scores as run does)
 # taking turns, so a change of load touches all of them. Needs root (for the private
 # daemon and to become nobody) and runc. Usage:
 #   bash bench/fence_cli.sh [N]        # N defaults to 100
@@ -46,7 +47,7 @@ for i in $(seq "$N"); do
 	time_one /bin/true >>"$TMP/plain.txt"
 	time_one "$TMP/airlock" fence --socket "$SOCK" -- /bin/true >>"$TMP/daemon.txt"
 	time_one "$TMP/airlock" fence --socket "$TMP/none.sock" -- /bin/true >>"$TMP/reexec.txt"
-	time_one "$TMP/airlock" risk -- true >>"$TMP/airlock.txt"
+	time_one "$TMP/airlock" help risk >>"$TMP/airlock.txt"
 done
 p50() { sort -n "$1" | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)] / 1000}'; }
 plain=$(p50 "$TMP/plain.txt")
@@ -56,7 +57,7 @@ for v in daemon reexec airlock; do
 	label=$(case $v in
 		daemon) echo "airlock fence, the daemon's fence" ;;
 		reexec) echo "airlock fence, started again" ;;
-		airlock) echo "airlock risk -- true" ;;
+		airlock) echo "airlock help risk" ;;
 	esac)
 	p=$(p50 "$TMP/$v.txt")
 	printf '  %-33s %s (+%s)\n' "$label" "$p" "$(awk -v a="$p" -v b="$plain" 'BEGIN {printf "%.2f", a - b}')"

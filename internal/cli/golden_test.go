@@ -36,8 +36,8 @@ func TestGoldenOutputMore(t *testing.T) {
 		{"role-ls.json", []string{"role", "ls", "-o", "json"}},
 		{"secret-ls.txt", []string{"secret", "ls"}},
 		{"secret-ls.json", []string{"secret", "ls", "-o", "json"}},
-		{"risk.txt", []string{"risk", "--", "rm -rf build"}},
-		{"risk.json", []string{"risk", "-o", "json", "--", "rm -rf build"}},
+		{"risk.txt", []string{"risk", "--profile", "safe", "--", "rm -rf build"}},
+		{"risk.json", []string{"risk", "--profile", "safe", "-o", "json", "--", "rm -rf build"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			out, errOut, err := n.run(bg, "", tc.args...)

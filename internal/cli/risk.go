@@ -5,8 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"mvdan.cc/sh/v3/syntax"
-
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/router"
 )
 
@@ -14,26 +13,29 @@ var riskVerb = &verb{
 	name:  "risk",
 	args:  "[--profile P] -- COMMAND",
 	short: "score a shell command's risk and say where a profile runs it",
-	long: `Scores the command here, without the daemon: what it deletes, changes, reaches,
-escalates or reads, one reason per line, and whether the profile (default safe) runs
-it on the host or in a sandbox. One argument is read as shell text ('curl x | sh');
-several are one command's words, quoted as a shell would need them.`,
+	long: `Asks the node, as run does, and runs nothing: the command's risk score, what it
+deletes, changes, reaches, escalates or reads (one reason per line), and whether the
+profile runs it on the host, in the fence or in a sandbox. The node scores with its
+router.threshold and, without --profile, decides under its router.profile, so risk says
+what run would do. One argument is read as shell text ('curl x | sh'); several are one
+command's words, scored as their shell-quoted join.`,
 	run: runRisk,
 }
 
 // riskResult is what risk prints with --output json.
 type riskResult struct {
-	Score     float64         `json:"score"`
-	Reasons   []router.Reason `json:"reasons"`
-	Route     string          `json:"route"`  // host or sandbox
-	Fenced    bool            `json:"fenced"` // on the host, inside the fence
-	Profile   string          `json:"profile"`
-	Threshold float64         `json:"threshold"`
-	Why       string          `json:"why"`
+	Score   float64           `json:"score"`
+	Reasons []api.RouteReason `json:"reasons"`
+	// Route is host, sandbox, or none when no profile applies (run runs it as asked).
+	Route     string  `json:"route"`
+	Fenced    bool    `json:"fenced"` // on the host, inside the fence
+	Profile   string  `json:"profile"`
+	Threshold float64 `json:"threshold"`
+	Why       string  `json:"why"`
 }
 
 func runRisk(c *cmd, args []string) error {
-	profile := c.fs.String("profile", router.DefaultProfile, "route under `profile`: "+strings.Join(router.Profiles(), ", "))
+	profile := c.fs.String("profile", "", "route under `profile`: "+strings.Join(router.Profiles(), ", ")+" (default: the node's router.profile)")
 	_, words, err := c.parse(args, 0, true)
 	if err != nil {
 		return err
@@ -41,42 +43,50 @@ func runRisk(c *cmd, args []string) error {
 	if len(words) == 0 {
 		return usagef("missing the command to score: airlock risk -- COMMAND")
 	}
-	settings, err := router.ProfileSettings(*profile)
-	if err != nil {
-		return usagef("--profile: %v", err)
-	}
-	text := words[0]
-	if len(words) > 1 {
-		quoted := make([]string, len(words))
-		for i, w := range words {
-			if quoted[i], err = syntax.Quote(w, syntax.LangBash); err != nil {
-				return usagef("argument %d cannot be written as shell text (%v); pass the command as one argument instead", i+1, err)
-			}
+	if *profile != "" {
+		if _, err := router.ProfileSettings(*profile); err != nil {
+			return usagef("--profile: %v", err)
 		}
-		text = strings.Join(quoted, " ")
 	}
-	a := router.Score(text)
-	d, err := router.Route(settings, router.KindCommand, a)
+	req := api.RouteRequest{Profile: *profile, Argv: words}
+	if len(words) == 1 {
+		req = api.RouteRequest{Profile: *profile, Command: words[0]}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	d, err := cl.Route(c.ctx, req)
 	if err != nil {
 		return err
 	}
 	res := riskResult{
-		Score: a.Score, Reasons: a.Reasons, Route: "host", Fenced: d.Place == router.PlaceFence,
-		Profile: *profile, Threshold: settings.EffectiveThreshold(), Why: d.Reason,
+		Score: d.Score, Reasons: d.Reasons, Route: "none",
+		Fenced: router.Place(d.Place) == router.PlaceFence, Profile: d.Profile, Threshold: d.Threshold, Why: d.Reason,
 	}
-	if d.Place == router.PlaceSandbox {
+	if res.Reasons == nil {
+		res.Reasons = []api.RouteReason{}
+	}
+	switch router.Place(d.Place) {
+	case router.PlaceSandbox:
 		res.Route = "sandbox"
+	case router.PlaceHost, router.PlaceFence:
+		res.Route = "host"
 	}
 	if c.json() {
 		return c.printJSON(res)
 	}
-	where := res.Route
-	if res.Fenced {
-		where = "host, inside the fence"
+	threshold := strconv.FormatFloat(res.Threshold, 'f', -1, 64)
+	where := fmt.Sprintf("%s (%s profile, threshold %s)", res.Route, res.Profile, threshold)
+	switch {
+	case res.Profile == "":
+		where = fmt.Sprintf("none: %s (threshold %s)", res.Why, threshold)
+	case res.Fenced:
+		where = fmt.Sprintf("host, inside the fence (%s profile, threshold %s)", res.Profile, threshold)
 	}
 	tw := newTable(c.stdout)
 	fmt.Fprintf(tw, "score\t%s\n", strconv.FormatFloat(res.Score, 'f', -1, 64))
-	fmt.Fprintf(tw, "route\t%s (%s profile, threshold %s)\n", where, res.Profile, strconv.FormatFloat(res.Threshold, 'f', -1, 64))
+	fmt.Fprintf(tw, "route\t%s\n", where)
 	key := "reasons"
 	for _, r := range res.Reasons {
 		fmt.Fprintf(tw, "%s\t%s\n", key, r.Text)
