@@ -17,12 +17,8 @@ import (
 
 func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	file := fs.String("config", "", "configuration file (YAML or JSON; unknown keys are errors)")
-	stateDir := fs.String("state-dir", "", "directory for the database, images and sandboxes (default /var/lib/airlock)")
-	socket := fs.String("socket", "", "unix socket of the API (default /run/airlock/airlock.sock)")
-	listen := fs.String("listen", "", "also serve the API on TCP HOST:PORT (needs tokens in the config)")
-	e2bListen := fs.String("e2b-listen", "", "also serve the E2B-compatible API on TCP HOST:PORT (API keys: airlock token create --format e2b)")
-	e2bDomain := fs.String("e2b-domain", "", "with --e2b-listen: host names PORT-SANDBOXID.`DOMAIN` reach a sandbox's ports")
+	var f cli.ServeFlags
+	f.Register(fs)
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		cli.PrintFlagError(os.Stderr, "serve", fs, err)
@@ -33,11 +29,11 @@ func serve(ctx context.Context, args []string) error {
 		return &exitErr{2}
 	}
 	cfg := config.Default()
-	if *file != "" {
+	if f.Config != "" {
 		// The file says who administers the node (unix_users) and what runs as root
 		// (runc): a file another user can change is theirs to say it in.
 		if os.Geteuid() == 0 {
-			abs, err := filepath.Abs(*file)
+			abs, err := filepath.Abs(f.Config)
 			if err != nil {
 				return err
 			}
@@ -46,24 +42,24 @@ func serve(ctx context.Context, args []string) error {
 			}
 		}
 		var err error
-		if cfg, err = config.Load(*file); err != nil {
+		if cfg, err = config.Load(f.Config); err != nil {
 			return err
 		}
 	}
-	if *stateDir != "" {
-		cfg.StateDir = *stateDir
+	if f.StateDir != "" {
+		cfg.StateDir = f.StateDir
 	}
-	if *socket != "" {
-		cfg.Socket = *socket
+	if f.Socket != "" {
+		cfg.Socket = f.Socket
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
+	if f.Listen != "" {
+		cfg.Listen = f.Listen
 	}
-	if *e2bListen != "" {
-		cfg.E2BListen = *e2bListen
+	if f.E2BListen != "" {
+		cfg.E2BListen = f.E2BListen
 	}
-	if *e2bDomain != "" {
-		cfg.E2BDomain = *e2bDomain
+	if f.E2BDomain != "" {
+		cfg.E2BDomain = f.E2BDomain
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -2,24 +2,58 @@ package cli
 
 // The daemon's verbs (serve, agent, check-config) are run by main, not by Run; they are
 // here so that "airlock help serve" and "airlock serve --help" answer like every other
-// verb. Their flags mirror the ones main and the agent parse.
+// verb. serve's flags are the ones main parses (ServeFlags); the agent's mirror the
+// ones it parses.
+
+import (
+	"flag"
+	"strings"
+)
 
 var serveVerb = &verb{
 	name:   "serve",
-	args:   "[--config FILE] [--state-dir DIR] [--socket PATH] [--listen HOST:PORT]",
+	args:   flagSynopsis((&ServeFlags{}).Register),
 	short:  "run the daemon",
 	daemon: true,
-	long: `The daemon serves the API on its unix socket (no authentication: the socket's file
-mode is the access control) and, with --listen, on TCP for token owners. It runs as
-root; sandboxes keep running when it stops, and it finds them again when it starts.
-Check a configuration file first with "airlock check-config FILE".`,
+	long: `The daemon serves the API on its unix socket and, with --listen, on TCP, and with
+--e2b-listen the E2B-compatible API. On the socket the caller's uid is its identity: root
+is the administrator local, unix_users (or airlock user create NAME --uid UID) maps
+others, and an unknown uid is refused. Over TCP every request needs a bearer token. It
+runs as root; sandboxes keep running when it stops, and it finds them again when it
+starts. Check a configuration file first with "airlock check-config FILE".`,
 	run: func(c *cmd, args []string) error {
-		c.fs.String("config", "", "configuration `FILE` (YAML or JSON; unknown keys are errors)")
-		c.fs.String("state-dir", "", "`DIR` for the database, images and sandboxes (default /var/lib/airlock)")
-		c.fs.String("socket", "", "unix socket `PATH` of the API (default /run/airlock/airlock.sock)")
-		c.fs.String("listen", "", "also serve the API on TCP `HOST:PORT` (needs tokens in the config)")
+		(&ServeFlags{}).Register(c.fs)
 		return daemonOnly(c, args, 0)
 	},
+}
+
+// ServeFlags are the flags of airlock serve. main parses them to run the daemon and
+// help describes them, from the one set Register defines.
+type ServeFlags struct {
+	Config, StateDir, Socket, Listen, E2BListen, E2BDomain string
+}
+
+// Register defines the serve flags on fs, storing into f.
+func (f *ServeFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Config, "config", "", "configuration `FILE` (YAML or JSON; unknown keys are errors)")
+	fs.StringVar(&f.StateDir, "state-dir", "", "`DIR` for the database, images and sandboxes (default /var/lib/airlock)")
+	fs.StringVar(&f.Socket, "socket", "", "unix socket `PATH` of the API (default /run/airlock/airlock.sock)")
+	fs.StringVar(&f.Listen, "listen", "", "also serve the API on TCP `HOST:PORT` (needs tokens in the config)")
+	fs.StringVar(&f.E2BListen, "e2b-listen", "", "also serve the E2B-compatible API on TCP `HOST:PORT` (API keys: airlock token create --format e2b)")
+	fs.StringVar(&f.E2BDomain, "e2b-domain", "", "with --e2b-listen: host names PORT-SANDBOXID.`DOMAIN` reach a sandbox's ports")
+}
+
+// flagSynopsis is the usage line of the flags register defines: "[--name ARG]" each,
+// in name order.
+func flagSynopsis(register func(*flag.FlagSet)) string {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	register(fs)
+	var parts []string
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, _ := flag.UnquoteUsage(f)
+		parts = append(parts, "["+strings.TrimSpace(dashed(f.Name)+" "+arg)+"]")
+	})
+	return strings.Join(parts, " ")
 }
 
 var agentVerb = &verb{
