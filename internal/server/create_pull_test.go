@@ -2,19 +2,10 @@ package server_test
 
 import (
 	"context"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -22,66 +13,18 @@ import (
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
-// pullRegistry serves images on loopback and counts the manifest requests for each
-// repository.
-type pullRegistry struct {
-	host      string
-	mu        sync.Mutex
-	manifests map[string]int // repository -> manifest requests
-}
-
-func newPullRegistry(t *testing.T) *pullRegistry {
-	t.Helper()
-	p := &pullRegistry{manifests: map[string]int{}}
-	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if repo, _, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v2/"), "/manifests/"); ok && r.Method != http.MethodPut {
-			p.mu.Lock()
-			p.manifests[repo]++
-			p.mu.Unlock()
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	p.host = strings.TrimPrefix(srv.URL, "http://")
-	return p
-}
-
-// push writes a random image of two layers as repo:1 and returns its reference and
-// digest.
-func (p *pullRegistry) push(t *testing.T, repo string) (string, string) {
-	t.Helper()
-	img, err := random.Image(2048, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := p.host + "/" + repo + ":1"
-	r, _ := name.ParseReference(ref, name.Insecure)
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	d, _ := img.Digest()
-	return ref, d.String()
-}
-
-func (p *pullRegistry) manifestRequests(repo string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.manifests[repo]
-}
-
 // TestCreatePullsImage: a create through the Go SDK of an image that is not here
 // pulls it (pull missing is the default) and shows the pull's progress when asked;
 // pull never answers not_found saying to pull; a bad pull names the allowed values;
 // two creates of one missing image pull it once; a caller who may not pull images
 // hears why.
 func TestCreatePullsImage(t *testing.T) {
-	reg := newPullRegistry(t)
+	reg := testenv.NewRegistry(t)
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice"},
-		Config: func(c *manager.Config) { c.InsecureRegistries = []string{reg.host} }})
+		Config: func(c *manager.Config) { c.InsecureRegistries = []string{reg.Host} }})
 
-	ref, digest := reg.push(t, "team/plain")
-	pushed := reg.manifestRequests("team/plain") // the push's own
+	ref, digest := reg.PushRandom(t, "team/plain")
+	pushed := reg.ManifestRequests("team/plain") // the push's own
 	resp, err := n.Client.Create(bg, api.CreateSandboxRequest{Name: "plain", Image: ref})
 	if err != nil {
 		t.Fatalf("create of an image not pulled yet: %v", err)
@@ -92,10 +35,10 @@ func TestCreatePullsImage(t *testing.T) {
 	if _, err := n.Client.Image(bg, ref); err != nil {
 		t.Errorf("the pulled image is not listed: %v", err)
 	}
-	onePull := reg.manifestRequests("team/plain") - pushed
+	onePull := reg.ManifestRequests("team/plain") - pushed
 
 	// With progress: the pull's steps, then the answer.
-	ref2, digest2 := reg.push(t, "team/shown")
+	ref2, digest2 := reg.PushRandom(t, "team/shown")
 	var mu sync.Mutex
 	steps := map[string]int{}
 	resp, err = n.Client.Create(bg, api.CreateSandboxRequest{Name: "shown", Image: ref2}, client.WithPullProgress(func(ev api.PullEvent) {
@@ -116,8 +59,8 @@ func TestCreatePullsImage(t *testing.T) {
 		t.Errorf("create of an image here = %+v, %v, steps %v; want it created with no pull", resp, err, steps)
 	}
 
-	ref3, _ := reg.push(t, "team/never")
-	pushed = reg.manifestRequests("team/never")
+	ref3, _ := reg.PushRandom(t, "team/never")
+	pushed = reg.ManifestRequests("team/never")
 	_, err = n.Client.Create(bg, api.CreateSandboxRequest{Name: "never", Image: ref3, Pull: api.PullNever})
 	wantCode(t, "pull never of an image not here", err, "not_found")
 	if err == nil || !strings.Contains(err.Error(), "pull it first") {
@@ -129,7 +72,7 @@ func TestCreatePullsImage(t *testing.T) {
 		!strings.Contains(err.Error(), "always or never") {
 		t.Errorf("a bad pull: %v, want it to name the value and missing, always, never", err)
 	}
-	if reg.manifestRequests("team/never") != pushed {
+	if reg.ManifestRequests("team/never") != pushed {
 		t.Error("a refused create reached the registry")
 	}
 	if list, _ := n.Client.List(bg, client.ListOptions{}); len(list) != 3 {
@@ -137,8 +80,8 @@ func TestCreatePullsImage(t *testing.T) {
 	}
 
 	// Two creates of one missing image at once: one pull.
-	ref4, digest4 := reg.push(t, "team/twice")
-	pushed = reg.manifestRequests("team/twice")
+	ref4, digest4 := reg.PushRandom(t, "team/twice")
+	pushed = reg.ManifestRequests("team/twice")
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for _, nm := range []string{"twice-a", "twice-b"} {
@@ -151,7 +94,7 @@ func TestCreatePullsImage(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := reg.manifestRequests("team/twice") - pushed; failed.Load() == 0 && got != onePull {
+	if got := reg.ManifestRequests("team/twice") - pushed; failed.Load() == 0 && got != onePull {
 		t.Errorf("two concurrent creates made %d manifest requests, one pull makes %d", got, onePull)
 	}
 
@@ -165,12 +108,12 @@ func TestCreatePullsImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	bot, _ := client.New(client.Options{Addr: n.Addr, Token: secret})
-	ref5, _ := reg.push(t, "team/forbidden")
-	pushed = reg.manifestRequests("team/forbidden")
+	ref5, _ := reg.PushRandom(t, "team/forbidden")
+	pushed = reg.ManifestRequests("team/forbidden")
 	_, err = bot.Create(bg, api.CreateSandboxRequest{Name: "nopull", Image: ref5})
 	wantCode(t, "a create that would pull, by a caller who may not", err, "not_found")
-	if err == nil || !strings.Contains(err.Error(), "image.create") || reg.manifestRequests("team/forbidden") != pushed {
+	if err == nil || !strings.Contains(err.Error(), "image.create") || reg.ManifestRequests("team/forbidden") != pushed {
 		t.Errorf("create without image.create: %v (%d manifest requests), want it refused naming image.create, the registry untouched",
-			err, reg.manifestRequests("team/forbidden")-pushed)
+			err, reg.ManifestRequests("team/forbidden")-pushed)
 	}
 }
