@@ -48,8 +48,12 @@ type Limits struct {
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
 type CreateSandboxRequest struct {
-	Name   string            `json:"name"`
-	Image  string            `json:"image,omitempty"` // default "host"
+	Name  string `json:"name"`
+	Image string `json:"image,omitempty"` // default "host"
+	// Pull says when the daemon fetches Image from its registry before it creates:
+	// PullMissing (the default), PullAlways or PullNever. The host image and digests are
+	// never pulled.
+	Pull   string            `json:"pull,omitempty"`
 	Limits Limits            `json:"limits,omitempty"`
 	Env    map[string]string `json:"env,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
@@ -421,6 +425,16 @@ type PullEvent struct {
 	Total  int64  `json:"total,omitempty"`
 	Image  *Image `json:"image,omitempty"`
 	Error  *Error `json:"error,omitempty"`
+}
+
+// CreateEvent is one line of the NDJSON stream that answers POST /v1/sandboxes when
+// the request accepts application/x-ndjson and the image is pulled: the pull's
+// progress, then the create's answer or its error. A create that pulls nothing answers
+// as usual (201 with an OperationResponse).
+type CreateEvent struct {
+	Pull   *PullEvent         `json:"pull,omitempty"`
+	Result *OperationResponse `json:"result,omitempty"`
+	Error  *Error             `json:"error,omitempty"`
 }
 
 // Image visibilities.

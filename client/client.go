@@ -160,6 +160,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	idempotencyKey string
 	ifMatch        *int64
+	pullProgress   func(api.PullEvent)
 }
 
 // WithIdempotencyKey makes the call safe to retry: the daemon answers a repeated key with
@@ -172,6 +173,12 @@ func WithIdempotencyKey(key string) CallOption {
 // fails with version_conflict.
 func WithIfMatch(version int64) CallOption {
 	return func(o *callOptions) { o.ifMatch = &version }
+}
+
+// WithPullProgress hands fn each step of the image's pull, should a create pull its
+// image from the registry first (from the caller's goroutine, one at a time).
+func WithPullProgress(fn func(api.PullEvent)) CallOption {
+	return func(o *callOptions) { o.pullProgress = fn }
 }
 
 // request is one HTTP call.
@@ -286,7 +293,12 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	return decodeAnswer(ctx, resp.Body, r, out)
+}
+
+// decodeAnswer decodes the JSON answer to r from body into out.
+func decodeAnswer(ctx context.Context, body io.Reader, r request, out any) error {
+	if err := json.NewDecoder(body).Decode(out); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

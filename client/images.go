@@ -68,12 +68,13 @@ func (c *Client) importImage(ctx context.Context, query url.Values, r io.Reader,
 	if p != nil {
 		follow = p.event
 	}
-	return readImage(ctx, resp.Body, "image import", func(ev api.ImportEvent) (*api.Image, *api.Error) { return ev.Image, ev.Error }, follow)
+	return readResult(ctx, resp.Body, "image import", func(ev api.ImportEvent) (*api.Image, *api.Error) { return ev.Image, ev.Error }, follow)
 }
 
-// readImage follows the NDJSON events that answer an image import or pull (what),
-// handing each to progress (if set) until one carries the image or an error.
-func readImage[E any](ctx context.Context, r io.Reader, what string, result func(E) (*api.Image, *api.Error), progress func(E)) (*api.Image, error) {
+// readResult follows the NDJSON events that answer an image import or pull, or a
+// create that pulls (what), handing each to progress (if set) until one carries the
+// result or an error.
+func readResult[E, R any](ctx context.Context, r io.Reader, what string, result func(E) (*R, *api.Error), progress func(E)) (*R, error) {
 	dec := json.NewDecoder(r)
 	for {
 		var ev E
@@ -152,7 +153,7 @@ func (c *Client) PullImage(ctx context.Context, req api.PullRequest, progress fu
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return readImage(ctx, resp.Body, "image pull", func(ev api.PullEvent) (*api.Image, *api.Error) { return ev.Image, ev.Error }, progress)
+	return readResult(ctx, resp.Body, "image pull", func(ev api.PullEvent) (*api.Image, *api.Error) { return ev.Image, ev.Error }, progress)
 }
 
 // Image returns one image with its configuration, layers and the caller's sandboxes on it.

@@ -5,19 +5,48 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
 )
 
-// Create makes a sandbox and answers once it is running (or has failed). Pass
-// WithIdempotencyKey to make a retry after a lost answer safe.
+// Create makes a sandbox and answers once it is running (or has failed). The daemon
+// pulls the image from its registry first as req.Pull says (by default when it is not
+// here); WithPullProgress shows that pull's steps. Pass WithIdempotencyKey to make a
+// retry after a lost answer safe.
 func (c *Client) Create(ctx context.Context, req api.CreateSandboxRequest, opts ...CallOption) (*api.OperationResponse, error) {
-	var out api.OperationResponse
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	r := request{method: http.MethodPost, path: "/v1/sandboxes", in: req, opts: opts}
-	if err := c.do(ctx, r, &out); err != nil {
+	if o.pullProgress == nil {
+		var out api.OperationResponse
+		if err := c.do(ctx, r, &out); err != nil {
+			return nil, err
+		}
+		return &out, nil
+	}
+	r.header = http.Header{"Accept": {"application/x-ndjson, application/json"}}
+	resp, err := c.send(ctx, r)
+	if err != nil {
 		return nil, err
 	}
-	return &out, nil
+	defer resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+		// Nothing was pulled: the usual answer.
+		var out api.OperationResponse
+		if err := decodeAnswer(ctx, resp.Body, r, &out); err != nil {
+			return nil, err
+		}
+		return &out, nil
+	}
+	return readResult(ctx, resp.Body, "create", func(ev api.CreateEvent) (*api.OperationResponse, *api.Error) { return ev.Result, ev.Error },
+		func(ev api.CreateEvent) {
+			if ev.Pull != nil {
+				o.pullProgress(*ev.Pull)
+			}
+		})
 }
 
 // Get returns a sandbox by name or id, from any process: this is how code reconnects

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/client"
 )
 
 var createVerb = &verb{
@@ -16,6 +15,9 @@ var createVerb = &verb{
 	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--workspace DIR[:ro]] [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
+--image names an image here or a registry reference (python:3.12-slim): the daemon
+pulls it first when it is not here (--pull missing, the default), every time (always),
+or never; the pull shows a progress bar per layer on a terminal.
 --workspace mounts a directory of this machine at /workspace as it is (no copy),
 read-write or with :ro read-only: its owner shows as the sandbox's root, so what the
 sandbox writes there is yours. Only a directory you own, and only through the daemon's
@@ -44,7 +46,7 @@ type limitFlags struct {
 func (l *limitFlags) register(c *cmd, all bool) {
 	l.env = kvFlag{}
 	c.fs.StringVar(&l.image, "image", "", "image `IMG`: a name, a digest or a registry reference such as python:3.12-slim (default host)")
-	c.fs.StringVar(&l.pull, "pull", api.PullMissing, "`WHEN` to pull the image from its registry: always, missing or never")
+	c.fs.StringVar(&l.pull, "pull", "", "`WHEN` the daemon pulls the image from its registry first: missing (the default: when it is not here), always or never")
 	c.fs.StringVar(&l.runtime, "runtime", "", "runtime `NAME` to run the sandbox (default the node's; airlock status lists them)")
 	c.fs.StringVar(&l.role, "role", "", "the one role `R` the sandbox acts with, one of yours (default: all of yours)")
 	c.fs.Float64Var(&l.cpu, "cpu", 0, "CPU limit in cores: `N`, fractions allowed")
@@ -64,8 +66,8 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 		return api.CreateSandboxRequest{}, usagef("--cpu, --pids and --open-files must not be negative")
 	}
 	req := api.CreateSandboxRequest{
-		Name:    name,
-		Image:   l.image,
+		Name:  name,
+		Image: l.image, Pull: l.pull,
 		Runtime: l.runtime, Role: l.role,
 		Limits:  api.Limits{CPU: l.cpu, Memory: int64(l.memory), PIDs: l.pids, OpenFiles: l.openFiles, Disk: int64(l.disk)},
 		Env:     l.env.orNil(),
@@ -77,23 +79,6 @@ func (l *limitFlags) request(name string) (api.CreateSandboxRequest, error) {
 		}
 	}
 	return req, nil
-}
-
-// pullFirst pulls the image from its registry before a create, as the --pull policy
-// says, with progress on stderr; the host image and digests are never pulled.
-func (l *limitFlags) pullFirst(c *cmd, cl *client.Client) error {
-	switch l.pull {
-	case api.PullAlways, api.PullMissing:
-	case api.PullNever:
-		return nil
-	default:
-		return usagef("invalid --pull %q: always, missing or never", l.pull)
-	}
-	if l.image == "" || l.image == "host" || strings.HasPrefix(l.image, "sha256:") {
-		return nil
-	}
-	_, err := c.pull(cl, api.PullRequest{Ref: l.image, Policy: l.pull})
-	return err
 }
 
 func runCreate(c *cmd, args []string) error {
@@ -126,11 +111,7 @@ func runCreate(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := lim.pullFirst(c, cl); err != nil {
-		return err
-	}
-	opts := c.callOpts(*key, 0)
-	resp, err := cl.Create(c.ctx, req, opts...)
+	resp, err := cl.Create(c.ctx, req, c.createOpts(req.Image, c.callOpts(*key, 0)...)...)
 	if err != nil {
 		return err
 	}

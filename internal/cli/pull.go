@@ -196,25 +196,38 @@ func runImagePull(c *cmd, args []string) error {
 	return printImages(c.stdout, []api.Image{*img})
 }
 
-// pull pulls with progress on stderr: bars on a terminal, a line a layer otherwise
-// (nothing with --output json, whose stdout is for the result alone).
+// pull pulls with progress on stderr (see pullProgress).
 func (c *cmd) pull(cl *client.Client, req api.PullRequest) (*api.Image, error) {
-	var progress func(api.PullEvent)
+	return cl.PullImage(c.ctx, req, c.pullProgress(req.Ref))
+}
+
+// pullProgress shows a pull of ref on stderr: bars on a terminal, a line a layer
+// otherwise, nothing with --output json (whose stdout is for the result alone).
+func (c *cmd) pullProgress(ref string) func(api.PullEvent) {
 	if _, ok := terminalFd(c.stderr); ok {
 		bars := &pullBars{w: c.stderr, start: time.Now(), layers: map[int]*layerBar{}}
-		defer bars.finish()
-		progress = bars.update
-	} else if !c.json() {
-		progress = func(ev api.PullEvent) {
-			switch ev.Status {
-			case "done", "cached":
-				fmt.Fprintf(c.stderr, "layer %d/%d %s %s %s\n", ev.Layer, ev.Layers, shortDigest(ev.Digest), ev.Status, formatSize(ev.Total))
-			case "present":
-				fmt.Fprintf(c.stderr, "%s is here already\n", req.Ref)
-			}
+		return bars.update
+	}
+	if c.json() {
+		return nil
+	}
+	return func(ev api.PullEvent) {
+		switch ev.Status {
+		case "done", "cached":
+			fmt.Fprintf(c.stderr, "layer %d/%d %s %s %s\n", ev.Layer, ev.Layers, shortDigest(ev.Digest), ev.Status, formatSize(ev.Total))
+		case "present":
+			fmt.Fprintf(c.stderr, "%s is here already\n", termSafe(ref))
 		}
 	}
-	return cl.PullImage(c.ctx, req, progress)
+}
+
+// createOpts are opts and, unless nothing would show it, the progress of the pull
+// the daemon makes first when the image is not here.
+func (c *cmd) createOpts(image string, opts ...client.CallOption) []client.CallOption {
+	if fn := c.pullProgress(image); fn != nil {
+		opts = append(opts, client.WithPullProgress(fn))
+	}
+	return opts
 }
 
 // pullBars draws one line per layer and a total under them, redrawn in place.
@@ -267,8 +280,6 @@ func (b *pullBars) draw() {
 	fmt.Fprintf(b.w, "\r%s\x1b[K\n", renderRate("total", done, total, b.start))
 	b.drawn = b.n + 1
 }
-
-func (b *pullBars) finish() {}
 
 // renderLayer is "layer 2/5 3f4a9c1e2b7d [=====>    ]  48%  12MiB / 25MiB  8.1MiB/s  ETA 2s".
 func renderLayer(i, n int, l *layerBar) string {

@@ -25,8 +25,8 @@ import (
 )
 
 // TestImagePull pulls from a registry on loopback: one line a layer off a terminal,
-// the image in the table, --pull missing on create fetches nothing again, and a bad
-// --pull is a usage error.
+// the image in the table, a create pulls an image that is not here (not with --pull
+// never), and a bad --pull is refused by the daemon.
 func TestImagePull(t *testing.T) {
 	reg := httptest.NewServer(registry.New(quietRegistry))
 	defer reg.Close()
@@ -43,17 +43,23 @@ func TestImagePull(t *testing.T) {
 	d, _ := img.Digest()
 	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.InsecureRegistries = []string{host} }})}
 
-	out, errOut, err := n.run(bg, "", "image", "pull", ref)
+	// The daemon pulls what a create names and does not have, and the CLI shows it.
+	_, errOut, err := n.run(bg, "", "create", "box", "--image", ref, "--pull", "never")
+	wantExit(t, err, 1)
+	wantContains(t, "create --pull never of an image not here", errOut, "(not_found)", "pull it first")
+	out, errOut, err := n.run(bg, "", "create", "box", "--image", ref)
+	wantExit(t, err, 0)
+	wantContains(t, "create", out, "box")
+	if strings.Count(errOut, "\n") != 2 || !strings.Contains(errOut, "layer 1/2") || !strings.Contains(errOut, "layer 2/2") {
+		t.Errorf("create's pull progress off a terminal = %q, want one line a layer", errOut)
+	}
+	wantContains(t, "get shows the digest", n.must(t, "get", "box"), ref, d.String())
+	out, errOut, err = n.run(bg, "", "image", "pull", ref)
 	wantExit(t, err, 0)
 	wantContains(t, "image pull", out, ref, shortDigest(d.String()))
-	if strings.Count(errOut, "\n") != 2 || !strings.Contains(errOut, "layer 1/2") || !strings.Contains(errOut, "layer 2/2") {
-		t.Errorf("progress off a terminal = %q, want one line a layer", errOut)
+	if strings.Count(errOut, "\n") != 2 || !strings.Contains(errOut, "layer 1/2") || !strings.Contains(errOut, "cached") {
+		t.Errorf("progress off a terminal = %q, want one line a layer, cached", errOut)
 	}
-	out, errOut, err = n.run(bg, "", "create", "box", "--image", ref)
-	wantExit(t, err, 0)
-	wantContains(t, "create --pull missing", errOut, "is here already")
-	wantContains(t, "create", out, "box")
-	wantContains(t, "get shows the digest", n.must(t, "get", "box"), ref, d.String())
 
 	wantContains(t, "image ls", n.must(t, "image", "ls"), ref, "box")
 	wantContains(t, "image inspect", n.must(t, "image", "inspect", ref), d.String(), "/demo/app:1", "used by", "box", "layer 2")
@@ -70,8 +76,8 @@ func TestImagePull(t *testing.T) {
 	}
 
 	_, errOut, err = n.run(bg, "", "create", "box2", "--image", ref, "--pull", "sometimes")
-	wantExit(t, err, 2)
-	wantContains(t, "a bad --pull", errOut, "always, missing or never")
+	wantExit(t, err, 1)
+	wantContains(t, "a bad --pull", errOut, "(invalid_argument)", `"sometimes"`, "missing (the default", "always or never")
 	_, errOut, err = n.run(bg, "", "image", "pull", "Not A Reference")
 	wantExit(t, err, 1)
 	wantContains(t, "a bad reference", errOut, "(invalid_argument)")

@@ -95,10 +95,7 @@ func runRun(c *cmd, args []string) error {
 // sandbox afterwards, whatever happened.
 func withEphemeral(c *cmd, cl *client.Client, lim *limitFlags, create api.CreateSandboxRequest, use func() error) (retErr error) {
 	name := create.Name
-	if err := lim.pullFirst(c, cl); err != nil {
-		return err
-	}
-	resp, err := cl.Create(c.ctx, create, client.WithIdempotencyKey(name))
+	resp, err := cl.Create(c.ctx, create, c.createOpts(create.Image, client.WithIdempotencyKey(name))...)
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) && apiErr.Status < 500 {
 		return err // refused: nothing was made
@@ -183,10 +180,7 @@ func runDetached(c *cmd, lim *limitFlags, command []string, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := lim.pullFirst(c, cl); err != nil {
-		return err
-	}
-	resp, err := cl.Create(c.ctx, create, client.WithIdempotencyKey(name))
+	resp, err := cl.Create(c.ctx, create, c.createOpts(create.Image, client.WithIdempotencyKey(name))...)
 	if err != nil {
 		return err
 	}

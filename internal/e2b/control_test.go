@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -60,8 +61,11 @@ func (f fixture) want(what string, got int, body []byte, want int) {
 	}
 }
 
-func newFixture(t *testing.T) (fixture, string, string) {
-	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+func newFixture(t *testing.T) (fixture, string, string) { return newFixtureConfig(t, nil) }
+
+// newFixtureConfig is newFixture on a node whose configuration config adjusts.
+func newFixtureConfig(t *testing.T, config func(*manager.Config)) (fixture, string, string) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}, Config: config})
 	ctx := context.Background()
 	alice, _, err := n.Auth.CreateTokenFormat(ctx, "alice", "e2b", "e2b", 0)
 	if err != nil {
@@ -209,6 +213,28 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	f.want("kill", st, body, 204)
 	st, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
 	f.want("get killed", st, body, 404)
+}
+
+// TestControlPlaneTemplateFromRegistry: a template that names a registry reference and
+// is not here yet is pulled by the create, as a native create pulls it.
+func TestControlPlaneTemplateFromRegistry(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	ref, digest := reg.PushRandom(t, "team/tmpl")
+	f, alice, _ := newFixtureConfig(t, func(c *manager.Config) { c.InsecureRegistries = []string{reg.Host} })
+
+	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"`+ref+`"}`)
+	f.want("create from a registry template not pulled yet", st, body, 201)
+	var sb struct {
+		TemplateID string `json:"templateID"`
+		SandboxID  string `json:"sandboxID"`
+	}
+	if err := json.Unmarshal(body, &sb); err != nil || sb.TemplateID != ref {
+		t.Fatalf("created %s, want templateID %s", body, ref)
+	}
+	got, err := f.node.Client.Get(context.Background(), sb.SandboxID)
+	if err != nil || got.ImageDigest != digest {
+		t.Errorf("sandbox %+v, %v; want it on %s", got, err, digest)
+	}
 }
 
 func TestControlPlaneRefusesBadInput(t *testing.T) {

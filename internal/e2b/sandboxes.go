@@ -164,13 +164,20 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	}
 	cr := manager.CreateRequest{Name: newName(), Env: req.EnvVars, Labels: req.Metadata}
 	if req.TemplateID != "" && req.TemplateID != BaseTemplate {
-		if _, err := c.m.InspectImage(call(p), req.TemplateID); err != nil {
-			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
-				return errdefs.Invalid("template %q not found: a template is the name of an Airlock image you can use (airlock image ls), %q for the host image, or the id of one of your snapshots (snap_…)", req.TemplateID, BaseTemplate)
+		cr.Image, cr.MayPull = req.TemplateID, p.Can(auth.ImageCreate)
+		// A registry reference (a tag, a digest or a registry host in it) is pulled
+		// when it is not here, as a native create pulls it; a bare name is an image
+		// here, never a guess at one on Docker Hub.
+		if !strings.ContainsAny(req.TemplateID, ":/@") {
+			cr.Pull = manager.PullNever
+			if _, err := c.m.InspectImage(call(p), req.TemplateID); err != nil {
+				if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
+					return errdefs.Invalid("template %q not found: a template is the name of an Airlock image you can use (airlock image ls), "+
+						"a registry reference such as python:3.12-slim (pulled when it is not here), %q for the host image, or the id of one of your snapshots (snap_…)", req.TemplateID, BaseTemplate)
+				}
+				return err
 			}
-			return err
 		}
-		cr.Image = req.TemplateID
 	}
 	if req.Timeout != nil {
 		d, err := timeout("timeout", *req.Timeout)

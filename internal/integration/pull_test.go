@@ -70,6 +70,24 @@ func layerOfTar(t *testing.T, b []byte) v1.Layer {
 	return l
 }
 
+// TestCreatePullsFromRegistry: a create through the Go SDK of an image that is not
+// here yet has the daemon pull it, and the sandbox runs on it.
+func TestCreatePullsFromRegistry(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	n := testenv.NewNode(t, testenv.Options{Config: func(c *manager.Config) { c.InsecureRegistries = []string{reg.Host} }})
+	ref, digest := reg.PushRandom(t, "team/fresh")
+	resp, err := n.Client.Create(background, api.CreateSandboxRequest{Name: "fresh", Image: ref, Network: &api.NetworkPolicy{Mode: "none"}})
+	if err != nil {
+		t.Fatalf("create of an image not pulled yet: %v", err)
+	}
+	if sb := resp.Sandbox; sb == nil || sb.State != api.StateRunning || sb.ImageDigest != digest {
+		t.Errorf("created %+v, want running on %s", resp.Sandbox, digest)
+	}
+	if img, err := n.Client.Image(background, ref); err != nil || img.Digest != digest {
+		t.Errorf("the pulled image: %+v, %v; want digest %s", img, err, digest)
+	}
+}
+
 // TestPulledImage pulls an image from a registry on loopback (go-containerregistry's,
 // serving images the test builds), runs a sandbox on it with the image's user, working
 // directory and environment, and pins it: after the tag moves, the sandbox resumes on

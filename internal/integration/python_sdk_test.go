@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -42,7 +43,9 @@ func requirePytest(t *testing.T) {
 // is left on the host.
 func TestPythonSDK(t *testing.T) {
 	requirePytest(t)
-	n := testenv.NewNode(t)
+	reg := testenv.NewRegistry(t)
+	n := testenv.NewNode(t, testenv.Options{Config: func(c *manager.Config) { c.InsecureRegistries = []string{reg.Host} }})
+	pullRef, pullDigest := reg.PushRandom(t, "python/fresh")
 	sdk, err := filepath.Abs(filepath.Join("..", "..", "sdk", "python"))
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +58,7 @@ func TestPythonSDK(t *testing.T) {
 		"AIRLOCK_SOCKET="+n.Socket,
 		"PYTHONPATH="+sdk,
 		"PYTHONDONTWRITEBYTECODE=1",
+		"AIRLOCK_TEST_PULL_IMAGE="+pullRef+"@"+pullDigest, // an image on the registry, not pulled yet
 	)
 	// The suite must reach this node and no other: drop what would point it elsewhere.
 	cmd.Env = withoutEnv(cmd.Env, "AIRLOCK_URL", "AIRLOCK_TOKEN", "AIRLOCK_API", "AIRLOCK_SESSION_TOKEN_FILE")

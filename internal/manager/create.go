@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -13,8 +15,11 @@ import (
 
 // CreateRequest is what a create asks for.
 type CreateRequest struct {
-	Name        string            `json:"name"`
-	Image       string            `json:"image"`
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	// Pull says when the image is fetched from its registry first (PullMissing, the
+	// default, PullAlways or PullNever); see createImage.
+	Pull        string            `json:"pull,omitempty"`
 	Limits      store.Limits      `json:"limits"`
 	Env         map[string]string `json:"env"`
 	Labels      map[string]string `json:"labels"`
@@ -29,10 +34,20 @@ type CreateRequest struct {
 	Role string `json:"role,omitempty"`
 	// Workspace, if set, mounts a host directory at /workspace (workspace.go).
 	Workspace *WorkspaceRequest `json:"workspace,omitempty"`
+	// MayPull says the caller holds the permission to pull images (the edge checked
+	// it); a create that would have to pull without it is refused.
+	MayPull bool `json:"-"`
+	// Progress, if not nil, sees each step of the image's pull, from one goroutine at
+	// a time.
+	Progress func(PullEvent) `json:"-"`
 }
 
 // opTimeout bounds the host work of one operation, whoever waits for it.
 const opTimeout = 2 * time.Minute
+
+// pullTimeout bounds the pull a create makes first (the registry's own timeouts bound
+// each of its requests).
+const pullTimeout = time.Hour
 
 // Create makes a sandbox and starts it. Bad input is refused before anything is
 // recorded; a create that fails half way removes everything it made.
@@ -47,6 +62,9 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return nil, nil, err
 	}
 	if err := validateLabels(req.Labels); err != nil {
+		return nil, nil, err
+	}
+	if err := checkPull(req.Pull); err != nil {
 		return nil, nil, err
 	}
 	if err := m.checkRuntime(req.Runtime); err != nil {
@@ -83,11 +101,10 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 			return nil, nil, err
 		}
 	}
-	img, err := m.images.Get(image.Scope{Owner: call.Owner}, req.Image)
+	img, pull, err := m.createImage(call, req)
 	if err != nil {
 		return nil, nil, err
 	}
-	m.images.Touch(img.Digest) // recently used: the last the cache evicts
 	if err := m.roomToStart(); err != nil {
 		return nil, nil, err
 	}
@@ -98,6 +115,17 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if replay {
 		return m.replayed(ctx, op)
 	}
+	if pull {
+		// Part of the operation: it goes on if the caller goes away, and a pull that
+		// fails fails the create before anything of the sandbox exists.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+		img, err = m.PullImage(pctx, call, PullRequest{Ref: req.Image, Missing: req.Pull != PullAlways}, req.Progress)
+		cancel()
+		if err != nil {
+			return op, nil, m.finishOp(op, "", err)
+		}
+	}
+	m.images.Touch(img.Digest) // recently used: the last the cache evicts
 	// The work goes on if the caller goes away: the operation says how it ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
@@ -132,6 +160,28 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return op, nil, m.finishOp(op, "", err)
 	}
 	return op, sb, m.finishOp(op, sb.ID, nil)
+}
+
+// createImage finds the image a create runs on, or says it is to be pulled first:
+// every time with PullAlways, and with PullMissing when the caller sees no image of
+// the name. The host image and digests ("sha256:…") are never pulled.
+func (m *Manager) createImage(call Call, req CreateRequest) (img *image.Image, pull bool, err error) {
+	img, err = m.images.Get(image.Scope{Owner: call.Owner}, req.Image)
+	pullable := req.Image != image.HostName && !strings.HasPrefix(req.Image, "sha256:")
+	missing := errors.Is(err, errdefs.ErrNotFound)
+	switch {
+	case !pullable || !missing && req.Pull != PullAlways:
+		return img, false, err
+	case req.Pull == PullNever:
+		return nil, false, errdefs.NotFound("image %q is not here and pull is never: pull it first (airlock image pull %s), or create with pull missing", req.Image, req.Image)
+	case !req.MayPull && missing:
+		return nil, false, errdefs.NotFound("image %q is not here, and pulling it from its registry needs the image.create permission, "+
+			"which the caller's roles do not grant; ask someone who holds it to pull the image", req.Image)
+	case !req.MayPull:
+		return nil, false, &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+			Msg: fmt.Sprintf("pull always needs the image.create permission, which the caller's roles do not grant; create with pull missing to use image %q as it is here", req.Image)}
+	}
+	return nil, true, nil
 }
 
 // insertSandbox gives sb its uid range and stores its record, then lets go of the

@@ -63,6 +63,22 @@ type PullRequest struct {
 // PullEvent is one step of a pull, for progress.
 type PullEvent = image.PullEvent
 
+// Pull policies: when a create fetches its image from the registry.
+const (
+	PullMissing = "missing" // only when the caller sees no image of the name (the default)
+	PullAlways  = "always"  // every time, so a moved tag is followed
+	PullNever   = "never"   // never: the image must be here
+)
+
+// checkPull refuses a pull policy that is none of the above; "" is PullMissing.
+func checkPull(p string) error {
+	switch p {
+	case "", PullMissing, PullAlways, PullNever:
+		return nil
+	}
+	return errdefs.Invalid("invalid pull %q: use missing (the default: pull only when no image of the name is here), always or never", p)
+}
+
 // PullImage pulls req.Ref from its registry as the caller's image (public: every
 // owner's), reporting each layer's progress to fn.
 func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn func(PullEvent)) (*Image, error) {
@@ -74,6 +90,10 @@ func (m *Manager) PullImage(ctx context.Context, call Call, req PullRequest, fn 
 		name = req.Ref
 	}
 	if req.Missing {
+		// Pulls of one name for one caller wait for each other, so that the first
+		// fetches the image and the others find it here.
+		unlock := m.pulls.lock(call.Owner + "\x00" + name)
+		defer unlock()
 		if img, err := m.images.Get(imageScope(call), name); err == nil {
 			if fn != nil {
 				fn(PullEvent{Ref: req.Ref, Status: "present"})

@@ -141,6 +141,7 @@ type Manager struct {
 	now       func() time.Time
 
 	locks keyedMutex
+	pulls keyedMutex // by owner and image name: pulls that wait for each other
 
 	mu       sync.Mutex
 	slots    map[uint32]string    // uid base -> sandbox id

@@ -22,7 +22,7 @@ type RunCodeInput struct {
 	Language string `json:"language" jsonschema:"the interpreter: python (python3), node or bash"`
 	Code     string `json:"code" jsonschema:"the program text, run as a script (at most 100 KiB; write larger programs with write_file and run them with exec)"`
 	Sandbox  string `json:"sandbox,omitempty" jsonschema:"name or id of an existing sandbox to run in (its files and installed packages are kept between calls); empty: a throwaway sandbox is created for this call and terminated after it"`
-	Image    string `json:"image,omitempty" jsonschema:"image of the throwaway sandbox (default: host, the node's own /usr tree); ignored with sandbox"`
+	Image    string `json:"image,omitempty" jsonschema:"image of the throwaway sandbox, here or a registry reference pulled when it is not (default: host, the node's own /usr tree); ignored with sandbox"`
 	Stdin    string `json:"stdin,omitempty" jsonschema:"text given to the program on its standard input"`
 	Timeout  int    `json:"timeout_seconds,omitempty" jsonschema:"stop the program after this many seconds"`
 }

@@ -18,7 +18,7 @@ import (
 // CreateSandboxInput is the input of create_sandbox.
 type CreateSandboxInput struct {
 	Name        string            `json:"name" jsonschema:"the sandbox's name, unique among yours: 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"`
-	Image       string            `json:"image,omitempty" jsonschema:"image to run (default: host, the node's own /usr tree, read-only)"`
+	Image       string            `json:"image,omitempty" jsonschema:"image to run: an image here, or a registry reference such as python:3.12-slim, pulled when it is not here (default: host, the node's own /usr tree, read-only)"`
 	CPU         float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores (default: the node's)"`
 	MemoryMB    int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: the node's)"`
 	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables of every command in the sandbox"`

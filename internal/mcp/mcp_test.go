@@ -12,6 +12,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -285,6 +286,30 @@ func TestMCPSandboxLifecycle(t *testing.T) {
 	callOK(t, cs, "list_sandboxes", map[string]any{"include_terminated": true}, &list)
 	if len(list.Sandboxes) != 3 {
 		t.Errorf("list_sandboxes include_terminated: got %d sandboxes, want 3", len(list.Sandboxes))
+	}
+}
+
+// TestMCPCreatePullsImage: create_sandbox and run_code name a registry image that is
+// not here yet, and the daemon pulls it.
+func TestMCPCreatePullsImage(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.InsecureRegistries = []string{reg.Host} }})
+	cs := session(t, n.Client, mcp.Options{})
+
+	ref, _ := reg.PushRandom(t, "team/mcp")
+	var created mcp.SandboxOutput
+	callOK(t, cs, "create_sandbox", map[string]any{"name": "pulled", "image": ref}, &created)
+	if created.Sandbox.State != "running" || created.Sandbox.Image != ref {
+		t.Errorf("create_sandbox of an image not pulled yet: %+v, want running on %s", created.Sandbox, ref)
+	}
+	ref2, _ := reg.PushRandom(t, "team/run")
+	var ex mcp.ExecOutput
+	callOK(t, cs, "run_code", map[string]any{"language": "bash", "code": "echo ran", "image": ref2}, &ex)
+	if ex.State != "succeeded" || ex.Stdout.Text != "ran\n" {
+		t.Errorf("run_code on an image not pulled yet: %+v, want it to succeed", ex)
+	}
+	if _, err := n.Client.Image(context.Background(), ref2); err != nil {
+		t.Errorf("run_code's image was not pulled: %v", err)
 	}
 }
 

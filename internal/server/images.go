@@ -133,16 +133,8 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	emit := ndjson[api.PullEvent](w)
-	last := map[int]int64{} // a pull reports from one goroutine at a time
 	img, err := s.m.PullImage(r.Context(), c, manager.PullRequest{Ref: req.Ref, Name: req.Name, Public: public,
-		Missing: req.Policy == api.PullMissing, Username: req.Username, Password: req.Password}, func(ev manager.PullEvent) {
-		// About fifty updates a layer are plenty for a progress bar.
-		if ev.Status == "downloading" && ev.Total > 0 && ev.Done != ev.Total && (ev.Done-last[ev.Layer])*50 < ev.Total {
-			return
-		}
-		last[ev.Layer] = ev.Done
-		emit(api.PullEvent{Status: ev.Status, Ref: ev.Ref, Digest: ev.Digest, Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total})
-	})
+		Missing: req.Policy == api.PullMissing, Username: req.Username, Password: req.Password}, pullEvents(emit))
 	if err != nil {
 		_, e := s.apiError(r, err)
 		emit(api.PullEvent{Error: &e})
@@ -151,6 +143,19 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) error {
 	ai := toAPIImage(img)
 	emit(api.PullEvent{Status: "complete", Image: &ai})
 	return nil
+}
+
+// pullEvents hands a pull's steps to emit as API events, about fifty a layer while it
+// downloads (plenty for a progress bar). A pull reports from one goroutine at a time.
+func pullEvents(emit func(api.PullEvent)) func(manager.PullEvent) {
+	last := map[int]int64{}
+	return func(ev manager.PullEvent) {
+		if ev.Status == "downloading" && ev.Total > 0 && ev.Done != ev.Total && (ev.Done-last[ev.Layer])*50 < ev.Total {
+			return
+		}
+		last[ev.Layer] = ev.Done
+		emit(api.PullEvent{Status: ev.Status, Ref: ev.Ref, Digest: ev.Digest, Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total})
+	}
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) error {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -44,6 +45,20 @@ func toAPIOperation(op *manager.Operation) api.Operation {
 // opResult answers a mutating call: the operation and the sandbox, or the error (which
 // names the operation when there is one).
 func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op *manager.Operation, sb *manager.Sandbox, err error) error {
+	resp, err := opAnswer(op, sb, err)
+	if err != nil {
+		return err
+	}
+	if sb != nil {
+		w.Header().Set("ETag", etag(sb.Version))
+	}
+	writeJSON(w, status, resp)
+	return nil
+}
+
+// opAnswer is what answers a mutating call: the operation and the sandbox, or the
+// error, which names the operation when there is one.
+func opAnswer(op *manager.Operation, sb *manager.Sandbox, err error) (*api.OperationResponse, error) {
 	if err != nil {
 		if op != nil {
 			var e *errdefs.Error
@@ -55,15 +70,13 @@ func (s *Server) opResult(w http.ResponseWriter, r *http.Request, status int, op
 				}
 			}
 		}
-		return err
+		return nil, err
 	}
-	resp := api.OperationResponse{Operation: toAPIOperation(op)}
+	resp := &api.OperationResponse{Operation: toAPIOperation(op)}
 	if sb != nil {
 		resp.Sandbox = toAPISandbox(sb)
-		w.Header().Set("ETag", etag(sb.Version))
 	}
-	writeJSON(w, status, resp)
-	return nil
+	return resp, nil
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -95,12 +108,41 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		}
 		ws = &manager.WorkspaceRequest{Path: req.Workspace.Path, Access: req.Workspace.Access, PeerUID: peer}
 	}
-	op, sb, err := s.m.Create(r.Context(), c, manager.CreateRequest{Network: network,
-		Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
+	cr := manager.CreateRequest{Network: network,
+		Name: req.Name, Image: req.Image, Pull: req.Pull, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
 		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
-		Limits: manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
-	})
-	return s.opResult(w, r, http.StatusCreated, op, sb, err)
+		Limits:  manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
+		MayPull: principal(r).Can(auth.ImageCreate),
+	}
+	// A caller that accepts a stream sees the pull's progress, should the image be
+	// pulled: the answer turns into NDJSON events at the first step, and its last line
+	// is the create's answer. Without a pull the answer is the usual one.
+	var emit func(api.CreateEvent)
+	if acceptsNDJSON(r) {
+		cr.Progress = pullEvents(func(ev api.PullEvent) {
+			if emit == nil {
+				emit = ndjson[api.CreateEvent](w)
+			}
+			emit(api.CreateEvent{Pull: &ev})
+		})
+	}
+	op, sb, err := s.m.Create(r.Context(), c, cr)
+	if emit == nil {
+		return s.opResult(w, r, http.StatusCreated, op, sb, err)
+	}
+	resp, err := opAnswer(op, sb, err)
+	if err != nil {
+		_, e := s.apiError(r, err)
+		emit(api.CreateEvent{Error: &e})
+		return nil
+	}
+	emit(api.CreateEvent{Result: resp})
+	return nil
+}
+
+// acceptsNDJSON says whether the request accepts an answer of NDJSON events.
+func acceptsNDJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
 }
 
 // listSandboxes lists the caller's sandboxes, or with all_owners=true, for a caller

@@ -43,6 +43,7 @@ def create(
     name: str,
     *,
     image: Optional[str] = None,
+    pull: Optional[str] = None,
     cpu: Optional[float] = None,
     memory: Union[int, str, None] = None,
     disk: Union[int, str, None] = None,
@@ -79,7 +80,7 @@ def create(
         body["env"] = v.env(env)
     if labels is not None:
         body["labels"] = v.labels(labels)
-    for key, val in (("runtime", runtime), ("role", role)):
+    for key, val in (("pull", pull), ("runtime", runtime), ("role", role)):
         if val is not None:
             if not isinstance(val, str) or not val:
                 raise InvalidArgument(f"invalid {key} {val!r}: give a non-empty str")

@@ -148,6 +148,7 @@ class AsyncClient:
         name: str,
         *,
         image: Optional[str] = None,
+        pull: Optional[str] = None,
         cpu: Optional[float] = None,
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
@@ -165,7 +166,7 @@ class AsyncClient:
     ) -> SandboxInfo:
         return await self._do(
             _calls.create(
-                name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
+                name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
                 workspace=workspace, workspace_access=workspace_access,
                 idempotency_key=idempotency_key,
@@ -403,6 +404,7 @@ class AsyncSandbox:
         name: str,
         *,
         image: Optional[str] = None,
+        pull: Optional[str] = None,
         cpu: Optional[float] = None,
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
@@ -422,7 +424,7 @@ class AsyncSandbox:
         """Make a sandbox; see :meth:`airlock.Sandbox.create`."""
         c = client or default_async_client()
         info = await c.create(
-            name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
+            name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
             workspace=workspace, workspace_access=workspace_access,
             idempotency_key=idempotency_key,

@@ -161,6 +161,7 @@ class Client:
         name: str,
         *,
         image: Optional[str] = None,
+        pull: Optional[str] = None,
         cpu: Optional[float] = None,
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
@@ -179,7 +180,7 @@ class Client:
         """Make a sandbox; answers once it is running. See :meth:`Sandbox.create`."""
         return self._do(
             _calls.create(
-                name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
+                name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
                 workspace=workspace, workspace_access=workspace_access,
                 idempotency_key=idempotency_key,

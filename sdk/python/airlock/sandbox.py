@@ -155,6 +155,7 @@ class Sandbox:
         name: str,
         *,
         image: Optional[str] = None,
+        pull: Optional[str] = None,
         cpu: Optional[float] = None,
         memory: Union[int, str, None] = None,
         disk: Union[int, str, None] = None,
@@ -176,7 +177,10 @@ class Sandbox:
         Args:
             name: unique among the caller's sandboxes: 1 to 63 lowercase letters,
                 digits or '-', starting and ending with a letter or digit.
-            image: the image (default ``"host"``, the host's own /usr, read-only).
+            image: the image (default ``"host"``, the host's own /usr, read-only),
+                or a registry reference such as ``"python:3.12-slim"``.
+            pull: when the daemon pulls ``image`` from its registry first:
+                ``"missing"`` (default: when it is not here), ``"always"`` or ``"never"``.
             cpu: cores, e.g. ``0.5``. memory, disk: bytes, or a size like ``"512Mi"``.
             network: egress mode ``none``, ``deny_all``, ``baseline`` (default),
                 ``allowlist`` or ``unrestricted``, or a :class:`NetworkPolicy`.
@@ -193,7 +197,7 @@ class Sandbox:
         """
         c = client or default_client()
         info = c.create(
-            name, image=image, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
+            name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
             workspace=workspace, workspace_access=workspace_access,
             idempotency_key=idempotency_key,

@@ -1,5 +1,7 @@
 """Suspend, resume, snapshots, forks, the context manager and errors."""
 
+import os
+
 import pytest
 
 import airlock
@@ -87,3 +89,18 @@ def test_error_classes(client, new_name, sandbox):
 
     with pytest.raises(airlock.NotFound):
         client.send(sandbox.name, "ses_0000000000000000", "1")
+
+
+def test_create_pulls_an_image_not_here(client, new_name):
+    """The daemon pulls a registry image a create names and does not have yet."""
+    ref = os.environ.get("AIRLOCK_TEST_PULL_IMAGE")
+    if not ref:
+        pytest.skip("set AIRLOCK_TEST_PULL_IMAGE to REF@DIGEST of an image the daemon can pull and has not yet")
+    ref, digest = ref.rsplit("@", 1)
+    sb = Sandbox.create(new_name("pull"), image=ref, network="none", client=client)
+    assert sb.info.state == "running" and sb.info.image_digest == digest
+
+    with pytest.raises(airlock.NotFound, match="pull it first"):
+        Sandbox.create(new_name("never"), image="itest-py-no-such-image", pull="never", client=client)
+    with pytest.raises(airlock.InvalidArgument, match="always or never"):
+        Sandbox.create(new_name("bad"), image=ref, pull="sometimes", client=client)
