@@ -13,7 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 )
 
@@ -29,8 +29,8 @@ func main() {
 		}
 		return
 	}
-	if len(os.Args) > 1 && os.Args[1] == router.FenceChildCommand {
-		os.Exit(router.FenceChildMain(os.Args[2:], os.Stderr)) // returns only if the command could not start
+	if len(os.Args) > 1 && os.Args[1] == fence.ChildCommand {
+		os.Exit(fence.ChildMain(os.Args[2:], os.Stderr)) // returns only if the command could not start
 	}
 	if len(os.Args) > 1 && os.Args[1] == "agent" && !helpAsked(os.Args[2:]) {
 		// The agent handles its own signals: it is PID 1 of the sandbox.

@@ -1,14 +1,15 @@
 // Package cli owns Airlock's command-line verbs (create, ls, get, exec, run, run-code,
-// shell, cp, rm, events, snapshots, network, image, identities, secrets, risk, fence,
-// mcp, status, version, help): parsing their arguments, calling the daemon through the
-// public Go SDK (package client) and printing answers as tables or JSON. It is a thin
-// layer: it must not import the daemon's packages (server, manager, store, runtime, agent
-// internals) nor reach the daemon any way but the HTTP API, and it never calls os.Exit —
-// Run returns an ExitError that main turns into the process's exit code. Where a command
-// runs, and its risk, are the daemon's to decide (POST /v1/route, for run and risk
-// alike); what runs on the caller's own machine (fence, and run's host and fence routes)
-// uses package router's fence; mcp serves package mcp's tools; gc --state-dir, which cleans up after
-// a daemon that is gone, uses package sweep.
+// shell, cp, rm, events, snapshots, network, image, identities, secrets, risk, fence, mcp,
+// status, version, help): parsing their arguments, calling the daemon through the public
+// Go SDK (package client) and printing answers as tables or JSON. It is a thin layer: it
+// must not import the daemon's packages (server, manager, store, runtime, agent internals)
+// nor reach the daemon any way but the HTTP API, and it never calls os.Exit — Run returns
+// an ExitError that main turns into the process's exit code. Where a command runs, and its
+// risk, are the daemon's to decide (POST /v1/route, for run and risk alike); what runs on
+// the caller's own machine (fence, and run's host and fence routes) uses package fence,
+// and the scoring (risk, run's ask) only package router's decision; mcp serves package
+// mcp's tools; gc --state-dir, which cleans up after a daemon that is gone, uses package
+// sweep.
 //
 // Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in
 // events and egress records) reaches the user's terminal only through termSafe, which

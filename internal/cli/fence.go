@@ -9,7 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/fence"
 )
 
 var fenceVerb = &verb{
@@ -49,7 +49,7 @@ func runFence(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	f := router.Fence{Access: *access, Network: !*noNetwork, Daemon: c.fenceDaemon()}
+	f := fence.Fence{Access: *access, Network: !*noNetwork, Daemon: c.fenceDaemon()}
 	if *access != "none" || *workspace != "" {
 		f.Workspace = *workspace
 		if f.Workspace == "" {
@@ -73,10 +73,10 @@ func runFence(c *cmd, args []string) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(c.stderr, "airlock %v\n", err) // "airlock fence: …", as the fence's child says it
-		return ExitError{router.FenceExitSetup}
+		return ExitError{fence.ExitSetup}
 	}
 	err = cmd.Wait()
-	var fe *router.FenceExitError
+	var fe *fence.ExitError
 	switch {
 	case err == nil:
 		return nil
@@ -91,7 +91,7 @@ func runFence(c *cmd, args []string) error {
 
 // fenceDir is where the command starts: the current directory when the workspace is
 // visible and holds it, else the workspace, else the scratch directory.
-func fenceDir(f router.Fence, wd string) string {
+func fenceDir(f fence.Fence, wd string) string {
 	if f.Workspace == "" || f.Access == "none" {
 		return f.Scratch
 	}
@@ -112,5 +112,5 @@ func (c *cmd) fenceDaemon() string {
 	if err != nil || !cl.Local() {
 		return ""
 	}
-	return router.FenceSocketPath(cl.Target())
+	return fence.SocketPath(cl.Target())
 }

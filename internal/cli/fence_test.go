@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/fence"
 )
 
 // The test binary is its own fence child, as cmd/airlock's main is.
 func init() {
-	if len(os.Args) > 1 && os.Args[1] == router.FenceChildCommand {
-		os.Exit(router.FenceChildMain(os.Args[2:], os.Stderr))
+	if len(os.Args) > 1 && os.Args[1] == fence.ChildCommand {
+		os.Exit(fence.ChildMain(os.Args[2:], os.Stderr))
 	}
 }
 
@@ -84,5 +84,5 @@ func TestFenceRuns(t *testing.T) {
 	_, _, err = runFenceCLI(t, "--workspace", ws, "--access", "ro", "--", "sh", "-c", "echo x > out2")
 	wantExit(t, err, 2) // sh: cannot create out2
 	_, _, err = runFenceCLI(t, "--workspace", ws, "--", "airlock-no-such-command")
-	wantExit(t, err, router.FenceExitNotFound)
+	wantExit(t, err, fence.ExitNotFound)
 }

@@ -5,7 +5,7 @@ package cli
 // in an ephemeral sandbox — and say where and why.
 //
 //	run --profile P -- CMD ──► client.Route ──► host:    os/exec in the workspace (or scratch)
-//	                                       ──► fence:   router.Fence, the same directories
+//	                                       ──► fence:   fence.Fence, the same directories
 //	                                       ──► sandbox: create, upload the workspace, run in
 //	                                                    /work (/workspace when rw), copy back
 //	                                                    the files it made, terminate
@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/router"
 )
 
@@ -243,8 +244,8 @@ func checkWorkspace(dir string) (string, error) {
 			return "", usagef("--workspace %s is refused: it is or holds the home directory %s, with its keys and credentials", dir, h)
 		}
 	}
-	if within(router.FenceDaemonDir, ws) {
-		return "", usagef("--workspace %s is refused: it holds the daemon's directory %s", dir, router.FenceDaemonDir)
+	if within(fence.DaemonDir, ws) {
+		return "", usagef("--workspace %s is refused: it holds the daemon's directory %s", dir, fence.DaemonDir)
 	}
 	return ws, nil
 }

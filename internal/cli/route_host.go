@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/router"
 )
 
@@ -93,7 +94,7 @@ func (c *cmd) runFenced(ctx context.Context, w *work, argv []string, dir string,
 		return fmt.Errorf("scratch directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	f := router.Fence{Access: w.access, Scratch: tmp, Network: w.decision.Network, ExtraWrite: []string{w.artifacts}, Daemon: c.fenceDaemon()}
+	f := fence.Fence{Access: w.access, Scratch: tmp, Network: w.decision.Network, ExtraWrite: []string{w.artifacts}, Daemon: c.fenceDaemon()}
 	if w.workspace != "" && w.access != "none" {
 		f.Workspace = w.workspace
 	} else {
@@ -126,7 +127,7 @@ func (e *fenceSetupError) Error() string { return e.err.Error() }
 // returns the error that means it did not run.
 func hostOutcome(c *cmd, ctx context.Context, w *work, err error, res *runResult) error {
 	var ee *exec.ExitError
-	var fe *router.FenceExitError
+	var fe *fence.ExitError
 	var se *fenceSetupError
 	switch {
 	case err == nil:
@@ -148,9 +149,9 @@ func hostOutcome(c *cmd, ctx context.Context, w *work, err error, res *runResult
 		}
 	case errors.As(err, &se):
 		fmt.Fprintf(c.stderr, "airlock %v\n", se.err) // "airlock fence: …", as the fence's child says it
-		return ExitError{router.FenceExitSetup}
+		return ExitError{fence.ExitSetup}
 	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
-		res.State, res.ExitCode = "failed", router.FenceExitNotFound
+		res.State, res.ExitCode = "failed", fence.ExitNotFound
 		res.Warnings = append(res.Warnings, err.Error())
 	default:
 		return err

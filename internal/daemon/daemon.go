@@ -33,11 +33,11 @@ import (
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/failpoint"
+	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/portproxy"
-	"github.com/airlockhq/airlock/internal/router"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
@@ -217,11 +217,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	// Beside the API socket, fences for callers who may not put one up themselves (the
 	// socket's lock covers this name too), where Yama lets the daemon trace the command
 	// and no fenced command can reach the socket.
-	fencePath := router.FenceSocketPath(cfg.Socket)
+	fencePath := fence.SocketPath(cfg.Socket)
 	fenceNote := "" // why there is no fence socket
-	if err := router.FenceDaemonUsable(); err != nil {
+	if err := fence.DaemonUsable(); err != nil {
 		fenceNote = err.Error()
-	} else if !router.FenceHides(fencePath) {
+	} else if !fence.Hides(fencePath) {
 		fenceNote = "fenced commands could reach a fence socket beside " + cfg.Socket
 	}
 	m.AddProbe(func(context.Context) (runtime.Check, bool) { return fenceCheck(fencePath, fenceNote), true })
@@ -299,7 +299,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			hs.Close()
 			return fmt.Errorf("fence socket: %w", err)
 		}
-		fences := &router.FenceServer{Log: log}
+		fences := &fence.Server{Log: log}
 		go func() { errc <- fences.Serve(fl.(*net.UnixListener)) }()
 		defer func() {
 			fl.Close()
@@ -560,7 +560,7 @@ func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options, log *sl
 // why there is none, the binary starting again.
 func fenceCheck(socket, note string) runtime.Check {
 	c := runtime.Check{Name: "host fence", Optional: true}
-	abi, err := router.LandlockABI()
+	abi, err := fence.LandlockABI()
 	if err != nil {
 		c.Detail, c.Degrades = err.Error(), "airlock fence and the router's host route refuse to run commands"
 		return c

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
@@ -34,7 +34,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 		if stopped != nil {
 			stopped()
 		}
-		if _, err := os.Lstat(router.FenceSocketPath(sock)); err == nil {
+		if _, err := os.Lstat(fence.SocketPath(sock)); err == nil {
 			t.Errorf("the fence socket is left after the daemon stopped")
 		}
 	})
@@ -50,7 +50,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprint(daemon.Process.Pid)), 0); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(router.FenceSocketPath(sock)); err != nil || fi.Mode()&0o777 != 0o666 {
+	if fi, err := os.Stat(fence.SocketPath(sock)); err != nil || fi.Mode()&0o777 != 0o666 {
 		t.Fatalf("fence socket: %v, %v; want one anyone may connect to", fi, err)
 	}
 	cl, err := client.New(client.Options{Socket: sock})
@@ -63,7 +63,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 	}
 	reported := false
 	for _, c := range status.Checks {
-		reported = reported || c.Name == "host fence" && c.OK && strings.Contains(c.Detail, router.FenceSocketPath(sock))
+		reported = reported || c.Name == "host fence" && c.OK && strings.Contains(c.Detail, fence.SocketPath(sock))
 	}
 	if !reported {
 		t.Errorf("status checks %+v; want the host fence, naming the fence socket", status.Checks)
@@ -93,7 +93,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 	}
 	os.Chmod(user, 0o755)
 
-	fence := func(script string) (string, error) {
+	fenced := func(script string) (string, error) {
 		cmd := exec.Command(ubin, "fence", "--socket", sock, "--", "/bin/sh", "-c", script)
 		cmd.Dir = ws
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home}
@@ -101,7 +101,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	out, err := fence("echo $PPID; id -u; echo fenced > out; cat /proc/self/cgroup")
+	out, err := fenced("echo $PPID; id -u; echo fenced > out; cat /proc/self/cgroup")
 	if err != nil {
 		t.Fatalf("airlock fence as uid %d: %v\n%s", uid, err, out)
 	}
@@ -113,7 +113,7 @@ func TestFenceForAnotherUser(t *testing.T) {
 	if err := syscall.Stat(filepath.Join(ws, "out"), &st); err != nil || st.Uid != uid {
 		t.Errorf("the workspace's new file: uid %d, %v; want %d", st.Uid, err, uid)
 	}
-	out, err = fence("cat " + key)
+	out, err = fenced("cat " + key)
 	if err == nil || strings.Contains(out, "PRIVATE KEY") {
 		t.Errorf("reading the user's key inside the fence: %v, %q; want it refused", err, out)
 	}

@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 )
 
 // The fence tests run real commands under real Landlock and namespaces: the test binary
-// is its own fence child (init dispatches FenceChildCommand, as cmd/airlock's main does)
+// is its own fence child (init dispatches ChildCommand, as cmd/airlock's main does)
 // and its own probe (fenceProbe: read, write, dial), so each check sees the errno the
 // kernel gave.
 
@@ -30,8 +30,8 @@ func init() {
 		return
 	}
 	switch os.Args[1] {
-	case FenceChildCommand:
-		os.Exit(FenceChildMain(os.Args[2:], os.Stderr))
+	case ChildCommand:
+		os.Exit(ChildMain(os.Args[2:], os.Stderr))
 	case fenceProbe:
 		if err := probe(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "probe:", err)
@@ -116,26 +116,26 @@ func newFenceDirs(t *testing.T) fenceDirs {
 	return d
 }
 
-// fenceTestWay is how a test's fence is put up: reexec for FenceReexec, daemon (a fence
-// socket) for FenceDaemon, neither for FenceThread.
+// fenceTestWay is how a test's fence is put up: reexec for WayReexec, daemon (a fence
+// socket) for WayDaemon, neither for WayThread.
 type fenceTestWay struct {
 	reexec bool
 	daemon string
 }
 
-// fenceWays runs body as a subtest for each way of putting the fence up: FenceThread
-// and FenceDaemon (which need root; the daemon is a FenceServer of the test's own, for
-// root), and FenceReexec.
+// fenceWays runs body as a subtest for each way of putting the fence up: WayThread
+// and WayDaemon (which need root; the daemon is a Server of the test's own, for
+// root), and WayReexec.
 func fenceWays(t *testing.T, body func(t *testing.T, w fenceTestWay)) {
-	t.Run(string(FenceThread), func(t *testing.T) {
+	t.Run(string(WayThread), func(t *testing.T) {
 		requireFenceThread(t)
 		body(t, fenceTestWay{})
 	})
-	t.Run(string(FenceDaemon), func(t *testing.T) {
+	t.Run(string(WayDaemon), func(t *testing.T) {
 		requireFenceThread(t)
 		body(t, fenceTestWay{daemon: startFenceServer(t)})
 	})
-	t.Run(string(FenceReexec), func(t *testing.T) { body(t, fenceTestWay{reexec: true}) })
+	t.Run(string(WayReexec), func(t *testing.T) { body(t, fenceTestWay{reexec: true}) })
 }
 
 // startFenceServer serves fences on a socket in a directory of the test's own and
@@ -146,8 +146,8 @@ func startFenceServer(t testing.TB) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := FenceSocketPath(filepath.Join(dir, "api.sock"))
-	if !FenceHides(path) {
+	path := SocketPath(filepath.Join(dir, "api.sock"))
+	if !Hides(path) {
 		t.Fatalf("a fence does not hide %s", path)
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
@@ -157,7 +157,7 @@ func startFenceServer(t testing.TB) string {
 	if err := os.Chmod(path, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	s := &FenceServer{}
+	s := &Server{}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -176,7 +176,7 @@ func fenceRun(t *testing.T, f Fence, argv ...string) (stdout, stderr string, cod
 	t.Helper()
 	cmd, out, errOut := fenceStart(t, f, argv...)
 	err := cmd.Wait()
-	var fe *FenceExitError
+	var fe *ExitError
 	switch {
 	case err == nil:
 	case errors.As(err, &fe):
@@ -189,7 +189,7 @@ func fenceRun(t *testing.T, f Fence, argv ...string) (stdout, stderr string, cod
 }
 
 // fenceStart starts what fenceRun runs.
-func fenceStart(t *testing.T, f Fence, argv ...string) (cmd *FenceCmd, stdout, stderr *bytes.Buffer) {
+func fenceStart(t *testing.T, f Fence, argv ...string) (cmd *Cmd, stdout, stderr *bytes.Buffer) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -203,12 +203,12 @@ func fenceStart(t *testing.T, f Fence, argv ...string) (cmd *FenceCmd, stdout, s
 	if err != nil {
 		t.Fatalf("Command(%q): %v", argv, err)
 	}
-	want := FenceThread
+	want := WayThread
 	switch {
 	case f.forceReexec:
-		want = FenceReexec
+		want = WayReexec
 	case f.forceDaemon:
-		want = FenceDaemon
+		want = WayDaemon
 	}
 	if cmd.Way() != want && fenceThreadCapable() {
 		t.Fatalf("Command(%q) takes %s, want %s", argv, cmd.Way(), want)
@@ -256,7 +256,7 @@ func TestFenceFiles(t *testing.T) {
 			{"write /tmp outside the scratch directory", "write", outside, false},
 			{"write /var/tmp", "write", "/var/tmp/airlock-fence-test", false},
 			{"open a device outside the set", "open", "/dev/kmsg", false},
-			{"open the daemon's directory", "open", FenceDaemonDir, false},
+			{"open the daemon's directory", "open", DaemonDir, false},
 			{"open the D-Bus socket directory", "open", "/run/dbus", false},
 			{"read /etc/shadow", "read", "/etc/shadow", true}, // readable, but empty: checked below
 		}
@@ -441,15 +441,15 @@ func TestFenceExitCodes(t *testing.T) {
 			{[]string{"true"}, 0},
 			{[]string{"sh", "-c", "exit 7"}, 7},
 			{[]string{"sh", "-c", `test "$TMPDIR" = "$1"`, "sh", d.scratch}, 0},
-			{[]string{"airlock-no-such-command"}, FenceExitNotFound},
-			{[]string{filepath.Join(d.ws, "README")}, FenceExitNoExec},
+			{[]string{"airlock-no-such-command"}, ExitNotFound},
+			{[]string{filepath.Join(d.ws, "README")}, ExitNoExec},
 		}
 		for _, tt := range tests {
 			_, stderr, code := fenceRun(t, f, tt.argv...)
 			if code != tt.want {
 				t.Errorf("%q: exit %d (%s), want %d", tt.argv, code, strings.TrimSpace(stderr), tt.want)
 			}
-			if code >= FenceExitNoExec && !strings.HasPrefix(stderr, "airlock fence: ") {
+			if code >= ExitNoExec && !strings.HasPrefix(stderr, "airlock fence: ") {
 				t.Errorf("%q: stderr %q, want the reason it did not run", tt.argv, stderr)
 			}
 		}
@@ -476,15 +476,15 @@ func TestFenceRefuses(t *testing.T) {
 		{"a parent of the home as workspace", Fence{Workspace: filepath.Dir(d.home)}, []string{"true"}},
 		{"/tmp as scratch", Fence{Scratch: "/tmp"}, []string{"true"}},
 		{"/run as extra read path", Fence{ExtraRead: []string{"/run"}}, []string{"true"}},
-		{"the daemon's directory as extra write path", Fence{ExtraWrite: []string{FenceDaemonDir}}, []string{"true"}},
+		{"the daemon's directory as extra write path", Fence{ExtraWrite: []string{DaemonDir}}, []string{"true"}},
 		{"the home as extra read path", Fence{ExtraRead: []string{d.home}}, []string{"true"}},
 		{"more extra paths than the bound", Fence{ExtraRead: slices.Repeat([]string{d.ws}, fenceMaxExtraPaths+1)}, []string{"true"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.f.ExtraWrite != nil {
-				if _, err := os.Stat(FenceDaemonDir); err != nil {
-					t.Skipf("no %s here", FenceDaemonDir)
+				if _, err := os.Stat(DaemonDir); err != nil {
+					t.Skipf("no %s here", DaemonDir)
 				}
 			}
 			cmd, err := tt.f.Command(context.Background(), tt.argv)

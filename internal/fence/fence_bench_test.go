@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"bytes"
@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// BenchmarkFence times a fenced true, each way, and the floor of FenceReexec (this
+// BenchmarkFence times a fenced true, each way, and the floor of WayReexec (this
 // binary starting again), each against a plain exec of /bin/true run in turn with it, so
 // that both see the same load on a shared machine. It reports the medians as p50-ns and
 // plain-p50-ns, and their difference as added-p50-ns; ns/op covers both runs.
-// FenceThread and FenceDaemon need root (the daemon's side is this process, its caller
+// WayThread and WayDaemon need root (the daemon's side is this process, its caller
 // nobody); the other cases run for anyone.
 func BenchmarkFence(b *testing.B) {
 	requireFence(b)

@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"errors"

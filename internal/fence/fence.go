@@ -1,22 +1,22 @@
-package router
+package fence
 
 // The host fence runs one command on the host, walled in by the kernel rather than by a
-// container. It is put up one of three ways (FenceWay), with the same walls:
+// container. It is put up one of three ways (Way), with the same walls:
 //
-//	FenceReexec, for anyone:           child (/proc/self/exe FenceChildCommand SPEC -- CMD…)
+//	WayReexec, for anyone:           child (/proc/self/exe ChildCommand SPEC -- CMD…)
 //	  validate, resolve paths            in fresh user, mount (and net) namespaces:
 //	  check Landlock is there            hide /run, /tmp, /var/tmp, homes, /dev/shm, secrets
 //	  clone with the namespaces   ──►    bind back the workspace, scratch and extra paths
 //	                                     bring loopback up (no network)
 //	                                     Landlock on this thread, then execve(CMD)
 //
-//	FenceThread, when this process may make namespaces (root): the child's steps on a
+//	WayThread, when this process may make namespaces (root): the child's steps on a
 //	locked thread of this process, which then drops every capability and forks and execs
 //	CMD; the thread ends after (fence_thread.go). It saves the binary starting again,
 //	which costs far more than the command's own fork and exec.
 //
-//	FenceDaemon, for a caller that may not, when an Airlock daemon serves its fence
-//	socket: the daemon takes FenceThread's steps for it, with the caller's own ids and
+//	WayDaemon, for a caller that may not, when an Airlock daemon serves its fence
+//	socket: the daemon takes WayThread's steps for it, with the caller's own ids and
 //	groups as the kernel reports them for the connection (fence_daemon.go).
 //
 // Landlock does the file walls (read-only system, writable workspace and scratch, nothing
@@ -28,7 +28,7 @@ package router
 // Landlock does not: chmod, chown, utimes and extended attributes. The network
 // namespace, with only loopback, is the network wall; Landlock's TCP rules are the second.
 // The user namespace lets an unprivileged caller make the others, and keeps a fenced root's
-// capabilities inside the fence; FenceThread, which cannot make one, gives the command no
+// capabilities inside the fence; WayThread, which cannot make one, gives the command no
 // capabilities at all.
 //
 // The fence fails closed and has no weaker mode: without Landlock, or when a namespace or
@@ -52,32 +52,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FenceChildCommand is the hidden first argument that makes the airlock binary (or a test
+// ChildCommand is the hidden first argument that makes the airlock binary (or a test
 // binary whose TestMain dispatches it) the fence's child. cmd/airlock hands the rest of the
-// arguments to FenceChildMain.
-const FenceChildCommand = "_fence-exec"
+// arguments to ChildMain.
+const ChildCommand = "_fence-exec"
 
 // Exit codes of a fenced command beyond the command's own, as env(1) and shells use them.
 const (
-	FenceExitSetup    = 125 // the fence could not be put up; the command did not run
-	FenceExitNoExec   = 126 // the command was found but could not be executed
-	FenceExitNotFound = 127 // the command was not found inside the fence
+	ExitSetup    = 125 // the fence could not be put up; the command did not run
+	ExitNoExec   = 126 // the command was found but could not be executed
+	ExitNotFound = 127 // the command was not found inside the fence
 )
 
-// ErrFenceUnavailable is the class of the error Command returns when the host cannot put
+// ErrUnavailable is the class of the error Command returns when the host cannot put
 // up the fence (no Landlock). It is errdefs.ErrUnavailable.
-var ErrFenceUnavailable = errdefs.ErrUnavailable
+var ErrUnavailable = errdefs.ErrUnavailable
 
-// FenceDaemonDir is the Airlock daemon's directory of sockets and secrets, which a fenced
+// DaemonDir is the Airlock daemon's directory of sockets and secrets, which a fenced
 // command never sees.
-const FenceDaemonDir = "/run/airlock"
+const DaemonDir = "/run/airlock"
 
 // Fence is how one host command is walled in. The zero value (no workspace, no network
 // flag) gives a command that sees only the read-only system.
 type Fence struct {
 	// Workspace is the project directory: writable with Access "rw", read-only with "ro",
 	// and neither visible nor readable with "none". It must exist, and must not be "/" nor
-	// contain the home directory or FenceDaemonDir.
+	// contain the home directory or DaemonDir.
 	Workspace string
 	// Access is "none", "ro" or "rw"; empty means "rw" when Workspace is set, else "none".
 	Access string
@@ -92,13 +92,13 @@ type Fence struct {
 	// read, or read and write. The rules of Workspace about "/", the home directory and
 	// the daemon's directory apply to them too.
 	ExtraRead, ExtraWrite []string
-	// Daemon is the fence socket of an Airlock daemon (FenceSocketPath). A caller that may
+	// Daemon is the fence socket of an Airlock daemon (SocketPath). A caller that may
 	// not make the namespaces on a thread of its own has the daemon put the fence up
-	// (FenceDaemon) when one answers there, rather than starting this binary again.
+	// (WayDaemon) when one answers there, rather than starting this binary again.
 	Daemon string
 
-	forceReexec bool                                // tests: take FenceReexec even when FenceThread is possible
-	forceDaemon bool                                // tests: take FenceDaemon even when FenceThread is possible
+	forceReexec bool                                // tests: take WayReexec even when WayThread is possible
+	forceDaemon bool                                // tests: take WayDaemon even when WayThread is possible
 	dial        func(string) (*net.UnixConn, error) // tests: connect to Daemon (default dialFence)
 }
 
@@ -117,12 +117,12 @@ type fenceSpec struct {
 
 // Command returns a command that runs argv on the host inside the fence. The caller may
 // set its Stdin, Stdout, Stderr, Env and Dir and then starts it; its exit code is the
-// command's, or FenceExitSetup, FenceExitNoExec or FenceExitNotFound. argv[0] is looked
+// command's, or ExitSetup, ExitNoExec or ExitNotFound. argv[0] is looked
 // up on the PATH the command gets, inside the fence. Command refuses invalid input with
-// errdefs.ErrInvalidArgument and a host without Landlock with ErrFenceUnavailable; in
-// both cases nothing runs. It picks FenceThread when this process may make namespaces,
-// else FenceReexec.
-func (f Fence) Command(ctx context.Context, argv []string) (*FenceCmd, error) {
+// errdefs.ErrInvalidArgument and a host without Landlock with ErrUnavailable; in
+// both cases nothing runs. It picks WayThread when this process may make namespaces,
+// else WayReexec.
+func (f Fence) Command(ctx context.Context, argv []string) (*Cmd, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errdefs.Invalid("fence: empty command")
 	}
@@ -134,18 +134,18 @@ func (f Fence) Command(ctx context.Context, argv []string) (*FenceCmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &FenceCmd{ctx: ctx, argv: slices.Clone(argv), spec: spec, abi: abi, way: FenceReexec}
+	c := &Cmd{ctx: ctx, argv: slices.Clone(argv), spec: spec, abi: abi, way: WayReexec}
 	switch {
 	case f.forceReexec:
 	case !f.forceDaemon && fenceThreadCapable():
-		c.way = FenceThread
+		c.way = WayThread
 	case f.Daemon != "":
 		dial := dialFence
 		if f.dial != nil {
 			dial = f.dial
 		}
 		if conn, err := dial(f.Daemon); err == nil {
-			c.way, c.conn = FenceDaemon, conn
+			c.way, c.conn = WayDaemon, conn
 		} else if f.forceDaemon {
 			return nil, err
 		}
@@ -179,17 +179,17 @@ func fenceSysProcAttr(network bool) *syscall.SysProcAttr {
 }
 
 // LandlockABI returns the Landlock ABI version of the running kernel, or
-// ErrFenceUnavailable saying why the fence cannot be put up here.
+// ErrUnavailable saying why the fence cannot be put up here.
 func LandlockABI() (int, error) { return fenceABI() }
 
-// fenceABI returns the Landlock ABI version of the running kernel, or ErrFenceUnavailable.
+// fenceABI returns the Landlock ABI version of the running kernel, or ErrUnavailable.
 func fenceABI() (int, error) {
 	v, err := llsys.LandlockGetABIVersion()
 	if err != nil || v < 1 {
 		if err == nil {
 			err = errors.New("ABI version 0")
 		}
-		return 0, &errdefs.Error{Class: ErrFenceUnavailable,
+		return 0, &errdefs.Error{Class: ErrUnavailable,
 			Msg:   "fence: Landlock is not available on this kernel (Linux 5.13 or later, with landlock in the lsm= boot list); refusing to run the command unfenced",
 			Cause: err}
 	}
@@ -283,8 +283,8 @@ func fenceCheckPath(what, p string, homes []string, dir bool) (string, error) {
 	if slices.Contains(fenceHiddenDirs, r) {
 		return "", errdefs.Invalid("fence: %s may not be %s, which the fence hides; pick a directory inside it", what, r)
 	}
-	if fenceWithin(FenceDaemonDir, r) || fenceWithin(r, FenceDaemonDir) {
-		return "", errdefs.Invalid("fence: %s %q overlaps Airlock's daemon directory %s", what, p, FenceDaemonDir)
+	if fenceWithin(DaemonDir, r) || fenceWithin(r, DaemonDir) {
+		return "", errdefs.Invalid("fence: %s %q overlaps Airlock's daemon directory %s", what, p, DaemonDir)
 	}
 	return r, nil
 }

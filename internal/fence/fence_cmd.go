@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"context"
@@ -14,27 +14,27 @@ import (
 	"time"
 )
 
-// FenceWay is how a fence is put up around a command.
-type FenceWay string
+// Way is how a fence is put up around a command.
+type Way string
 
 const (
-	// FenceThread puts the walls up on a locked OS thread of this process, which then
+	// WayThread puts the walls up on a locked OS thread of this process, which then
 	// starts the command and ends. It needs the capabilities to make mount and network
 	// namespaces (root, in practice), and costs about what a plain fork and exec costs.
-	FenceThread FenceWay = "thread"
-	// FenceReexec starts this binary again in new user, mount and network namespaces
-	// (FenceChildMain), which puts the walls up and execs the command. Any user can, at
+	WayThread Way = "thread"
+	// WayReexec starts this binary again in new user, mount and network namespaces
+	// (ChildMain), which puts the walls up and execs the command. Any user can, at
 	// the cost of the binary starting again.
-	FenceReexec FenceWay = "reexec"
-	// FenceDaemon has an Airlock daemon, which may make the namespaces, take
-	// FenceThread's steps for a caller that may not, with the caller's ids; the command
+	WayReexec Way = "reexec"
+	// WayDaemon has an Airlock daemon, which may make the namespaces, take
+	// WayThread's steps for a caller that may not, with the caller's ids; the command
 	// is the daemon's child, with the caller's standard input, output and error.
-	FenceDaemon FenceWay = "daemon"
+	WayDaemon Way = "daemon"
 )
 
-// FenceCmd is a command that runs inside a fence. Set its fields as an exec.Cmd's, then
+// Cmd is a command that runs inside a fence. Set its fields as an exec.Cmd's, then
 // Run it, or Start it and Wait.
-type FenceCmd struct {
+type Cmd struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	// Env is the command's environment; nil means this process's. The fence sets TMPDIR
@@ -51,28 +51,28 @@ type FenceCmd struct {
 	argv []string
 	spec fenceSpec
 	abi  int
-	way  FenceWay
+	way  Way
 
 	cmd    *exec.Cmd
-	failed *FenceExitError // the command could not be executed (FenceThread, FenceDaemon)
-	tid    int             // the thread that put the fence up (FenceThread), for tests
+	failed *ExitError // the command could not be executed (WayThread, WayDaemon)
+	tid    int        // the thread that put the fence up (WayThread), for tests
 
 	failedMsg strings.Builder // in the daemon: why the command could not be executed
-	conn      *net.UnixConn   // FenceDaemon: the connection to the daemon
-	remote    *fenceRemote    // FenceDaemon: the started command's end of it
-	caller    *fenceCaller    // in the daemon: whose fence FenceThread puts up
+	conn      *net.UnixConn   // WayDaemon: the connection to the daemon
+	remote    *fenceRemote    // WayDaemon: the started command's end of it
+	caller    *fenceCaller    // in the daemon: whose fence WayThread puts up
 }
 
-// FenceExitError is what Wait returns when the fenced command did not exit 0.
-type FenceExitError struct {
-	// Code is the command's exit code, FenceExitSetup, FenceExitNoExec or
-	// FenceExitNotFound, or 128 plus the signal that ended the command.
+// ExitError is what Wait returns when the fenced command did not exit 0.
+type ExitError struct {
+	// Code is the command's exit code, ExitSetup, ExitNoExec or
+	// ExitNotFound, or 128 plus the signal that ended the command.
 	Code int
 	// Signal is the signal that ended the command, or 0.
 	Signal syscall.Signal
 }
 
-func (e *FenceExitError) Error() string {
+func (e *ExitError) Error() string {
 	if e.Signal != 0 {
 		return "fenced command: " + e.Signal.String()
 	}
@@ -80,31 +80,31 @@ func (e *FenceExitError) Error() string {
 }
 
 // ExitCode returns e.Code.
-func (e *FenceExitError) ExitCode() int { return e.Code }
+func (e *ExitError) ExitCode() int { return e.Code }
 
 // Way reports how the fence is put up for this command.
-func (c *FenceCmd) Way() FenceWay { return c.way }
+func (c *Cmd) Way() Way { return c.way }
 
 // Start puts up the fence and starts the command in it. When Start returns an error the
-// command did not run; with FenceThread that includes a fence that could not be put up
-// (with FenceReexec, Wait reports it as FenceExitSetup). A command that is not found or
-// cannot be executed inside the fence is reported by Wait, as FenceExitNotFound or
-// FenceExitNoExec, after a line on Stderr.
-func (c *FenceCmd) Start() error {
+// command did not run; with WayThread that includes a fence that could not be put up
+// (with WayReexec, Wait reports it as ExitSetup). A command that is not found or
+// cannot be executed inside the fence is reported by Wait, as ExitNotFound or
+// ExitNoExec, after a line on Stderr.
+func (c *Cmd) Start() error {
 	if c.cmd != nil || c.failed != nil || c.remote != nil {
 		return errors.New("fence: already started")
 	}
 	switch c.way {
-	case FenceThread:
+	case WayThread:
 		return c.startThread()
-	case FenceDaemon:
+	case WayDaemon:
 		return c.startDaemon()
 	}
 	b, err := json.Marshal(c.spec)
 	if err != nil {
 		return err
 	}
-	args := append([]string{FenceChildCommand, string(b), "--"}, c.argv...)
+	args := append([]string{ChildCommand, string(b), "--"}, c.argv...)
 	cmd := exec.CommandContext(c.ctx, "/proc/self/exe", args...)
 	cmd.Args[0] = "airlock-fence"
 	cmd.SysProcAttr = fenceSysProcAttr(c.spec.Network)
@@ -117,10 +117,10 @@ func (c *FenceCmd) Start() error {
 	return nil
 }
 
-// Wait waits for the command to end. It returns nil when it exited 0, a *FenceExitError
+// Wait waits for the command to end. It returns nil when it exited 0, a *ExitError
 // when it exited otherwise or could not be executed, and another error when copying its
 // input or output failed.
-func (c *FenceCmd) Wait() error {
+func (c *Cmd) Wait() error {
 	if c.failed != nil {
 		return c.failed
 	}
@@ -136,13 +136,13 @@ func (c *FenceCmd) Wait() error {
 		return err
 	}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return &FenceExitError{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}
+		return &ExitError{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}
 	}
-	return &FenceExitError{Code: ee.ExitCode()}
+	return &ExitError{Code: ee.ExitCode()}
 }
 
 // Run starts the command and waits for it.
-func (c *FenceCmd) Run() error {
+func (c *Cmd) Run() error {
 	if err := c.Start(); err != nil {
 		return err
 	}

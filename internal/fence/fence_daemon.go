@@ -1,9 +1,9 @@
-package router
+package fence
 
-// FenceDaemon: an Airlock daemon, which runs as root, puts the fence up for a caller that
+// WayDaemon: an Airlock daemon, which runs as root, puts the fence up for a caller that
 // may not make the namespaces itself, and saves it the binary starting again:
 //
-//	caller (any uid)                       daemon: FenceServer on FenceSocketPath
+//	caller (any uid)                       daemon: Server on SocketPath
 //	  Command: connect                     accept; SO_PEERCRED and SO_PEERGROUPS give
 //	                                         the caller's uid, gid and groups
 //	  Start: request, stdin/out/err  ──►   on a locked thread (fenceThread, c.caller):
@@ -55,16 +55,16 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// FenceSocketPath returns where a daemon serving its API on apiSocket serves fences:
+// SocketPath returns where a daemon serving its API on apiSocket serves fences:
 // beside it, airlock.sock's being airlock-fence.sock.
-func FenceSocketPath(apiSocket string) string {
+func SocketPath(apiSocket string) string {
 	return strings.TrimSuffix(apiSocket, ".sock") + "-fence.sock"
 }
 
-// FenceDaemonUsable says why this host cannot have a daemon put fences up, or nil: the
+// DaemonUsable says why this host cannot have a daemon put fences up, or nil: the
 // command is traced to stop after its exec, which Yama's ptrace_scope 2 and 3 forbid to
 // a tracer without capabilities.
-func FenceDaemonUsable() error {
+func DaemonUsable() error {
 	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
 	if err != nil {
 		return nil // no Yama
@@ -75,10 +75,10 @@ func FenceDaemonUsable() error {
 	return nil
 }
 
-// FenceHides reports whether a fenced command can never reach path, which lies in a
+// Hides reports whether a fenced command can never reach path, which lies in a
 // directory every fence hides. A fence socket anywhere else would let a fenced command
 // ask for a looser fence, so a daemon serves one only where this holds.
-func FenceHides(path string) bool {
+func Hides(path string) bool {
 	return slices.ContainsFunc(fenceHiddenDirs, func(d string) bool { return fenceWithin(path, d) && path != d })
 }
 
@@ -135,7 +135,7 @@ type fenceRemote struct {
 
 // startDaemon sends the request and the command's standard files to the daemon and
 // waits for it to say the command started.
-func (c *FenceCmd) startDaemon() (retErr error) {
+func (c *Cmd) startDaemon() (retErr error) {
 	defer func() {
 		if retErr != nil {
 			c.conn.Close()
@@ -206,7 +206,7 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 		if c.Stderr != nil {
 			io.WriteString(c.Stderr, rep.Error)
 		}
-		c.failed = &FenceExitError{Code: *rep.Exit}
+		c.failed = &ExitError{Code: *rep.Exit}
 		r.closeOurs()
 		c.conn.Close()
 		return nil
@@ -227,7 +227,7 @@ func (c *FenceCmd) startDaemon() (retErr error) {
 
 // stdio returns the files to send as the command's standard input, output and error,
 // and the copies to run once it started.
-func (r *fenceRemote) stdio(c *FenceCmd) (theirs []*os.File, copies []func(), err error) {
+func (r *fenceRemote) stdio(c *Cmd) (theirs []*os.File, copies []func(), err error) {
 	for i, v := range []any{c.Stdin, c.Stdout, c.Stderr} {
 		f, cp, err := r.stdioFile(v, i == 0)
 		if err != nil {
@@ -324,9 +324,9 @@ func (r *fenceRemote) wait(delay time.Duration) error {
 	case rep.Exit == nil:
 		return fmt.Errorf("fence: the daemon did not say how the command ended: %s", rep.Error)
 	case rep.Signal != 0:
-		return &FenceExitError{Code: 128 + rep.Signal, Signal: syscall.Signal(rep.Signal)}
+		return &ExitError{Code: 128 + rep.Signal, Signal: syscall.Signal(rep.Signal)}
 	case *rep.Exit != 0:
-		return &FenceExitError{Code: *rep.Exit}
+		return &ExitError{Code: *rep.Exit}
 	}
 	return nil
 }
@@ -696,15 +696,15 @@ func peerGroups(fd int) ([]uint32, error) {
 	}
 }
 
-// FenceServer puts fences up for the callers of its socket (FenceDaemon). It needs the
-// capabilities of FenceThread.
-type FenceServer struct {
+// Server puts fences up for the callers of its socket (WayDaemon). It needs the
+// capabilities of WayThread.
+type Server struct {
 	Log *slog.Logger
 
 	mu      sync.Mutex
 	users   map[uint32]int
 	total   int
-	running map[*FenceCmd]struct{}
+	running map[*Cmd]struct{}
 	closed  bool
 	conns   sync.WaitGroup
 }
@@ -712,7 +712,7 @@ type FenceServer struct {
 // Serve accepts connections on l until l is closed. Anyone may connect: a fence runs a
 // command with its caller's own ids. A failed accept (out of descriptors, say) is
 // retried after a pause, as net/http does: callers cannot stop it.
-func (s *FenceServer) Serve(l *net.UnixListener) error {
+func (s *Server) Serve(l *net.UnixListener) error {
 	var pause time.Duration
 	for {
 		conn, err := l.AcceptUnix()
@@ -732,7 +732,7 @@ func (s *FenceServer) Serve(l *net.UnixListener) error {
 
 // Close kills the commands still running and waits for their connections to end; the
 // caller closes the listener first.
-func (s *FenceServer) Close() {
+func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
 	for c := range s.running {
@@ -742,7 +742,7 @@ func (s *FenceServer) Close() {
 	s.conns.Wait()
 }
 
-func (s *FenceServer) log() *slog.Logger {
+func (s *Server) log() *slog.Logger {
 	if s.Log == nil {
 		return slog.New(slog.DiscardHandler)
 	}
@@ -750,7 +750,7 @@ func (s *FenceServer) log() *slog.Logger {
 }
 
 // admit counts one more command for uid, or says why not.
-func (s *FenceServer) admit(uid uint32) error {
+func (s *Server) admit(uid uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -769,7 +769,7 @@ func (s *FenceServer) admit(uid uint32) error {
 	return nil
 }
 
-func (s *FenceServer) release(uid uint32) {
+func (s *Server) release(uid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.users[uid]--; s.users[uid] == 0 {
@@ -779,7 +779,7 @@ func (s *FenceServer) release(uid uint32) {
 }
 
 // track records c as running, unless the server is closing.
-func (s *FenceServer) track(c *FenceCmd, on bool) bool {
+func (s *Server) track(c *Cmd, on bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !on {
@@ -790,13 +790,13 @@ func (s *FenceServer) track(c *FenceCmd, on bool) bool {
 		return false
 	}
 	if s.running == nil {
-		s.running = map[*FenceCmd]struct{}{}
+		s.running = map[*Cmd]struct{}{}
 	}
 	s.running[c] = struct{}{}
 	return true
 }
 
-func (s *FenceServer) serveConn(conn *net.UnixConn) {
+func (s *Server) serveConn(conn *net.UnixConn) {
 	defer conn.Close()
 	reply := func(rep fenceReply) error {
 		b, _ := json.Marshal(&rep)
@@ -942,8 +942,8 @@ func fenceFiles(oob []byte) ([]*os.File, error) {
 	return files, nil
 }
 
-// newCallerCmd checks req and makes the command that FenceThread starts for cr.
-func newCallerCmd(req fenceRequest, cr *fenceCaller, files []*os.File) (*FenceCmd, error) {
+// newCallerCmd checks req and makes the command that WayThread starts for cr.
+func newCallerCmd(req fenceRequest, cr *fenceCaller, files []*os.File) (*Cmd, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, errdefs.Invalid("fence: empty command")
 	}
@@ -971,7 +971,7 @@ func newCallerCmd(req fenceRequest, cr *fenceCaller, files []*os.File) (*FenceCm
 	if env == nil {
 		env = []string{} // never the daemon's own
 	}
-	return &FenceCmd{ctx: context.Background(), argv: slices.Clone(req.Argv), spec: spec, abi: abi,
-		way: FenceThread, caller: cr, Env: env, Dir: req.Dir,
+	return &Cmd{ctx: context.Background(), argv: slices.Clone(req.Argv), spec: spec, abi: abi,
+		way: WayThread, caller: cr, Env: env, Dir: req.Dir,
 		Stdin: files[0], Stdout: files[1], Stderr: files[2]}, nil
 }

@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"bytes"
@@ -15,19 +15,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// requireFenceThread skips (in CI: fails) unless this process may take FenceThread.
+// requireFenceThread skips (in CI: fails) unless this process may take WayThread.
 func requireFenceThread(t testing.TB) {
 	t.Helper()
 	if fenceThreadCapable() {
 		return
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("FenceThread needs CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP")
+		t.Fatal("WayThread needs CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP")
 	}
-	t.Skip("FenceThread needs CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP (run as root)")
+	t.Skip("WayThread needs CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP (run as root)")
 }
 
-// TestFenceThreadLeavesProcess checks that FenceThread walls in the command, not this
+// TestFenceThreadLeavesProcess checks that WayThread walls in the command, not this
 // process: the thread that put the fence up ends, and every thread left has the
 // process's namespaces, capabilities and no no_new_privs, and may still write outside
 // the workspace.
@@ -123,7 +123,7 @@ func fenceWaitThreadExit(t *testing.T, tid int) {
 }
 
 // TestFenceFailsClosed checks that a fence that cannot be put up runs nothing and says
-// why: FenceThread's Start fails, FenceReexec's child exits FenceExitSetup.
+// why: WayThread's Start fails, WayReexec's child exits ExitSetup.
 func TestFenceFailsClosed(t *testing.T) {
 	requireFence(t)
 	fenceWays(t, func(t *testing.T, w fenceTestWay) {
@@ -140,10 +140,10 @@ func TestFenceFailsClosed(t *testing.T) {
 		if err == nil {
 			err = cmd.Wait()
 		}
-		var fe *FenceExitError
+		var fe *ExitError
 		switch {
-		case w.reexec && (!errors.As(err, &fe) || fe.Code != FenceExitSetup):
-			t.Errorf("run from a hidden directory: %v, want exit %d", err, FenceExitSetup)
+		case w.reexec && (!errors.As(err, &fe) || fe.Code != ExitSetup):
+			t.Errorf("run from a hidden directory: %v, want exit %d", err, ExitSetup)
 		case !w.reexec && (err == nil || errors.As(err, &fe)):
 			t.Errorf("Start from a hidden directory: %v, want an error", err)
 		}

@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// The uid and gid FenceDaemon's tests call the daemon as: nobody's.
+// The uid and gid WayDaemon's tests call the daemon as: nobody's.
 const fenceTestUID, fenceTestGID = 65534, 65534
 
 // dialAs connects to a fence socket with uid and gid as its effective ids, so that the
@@ -93,8 +93,8 @@ func TestFenceDaemonRunsAsTheCaller(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cmd.Way() != FenceDaemon {
-			t.Fatalf("the fence takes %s, want %s", cmd.Way(), FenceDaemon)
+		if cmd.Way() != WayDaemon {
+			t.Fatalf("the fence takes %s, want %s", cmd.Way(), WayDaemon)
 		}
 		var out, errOut bytes.Buffer
 		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, d.ws, &out, &errOut
@@ -126,7 +126,7 @@ func TestFenceDaemonRunsAsTheCaller(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, _, err := run(t, f, tt.script)
-			var fe *FenceExitError
+			var fe *ExitError
 			if !errors.As(err, &fe) || strings.Contains(out, "PRIVATE KEY") {
 				t.Errorf("%s: %v, printed %q; want a failure and nothing of the key", tt.script, err, out)
 			}
@@ -139,7 +139,7 @@ func TestFenceDaemonRunsAsTheCaller(t *testing.T) {
 
 	t.Run("exit code", func(t *testing.T) {
 		_, _, err := run(t, f, "exit 3")
-		var fe *FenceExitError
+		var fe *ExitError
 		if !errors.As(err, &fe) || fe.Code != 3 {
 			t.Errorf("exit 3: %v", err)
 		}
@@ -175,7 +175,7 @@ func TestFenceDaemonRunsAsTheCaller(t *testing.T) {
 		start := time.Now()
 		cancel()
 		err = cmd.Wait()
-		var fe *FenceExitError
+		var fe *ExitError
 		if !errors.As(err, &fe) || fe.Signal != syscall.SIGKILL {
 			t.Errorf("cancelled sleep: %v, want it killed", err)
 		}

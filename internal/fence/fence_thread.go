@@ -1,6 +1,6 @@
-package router
+package fence
 
-// FenceThread: the walls of FenceChildMain, put up on one OS thread of this process
+// WayThread: the walls of ChildMain, put up on one OS thread of this process
 // instead of in a fresh copy of the binary. Namespaces, no_new_privs, the Landlock domain
 // and capabilities all belong to a thread, and a fork from that thread inherits them:
 //
@@ -14,7 +14,7 @@ package router
 //
 // A threaded process may unshare a mount or network namespace for one thread but not a
 // user namespace, so this way needs the capabilities to make them, and the command runs
-// with the caller's ids and no capabilities at all where FenceReexec gives it its
+// with the caller's ids and no capabilities at all where WayReexec gives it its
 // capabilities inside a user namespace of its own. Go starts new threads from a template
 // thread while a goroutine is locked, so no other thread inherits any of it.
 
@@ -35,7 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fenceThreadCaps are the capabilities FenceThread needs in this process: to make the
+// fenceThreadCaps are the capabilities WayThread needs in this process: to make the
 // namespaces and mounts, to bring loopback up, and to drop the bounding set.
 var fenceThreadCaps = []uint{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
 
@@ -55,7 +55,7 @@ func fenceThreadCapable() bool {
 }
 
 // startThread puts the fence up on a new locked thread and starts the command from it.
-func (c *FenceCmd) startThread() error {
+func (c *Cmd) startThread() error {
 	done := make(chan error, 1)
 	onSpareThread(func() {
 		c.tid = unix.Gettid()
@@ -95,7 +95,7 @@ func onSpareThread(fn func()) {
 // thread takes the caller's ids for good before it enters the working directory and
 // builds and enforces the Landlock ruleset, so the caller's own rights are the bound of
 // everything the command reaches.
-func (c *FenceCmd) fenceThread() error {
+func (c *Cmd) fenceThread() error {
 	spec := c.spec
 	dir := c.Dir
 	if dir == "" {
@@ -208,7 +208,7 @@ func (c *FenceCmd) fenceThread() error {
 	path, code, err := fenceLookPath(c.argv[0], env)
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock fence: %v\n", err)
-		c.failed = &FenceExitError{Code: code}
+		c.failed = &ExitError{Code: code}
 		return nil
 	}
 	cmd := exec.CommandContext(c.ctx, path, c.argv[1:]...)
@@ -227,12 +227,12 @@ func (c *FenceCmd) fenceThread() error {
 		if !errors.As(err, &pe) || pe.Op != "fork/exec" {
 			return fmt.Errorf("fence: %w", err)
 		}
-		code := FenceExitNoExec
+		code := ExitNoExec
 		if errors.Is(pe.Err, unix.ENOENT) {
-			code = FenceExitNotFound
+			code = ExitNotFound
 		}
 		fmt.Fprintf(stderr, "airlock fence: %s: %v\n", c.argv[0], pe.Err)
-		c.failed = &FenceExitError{Code: code}
+		c.failed = &ExitError{Code: code}
 		return nil
 	}
 	c.cmd = cmd
@@ -269,11 +269,11 @@ func fenceLookPath(name string, env []string) (string, int, error) {
 			continue
 		}
 		if !filepath.IsAbs(p) {
-			return "", FenceExitNoExec, fmt.Errorf("%s: %w", name, exec.ErrDot)
+			return "", ExitNoExec, fmt.Errorf("%s: %w", name, exec.ErrDot)
 		}
 		return p, 0, nil
 	}
-	return "", FenceExitNotFound, fmt.Errorf("%s: not found", name)
+	return "", ExitNotFound, fmt.Errorf("%s: not found", name)
 }
 
 // Securebits (linux/securebits.h): uid 0 gains no capabilities at exec, nor may any be

@@ -1,4 +1,4 @@
-package router
+package fence
 
 import (
 	"encoding/json"
@@ -15,27 +15,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FenceChildMain is the fence's child, run by Fence.Command as
-// "/proc/self/exe FenceChildCommand SPEC -- CMD ARGS…" inside its new namespaces. It puts
+// ChildMain is the fence's child, run by Fence.Command as
+// "/proc/self/exe ChildCommand SPEC -- CMD ARGS…" inside its new namespaces. It puts
 // up the walls and replaces itself with CMD. It returns only when it could not, with the
-// exit code to leave with (FenceExitSetup, FenceExitNoExec or FenceExitNotFound) after
+// exit code to leave with (ExitSetup, ExitNoExec or ExitNotFound) after
 // writing the reason to stderr.
-func FenceChildMain(args []string, stderr io.Writer) int {
+func ChildMain(args []string, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "airlock fence: "+format+"\n", a...)
 		return code
 	}
 	if len(args) < 3 || args[1] != "--" {
-		return fail(FenceExitSetup, "the fence's child needs SPEC -- CMD")
+		return fail(ExitSetup, "the fence's child needs SPEC -- CMD")
 	}
 	var spec fenceSpec
 	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
-		return fail(FenceExitSetup, "bad fence spec: %v", err)
+		return fail(ExitSetup, "bad fence spec: %v", err)
 	}
 	argv := args[2:]
 	abi, err := fenceABI()
 	if err != nil {
-		return fail(FenceExitSetup, "%v", err)
+		return fail(ExitSetup, "%v", err)
 	}
 	// Landlock is enforced on this thread only, which then execs: the Go runtime's other
 	// threads end with the exec. The thread is never unlocked, so no other goroutine runs
@@ -43,36 +43,36 @@ func FenceChildMain(args []string, stderr io.Writer) int {
 	runtime.LockOSThread()
 	wd, err := os.Getwd()
 	if err != nil {
-		return fail(FenceExitSetup, "working directory: %v", err)
+		return fail(ExitSetup, "working directory: %v", err)
 	}
 	shm, err := fenceMounts(spec, nil)
 	if err != nil {
-		return fail(FenceExitSetup, "hide the host: %v", err)
+		return fail(ExitSetup, "hide the host: %v", err)
 	}
 	// Enter the working directory again through the new mounts, so that a hidden one is
 	// not kept open beneath them.
 	if err := os.Chdir(wd); err != nil {
-		return fail(FenceExitSetup, "working directory %s is not visible inside the fence (run the command from the workspace)", wd)
+		return fail(ExitSetup, "working directory %s is not visible inside the fence (run the command from the workspace)", wd)
 	}
 	if !spec.Network {
 		if err := fenceLoopbackUp(); err != nil {
-			return fail(FenceExitSetup, "loopback: %v", err)
+			return fail(ExitSetup, "loopback: %v", err)
 		}
 	}
 	fd, flags, err := fenceRuleset(spec, abi, shm)
 	if err != nil {
-		return fail(FenceExitSetup, "Landlock ruleset: %v", err)
+		return fail(ExitSetup, "Landlock ruleset: %v", err)
 	}
 	// An unprivileged caller's child holds ambient capabilities for the set-up; the
 	// command gets none.
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fail(FenceExitSetup, "clear ambient capabilities: %v", err)
+		return fail(ExitSetup, "clear ambient capabilities: %v", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fail(FenceExitSetup, "no_new_privs: %v", err)
+		return fail(ExitSetup, "no_new_privs: %v", err)
 	}
 	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
-		return fail(FenceExitSetup, "Landlock: %v", err)
+		return fail(ExitSetup, "Landlock: %v", err)
 	}
 	unix.Close(fd)
 	if spec.Scratch != "" {
@@ -81,16 +81,16 @@ func FenceChildMain(args []string, stderr io.Writer) int {
 	path := argv[0]
 	if !strings.Contains(path, "/") {
 		if path, err = exec.LookPath(path); errors.Is(err, exec.ErrNotFound) {
-			return fail(FenceExitNotFound, "%s: not found", argv[0])
+			return fail(ExitNotFound, "%s: not found", argv[0])
 		} else if err != nil {
-			return fail(FenceExitNoExec, "%v", err)
+			return fail(ExitNoExec, "%v", err)
 		}
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	if errors.Is(err, syscall.ENOENT) {
-		return fail(FenceExitNotFound, "%s: %v", argv[0], err)
+		return fail(ExitNotFound, "%s: %v", argv[0], err)
 	}
-	return fail(FenceExitNoExec, "%s: %v", argv[0], err)
+	return fail(ExitNoExec, "%s: %v", argv[0], err)
 }
 
 // fenceLoopbackUp brings up lo in the fresh network namespace.
