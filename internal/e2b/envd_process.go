@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // keepAliveEvery is how often an idle process stream carries a keep-alive event, so
@@ -49,7 +50,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if deadline, ok := ctx.Deadline(); ok {
 		spec.TimeoutMS = max(1, time.Until(deadline).Milliseconds())
 	}
-	p, err := t.ag.ProcStart(context.WithoutCancel(ctx), spec)
+	p, err := s.c.m.StartProc(ctx, t.sb, spec)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	p, err := t.ag.ProcAttach(ctx, pid, tag)
+	p, err := s.c.m.AttachProc(ctx, t.sb, pid, tag)
 	if err != nil {
 		return err
 	}
@@ -75,7 +76,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 
 func (s *processService) List(ctx context.Context, req *connect.Request[processpb.ListRequest]) (*connect.Response[processpb.ListResponse], error) {
 	t := targetOf(ctx)
-	list, err := t.ag.ProcList(ctx)
+	list, err := s.c.m.ProcList(ctx, t.sb)
 	if err != nil {
 		return nil, err
 	}
@@ -284,8 +285,8 @@ func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *p
 // relay sends a process's events to send until it ends or ctx is done: the start
 // event with its pid, its output, keep-alives while it is quiet, and its end. The
 // process keeps running when ctx ends first.
-func relay(ctx context.Context, p *agent.Proc, send func(*processpb.ProcessEvent) error) error {
-	outs, stop := receive(p.Recv, func(o agent.ProcOutput) bool { return o.End != nil }, p.Close)
+func relay(ctx context.Context, p *manager.Proc, send func(*processpb.ProcessEvent) error) error {
+	outs, stop := receive(p.Recv, func(o manager.ProcOutput) bool { return o.End != nil }, p.Close)
 	defer stop()
 	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
 		return err

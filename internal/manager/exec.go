@@ -76,7 +76,18 @@ func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Cli
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, sb, err
 	}
-	return m.agentClient(sb), sb, nil
+	cl := m.agentClient(sb)
+	// A container found dead by any call of the client is recorded, whichever plane made
+	// the call, as a failed exec's is.
+	dial := cl.Dial
+	cl.Dial = func(ctx context.Context) (net.Conn, error) {
+		conn, err := dial(ctx)
+		if err != nil {
+			return nil, m.agentFailed(sb, err)
+		}
+		return conn, nil
+	}
+	return cl, sb, nil
 }
 
 // agentClient is a client for sb's agent; every connection it holds open counts as work
@@ -125,18 +136,10 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 			return nil, errdefs.Invalid("nothing to run: give argv or shell (the sandbox's image names no entrypoint or cmd)")
 		}
 	}
-	cl, sb, err := m.Agent(ctx, owner, ref)
+	env := sortedEnv(req.Env)
+	cl, sb, err := m.prepare(ctx, owner, ref, &env, &req.UID, &req.GID)
 	if err != nil {
 		return nil, err
-	}
-	env, err := m.ProcessEnv(ctx, sb, sortedEnv(req.Env))
-	if err != nil {
-		return nil, err
-	}
-	if req.UID == nil {
-		if req.UID, req.GID, err = m.ImageUser(sb); err != nil {
-			return nil, err
-		}
 	}
 	spec := agentproto.ExecSpec{
 		Argv: req.Argv, Shell: req.Shell, Env: env, Cwd: req.Cwd,
@@ -171,24 +174,40 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	return res, nil
 }
 
-// auditExec records an exec in the audit log: its command, working directory, a
-// checksum of its output, how it ended and how long it took.
+// auditExec records an exec in the audit log.
 func (m *Manager) auditExec(ctx context.Context, owner string, sb *store.Sandbox, req ExecRequest, res *agentproto.ExitResult, start time.Time, sum hash.Hash, err error) {
-	if m.auditLog == nil {
-		return
-	}
 	argv := req.Argv
 	if len(argv) == 0 {
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
-	d := map[string]any{"argv": audit.ClipList(argv), "cwd": audit.Clip(req.Cwd), "output_sha256": hex.EncodeToString(sum.Sum(nil)),
-		"duration_ms": m.now().Sub(start).Milliseconds()}
-	result := "error"
-	if res != nil {
+	m.auditProcess(ctx, owner, sb, "", argv, req.Cwd, res, start, sum, err)
+}
+
+// auditProcess records a process started in a sandbox in the audit log, as action
+// "exec": its command, working directory, how it ended (or "started", for a session or
+// terminal whose end the node does not see) and how long it took, with a checksum of
+// its output when the node saw all of it (sum), never the output. via says which kind
+// of process it was when not an exec: "session", "terminal" or "process".
+func (m *Manager) auditProcess(ctx context.Context, owner string, sb *store.Sandbox, via string, argv []string, cwd string,
+	res *agentproto.ExitResult, start time.Time, sum hash.Hash, err error) {
+	if m.auditLog == nil {
+		return
+	}
+	d := map[string]any{"argv": audit.ClipList(argv), "cwd": audit.Clip(cwd), "duration_ms": m.now().Sub(start).Milliseconds()}
+	if via != "" {
+		d["via"] = via
+	}
+	if sum != nil {
+		d["output_sha256"] = hex.EncodeToString(sum.Sum(nil))
+	}
+	result := "started"
+	switch {
+	case res != nil:
 		result, d["exit_code"] = res.State, res.ExitCode
-	} else if err != nil {
-		code, _ := errdefs.Code(err)
-		result = code
+	case err != nil:
+		result, _ = errdefs.Code(err)
+	case via == "process":
+		result = "detached" // its caller went; the process runs on
 	}
 	if actor, ok := ctx.Value(actorKey{}).(string); ok {
 		owner = actor // an administrator acting on another identity's sandbox

@@ -169,26 +169,15 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind)
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
-	if err != nil {
-		return err
-	}
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	if env, err = s.m.ProcessEnv(r.Context(), sb, env); err != nil {
-		return err
-	}
-	uid, gid, err := s.m.ImageUser(sb)
+	info, err := s.m.StartSession(r.Context(), s.scope(r), r.PathValue("ref"),
+		agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, Log: req.Background})
 	if err != nil {
 		return err
-	}
-	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, UID: uid, GID: gid,
-		Log: req.Background})
-	if err != nil {
-		return s.m.AgentFailed(sb, err)
 	}
 	writeJSON(w, http.StatusCreated, apiSession(*info))
 	return nil
