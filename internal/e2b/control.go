@@ -316,10 +316,17 @@ func (c *Control) toAPIError(r *http.Request, err error) apiError {
 	code, status := statusOf(err)
 	msg := errdefs.Message(err)
 	if code == "internal" {
-		c.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; the daemon's log has the cause"
+		msg = c.internal("request failed", err, "method", r.Method, "path", r.URL.Path)
 	}
 	return apiError{Code: status, Message: msg}
+}
+
+// internal logs an internal failure's cause under a new request id, and returns what
+// the caller hears of it: that id, which E2B's error shape carries in its message.
+func (c *Control) internal(what string, err error, args ...any) string {
+	id := manager.NewRequestID()
+	c.log.Error(what, append(args, "request_id", id, "err", err)...)
+	return manager.InternalMessage("request", id)
 }
 
 func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {

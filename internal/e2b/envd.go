@@ -434,8 +434,7 @@ func (c *Control) connectError(procedure string, err error) error {
 	case "unavailable":
 		cc = connect.CodeUnavailable
 	case "internal":
-		c.log.Error("envd call failed", "procedure", procedure, "err", err)
-		cc, msg = connect.CodeInternal, "internal error; the daemon's log has the cause"
+		cc, msg = connect.CodeInternal, c.internal("envd call failed", err, "procedure", procedure)
 	}
 	return connect.NewError(cc, errors.New(msg))
 }
