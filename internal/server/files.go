@@ -45,8 +45,8 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cl.Upload(r.Context(), p, uint32(mode), 0, 0, r.Body); err != nil {
-		return s.m.AgentFailed(sb, err)
+	if _, err := s.m.Upload(r.Context(), sb, p, uint32(mode), 0, 0, r.Body); err != nil {
+		return err
 	}
 	fi, err := cl.Stat(r.Context(), p)
 	if err != nil {
