@@ -16,7 +16,8 @@
 // input is refused before anything changes.
 //
 // It holds no sandbox rules (those are the manager's) and must not import the server,
-// the store or the runtime.
+// the store, the runtime or the agent: it reaches a sandbox's processes and files
+// through the manager (manager.Work), as the native API does.
 package e2b
 
 import (

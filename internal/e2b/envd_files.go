@@ -27,7 +27,7 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 	if err != nil {
 		return err
 	}
-	fi, err := t.ag.Stat(ctx, p)
+	fi, err := t.wk.Stat(ctx, p)
 	if err != nil {
 		return agentErr(err)
 	}
@@ -43,7 +43,7 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 	h.Set("Content-Disposition", disposition)
 	h.Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	out := &sentWriter{w: w}
-	n, err := t.ag.Download(ctx, p, out)
+	n, err := t.wk.Download(ctx, p, out)
 	switch {
 	case err == nil:
 	case !out.sent:
@@ -111,7 +111,7 @@ func (c *Control) upload(w http.ResponseWriter, r *http.Request, t *target) erro
 				return errdefs.Invalid("more than one file of the upload goes to %s; the first was written", dst)
 			}
 		}
-		if _, err := c.m.Upload(ctx, t.sb, dst, 0o644, int(u.UID), int(u.GID), rd); err != nil {
+		if _, err := t.wk.Upload(ctx, dst, 0o644, int(u.UID), int(u.GID), rd); err != nil {
 			return err
 		}
 		out = append(out, uploaded{Name: path.Base(dst), Type: "file", Path: dst})

@@ -429,7 +429,7 @@ func agentTarget(t *testing.T, name string, config ...func(*manager.Config)) (tg
 		t.Fatal(err)
 	}
 	tg = &target{id: id, owner: sb.Owner, sb: sb, user: name}
-	if tg.ag, tg.sb, err = n.Manager.AgentFor(ctx, sb); err != nil {
+	if tg.wk, err = n.Manager.WorkOn(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	return tg, root, n.Manager

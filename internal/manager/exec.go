@@ -35,10 +35,10 @@ type ExecRequest struct {
 	MaxRead int64
 }
 
-// Agent returns a client for a running sandbox's agent and counts the call as inbound
+// agentOf returns a client for a running sandbox's agent and counts the call as inbound
 // traffic. Every exec, session and file call comes through here, and every connection
 // the client holds open counts as work in progress (see beginWork).
-func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
+func (m *Manager) agentOf(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
 	sb, err := m.Resolve(ctx, owner, ref)
 	if err != nil {
 		return nil, nil, err
@@ -66,28 +66,12 @@ func (m *Manager) ByID(ctx context.Context, id string) (*store.Sandbox, error) {
 // of a file (it predates ranged reads): nothing was sent, and the whole file can be.
 var ErrNoRangedRead = agent.ErrNoRangedRead
 
-// AgentFor is Agent for a sandbox ByID found and whose owner the caller has checked.
-func (m *Manager) AgentFor(ctx context.Context, sb *store.Sandbox) (*agent.Client, *store.Sandbox, error) {
-	return m.agentFor(ctx, sb)
-}
-
 func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Client, _ *store.Sandbox, err error) {
 	m.touch(sb.ID)
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {
 		return nil, sb, err
 	}
-	cl := m.agentClient(sb)
-	// A container found dead by any call of the client is recorded, whichever plane made
-	// the call, as a failed exec's is.
-	dial := cl.Dial
-	cl.Dial = func(ctx context.Context) (net.Conn, error) {
-		conn, err := dial(ctx)
-		if err != nil {
-			return nil, m.agentFailed(sb, err)
-		}
-		return conn, nil
-	}
-	return cl, sb, nil
+	return m.agentClient(sb), sb, nil
 }
 
 // agentClient is a client for sb's agent; every connection it holds open counts as work
@@ -240,10 +224,6 @@ func AgentError(err error) (mapped error, ok bool) {
 	}
 	return nil, false
 }
-
-// AgentFailed turns a failed call on the client Agent returned into an API error, and
-// records a sandbox whose container has ended (as a failed exec does).
-func (m *Manager) AgentFailed(sb *store.Sandbox, err error) error { return m.agentFailed(sb, err) }
 
 // agentFailed turns a failed agent call into an API error, and notices a sandbox whose
 // container has ended.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/store"
@@ -18,16 +19,11 @@ const DefaultMaxFileUpload = 1 << 30
 // through.
 func (m *Manager) MaxFileUpload() int64 { return m.cfg.MaxFileUpload }
 
-// Upload writes r to the file at p in sb (a sandbox Resolve or ByID found, whose owner
-// the caller checked), with mode and owned by uid and gid (0 and 0: the sandbox's
-// root). The agent writes a temporary file beside p and renames it into place, so a
-// failed upload leaves what was there. A file past MaxFileUpload bytes is refused with
-// jsonbody.ErrTooLarge (413), and nothing is written.
-func (m *Manager) Upload(ctx context.Context, sb *store.Sandbox, p string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
-	cl, sb, err := m.agentFor(ctx, sb)
-	if err != nil {
-		return 0, err
-	}
+// upload writes r to the file at p in sb, with mode and owned by uid and gid (0 and 0:
+// the sandbox's root). The agent writes a temporary file beside p and renames it into
+// place, so a failed upload leaves what was there. A file past MaxFileUpload bytes is
+// refused with jsonbody.ErrTooLarge (413), and nothing is written.
+func (m *Manager) upload(ctx context.Context, sb *store.Sandbox, cl *agent.Client, p string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
 	lr := &LimitReader{R: r, N: m.cfg.MaxFileUpload}
 	n, err := cl.Upload(ctx, p, mode, uid, gid, lr)
 	switch {

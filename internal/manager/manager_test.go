@@ -259,23 +259,23 @@ func TestInternalFailureKeepsItsCauseInTheLog(t *testing.T) {
 	}
 }
 
-// A sandbox found dead during a call on the client Agent gave (a session, a file, a
-// PTY) is recorded as a dead exec would be: suspended, with its event.
+// A sandbox found dead during a call a plane makes through Work (a session, a file, a
+// process) is recorded as a dead exec would be: suspended, with its event.
 func TestAgentCallNoticesADeadContainer(t *testing.T) {
 	m, fd, st := newTestManager(t)
 	ctx := context.Background()
 	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, sb, err := m.Agent(ctx, "local", "a")
+	w, err := m.Work(ctx, "local", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sb := w.Sandbox()
 	fd.Stop(ctx, sb.ID)
-	_, callErr := cl.ListSessions(ctx)
-	err = m.AgentFailed(sb, callErr)
+	_, err = w.ListSessions(ctx)
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "no longer running") {
-		t.Fatalf("AgentFailed = %v; want unavailable, no longer running", err)
+		t.Fatalf("ListSessions = %v; want unavailable, no longer running", err)
 	}
 	got, _ := st.GetSandbox(ctx, sb.ID)
 	if got.State != Suspended {

@@ -24,7 +24,7 @@ import (
 // the caller's own variables, which win), and, when the caller names no user, the user
 // the sandbox's image runs as.
 func (m *Manager) prepare(ctx context.Context, owner, ref string, env *[]string, uid, gid **uint32) (*agent.Client, *store.Sandbox, error) {
-	cl, sb, err := m.Agent(ctx, owner, ref)
+	cl, sb, err := m.agentOf(ctx, owner, ref)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,15 +91,12 @@ type Proc struct {
 // ProcOutput is one message of a process's stream: output, or its end.
 type ProcOutput = agent.ProcOutput
 
-// StartProc starts a process in the process table of sb, a sandbox ByID found whose
-// owner the caller checked. spec.User names the user ("" the agent's own); the
-// environment is built as for every process. ctx governs only the start: the process
-// outlives it, and ends at spec.TimeoutMS.
-func (m *Manager) StartProc(ctx context.Context, sb *store.Sandbox, spec agentproto.ProcSpec) (*Proc, error) {
-	cl, sb, err := m.agentFor(ctx, sb)
-	if err != nil {
-		return nil, err
-	}
+// StartProc starts a process in the sandbox's process table. spec.User names the user
+// ("" the agent's own); the environment is built as for every process. ctx governs only
+// the start: the process outlives it, and ends at spec.TimeoutMS.
+func (w *Work) StartProc(ctx context.Context, spec agentproto.ProcSpec) (*Proc, error) {
+	m, sb, cl := w.m, w.sb, w.cl
+	var err error
 	if spec.Env, err = m.ProcessEnv(ctx, sb, spec.Env); err != nil {
 		return nil, err
 	}
@@ -117,18 +114,14 @@ func (m *Manager) StartProc(ctx context.Context, sb *store.Sandbox, spec agentpr
 	return &Proc{Proc: p, m: m, sb: sb, audit: audit, sum: sum}, nil
 }
 
-// AttachProc attaches to a running process of sb's table, named by pid or, when pid is
-// 0, by tag.
-func (m *Manager) AttachProc(ctx context.Context, sb *store.Sandbox, pid int, tag string) (*Proc, error) {
-	cl, sb, err := m.agentFor(ctx, sb)
+// AttachProc attaches to a running process of the sandbox's table, named by pid or,
+// when pid is 0, by tag.
+func (w *Work) AttachProc(ctx context.Context, pid int, tag string) (*Proc, error) {
+	p, err := w.cl.ProcAttach(ctx, pid, tag)
 	if err != nil {
-		return nil, err
+		return nil, w.fail(err)
 	}
-	p, err := cl.ProcAttach(ctx, pid, tag)
-	if err != nil {
-		return nil, m.agentFailed(sb, err)
-	}
-	return &Proc{Proc: p, m: m, sb: sb}, nil
+	return &Proc{Proc: p, m: w.m, sb: w.sb}, nil
 }
 
 // Recv returns the process's next output, or its end.
@@ -159,19 +152,15 @@ func (p *Proc) finish(res *agentproto.ExitResult, err error) {
 	}
 }
 
-// ProcList lists the live processes of sb's table. What a process's environment got
-// from the sandbox's secret bindings is left out: a listing shows what its caller asked
-// for, never a secret's value.
-func (m *Manager) ProcList(ctx context.Context, sb *store.Sandbox) ([]agentproto.ProcInfo, error) {
-	cl, sb, err := m.agentFor(ctx, sb)
+// ProcList lists the live processes of the sandbox's table. What a process's
+// environment got from the sandbox's secret bindings is left out: a listing shows what
+// its caller asked for, never a secret's value.
+func (w *Work) ProcList(ctx context.Context) ([]agentproto.ProcInfo, error) {
+	list, err := w.cl.ProcList(ctx)
 	if err != nil {
-		return nil, err
+		return nil, w.fail(err)
 	}
-	list, err := cl.ProcList(ctx)
-	if err != nil {
-		return nil, m.agentFailed(sb, err)
-	}
-	delivered, err := m.ProcessEnv(ctx, sb, nil)
+	delivered, err := w.m.ProcessEnv(ctx, w.sb, nil)
 	if err != nil {
 		return nil, err
 	}
