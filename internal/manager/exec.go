@@ -231,8 +231,8 @@ func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {
 	if mapped, ok := AgentError(err); ok {
 		return mapped
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errdefs.ErrInvalidArgument) {
+		return err // nothing was asked of the sandbox (bad input is refused before it is sent)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -284,6 +285,27 @@ func TestAgentCallNoticesADeadContainer(t *testing.T) {
 	evs, _ := st.ListEvents(ctx, store.EventFilter{SandboxID: sb.ID})
 	if !slices.ContainsFunc(evs, func(ev *store.Event) bool { return ev.Type == "container_gone" }) {
 		t.Errorf("no container_gone event among %d events", len(evs))
+	}
+}
+
+// A call the agent client refuses before it reaches the sandbox (input past what one
+// call takes) is the caller's error, not the sandbox's: invalid, and the sandbox runs on.
+func TestWorkKeepsBadInputTheCallers(t *testing.T) {
+	m, _, st := newTestManager(t)
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Work(ctx, "local", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.ProcInput(ctx, 1, "", make([]byte, agentproto.MaxPayload+1))
+	if code, _ := errdefs.Code(err); code != "invalid_argument" || !strings.Contains(errdefs.Message(err), "more than one call takes") {
+		t.Errorf("input past one call's bound: %q (%s); want invalid_argument saying the bound", errdefs.Message(err), code)
+	}
+	if got, _ := st.GetSandbox(ctx, w.Sandbox().ID); got.State != Running {
+		t.Errorf("after refused input the sandbox is %s; want running", got.State)
 	}
 }
 
