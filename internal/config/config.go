@@ -114,6 +114,15 @@ type Images struct {
 	KeepPulledBlobs bool `yaml:"keep_pulled_blobs"`
 }
 
+// Files bounds what the file calls of every plane (the native API's and the E2B
+// plane's) may cost the host.
+type Files struct {
+	// MaxUpload is the most bytes one file uploaded to a sandbox may have (default
+	// 1GiB), after decompression; a larger one is refused with 413 and nothing is
+	// written.
+	MaxUpload string `yaml:"max_upload"`
+}
+
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and
 // how long events are kept. A sandbox picks the rate of its records, so each sandbox
 // has its own rate and queue; records over them are counted, never silently lost.
@@ -194,6 +203,7 @@ type Config struct {
 	// ExecOutputBudget bounds the output all non-streamed calls buffer at once.
 	ExecOutputBudget string `yaml:"exec_output_budget"`
 	Images           Images `yaml:"images"`
+	Files            Files  `yaml:"files"`
 	Audit            Audit  `yaml:"audit"`
 	// MemoryTarget is the daemon's soft memory limit: past it the Go runtime collects
 	// garbage harder instead of growing (default 192MiB; "0" turns it off). GOMEMLIMIT
@@ -274,6 +284,7 @@ func Default() Config {
 		ExecOutputBudget: "64MiB",
 		MemoryTarget:     "192MiB",
 		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
+		Files:            Files{MaxUpload: "1GiB"},
 		Audit: Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h",
 			LogMaxRecords: 10_000_000},
 		Router: Router{Threshold: DefaultRouterThreshold},
@@ -317,6 +328,7 @@ type Settings struct {
 	MinMaxLifetime                        time.Duration
 	ImageUpload, ImageUnpacked            int64
 	ImageQuota, ImageCacheMax             int64
+	FileUpload                            int64
 	AuditCoalesce, EventMaxAge            time.Duration
 	AuditLogMaxAge                        time.Duration
 	MemoryTarget                          int64 // 0: off
@@ -502,7 +514,8 @@ func (c Config) Settings() (Settings, error) {
 		name, v string
 		n       *int64
 	}{{"images.max_upload", c.Images.MaxUpload, &s.ImageUpload},
-		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota}} {
+		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota},
+		{"files.max_upload", c.Files.MaxUpload, &s.FileUpload}} {
 		if *f.n, err = units.ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
 		}

@@ -15,7 +15,8 @@ func TestSettingsAreTypedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.DefaultMemory != 1<<30 || s.ExecOutputBudget != 64<<20 || s.MaxLifetime != 8*time.Hour ||
-		s.AuditCoalesce != 10*time.Second || s.MemoryTarget != 192<<20 || s.ImageQuota != 20<<30 {
+		s.AuditCoalesce != 10*time.Second || s.MemoryTarget != 192<<20 || s.ImageQuota != 20<<30 ||
+		s.FileUpload != 1<<30 {
 		t.Errorf("default settings %+v", s)
 	}
 	c := Default()
@@ -109,6 +110,7 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"default_limits: {pids: -1}\n", "default_limits.pids -1"},
 		{"default_limits: {open_files: 0}\n", "default_limits.open_files 0"},
 		{"tmpfs_size: \"0\"\n", `tmpfs_size "0"`},
+		{"files: {max_upload: 1KiB}\n", `files.max_upload "1KiB" must be a size of at least 1MiB`},
 		{"audit: {rate: .nan}\n", "audit.rate (NaN)"},
 		{"state_dir: /srv/al\nsecrets_dir: /srv/al/..s\n", "must be outside each other"},
 		{"state_dir: /srv/al/secrets/state\nsecrets_dir: /srv/al/secrets\n", "must be outside each other"},
@@ -126,6 +128,7 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"network: {new_connections_per_second: 50, node_new_connections_per_second: 500}\n", ""},
 		{"state_dir: /srv/al\nsecrets_dir: /srv/al..s\nrunsc: \"off\"\nrunc: /usr/sbin/runc\n", ""},
 		{"default_limits: {cpu: 0.5, memory: 16MiB, pids: 8, open_files: 64, disk: 64MiB}\ntmpfs_size: 1MiB\n", ""},
+		{"files: {max_upload: 8GiB}\n", ""},
 		{"default_limits: {cpu: 64, memory: 256GiB, pids: 1048576, open_files: 1048576, disk: 1TiB}\n", ""},
 	} {
 		path := filepath.Join(dir, "c"+strconv.Itoa(i)+".yaml")

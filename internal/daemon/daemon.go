@@ -174,6 +174,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	mcfg.HostCPU, mcfg.HostMemory = manager.HostSize()
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
+	mcfg.MaxFileUpload = set.FileUpload
 	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold, FailClosed: cfg.Router.FailClosed}
 	mcfg.WorkspaceDir = filepath.Join(cfg.StateDir, "workspaces")
 	mcfg.StateDir = cfg.StateDir

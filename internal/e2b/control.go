@@ -16,7 +16,8 @@
 // input is refused before anything changes.
 //
 // It holds no sandbox rules (those are the manager's) and must not import the server,
-// the store or the runtime.
+// the store, the runtime or the agent: it reaches a sandbox's processes and files
+// through the manager (manager.Work), as the native API does.
 package e2b
 
 import (
@@ -316,10 +317,17 @@ func (c *Control) toAPIError(r *http.Request, err error) apiError {
 	code, status := statusOf(err)
 	msg := errdefs.Message(err)
 	if code == "internal" {
-		c.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; the daemon's log has the cause"
+		msg = c.internal("request failed", err, "method", r.Method, "path", r.URL.Path)
 	}
 	return apiError{Code: status, Message: msg}
+}
+
+// internal logs an internal failure's cause under a new request id, and returns what
+// the caller hears of it: that id, which E2B's error shape carries in its message.
+func (c *Control) internal(what string, err error, args ...any) string {
+	id := manager.NewRequestID()
+	c.log.Error(what, append(args, "request_id", id, "err", err)...)
+	return manager.InternalMessage("request", id)
 }
 
 func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -15,7 +15,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
@@ -79,9 +78,9 @@ func keyOf(tok string) (string, bool) {
 // target is the sandbox an envd request reaches, resolved and authorized.
 type target struct {
 	id, owner string
-	// ag reaches the sandbox's agent; nil for the calls that need no agent (health,
-	// envs), which leave a paused sandbox paused.
-	ag *agent.Client
+	// wk reaches the sandbox's processes and files; nil for the calls that need none
+	// (health, envs), which leave a paused sandbox paused.
+	wk *manager.Work
 	sb *manager.Sandbox // its record: state and environment as created
 	// user is the user name the request acts as (the Basic authorization's user name);
 	// "" is the sandbox's default user.
@@ -219,9 +218,10 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 	}
 	t := &target{id: id, owner: sb.Owner, sb: sb}
 	if needsAgent(r, port) {
-		if t.ag, t.sb, err = c.m.AgentFor(ctx, sb); err != nil {
+		if t.wk, err = c.m.WorkOn(ctx, sb); err != nil {
 			return nil, err
 		}
+		t.sb = t.wk.Sandbox()
 	}
 	if u, _, ok := r.BasicAuth(); ok {
 		t.user = u
@@ -434,8 +434,7 @@ func (c *Control) connectError(procedure string, err error) error {
 	case "unavailable":
 		cc = connect.CodeUnavailable
 	case "internal":
-		c.log.Error("envd call failed", "procedure", procedure, "err", err)
-		cc, msg = connect.CodeInternal, "internal error; the daemon's log has the cause"
+		cc, msg = connect.CodeInternal, c.internal("envd call failed", err, "procedure", procedure)
 	}
 	return connect.NewError(cc, errors.New(msg))
 }

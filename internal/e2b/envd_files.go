@@ -5,9 +5,6 @@ package e2b
 
 import (
 	"compress/gzip"
-	"context"
-	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -15,13 +12,9 @@ import (
 	"path"
 	"strconv"
 
-	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
-
-// maxUploadSize bounds each file of an upload, after decompression (a variable for
-// tests).
-var maxUploadSize int64 = 1 << 30
 
 // maxUploadParts bounds the parts of a multipart upload.
 const maxUploadParts = 1000
@@ -34,7 +27,7 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 	if err != nil {
 		return err
 	}
-	fi, err := t.ag.Stat(ctx, p)
+	fi, err := t.wk.Stat(ctx, p)
 	if err != nil {
 		return agentErr(err)
 	}
@@ -50,7 +43,7 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 	h.Set("Content-Disposition", disposition)
 	h.Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	out := &sentWriter{w: w}
-	n, err := t.ag.Download(ctx, p, out)
+	n, err := t.wk.Download(ctx, p, out)
 	switch {
 	case err == nil:
 	case !out.sent:
@@ -97,7 +90,7 @@ func (c *Control) upload(w http.ResponseWriter, r *http.Request, t *target) erro
 	raw := io.Reader(r.Body)
 	if mediaType == "application/octet-stream" {
 		// One file: no real gzip stream of a file within the bound is much larger.
-		raw = &limitReader{r: r.Body, n: maxUploadSize + 1<<20}
+		raw = &manager.LimitReader{R: r.Body, N: c.m.MaxFileUpload() + 1<<20}
 	}
 	body, err := decodedBody(r.Header.Get("Content-Encoding"), raw)
 	if err != nil {
@@ -118,7 +111,7 @@ func (c *Control) upload(w http.ResponseWriter, r *http.Request, t *target) erro
 				return errdefs.Invalid("more than one file of the upload goes to %s; the first was written", dst)
 			}
 		}
-		if err := t.put(ctx, u, dst, rd); err != nil {
+		if _, err := t.wk.Upload(ctx, dst, 0o644, int(u.UID), int(u.GID), rd); err != nil {
 			return err
 		}
 		out = append(out, uploaded{Name: path.Base(dst), Type: "file", Path: dst})
@@ -184,49 +177,4 @@ func decodedBody(enc string, body io.Reader) (io.Reader, error) {
 	default:
 		return nil, errdefs.Invalid("Content-Encoding %.64q is not one this plane decodes: gzip or none", enc)
 	}
-}
-
-// put writes rd to the file at dst, owned by u with mode 0644, at most maxUploadSize
-// bytes. The agent writes a temporary file beside dst and renames it into place, so a
-// failed upload leaves what was there.
-func (t *target) put(ctx context.Context, u *agentproto.UserInfo, dst string, rd io.Reader) error {
-	lr := &limitReader{r: rd, n: maxUploadSize}
-	_, err := t.ag.Upload(ctx, dst, 0o644, int(u.UID), int(u.GID), lr)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(lr.err, errTooLarge):
-		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: errTooLarge,
-			Msg: fmt.Sprintf("%s: a file of an upload is at most %d bytes; nothing was written", dst, maxUploadSize)}
-	case lr.err != nil:
-		return errdefs.Invalid("%s: reading the upload: %v; nothing was written", dst, lr.err)
-	}
-	return agentErr(err)
-}
-
-// limitReader reads r and fails with errTooLarge past n bytes. err keeps the first
-// error of r other than io.EOF, so a failed upload can tell the body's fault from the
-// sandbox's.
-type limitReader struct {
-	r   io.Reader
-	n   int64
-	err error
-}
-
-func (l *limitReader) Read(b []byte) (int, error) {
-	if l.err != nil {
-		return 0, l.err
-	}
-	if int64(len(b)) > l.n+1 {
-		b = b[:l.n+1]
-	}
-	k, err := l.r.Read(b)
-	if l.n -= int64(k); l.n < 0 {
-		l.err = errTooLarge
-		return 0, l.err
-	}
-	if err != nil && err != io.EOF {
-		l.err = err
-	}
-	return k, err
 }

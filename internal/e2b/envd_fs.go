@@ -3,7 +3,7 @@ package e2b
 // The filesystem service of the in-sandbox plane: envd's Filesystem RPCs over the
 // sandbox's agent. Paths are resolved as envd resolves them (resolvePath); the agent
 // keeps every path inside the sandbox's root. What the agent answers is the sandbox's
-// to forge: agent.Client refuses file entries, user names and watch events no real
+// to forge: the agent client under manager.Work refuses file entries, user names and watch events no real
 // agent sends, and this file bounds what adds up (a listing's entries, a watcher's
 // events, the agent's error messages) before it reaches a client or stays in the
 // daemon's memory.
@@ -87,7 +87,7 @@ func (t *target) lookupUser(ctx context.Context) (*agentproto.UserInfo, error) {
 		u := *t.userInfo
 		return &u, nil
 	}
-	u, err := t.ag.LookupUser(ctx, t.user)
+	u, err := t.wk.LookupUser(ctx, t.user)
 	if err != nil {
 		return nil, agentErr(err)
 	}
@@ -107,7 +107,7 @@ func (t *target) mkdirAs(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
-	if err := t.ag.MkdirAs(ctx, p, true, int(u.UID), int(u.GID)); err != nil {
+	if err := t.wk.Mkdir(ctx, p, true, int(u.UID), int(u.GID)); err != nil {
 		return agentErr(err)
 	}
 	return nil
@@ -130,7 +130,7 @@ func agentErr(err error) error {
 
 // stat describes the file at the absolute path p.
 func (t *target) stat(ctx context.Context, p string) (*filesystempb.EntryInfo, error) {
-	fi, err := t.ag.Stat(ctx, p)
+	fi, err := t.wk.Stat(ctx, p)
 	if err != nil {
 		return nil, agentErr(err)
 	}
@@ -216,7 +216,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if err != nil {
 		return nil, err
 	}
-	fi, err := t.ag.Stat(ctx, p)
+	fi, err := t.wk.Stat(ctx, p)
 	if err != nil {
 		return nil, agentErr(err)
 	}
@@ -234,7 +234,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 // its subdirectories, each directory's entries followed by its own (as a walk of the
 // tree visits them). Symlinked directories are not followed.
 func (t *target) list(ctx context.Context, dir string, depth int, out *[]*filesystempb.EntryInfo) error {
-	fis, err := t.ag.List(ctx, dir)
+	fis, err := t.wk.List(ctx, dir)
 	if err != nil {
 		return agentErr(err)
 	}
@@ -260,7 +260,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 	if err != nil {
 		return nil, err
 	}
-	switch fi, err := t.ag.Stat(ctx, p); {
+	switch fi, err := t.wk.Stat(ctx, p); {
 	case err == nil && fi.IsDir:
 		return nil, errdefs.Exists("directory %s already exists", p)
 	case err == nil:
@@ -292,7 +292,7 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[files
 	if err := t.mkdirAs(ctx, path.Dir(to)); err != nil {
 		return nil, err
 	}
-	if err := t.ag.Rename(ctx, from, to); err != nil {
+	if err := t.wk.Rename(ctx, from, to); err != nil {
 		return nil, agentErr(err)
 	}
 	e, err := t.stat(ctx, to)
@@ -309,13 +309,13 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 		return nil, err
 	}
 	// As envd does, removing what is not there succeeds.
-	if err := t.ag.Remove(ctx, p, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := t.wk.Remove(ctx, p, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, agentErr(err)
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
 }
 
-// watchSource is a watch of the agent (*agent.Watch), whose events are checked: each
+// watchSource is a watch of the agent (*manager.Watch), whose events are checked: each
 // names a clean path below the watched directory.
 type watchSource interface {
 	Next() (agentproto.WatchEvent, error)
@@ -324,14 +324,14 @@ type watchSource interface {
 
 // startWatch checks that p is a directory and starts the agent's watch of it.
 func (t *target) startWatch(ctx context.Context, p string, recursive bool) (watchSource, error) {
-	fi, err := t.ag.Stat(ctx, p)
+	fi, err := t.wk.Stat(ctx, p)
 	if err != nil {
 		return nil, agentErr(err)
 	}
 	if !fi.IsDir {
 		return nil, errdefs.Invalid("%s is not a directory; only directories are watched", p)
 	}
-	w, err := t.ag.Watch(ctx, p, recursive)
+	w, err := t.wk.Watch(ctx, p, recursive)
 	if err != nil {
 		return nil, agentErr(err)
 	}

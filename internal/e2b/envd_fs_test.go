@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,13 +22,15 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/airlockhq/airlock/internal/agent"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/testenv"
 )
 
 func TestResolveIn(t *testing.T) {
@@ -393,11 +394,23 @@ func TestWatcherIdle(t *testing.T) {
 	}
 }
 
-// agentTarget serves an agent in-process over a fresh root whose /etc/passwd has root
-// and user (1000:1000, home /home/user), and returns a target of it acting as name.
-func agentTarget(t *testing.T, name string) (tg *target, root string) {
+// agentTarget makes a sandbox on a fake node (whose sandboxes run a real agent) with
+// an /etc/passwd of root and user (1000:1000, home /home/user), and returns a target
+// of it acting as name, its root on the host and the node's manager.
+func agentTarget(t *testing.T, name string, config ...func(*manager.Config)) (tg *target, root string, m *manager.Manager) {
 	t.Helper()
-	root = t.TempDir()
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) {
+		for _, f := range config {
+			f(c)
+		}
+	}})
+	ctx := context.Background()
+	resp, err := n.Client.Create(ctx, api.CreateSandboxRequest{Name: "fs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Sandbox.ID
+	root = n.Driver.Path(id, "/")
 	for _, f := range []struct{ name, text string }{
 		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"},
 		{"etc/group", "root:x:0:\nuser:x:1000:\n"},
@@ -411,37 +424,22 @@ func agentTarget(t *testing.T, name string) (tg *target, root string) {
 			t.Fatal(err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "e2bfs") // short: a unix socket path is at most 108 bytes
+	sb, err := n.Manager.ByID(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "a.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
+	tg = &target{id: id, owner: sb.Owner, sb: sb, user: name}
+	if tg.wk, err = n.Manager.WorkOn(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agent.Serve(ctx, ln, agent.Options{Root: root, KeepOwner: os.Geteuid() != 0}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the agent's Serve returned %v, want nil", err)
-		}
-		os.RemoveAll(dir)
-	})
-	ag := &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
-	return &target{id: "sb_test", owner: "alice", ag: ag, user: name}, root
+	return tg, root, n.Manager
 }
 
 // envdServer serves the filesystem service and the /files routes for tg, as the envd
 // plane does once it has authorized a request.
-func envdServer(t *testing.T, tg *target) (filesystempbconnect.FilesystemClient, string) {
+func envdServer(t *testing.T, tg *target, m *manager.Manager) (filesystempbconnect.FilesystemClient, string) {
 	t.Helper()
-	c := &Control{log: slog.New(slog.DiscardHandler)}
+	c := &Control{m: m, log: slog.New(slog.DiscardHandler)}
 	c.fs = &filesystemService{c: c}
 	t.Cleanup(c.Close)
 	mux := c.envdMux()
@@ -467,8 +465,8 @@ func wantCode(t *testing.T, what string, err error, code connect.Code) {
 
 // TestFilesystemService drives every unary RPC over a real agent, as the user "user".
 func TestFilesystemService(t *testing.T) {
-	tg, root := agentTarget(t, "user")
-	fs, _ := envdServer(t, tg)
+	tg, root, m := agentTarget(t, "user")
+	fs, _ := envdServer(t, tg, m)
 	ctx := ctxT(t)
 
 	md, err := fs.MakeDir(ctx, connect.NewRequest(&filesystempb.MakeDirRequest{Path: "proj/src"}))
@@ -545,8 +543,8 @@ func TestFilesystemService(t *testing.T) {
 
 // TestListDirBound: a listing larger than maxListEntries is refused, not cut short.
 func TestListDirBound(t *testing.T) {
-	tg, root := agentTarget(t, "")
-	fs, _ := envdServer(t, tg)
+	tg, root, m := agentTarget(t, "")
+	fs, _ := envdServer(t, tg, m)
 	for d := range 101 {
 		dir := filepath.Join(root, "big", fmt.Sprint(d))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -571,8 +569,8 @@ func TestListDirBound(t *testing.T) {
 func TestWatchDir(t *testing.T) {
 	defer func(d time.Duration) { keepAliveEvery = d }(keepAliveEvery)
 	keepAliveEvery = 100 * time.Millisecond
-	tg, root := agentTarget(t, "")
-	fs, _ := envdServer(t, tg)
+	tg, root, m := agentTarget(t, "")
+	fs, _ := envdServer(t, tg, m)
 	if err := os.MkdirAll(filepath.Join(root, "w"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -613,8 +611,8 @@ func TestWatchDir(t *testing.T) {
 
 // TestPolledWatcher: CreateWatcher, GetWatcherEvents and RemoveWatcher over a real agent.
 func TestPolledWatcher(t *testing.T) {
-	tg, root := agentTarget(t, "")
-	fs, _ := envdServer(t, tg)
+	tg, root, m := agentTarget(t, "")
+	fs, _ := envdServer(t, tg, m)
 	ctx := ctxT(t)
 	if err := os.MkdirAll(filepath.Join(root, "w/sub"), 0o755); err != nil {
 		t.Fatal(err)
@@ -649,11 +647,10 @@ func TestPolledWatcher(t *testing.T) {
 	wantCode(t, "CreateWatcher of nothing", err, connect.CodeNotFound)
 }
 
-// TestFilesRoutes: GET and POST /files over a real agent, as the user "user".
-func TestFilesRoutes(t *testing.T) {
-	tg, root := agentTarget(t, "user")
-	_, url := envdServer(t, tg)
-	do := func(method, query, contentType, encoding string, body io.Reader) (*http.Response, string) {
+// filesCall returns a function that makes one call of the /files routes at url and
+// returns its response and body.
+func filesCall(t *testing.T, url string) func(method, query, contentType, encoding string, body io.Reader) (*http.Response, string) {
+	return func(method, query, contentType, encoding string, body io.Reader) (*http.Response, string) {
 		t.Helper()
 		req, err := http.NewRequest(method, url+"/files?"+query, body)
 		if err != nil {
@@ -673,6 +670,13 @@ func TestFilesRoutes(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
+}
+
+// TestFilesRoutes: GET and POST /files over a real agent, as the user "user".
+func TestFilesRoutes(t *testing.T) {
+	tg, root, m := agentTarget(t, "user")
+	_, url := envdServer(t, tg, m)
+	do := filesCall(t, url)
 	const octets = "application/octet-stream"
 
 	resp, body := do("POST", "path=notes/a.txt", octets, "", strings.NewReader("hello\n"))
@@ -745,11 +749,25 @@ func TestFilesRoutes(t *testing.T) {
 		}
 	}
 
-	// Past the size bound: 413, and the file is as it was, with nothing left beside it.
-	defer func(n int64) { maxUploadSize = n }(maxUploadSize)
-	maxUploadSize = 5
-	gz.Reset()
-	zw = gzip.NewWriter(&gz)
+}
+
+// TestFilesUploadBound: a file past the node's bound on an uploaded file (the one the
+// native API has too) is refused with 413, plain or gzip, and the file is as it was,
+// with nothing left beside it.
+func TestFilesUploadBound(t *testing.T) {
+	tg, root, m := agentTarget(t, "user", func(c *manager.Config) { c.MaxFileUpload = 6 })
+	_, url := envdServer(t, tg, m)
+	const octets = "application/octet-stream"
+	call := filesCall(t, url)
+	do := func(encoding string, body io.Reader) (int, string) {
+		resp, b := call("POST", "path=notes/a.txt", octets, encoding, body)
+		return resp.StatusCode, b
+	}
+	if st, body := do("", strings.NewReader("hello\n")); st != 200 {
+		t.Fatalf("an upload of the bound's size: %d %s, want 200", st, body)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte("too long"))
 	zw.Close()
 	for name, tt := range map[string]struct {
@@ -759,8 +777,8 @@ func TestFilesRoutes(t *testing.T) {
 		"plain": {"", strings.NewReader("too long")},
 		"gzip":  {"gzip", &gz},
 	} {
-		if resp, body := do("POST", "path=notes/a.txt", octets, tt.encoding, tt.body); resp.StatusCode != 413 {
-			t.Errorf("%s upload past the bound: got %d %s, want 413", name, resp.StatusCode, body)
+		if st, body := do(tt.encoding, tt.body); st != 413 {
+			t.Errorf("%s upload past the bound: got %d %s, want 413", name, st, body)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "home/user/notes/a.txt")); string(b) != "hello\n" {

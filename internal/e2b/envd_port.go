@@ -16,7 +16,7 @@ import (
 // removed first: the sandbox never sees them.
 func (c *Control) proxyPort(w http.ResponseWriter, r *http.Request, t *target, port int) {
 	c.ports.Serve(w, r, portproxy.Target{SandboxID: t.id, Port: port,
-		Dial:  func(ctx context.Context) (net.Conn, error) { return t.ag.DialPort(ctx, port) },
+		Dial:  func(ctx context.Context) (net.Conn, error) { return t.wk.DialPort(ctx, port) },
 		Touch: func() { c.m.Touch(t.id) },
 		Strip: []string{hdrAccessToken, hdrTrafficToken, hdrSandboxID, hdrSandboxPort, "X-API-Key"},
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -14,11 +14,11 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // keepAliveEvery is how often an idle process stream carries a keep-alive event, so
@@ -49,7 +49,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if deadline, ok := ctx.Deadline(); ok {
 		spec.TimeoutMS = max(1, time.Until(deadline).Milliseconds())
 	}
-	p, err := t.ag.ProcStart(context.WithoutCancel(ctx), spec)
+	p, err := t.wk.StartProc(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	p, err := t.ag.ProcAttach(ctx, pid, tag)
+	p, err := t.wk.AttachProc(ctx, pid, tag)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 
 func (s *processService) List(ctx context.Context, req *connect.Request[processpb.ListRequest]) (*connect.Response[processpb.ListResponse], error) {
 	t := targetOf(ctx)
-	list, err := t.ag.ProcList(ctx)
+	list, err := t.wk.ProcList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[proces
 	if err != nil {
 		return nil, err
 	}
-	if err := t.ag.ProcResize(ctx, pid, tag, rows, cols); err != nil {
+	if err := t.wk.ProcResize(ctx, pid, tag, rows, cols); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&processpb.UpdateResponse{}), nil
@@ -129,7 +129,7 @@ func (s *processService) SendInput(ctx context.Context, req *connect.Request[pro
 	if err != nil {
 		return nil, err
 	}
-	if err := sendInput(ctx, t.ag, pid, tag, req.Msg.GetInput()); err != nil {
+	if err := sendInput(ctx, t.wk, pid, tag, req.Msg.GetInput()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&processpb.SendInputResponse{}), nil
@@ -154,7 +154,7 @@ func (s *processService) StreamInput(ctx context.Context, stream *connect.Client
 			if !started {
 				return nil, errdefs.Invalid("input before the start event that names the process")
 			}
-			if err := sendInput(ctx, t.ag, pid, tag, ev.Data.GetInput()); err != nil {
+			if err := sendInput(ctx, t.wk, pid, tag, ev.Data.GetInput()); err != nil {
 				return nil, err
 			}
 		}
@@ -180,7 +180,7 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	default:
 		return nil, errdefs.Invalid("signal %v is not one to send: SIGNAL_SIGTERM or SIGNAL_SIGKILL", req.Msg.GetSignal())
 	}
-	if err := t.ag.ProcSignal(ctx, pid, tag, sig); err != nil {
+	if err := t.wk.ProcSignal(ctx, pid, tag, sig); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
@@ -192,7 +192,7 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 	if err != nil {
 		return nil, err
 	}
-	if err := t.ag.ProcCloseStdin(ctx, pid, tag); err != nil {
+	if err := t.wk.ProcCloseStdin(ctx, pid, tag); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&processpb.CloseStdinResponse{}), nil
@@ -262,7 +262,7 @@ func selector(sel *processpb.ProcessSelector) (pid int, tag string, err error) {
 	return 0, "", errdefs.Invalid("no process named: give its pid or its tag")
 }
 
-func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *processpb.ProcessInput) error {
+func sendInput(ctx context.Context, wk *manager.Work, pid int, tag string, in *processpb.ProcessInput) error {
 	var data []byte
 	switch v := in.GetInput().(type) {
 	case *processpb.ProcessInput_Stdin:
@@ -278,14 +278,14 @@ func sendInput(ctx context.Context, ag *agent.Client, pid int, tag string, in *p
 	if len(data) == 0 {
 		return nil
 	}
-	return ag.ProcInput(ctx, pid, tag, data)
+	return wk.ProcInput(ctx, pid, tag, data)
 }
 
 // relay sends a process's events to send until it ends or ctx is done: the start
 // event with its pid, its output, keep-alives while it is quiet, and its end. The
 // process keeps running when ctx ends first.
-func relay(ctx context.Context, p *agent.Proc, send func(*processpb.ProcessEvent) error) error {
-	outs, stop := receive(p.Recv, func(o agent.ProcOutput) bool { return o.End != nil }, p.Close)
+func relay(ctx context.Context, p *manager.Proc, send func(*processpb.ProcessEvent) error) error {
+	outs, stop := receive(p.Recv, func(o manager.ProcOutput) bool { return o.End != nil }, p.Close)
 	defer stop()
 	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
 		return err

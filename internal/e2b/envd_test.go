@@ -39,7 +39,14 @@ type envdFixture struct {
 }
 
 func newEnvdFixture(t *testing.T) envdFixture {
-	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	return newEnvdFixtureWith(t, testenv.FakeOptions{})
+}
+
+// newEnvdFixtureWith is newEnvdFixture over a node made with opts (its owners are
+// alice and bob).
+func newEnvdFixtureWith(t *testing.T, opts testenv.FakeOptions) envdFixture {
+	opts.Owners = []string{"alice", "bob"}
+	n := testenv.NewFakeNode(t, opts)
 	alice, tok, err := n.Auth.CreateTokenFormat(context.Background(), "alice", "e2b", "e2b", 0)
 	if err != nil {
 		t.Fatal(err)

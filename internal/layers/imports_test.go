@@ -53,8 +53,9 @@ var forbidden = map[string][]string{
 	"internal/runtime/oci":  {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/image"},
 	"internal/agent":        {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/runtime", mod + "internal/image"},
 	"internal/audit":        {mod + "internal/manager", mod + "internal/server", mod + "internal/egress"},
-	"internal/e2b":          {mod + "internal/server", mod + "internal/store", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/cli"},
-	"internal/cli":          {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/agent"},
+	"internal/e2b": {mod + "internal/server", mod + "internal/store", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/cli",
+		mod + "internal/agent"},
+	"internal/cli": {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/agent"},
 }
 
 // forbiddenInFile lists, per file of a package that needs more as a whole, the imports

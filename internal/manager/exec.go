@@ -35,10 +35,10 @@ type ExecRequest struct {
 	MaxRead int64
 }
 
-// Agent returns a client for a running sandbox's agent and counts the call as inbound
+// agentOf returns a client for a running sandbox's agent and counts the call as inbound
 // traffic. Every exec, session and file call comes through here, and every connection
 // the client holds open counts as work in progress (see beginWork).
-func (m *Manager) Agent(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
+func (m *Manager) agentOf(ctx context.Context, owner, ref string) (*agent.Client, *store.Sandbox, error) {
 	sb, err := m.Resolve(ctx, owner, ref)
 	if err != nil {
 		return nil, nil, err
@@ -65,11 +65,6 @@ func (m *Manager) ByID(ctx context.Context, id string) (*store.Sandbox, error) {
 // ErrNoRangedRead is the agent client's answer when a sandbox's agent cannot send part
 // of a file (it predates ranged reads): nothing was sent, and the whole file can be.
 var ErrNoRangedRead = agent.ErrNoRangedRead
-
-// AgentFor is Agent for a sandbox ByID found and whose owner the caller has checked.
-func (m *Manager) AgentFor(ctx context.Context, sb *store.Sandbox) (*agent.Client, *store.Sandbox, error) {
-	return m.agentFor(ctx, sb)
-}
 
 func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Client, _ *store.Sandbox, err error) {
 	m.touch(sb.ID)
@@ -125,18 +120,10 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 			return nil, errdefs.Invalid("nothing to run: give argv or shell (the sandbox's image names no entrypoint or cmd)")
 		}
 	}
-	cl, sb, err := m.Agent(ctx, owner, ref)
+	env := sortedEnv(req.Env)
+	cl, sb, err := m.prepare(ctx, owner, ref, &env, &req.UID, &req.GID)
 	if err != nil {
 		return nil, err
-	}
-	env, err := m.ProcessEnv(ctx, sb, sortedEnv(req.Env))
-	if err != nil {
-		return nil, err
-	}
-	if req.UID == nil {
-		if req.UID, req.GID, err = m.ImageUser(sb); err != nil {
-			return nil, err
-		}
 	}
 	spec := agentproto.ExecSpec{
 		Argv: req.Argv, Shell: req.Shell, Env: env, Cwd: req.Cwd,
@@ -171,24 +158,40 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	return res, nil
 }
 
-// auditExec records an exec in the audit log: its command, working directory, a
-// checksum of its output, how it ended and how long it took.
+// auditExec records an exec in the audit log.
 func (m *Manager) auditExec(ctx context.Context, owner string, sb *store.Sandbox, req ExecRequest, res *agentproto.ExitResult, start time.Time, sum hash.Hash, err error) {
-	if m.auditLog == nil {
-		return
-	}
 	argv := req.Argv
 	if len(argv) == 0 {
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
-	d := map[string]any{"argv": audit.ClipList(argv), "cwd": audit.Clip(req.Cwd), "output_sha256": hex.EncodeToString(sum.Sum(nil)),
-		"duration_ms": m.now().Sub(start).Milliseconds()}
-	result := "error"
-	if res != nil {
+	m.auditProcess(ctx, owner, sb, "", argv, req.Cwd, res, start, sum, err)
+}
+
+// auditProcess records a process started in a sandbox in the audit log, as action
+// "exec": its command, working directory, how it ended (or "started", for a session or
+// terminal whose end the node does not see) and how long it took, with a checksum of
+// its output when the node saw all of it (sum), never the output. via says which kind
+// of process it was when not an exec: "session", "terminal" or "process".
+func (m *Manager) auditProcess(ctx context.Context, owner string, sb *store.Sandbox, via string, argv []string, cwd string,
+	res *agentproto.ExitResult, start time.Time, sum hash.Hash, err error) {
+	if m.auditLog == nil {
+		return
+	}
+	d := map[string]any{"argv": audit.ClipList(argv), "cwd": audit.Clip(cwd), "duration_ms": m.now().Sub(start).Milliseconds()}
+	if via != "" {
+		d["via"] = via
+	}
+	if sum != nil {
+		d["output_sha256"] = hex.EncodeToString(sum.Sum(nil))
+	}
+	result := "started"
+	switch {
+	case res != nil:
 		result, d["exit_code"] = res.State, res.ExitCode
-	} else if err != nil {
-		code, _ := errdefs.Code(err)
-		result = code
+	case err != nil:
+		result, _ = errdefs.Code(err)
+	case via == "process":
+		result = "detached" // its caller went; the process runs on
 	}
 	if actor, ok := ctx.Value(actorKey{}).(string); ok {
 		owner = actor // an administrator acting on another identity's sandbox
@@ -222,18 +225,14 @@ func AgentError(err error) (mapped error, ok bool) {
 	return nil, false
 }
 
-// AgentFailed turns a failed call on the client Agent returned into an API error, and
-// records a sandbox whose container has ended (as a failed exec does).
-func (m *Manager) AgentFailed(sb *store.Sandbox, err error) error { return m.agentFailed(sb, err) }
-
 // agentFailed turns a failed agent call into an API error, and notices a sandbox whose
 // container has ended.
 func (m *Manager) agentFailed(sb *store.Sandbox, err error) error {
 	if mapped, ok := AgentError(err); ok {
 		return mapped
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errdefs.ErrInvalidArgument) {
+		return err // nothing was asked of the sandbox (bad input is refused before it is sent)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

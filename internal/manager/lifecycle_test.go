@@ -49,7 +49,7 @@ func TestSuspendResumeGenerations(t *testing.T) {
 	}
 	m.Suspend(ctx, local, "a")
 	// A call that touches a suspended sandbox resumes it transparently.
-	if _, got, err = m.Agent(ctx, "local", "a"); err != nil || got.State != Running || got.Generation != 3 {
+	if _, got, err = m.agentOf(ctx, "local", "a"); err != nil || got.State != Running || got.Generation != 3 {
 		t.Fatalf("touch resume: %v; state %s generation %d; want running, 3", err, got.State, got.Generation)
 	}
 	m.Terminate(ctx, local, "a")
@@ -79,7 +79,7 @@ func TestIdleSuspendTTLAndLifetime(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		c.add(time.Minute)
 		m.Resolve(ctx, "local", "idle") // reading status is not activity
-		m.Agent(ctx, "local", "busy")   // inbound traffic is
+		m.agentOf(ctx, "local", "busy") // inbound traffic is
 		m.Sweep(ctx)
 	}
 	if got := state("idle"); got != Suspended {
@@ -89,7 +89,7 @@ func TestIdleSuspendTTLAndLifetime(t *testing.T) {
 		t.Errorf("busy sandbox = %s; want running", got)
 	}
 	c.add(3 * time.Minute) // past the 5m lifetime
-	m.Agent(ctx, "local", "busy")
+	m.agentOf(ctx, "local", "busy")
 	m.Sweep(ctx)
 	if got := state("short"); got != Terminated {
 		t.Errorf("sandbox past its max lifetime = %s; want terminated", got)

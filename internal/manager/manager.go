@@ -93,6 +93,9 @@ type Config struct {
 	// less than MinFreeStateDisk bytes free (statedisk.go).
 	StateDir         string
 	MinFreeStateDisk int64
+	// MaxFileUpload is the most bytes one file uploaded to a sandbox may have, through
+	// any plane (0: DefaultMaxFileUpload).
+	MaxFileUpload int64
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
@@ -118,6 +121,7 @@ func DefaultConfig() Config {
 		EventsPerSandbox:   100000,
 		EventMaxAge:        30 * 24 * time.Hour,
 		MinFreeStateDisk:   128 << 20,
+		MaxFileUpload:      DefaultMaxFileUpload,
 	}
 }
 
@@ -171,6 +175,9 @@ type Manager struct {
 func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
+	}
+	if cfg.MaxFileUpload <= 0 {
+		cfg.MaxFileUpload = DefaultMaxFileUpload
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{

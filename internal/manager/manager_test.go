@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -259,23 +260,23 @@ func TestInternalFailureKeepsItsCauseInTheLog(t *testing.T) {
 	}
 }
 
-// A sandbox found dead during a call on the client Agent gave (a session, a file, a
-// PTY) is recorded as a dead exec would be: suspended, with its event.
+// A sandbox found dead during a call a plane makes through Work (a session, a file, a
+// process) is recorded as a dead exec would be: suspended, with its event.
 func TestAgentCallNoticesADeadContainer(t *testing.T) {
 	m, fd, st := newTestManager(t)
 	ctx := context.Background()
 	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	cl, sb, err := m.Agent(ctx, "local", "a")
+	w, err := m.Work(ctx, "local", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sb := w.Sandbox()
 	fd.Stop(ctx, sb.ID)
-	_, callErr := cl.ListSessions(ctx)
-	err = m.AgentFailed(sb, callErr)
+	_, err = w.ListSessions(ctx)
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(errdefs.Message(err), "no longer running") {
-		t.Fatalf("AgentFailed = %v; want unavailable, no longer running", err)
+		t.Fatalf("ListSessions = %v; want unavailable, no longer running", err)
 	}
 	got, _ := st.GetSandbox(ctx, sb.ID)
 	if got.State != Suspended {
@@ -284,6 +285,27 @@ func TestAgentCallNoticesADeadContainer(t *testing.T) {
 	evs, _ := st.ListEvents(ctx, store.EventFilter{SandboxID: sb.ID})
 	if !slices.ContainsFunc(evs, func(ev *store.Event) bool { return ev.Type == "container_gone" }) {
 		t.Errorf("no container_gone event among %d events", len(evs))
+	}
+}
+
+// A call the agent client refuses before it reaches the sandbox (input past what one
+// call takes) is the caller's error, not the sandbox's: invalid, and the sandbox runs on.
+func TestWorkKeepsBadInputTheCallers(t *testing.T) {
+	m, _, st := newTestManager(t)
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Work(ctx, "local", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.ProcInput(ctx, 1, "", make([]byte, agentproto.MaxPayload+1))
+	if code, _ := errdefs.Code(err); code != "invalid_argument" || !strings.Contains(errdefs.Message(err), "more than one call takes") {
+		t.Errorf("input past one call's bound: %q (%s); want invalid_argument saying the bound", errdefs.Message(err), code)
+	}
+	if got, _ := st.GetSandbox(ctx, w.Sandbox().ID); got.State != Running {
+		t.Errorf("after refused input the sandbox is %s; want running", got.State)
 	}
 }
 

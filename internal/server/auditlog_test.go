@@ -165,3 +165,33 @@ func TestAuditRecordsAreClipped(t *testing.T) {
 		t.Errorf("the exec's record is %d bytes; want the long argument and the many arguments clipped", len(recs[0].Record))
 	}
 }
+
+// Every process started in a sandbox is in the audit log as an exec, whichever way it
+// started: a session and a terminal too, with their command and directory.
+func TestSessionsAndTerminalsAreAudited(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	c := n.Client
+	if _, err := c.Create(bg, api.CreateSandboxRequest{Name: "box"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSession(bg, "box", api.SessionRequest{Kind: "raw", Argv: []string{"sleep", "60"}, Cwd: "/tmp", Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	pty, err := c.PTY(bg, "box", 24, 80, []string{"/bin/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pty.Close()
+	got := map[string]auditEntry{}
+	for _, e := range auditEntries(t, c, client.AuditFilter{Action: "exec"}) {
+		via, _ := e.Detail["via"].(string)
+		got[via] = e
+	}
+	if e, ok := got["session"]; !ok || e.Result != "started" || e.Detail["cwd"] != "/tmp" ||
+		strings.Join(anyStrings(e.Detail["argv"]), " ") != "sleep 60" {
+		t.Errorf("the session's exec record: %+v (found %t)", e, ok)
+	}
+	if e, ok := got["terminal"]; !ok || e.Result != "started" || strings.Join(anyStrings(e.Detail["argv"]), " ") != "/bin/sh" {
+		t.Errorf("the terminal's exec record: %+v (found %t)", e, ok)
+	}
+}

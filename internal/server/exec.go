@@ -169,26 +169,15 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Invalid("unknown session kind %q; kinds are python, shell and raw", req.Kind)
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
-	if err != nil {
-		return err
-	}
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	if env, err = s.m.ProcessEnv(r.Context(), sb, env); err != nil {
-		return err
-	}
-	uid, gid, err := s.m.ImageUser(sb)
+	info, err := s.m.StartSession(r.Context(), s.scope(r), r.PathValue("ref"),
+		agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, Log: req.Background})
 	if err != nil {
 		return err
-	}
-	info, err := cl.StartSession(r.Context(), agentproto.SessionSpec{Kind: req.Kind, Argv: req.Argv, Env: env, Cwd: req.Cwd, UID: uid, GID: gid,
-		Log: req.Background})
-	if err != nil {
-		return s.m.AgentFailed(sb, err)
 	}
 	writeJSON(w, http.StatusCreated, apiSession(*info))
 	return nil
@@ -224,15 +213,12 @@ func (s *Server) sessionLogs(w http.ResponseWriter, r *http.Request) error {
 		}
 		follow = b
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
 	st := newStream(w)
-	res, err := cl.SessionLogs(r.Context(), r.PathValue("sid"), tail, follow, st.writer("stdout"), st.writer("stderr"))
-	if err != nil {
-		err = s.m.AgentFailed(sb, err)
-	}
+	res, err := wk.SessionLogs(r.Context(), r.PathValue("sid"), tail, follow, st.writer("stdout"), st.writer("stderr"))
 	var out *api.ExecResult
 	if res != nil {
 		out = &api.ExecResult{State: res.State, ExitCode: res.ExitCode}
@@ -241,13 +227,13 @@ func (s *Server) sessionLogs(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	list, err := cl.ListSessions(r.Context())
+	list, err := wk.ListSessions(r.Context())
 	if err != nil {
-		return s.m.AgentFailed(sb, err)
+		return err
 	}
 	out := api.SessionList{Sessions: []api.Session{}}
 	for _, i := range list {
@@ -262,26 +248,22 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
 	sid := r.PathValue("sid")
 	if req.Stream {
 		st := newStream(w)
-		res, err := cl.Send(r.Context(), sid, req.Input, st.writer("stdout"), st.writer("stderr"))
-		if err != nil {
-			err = s.m.AgentFailed(sb, err)
-		}
+		res, err := wk.Send(r.Context(), sid, req.Input, 0, st.writer("stdout"), st.writer("stderr"))
 		return st.finish(s, r, sendResult(res), err)
 	}
 	stdout, stderr := s.collectors()
 	defer stdout.release()
 	defer stderr.release()
-	cl.MaxRead = s.maxRead()
-	res, err := cl.Send(r.Context(), sid, req.Input, stdout, stderr)
+	res, err := wk.Send(r.Context(), sid, req.Input, s.maxRead(), stdout, stderr)
 	if err != nil {
-		return s.m.AgentFailed(sb, err)
+		return err
 	}
 	out := sendResult(res)
 	setOutput(out, stdout, stderr)
@@ -297,12 +279,12 @@ func sendResult(res *agentproto.SendResult) *api.ExecResult {
 }
 
 func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) error {
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	if err := cl.CloseSession(r.Context(), r.PathValue("sid")); err != nil {
-		return s.m.AgentFailed(sb, err)
+	if err := wk.CloseSession(r.Context(), r.PathValue("sid")); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

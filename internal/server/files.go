@@ -41,16 +41,16 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 			return errdefs.Invalid("invalid mode %q: use octal permission bits such as 0644 or 0755", ms)
 		}
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	if _, err := cl.Upload(r.Context(), p, uint32(mode), 0, 0, r.Body); err != nil {
-		return s.m.AgentFailed(sb, err)
+	if _, err := wk.Upload(r.Context(), p, uint32(mode), 0, 0, r.Body); err != nil {
+		return err
 	}
-	fi, err := cl.Stat(r.Context(), p)
+	fi, err := wk.Stat(r.Context(), p)
 	if err != nil {
-		return s.m.AgentFailed(sb, err)
+		return err
 	}
 	writeJSON(w, http.StatusCreated, toAPIFile(path.Dir(p), *fi))
 	return nil
@@ -61,14 +61,14 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
 	// Stat first so that a missing file or a directory is a clean error, not a cut body.
-	fi, err := cl.Stat(r.Context(), p)
+	fi, err := wk.Stat(r.Context(), p)
 	if err != nil {
-		return s.m.AgentFailed(sb, err)
+		return err
 	}
 	if fi.IsDir {
 		return errdefs.Invalid("%s is a directory; only files can be downloaded", p)
@@ -77,17 +77,17 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	tw := &trackingWriter{w: w}
 	if rng := r.Header.Get("Range"); rng != "" && !fi.IsSymlink {
 		// A link's size is not its target's, so a range of one is not offered.
-		return s.downloadRange(w, r, tw, cl, sb, p, rng, fi.Size)
+		return s.downloadRange(w, r, tw, wk, p, rng, fi.Size)
 	}
 	if !fi.IsSymlink {
 		// A link's size is not its target's; without a length the body simply ends.
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	}
-	if _, err := cl.Download(r.Context(), p, tw); err != nil {
+	if _, err := wk.Download(r.Context(), p, tw); err != nil {
 		if !tw.wrote {
 			w.Header().Del("Content-Length")
 			w.Header().Del("Content-Type")
-			return s.m.AgentFailed(sb, err)
+			return err
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
 	}
@@ -98,7 +98,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 // part, or 416 when the range starts past the end. One range only ("bytes=A-B",
 // "bytes=A-", "bytes=-N"); anything else is refused, not ignored, so a client never
 // mistakes a whole file for the part it asked for.
-func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *trackingWriter, cl fileReader, sb *manager.Sandbox, p, rng string, size int64) error {
+func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *trackingWriter, cl fileReader, p, rng string, size int64) error {
 	start, end, err := parseRange(rng, size)
 	if err != nil {
 		return err
@@ -120,11 +120,11 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 		}
 	}
 	if err == nil && !part.started {
-		err = fmt.Errorf("the agent sent none of bytes %d-%d of %s (the file changed?)", start, end, p)
+		err = errdefs.Unavailable("the sandbox sent none of bytes %d-%d of %s (the file changed?)", start, end, p)
 	}
 	if err != nil {
 		if !tw.wrote && !part.started {
-			return s.m.AgentFailed(sb, err)
+			return err
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
 	}
@@ -183,7 +183,7 @@ func (s *sectionWriter) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// fileReader is the part of a sandbox's agent client that reads files.
+// fileReader is the part of Work that reads files.
 type fileReader interface {
 	Download(ctx context.Context, path string, w io.Writer) (int64, error)
 	DownloadRange(ctx context.Context, path string, offset, length int64, w io.Writer) (int64, error)
@@ -245,12 +245,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	recursive := r.URL.Query().Get("recursive") == "true"
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	if err := cl.Remove(r.Context(), p, recursive); err != nil {
-		return s.m.AgentFailed(sb, err)
+	if err := wk.Remove(r.Context(), p, recursive); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -261,13 +261,13 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	list, err := cl.List(r.Context(), p)
+	list, err := wk.List(r.Context(), p)
 	if err != nil {
-		return s.m.AgentFailed(sb, err)
+		return err
 	}
 	out := api.FileList{Files: []api.FileInfo{}}
 	for _, fi := range list {
@@ -282,13 +282,13 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	fi, err := cl.Stat(r.Context(), p)
+	fi, err := wk.Stat(r.Context(), p)
 	if err != nil {
-		return s.m.AgentFailed(sb, err)
+		return err
 	}
 	writeJSON(w, http.StatusOK, toAPIFile(path.Dir(p), *fi))
 	return nil
@@ -299,12 +299,12 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
 	if err != nil {
 		return err
 	}
-	if err := cl.Mkdir(r.Context(), req.Path, req.Parents); err != nil {
-		return s.m.AgentFailed(sb, err)
+	if err := wk.Mkdir(r.Context(), req.Path, req.Parents, -1, -1); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -46,19 +46,9 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	if t := q.Get("term"); t != "" {
 		spec.Env = []string{"TERM=" + t}
 	}
-	cl, sb, err := s.m.Agent(r.Context(), s.scope(r), r.PathValue("ref"))
+	ac, err := s.m.OpenTerminal(r.Context(), s.scope(r), r.PathValue("ref"), spec)
 	if err != nil {
 		return err
-	}
-	if spec.Env, err = s.m.ProcessEnv(r.Context(), sb, spec.Env); err != nil {
-		return err
-	}
-	if spec.UID, spec.GID, err = s.m.ImageUser(sb); err != nil {
-		return err
-	}
-	ac, err := cl.OpenRaw(r.Context(), &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
-	if err != nil {
-		return s.m.AgentFailed(sb, err)
 	}
 	defer ac.Close()
 	hj, ok := w.(http.Hijacker)

@@ -11,8 +11,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -417,7 +415,7 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 		// The cause (a database error, a host path) goes to the log under an id the
 		// caller is given; an operation's failure already carries its operation's id.
 		if _, isOp := details["operation_id"]; !isOp {
-			id := newRequestID()
+			id := manager.NewRequestID()
 			msg = manager.InternalMessage("request", id)
 			details = map[string]any{"request_id": id}
 			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
@@ -426,13 +424,6 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	}
 	return status, api.Error{Code: code, Message: msg, Details: details}
-}
-
-// newRequestID names one failed request in the log and in its answer.
-func newRequestID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "req_" + hex.EncodeToString(b[:])
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/runtime/fake"
+	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
@@ -46,6 +47,9 @@ type FakeOptions struct {
 	Config func(*manager.Config)
 	// Logger, if set, is the node's log (default: errors only, to the test's log).
 	Logger *slog.Logger
+	// SecretDelivery delivers bound secrets to the node's processes, as a real node does;
+	// it mounts a tmpfs, so it needs root (the test is skipped without, failed in CI).
+	SecretDelivery bool
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -94,7 +98,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 		version = "test"
 	}
 	secrets := newSecrets(t, n.Store, dir)
-	n.Manager.SetSecrets(secrets, nil) // bindings are kept; delivery needs a tmpfs, so root
+	n.Manager.SetSecrets(secrets, n.secretDelivery(t, secrets, dir+"-secrets", opts.SecretDelivery, log))
 	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: secrets}, log)
 	n.Server = srv
 	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
@@ -108,6 +112,31 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 		n.Store.Close()
 	})
 	return n
+}
+
+// secretDelivery is the node's delivery of secrets when on: without it bindings are
+// kept but reach no sandbox (delivery needs a tmpfs, so root).
+func (n *FakeNode) secretDelivery(t testing.TB, secrets *secret.Service, dir string, on bool, log *slog.Logger) *secret.Delivery {
+	if !on {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		if InCI() {
+			t.Fatal("secret delivery needs root")
+		}
+		t.Skip("secret delivery needs root")
+	}
+	d, err := secret.NewDelivery(secrets, dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := secret.Unmount(dir); err != nil {
+			t.Errorf("unmount the secrets tmpfs: %v", err)
+		}
+		os.RemoveAll(dir)
+	})
+	return d
 }
 
 // Token is owner's bearer token (one of FakeOptions.Owners).
