@@ -16,11 +16,13 @@ done
 for p in "${pkgs[@]}"; do
   t="$bin/$(basename "$p").test"
   # Each runs in a directory of its own holding a copy of its package's testdata (golden
-  # files), as go test runs it in the package's directory.
-  dir="$bin/$(basename "$p").dir"
+  # files), as go test runs it in the package's directory, laid out as in the repository
+  # beside a copy of api/ (the documents the route tests read).
+  dir="$bin/tree/$p"
   mkdir -p "$dir"
   if [ -d "$p/testdata" ]; then cp -r "$p/testdata" "$dir/"; fi
-  chmod -R a+rX "$dir"
+  [ -d "$bin/tree/api" ] || cp -r api "$bin/tree/api"
+  chmod -R a+rX "$bin/tree"
   echo "rootless: $p"
   if [ "$(id -u)" = 0 ]; then
     (cd "$dir" && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$t" -test.count=1)
