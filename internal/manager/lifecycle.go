@@ -210,16 +210,15 @@ func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time
 		return nil, nil, errdefs.Invalid("a lifetime of %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
 	}
 	return m.lifecycleOpBody(ctx, call, ref, "lifetime", d.String(), func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+		if err := may(VerbLifetime, sb); err != nil {
+			return err
+		}
 		end := m.now().Add(d)
-		switch sb.State {
-		case Suspended:
-		case Running:
+		if sb.State == Running {
 			// Rounded up to the second, as the agent's start-up deadline is.
 			if err := m.agentClient(sb).SetLifetime(ctx, end.Add(time.Second-1)); err != nil {
 				return errdefs.Unavailable("sandbox %q: its agent did not take the new lifetime; nothing changed", sb.Name).WithCause(err)
 			}
-		default:
-			return errdefs.Precondition("sandbox %q is %s; only a running or suspended sandbox's lifetime can be changed", sb.Name, sb.State)
 		}
 		sb.ExpiresAt = end
 		if err := m.store.UpdateSandbox(ctx, sb); err != nil {

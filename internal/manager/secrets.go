@@ -40,8 +40,8 @@ func (m *Manager) BindSecret(ctx context.Context, owner, ref string, req secret.
 	if err != nil {
 		return nil, err
 	}
-	if sb.State == Terminated || sb.State == Terminating {
-		return nil, errdefs.Precondition("sandbox %q is terminated", sb.Name)
+	if err := may(VerbSecret, sb); err != nil {
+		return nil, err
 	}
 	pol, err := parsePolicy(sb.Network)
 	if err != nil {
