@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime/fake"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -110,5 +111,40 @@ func TestVerbsRefuseThroughTheTable(t *testing.T) {
 		if b, err := svc.BindingsOf(ctx, "local", sb.ID); err != nil || len(b) != 0 {
 			t.Errorf("a refused bind on a %s sandbox left bindings %v (%v)", state, b, err)
 		}
+	}
+}
+
+// undeletable is a fake driver whose Delete fails.
+type undeletable struct{ *fake.Driver }
+
+func (undeletable) Delete(context.Context, string) error { return errors.New("device busy") }
+
+// TestCreateRollbackMovesThroughTheStateMachine checks that a create whose resources
+// cannot be removed leaves a failed record by a move of the state machine, with its
+// state event, so that watchers and recovery see it.
+func TestCreateRollbackMovesThroughTheStateMachine(t *testing.T) {
+	fd := newFake(t)
+	m, st := newManagerWith(t, DefaultConfig(), undeletable{fd})
+	ctx := context.Background()
+	fd.FailNextStart(errors.New("runc exploded"))
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("create: %v; want unavailable", err)
+	}
+	list, err := st.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("records after a rollback that could not delete: %v (%v); want the one kept for recovery", list, err)
+	}
+	sb := list[0]
+	if sb.State != Failed || sb.Failure == "" {
+		t.Errorf("kept record: state %s, failure %q; want failed, saying why", sb.State, sb.Failure)
+	}
+	evs, err := st.ListEvents(ctx, store.EventFilter{SandboxID: sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs, func(e *store.Event) bool {
+		return e.Type == "state" && strings.Contains(string(e.Data), `"from":"creating"`) && strings.Contains(string(e.Data), `"to":"failed"`)
+	}) {
+		t.Errorf("no state event from creating to failed among %d events", len(evs))
 	}
 }
