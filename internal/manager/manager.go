@@ -221,9 +221,6 @@ func (m *Manager) Close() error {
 	return m.auditW.Close()
 }
 
-// Store returns the manager's store.
-func (m *Manager) Store() store.Store { return m.store }
-
 // Driver returns the driver of the node's default runtime.
 func (m *Manager) Driver() runtime.Driver { return m.drivers[m.defaultRuntime] }
 

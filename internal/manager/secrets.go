@@ -129,18 +129,6 @@ func (m *Manager) UnbindSecret(ctx context.Context, owner, ref, name, target str
 	return n, err
 }
 
-// SecretBindings lists the bindings of owner's secrets to a sandbox.
-func (m *Manager) SecretBindings(ctx context.Context, owner, ref string) ([]secret.Bound, error) {
-	if m.secrets == nil {
-		return nil, nil
-	}
-	sb, err := m.Resolve(ctx, owner, ref)
-	if err != nil {
-		return nil, err
-	}
-	return m.secrets.BindingsOf(ctx, owner, sb.ID)
-}
-
 // deliverSecrets readies a starting sandbox's secrets (running: one a restarted daemon
 // found running, which keeps the versions it was given) and returns the mounts of its
 // delivered files.
