@@ -241,7 +241,8 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	return attached()
 }
 
-// rollbackCreate removes every trace of a create that did not finish.
+// rollbackCreate removes every trace of a create that did not finish; when its
+// resources cannot be removed yet, it keeps the record, failed, for recovery to retry.
 func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

@@ -24,8 +24,9 @@ func (m *Manager) Resume(ctx context.Context, call Call, ref string) (*store.Ope
 	})
 }
 
-// lifecycleOp wraps one state change of an existing sandbox in a durable operation that
-// honours Idempotency-Key and If-Match.
+// lifecycleOp wraps one change of an existing sandbox (a move of its state, its ports,
+// its lifetime) in a durable operation that honours Idempotency-Key and If-Match; do runs
+// under the sandbox's lock on a fresh read of its record.
 func (m *Manager) lifecycleOp(ctx context.Context, call Call, ref, kind string, do func(context.Context, *store.Sandbox) error) (*store.Operation, *store.Sandbox, error) {
 	return m.lifecycleOpBody(ctx, call, ref, kind, nil, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
 		return do(ctx, sb)
@@ -119,7 +120,9 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	return m.setState(ctx, sb, Running, cause)
 }
 
-// ensureRunning resumes a suspended sandbox transparently for a call that touches it.
+// ensureRunning resumes a suspended sandbox transparently for a call that touches it,
+// finishing a suspend under way first; a sandbox the table does not let be used is
+// refused.
 func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
 	if err := may(VerbUse, sb); err != nil || sb.State == Running {
 		return sb, err

@@ -192,7 +192,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 // SetClock replaces the manager's clock (tests).
 func (m *Manager) SetClock(now func() time.Time) { m.now = now }
 
-// Start launches the background loops: activity flush and the timers.
+// Start launches the background loop: activity flush, the timers and event pruning.
 func (m *Manager) Start() {
 	m.wg.Add(1)
 	go func() {

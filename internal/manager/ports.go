@@ -80,7 +80,8 @@ func (m *Manager) ClosePort(ctx context.Context, call Call, ref string, port int
 type PortDialer func(ctx context.Context) (net.Conn, error)
 
 // OpenPort checks that sandboxID exposes port and that token opens it (unless public),
-// resumes the sandbox if it is suspended, and returns what connects to the port.
+// then that the sandbox may be used (VerbUse), resumes it if it is suspended, and
+// returns what connects to the port.
 func (m *Manager) OpenPort(ctx context.Context, sandboxID string, port int, token string) (PortDialer, error) {
 	sb, err := m.store.GetSandbox(ctx, sandboxID)
 	if err != nil {
