@@ -241,17 +241,19 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	return attached()
 }
 
-// rollbackCreate removes every trace of a create that did not finish.
+// rollbackCreate removes every trace of a create that did not finish; when its
+// resources cannot be removed yet, it keeps the record, failed, for recovery to retry.
 func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	m.detach(ctx, sb.ID)
 	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
 		m.log.Error("roll back create", "sandbox", sb.ID, "err", err)
-		// Keep the record so recovery retries the delete.
-		sb.State = Failed
+		// Keep the record, failed, so recovery retries the delete.
 		sb.Failure = "create failed and its resources could not be removed yet"
-		m.store.UpdateSandbox(ctx, sb)
+		if err := m.setState(ctx, sb, Failed, "create_failed"); err != nil {
+			m.log.Error("record a create that could not be rolled back", "sandbox", sb.ID, "err", err)
+		}
 		return
 	}
 	if err := m.store.DeleteSandbox(ctx, sb.ID); err != nil {

@@ -24,8 +24,9 @@ func (m *Manager) Resume(ctx context.Context, call Call, ref string) (*store.Ope
 	})
 }
 
-// lifecycleOp wraps one state change of an existing sandbox in a durable operation that
-// honours Idempotency-Key and If-Match.
+// lifecycleOp wraps one change of an existing sandbox (a move of its state, its ports,
+// its lifetime) in a durable operation that honours Idempotency-Key and If-Match; do runs
+// under the sandbox's lock on a fresh read of its record.
 func (m *Manager) lifecycleOp(ctx context.Context, call Call, ref, kind string, do func(context.Context, *store.Sandbox) error) (*store.Operation, *store.Sandbox, error) {
 	return m.lifecycleOpBody(ctx, call, ref, kind, nil, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
 		return do(ctx, sb)
@@ -119,7 +120,9 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	return m.setState(ctx, sb, Running, cause)
 }
 
-// ensureRunning resumes a suspended sandbox transparently for a call that touches it.
+// ensureRunning resumes a suspended sandbox transparently for a call that touches it,
+// finishing a suspend under way first; a sandbox the table does not let be used is
+// refused.
 func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
 	if err := may(VerbUse, sb); err != nil || sb.State == Running {
 		return sb, err
@@ -210,16 +213,15 @@ func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time
 		return nil, nil, errdefs.Invalid("a lifetime of %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
 	}
 	return m.lifecycleOpBody(ctx, call, ref, "lifetime", d.String(), func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+		if err := may(VerbLifetime, sb); err != nil {
+			return err
+		}
 		end := m.now().Add(d)
-		switch sb.State {
-		case Suspended:
-		case Running:
+		if sb.State == Running {
 			// Rounded up to the second, as the agent's start-up deadline is.
 			if err := m.agentClient(sb).SetLifetime(ctx, end.Add(time.Second-1)); err != nil {
 				return errdefs.Unavailable("sandbox %q: its agent did not take the new lifetime; nothing changed", sb.Name).WithCause(err)
 			}
-		default:
-			return errdefs.Precondition("sandbox %q is %s; only a running or suspended sandbox's lifetime can be changed", sb.Name, sb.State)
 		}
 		sb.ExpiresAt = end
 		if err := m.store.UpdateSandbox(ctx, sb); err != nil {

@@ -192,7 +192,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 // SetClock replaces the manager's clock (tests).
 func (m *Manager) SetClock(now func() time.Time) { m.now = now }
 
-// Start launches the background loops: activity flush and the timers.
+// Start launches the background loop: activity flush, the timers and event pruning.
 func (m *Manager) Start() {
 	m.wg.Add(1)
 	go func() {
@@ -220,9 +220,6 @@ func (m *Manager) Close() error {
 	m.wg.Wait()
 	return m.auditW.Close()
 }
-
-// Store returns the manager's store.
-func (m *Manager) Store() store.Store { return m.store }
 
 // Driver returns the driver of the node's default runtime.
 func (m *Manager) Driver() runtime.Driver { return m.drivers[m.defaultRuntime] }

@@ -20,13 +20,20 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// newFake is a fake driver in a directory of the test's own.
+// newFake is a fake driver in a directory of the test's own; the sandboxes the test left
+// running stop when it ends.
 func newFake(t *testing.T) *fake.Driver {
 	t.Helper()
 	d, err := fake.New(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ids, _ := d.List(context.Background())
+		for _, id := range ids {
+			d.Stop(context.Background(), id)
+		}
+	})
 	return d
 }
 
@@ -50,7 +57,9 @@ func newManagerWith(t *testing.T, cfg Config, drv runtime.Driver) (*Manager, sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(cfg, st, drv, imgs, nil), st
+	m := New(cfg, st, drv, imgs, nil)
+	t.Cleanup(func() { m.Close() })
+	return m, st
 }
 
 var local = Call{Owner: "local"}
@@ -171,6 +180,7 @@ func TestRecover(t *testing.T) {
 	}
 
 	m2 := New(DefaultConfig(), st, fd, m.images, nil)
+	t.Cleanup(func() { m2.Close() })
 	m2.SetClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
 	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
@@ -384,7 +394,9 @@ func TestRecoverReleasesInterruptedStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	drv.stopped = nil
-	if err := New(DefaultConfig(), st, drv, m.images, nil).Recover(ctx); err != nil {
+	m2 := New(DefaultConfig(), st, drv, m.images, nil)
+	t.Cleanup(func() { m2.Close() })
+	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(drv.stopped, ids[:1]) {

@@ -42,6 +42,7 @@ func TestOperationNotRecordedIsNotReportedSucceeded(t *testing.T) {
 	}
 	st := &opRecordFails{Store: inner}
 	m := New(DefaultConfig(), st, newFake(t), imgs, nil)
+	t.Cleanup(func() { m.Close() })
 	ctx := context.Background()
 	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,9 @@ func (m *Manager) ExposePort(ctx context.Context, call Call, ref string, port in
 func (m *Manager) ClosePort(ctx context.Context, call Call, ref string, port int) error {
 	_, _, err := m.lifecycleOpBody(ctx, call, ref, "close_port", map[string]any{"port": port},
 		func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
+			if err := may(VerbNetwork, sb); err != nil {
+				return err
+			}
 			i := slices.IndexFunc(sb.Ports, func(p store.Port) bool { return p.Port == port })
 			if i < 0 {
 				return errdefs.NotFound("port %d of sandbox %q is not exposed", port, sb.Name)
@@ -77,18 +80,23 @@ func (m *Manager) ClosePort(ctx context.Context, call Call, ref string, port int
 type PortDialer func(ctx context.Context) (net.Conn, error)
 
 // OpenPort checks that sandboxID exposes port and that token opens it (unless public),
-// resumes the sandbox if it is suspended, and returns what connects to the port.
+// then that the sandbox may be used (VerbUse), resumes it if it is suspended, and
+// returns what connects to the port.
 func (m *Manager) OpenPort(ctx context.Context, sandboxID string, port int, token string) (PortDialer, error) {
 	sb, err := m.store.GetSandbox(ctx, sandboxID)
 	if err != nil {
 		return nil, errdefs.NotFound("no such exposed port")
 	}
 	i := slices.IndexFunc(sb.Ports, func(p store.Port) bool { return p.Port == port })
-	if i < 0 || sb.State == Terminated {
+	if i < 0 {
 		return nil, errdefs.NotFound("no such exposed port")
 	}
 	if p := sb.Ports[i]; !p.Public && subtle.ConstantTimeCompare([]byte(p.Token), []byte(token)) != 1 {
 		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "this port needs its token (X-Airlock-Port-Token header or airlock_token query parameter)"}
+	}
+	// Only a caller the port admits hears the sandbox's state.
+	if err := may(VerbUse, sb); err != nil {
+		return nil, err
 	}
 	m.touch(sb.ID)
 	if sb, err = m.ensureRunning(ctx, sb); err != nil {

@@ -40,8 +40,8 @@ func (m *Manager) BindSecret(ctx context.Context, owner, ref string, req secret.
 	if err != nil {
 		return nil, err
 	}
-	if sb.State == Terminated || sb.State == Terminating {
-		return nil, errdefs.Precondition("sandbox %q is terminated", sb.Name)
+	if err := may(VerbSecret, sb); err != nil {
+		return nil, err
 	}
 	pol, err := parsePolicy(sb.Network)
 	if err != nil {
@@ -127,18 +127,6 @@ func (m *Manager) UnbindSecret(ctx context.Context, owner, ref, name, target str
 		m.event(sb, "secret", "unbound", map[string]any{"secret": name, "target": target})
 	}
 	return n, err
-}
-
-// SecretBindings lists the bindings of owner's secrets to a sandbox.
-func (m *Manager) SecretBindings(ctx context.Context, owner, ref string) ([]secret.Bound, error) {
-	if m.secrets == nil {
-		return nil, nil
-	}
-	sb, err := m.Resolve(ctx, owner, ref)
-	if err != nil {
-		return nil, err
-	}
-	return m.secrets.BindingsOf(ctx, owner, sb.ID)
 }
 
 // deliverSecrets readies a starting sandbox's secrets (running: one a restarted daemon

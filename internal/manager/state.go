@@ -69,7 +69,9 @@ const (
 	VerbSnapshot Verb = "snapshot"
 	VerbRestore  Verb = "restore"
 	VerbFork     Verb = "fork"
-	VerbNetwork  Verb = "network" // change its egress policy or its exposed ports
+	VerbNetwork  Verb = "network" // change its egress policy, expose or close a port
+	VerbLifetime Verb = "lifetime"
+	VerbSecret   Verb = "secret" // bind a secret to it
 )
 
 // precondition is from which states a verb may start, and what its refusal says.
@@ -90,6 +92,8 @@ var preconditions = map[Verb]precondition{
 	VerbRestore:  {from: []State{Suspended}, rule: "restore needs a suspended sandbox (suspend it first)", reason: "not_suspended"},
 	VerbFork:     {from: []State{Running, Suspended}, rule: "forks are of running or suspended sandboxes"},
 	VerbNetwork:  {from: []State{Creating, Running, Suspending, Suspended, Resuming, Failed}, rule: "a terminated sandbox has no network to change"},
+	VerbLifetime: {from: []State{Running, Suspended}, rule: "only a running or suspended sandbox's lifetime can be changed"},
+	VerbSecret:   {from: []State{Creating, Running, Suspending, Suspended, Resuming, Failed}, rule: "a terminating or terminated sandbox takes no new secrets"},
 }
 
 // may says whether verb may start on sb in its current state; the refusal is a failed

@@ -2,7 +2,6 @@ package server
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -66,9 +65,6 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	done := make(chan struct{}, 2)
 	go func() {
 		io.Copy(ac, rw) // client frames (buffered ones first) to the agent
-		if uc, ok := ac.(*net.UnixConn); ok {
-			uc.CloseWrite()
-		}
 		done <- struct{}{}
 	}()
 	go func() {
