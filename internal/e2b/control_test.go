@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	f.want("create team b", st, body, 201)
 
 	// list: metadata filter and pagination
-	q := "/v2/sandboxes?metadata=" + url.QueryEscape("team=a") + "&limit=2"
+	q := "/v2/sandboxes?metadata=" + url.QueryEscape("team=a") + "&limit=2&order=asc"
 	st, body, h := f.do("GET", q, alice, "")
 	f.want("list page 1", st, body, 200)
 	var page []struct {
@@ -181,6 +182,11 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	f.want("connect paused", st, body, 201)
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, `{"timeout":60}`)
 	f.want("connect running", st, body, 200)
+	var afterConnect struct{ EndAt time.Time }
+	_, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
+	if json.Unmarshal(body, &afterConnect); time.Until(afterConnect.EndAt) < 7000*time.Second {
+		t.Fatalf("a connect with a shorter timeout left the sandbox ending at %v, want its 2 h kept (%s)", afterConnect.EndAt, body)
+	}
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, ``)
 	f.want("connect (version 1) without a timeout", st, body, 400)
 	// Version 2's timeout is optional (300 s) and does not shorten a running sandbox's.
@@ -256,6 +262,8 @@ func TestControlPlaneRefusesBadInput(t *testing.T) {
 		{"bad limit", "GET", "/v2/sandboxes?limit=500", alice, "", 400},
 		{"bad state", "GET", "/v2/sandboxes?state=dead", alice, "", 400},
 		{"bad nextToken", "GET", "/v2/sandboxes?nextToken=zzz", alice, "", 400},
+		{"bad order", "GET", "/v2/sandboxes?order=sideways", alice, "", 400},
+		{"bad startedAfter", "GET", "/v2/sandboxes?startedAfter=yesterday", alice, "", 400},
 		{"unknown sandbox", "GET", "/sandboxes/sb_nosuch", alice, "", 404},
 		{"unknown route", "GET", "/nosuch", alice, "", 404},
 	} {
@@ -318,4 +326,66 @@ func TestControlPlaneNotServed(t *testing.T) {
 	}
 	st, body, _ = f.do("GET", "/templates", "", "")
 	f.want("a call not served, without a key", st, body, 401)
+}
+
+// TestControlPlaneListOrder: GET /v2/sandboxes lists newest first, as E2B does, and
+// takes order, startedAfter, startedBefore and template; its pages follow a cursor.
+func TestControlPlaneListOrder(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	var ids []string
+	var started []time.Time
+	for range 3 {
+		st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
+		f.want("create", st, body, 201)
+		var sb struct{ SandboxID string }
+		json.Unmarshal(body, &sb)
+		ids = append(ids, sb.SandboxID)
+		_, body, _ = f.do("GET", "/sandboxes/"+sb.SandboxID, alice, "")
+		var d struct{ StartedAt time.Time }
+		json.Unmarshal(body, &d)
+		started = append(started, d.StartedAt)
+		time.Sleep(5 * time.Millisecond)
+	}
+	list := func(q string) []string {
+		t.Helper()
+		st, body, _ := f.do("GET", "/v2/sandboxes"+q, alice, "")
+		f.want("list "+q, st, body, 200)
+		var l []struct{ SandboxID string }
+		json.Unmarshal(body, &l)
+		var out []string
+		for _, sb := range l {
+			out = append(out, sb.SandboxID)
+		}
+		return out
+	}
+	newest := []string{ids[2], ids[1], ids[0]}
+	for _, tc := range []struct {
+		q    string
+		want []string
+	}{
+		{"", newest},
+		{"?order=desc", newest},
+		{"?order=asc", ids},
+		{"?template=base", newest},
+		{"?template=python", nil},
+		{"?startedAfter=" + url.QueryEscape(started[0].Format(time.RFC3339Nano)), newest[:2]},
+		{"?startedBefore=" + url.QueryEscape(started[2].Format(time.RFC3339Nano)) + "&order=asc", ids[:2]},
+	} {
+		if got := list(tc.q); !slices.Equal(got, tc.want) {
+			t.Errorf("GET /v2/sandboxes%s = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+
+	// Pages follow the last sandbox of the page before: one made between pages does not
+	// push a sandbox already seen onto the next page.
+	st, body, h := f.do("GET", "/v2/sandboxes?limit=2", alice, "")
+	f.want("page 1", st, body, 200)
+	if !strings.Contains(string(body), ids[2]) || !strings.Contains(string(body), ids[1]) || h.Get("X-Next-Token") == "" {
+		t.Fatalf("page 1: %s (next %q)", body, h.Get("X-Next-Token"))
+	}
+	st, body, _ = f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
+	f.want("create between pages", st, body, 201)
+	if got := list("?limit=2&nextToken=" + h.Get("X-Next-Token")); !slices.Equal(got, ids[:1]) {
+		t.Errorf("page 2 = %v, want %v", got, ids[:1])
+	}
 }
