@@ -256,7 +256,7 @@ func TestControlPlaneRefusesBadInput(t *testing.T) {
 		{"timeout under the minimum", "POST", "/sandboxes", alice, `{"templateID":"base","timeout":5}`, 400},
 		{"bad metadata", "POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"bad key!":"x"}}`, 400},
 		{"bad env", "POST", "/sandboxes", alice, `{"templateID":"base","envVars":{"1X":"x"}}`, 400},
-		{"autoPause", "POST", "/sandboxes", alice, `{"templateID":"base","autoPause":true}`, 400},
+		{"autoPause with a timeout under the shortest idle window", "POST", "/sandboxes", alice, `{"templateID":"base","autoPause":true,"timeout":30}`, 400},
 		{"too large", "POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"a":"` + strings.Repeat("x", 1<<20) + `"}}`, 413},
 		{"not json", "POST", "/sandboxes", alice, `{`, 400},
 		{"bad limit", "GET", "/v2/sandboxes?limit=500", alice, "", 400},
@@ -388,4 +388,30 @@ func TestControlPlaneListOrder(t *testing.T) {
 	if got := list("?limit=2&nextToken=" + h.Get("X-Next-Token")); !slices.Equal(got, ids[:1]) {
 		t.Errorf("page 2 = %v, want %v", got, ids[:1])
 	}
+}
+
+// TestControlPlaneAutoPause: a sandbox created with autoPause is paused, not ended,
+// once it has gone its timeout without use, as E2B pauses it at its timeout.
+func TestControlPlaneAutoPause(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	st, body, _ := f.do("POST", "/v2/sandboxes", alice, `{"templateID":"base","autoPause":true,"timeout":120}`)
+	f.want("create with autoPause", st, body, 201)
+	var sb struct{ SandboxID string }
+	json.Unmarshal(body, &sb)
+	var d struct {
+		EndAt time.Time
+		State string
+	}
+	_, body, _ = f.do("GET", "/sandboxes/"+sb.SandboxID, alice, "")
+	if json.Unmarshal(body, &d); time.Until(d.EndAt) < time.Hour {
+		t.Fatalf("an autoPause sandbox ends at %v, want its timeout to pause it, not end it (%s)", d.EndAt, body)
+	}
+	f.node.Manager.SetClock(func() time.Time { return time.Now().Add(3 * time.Minute) })
+	f.node.Manager.Sweep(context.Background())
+	_, body, _ = f.do("GET", "/sandboxes/"+sb.SandboxID, alice, "")
+	if json.Unmarshal(body, &d); d.State != "paused" {
+		t.Fatalf("3 minutes without use past a 2-minute autoPause timeout the sandbox is %s, want paused (%s)", d.State, body)
+	}
+	st, body, _ = f.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", alice, `{"timeout":300}`)
+	f.want("connect resumes it", st, body, 201)
 }

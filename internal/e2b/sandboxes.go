@@ -148,8 +148,6 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 		return err
 	}
 	switch {
-	case req.AutoPause:
-		return errdefs.Invalid("autoPause is not supported: Airlock ends a sandbox when its timeout (maximum lifetime) is reached, and suspends it on its own after 10 minutes without calls; leave autoPause false")
 	case req.Network != nil:
 		return errdefs.Invalid("network is not supported here: set a sandbox's egress policy with Airlock's API (airlock network set); allow_internet_access is supported")
 	case req.MCP != nil:
@@ -179,12 +177,23 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 			}
 		}
 	}
-	if req.Timeout != nil {
-		d, err := timeout("timeout", *req.Timeout)
+	if req.Timeout != nil || req.AutoPause {
+		secs := int64(defaultConnectTimeout / time.Second) // E2B's default timeout
+		if req.Timeout != nil {
+			secs = *req.Timeout
+		}
+		d, err := timeout("timeout", secs)
 		if err != nil {
 			return err
 		}
-		cr.MaxLifetime = d.String()
+		if req.AutoPause {
+			// E2B pauses such a sandbox at its timeout instead of ending it: here it
+			// is suspended once it has gone that long without calls or traffic, and
+			// ends at the node's default lifetime.
+			cr.IdleSuspend = d.String()
+		} else {
+			cr.MaxLifetime = d.String()
+		}
 	}
 	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
 		cr.Network = &manager.NetworkPolicy{Mode: "deny_all"}
@@ -201,7 +210,8 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 func fieldNames(err error) error {
 	var e *errdefs.Error
 	if errors.As(err, &e) && errors.Is(err, errdefs.ErrInvalidArgument) {
-		r := strings.NewReplacer("max_lifetime", "timeout (the sandbox's maximum lifetime)", "label", "metadata", "environment variable", "envVars entry")
+		r := strings.NewReplacer("max_lifetime", "timeout (the sandbox's maximum lifetime)",
+			"idle_suspend", "timeout with autoPause (how long without calls before the sandbox is paused)", "label", "metadata", "environment variable", "envVars entry")
 		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: r.Replace(e.Msg), Cause: err}
 	}
 	return err
@@ -369,7 +379,7 @@ func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // wake sets a paused sandbox's lifetime (when asked) and resumes it.
 func (c *Control) wake(r *http.Request, p *auth.Principal, sb *manager.Sandbox, req resumeBody) (*manager.Sandbox, error) {
 	if req.AutoPause {
-		return nil, errdefs.Invalid("autoPause is not supported: Airlock ends a sandbox when its timeout is reached; leave autoPause false")
+		return nil, errdefs.Invalid("autoPause can only be set at create (it pauses a sandbox after its timeout without calls); a resumed sandbox keeps what it was created with, so leave autoPause false")
 	}
 	if req.Timeout != nil {
 		d, err := timeout("timeout", *req.Timeout)
