@@ -292,7 +292,6 @@ func TestControlPlaneNotServed(t *testing.T) {
 		{"GET", "/sandboxes/metrics", "airlock events"},
 		{"GET", "/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
 		{"GET", "/v2/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
-		{"PUT", "/sandboxes/" + sb.SandboxID + "/network", "airlock network set"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/refreshes", "setTimeout"},
 		{"GET", "/templates", "airlock image"},
 		{"GET", "/templates/base/tags", "airlock image"},
@@ -414,4 +413,66 @@ func TestControlPlaneAutoPause(t *testing.T) {
 	}
 	st, body, _ = f.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", alice, `{"timeout":300}`)
 	f.want("connect resumes it", st, body, 201)
+}
+
+// TestControlPlaneNetwork: network at create and updateNetwork set the sandbox's
+// egress policy; what Airlock's policy cannot say is refused and changes nothing.
+func TestControlPlaneNetwork(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	policy := func(id string) manager.NetworkPolicy {
+		t.Helper()
+		sb, err := f.node.Manager.Resolve(context.Background(), "alice", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.Network
+	}
+	create := func(body string) string {
+		t.Helper()
+		st, b, _ := f.do("POST", "/v2/sandboxes", alice, body)
+		f.want("create "+body, st, b, 201)
+		var sb struct{ SandboxID string }
+		json.Unmarshal(b, &sb)
+		return sb.SandboxID
+	}
+	id := create(`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["api.example.com","1.2.3.4","8.8.0.0/16"],"allowPublicTraffic":false}}`)
+	if got := policy(id); got.Mode != "allowlist" || !slices.Equal(got.Allow, []string{"api.example.com", "1.2.3.4/32", "8.8.0.0/16"}) {
+		t.Errorf("allowOut with denyOut all: policy %+v", got)
+	}
+	if got := policy(create(`{"network":{"denyOut":["0.0.0.0/0"]}}`)); got.Mode != "deny_all" {
+		t.Errorf("denyOut all: policy %+v", got)
+	}
+
+	for _, body := range []string{
+		`{"network":{"denyOut":["10.0.0.0/8"]}}`,
+		`{"network":{"allowPublicTraffic":true}}`,
+		`{"network":{"maskRequestHost":"localhost:${PORT}"}}`,
+		`{"network":{"allowOut":["not a host"]}}`,
+	} {
+		st, b, _ := f.do("POST", "/v2/sandboxes", alice, body)
+		f.want("create "+body, st, b, 400)
+	}
+
+	st, b, _ := f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"allowOut":["pypi.org"],"denyOut":["0.0.0.0/0"]}`)
+	f.want("updateNetwork", st, b, 204)
+	if got := policy(id); got.Mode != "allowlist" || !slices.Equal(got.Allow, []string{"pypi.org"}) {
+		t.Errorf("after updateNetwork: policy %+v", got)
+	}
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"allow_internet_access":false}`)
+	f.want("updateNetwork deny", st, b, 204)
+	if got := policy(id); got.Mode != "deny_all" {
+		t.Errorf("after allow_internet_access false: policy %+v", got)
+	}
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"denyOut":["1.1.1.1"]}`)
+	f.want("updateNetwork with a denyOut it cannot map", st, b, 400)
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{}`)
+	f.want("updateNetwork naming nothing", st, b, 400)
+	if got := policy(id); got.Mode != "deny_all" {
+		t.Errorf("a refused update changed the policy to %+v", got)
+	}
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"allow_internet_access":true}`)
+	f.want("updateNetwork allow", st, b, 204)
+	if got := policy(id); got.Mode != manager.DefaultNetwork.Mode {
+		t.Errorf("after allow_internet_access true: policy %+v, want the default %s", got, manager.DefaultNetwork.Mode)
+	}
 }

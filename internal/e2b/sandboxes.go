@@ -31,7 +31,7 @@ type newSandbox struct {
 	AutoResume          *struct{}         `json:"autoResume"` // Airlock resumes a paused sandbox on use anyway
 	Secure              bool              `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             map[string]any    `json:"network"`
+	Network             *networkConfig    `json:"network"`
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	MCP                 map[string]any    `json:"mcp"`
@@ -148,8 +148,6 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 		return err
 	}
 	switch {
-	case req.Network != nil:
-		return errdefs.Invalid("network is not supported here: set a sandbox's egress policy with Airlock's API (airlock network set); allow_internet_access is supported")
 	case req.MCP != nil:
 		return errdefs.Invalid("mcp is not supported by Airlock")
 	case len(req.VolumeMounts) > 0:
@@ -195,8 +193,18 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 			cr.MaxLifetime = d.String()
 		}
 	}
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+	denyAll := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
+	if denyAll {
 		cr.Network = &manager.NetworkPolicy{Mode: "deny_all"}
+	}
+	if req.Network != nil {
+		pol, err := req.Network.egressPolicy(denyAll)
+		if err != nil {
+			return err
+		}
+		if pol != nil {
+			cr.Network = pol
+		}
 	}
 	_, sb, err := c.m.Create(r.Context(), call(p), cr)
 	if err != nil {
