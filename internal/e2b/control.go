@@ -2,7 +2,8 @@
 // call to create, list, pause, resume, fork, snapshot and kill sandboxes (point them at
 // it with E2B_API_URL). It maps each E2B call onto manager calls — a template is an
 // Airlock image, the timeout is the sandbox's maximum lifetime, metadata are labels,
-// pause is suspend, resume and connect are resume, kill is terminate, fork is fork, a
+// pause is suspend, resume and connect are resume, autoPause is idle suspension, network
+// is the egress policy (network.go), kill is terminate, fork is fork, a
 // snapshot is a snapshot and a template to create from (snapshots.go) — and answers in
 // E2B's shapes, errors included ({"code": <HTTP status>, "message": "..."}). What Airlock
 // cannot do the E2B way is refused with a message saying what Airlock does instead:
