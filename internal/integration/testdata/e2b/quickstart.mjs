@@ -200,6 +200,10 @@ async function main() {
     expectEqual((await fork.getInfo()).metadata, { suite: 'quickstart', run }, `${fork.sandboxId}: getInfo().metadata`)
   }
 
+  step('Sandbox.list() lists newest first')
+  expectEqual((await listed()).map((s) => s.sandboxId), [others[1].sandboxId, others[0].sandboxId, sandbox.sandboxId],
+    'Sandbox.list(): the forks, then their source')
+
   step('a fork is its own sandbox: what it writes the source does not see')
   await others[0].files.write(`fork-only-${run}.txt`, 'fork only\n')
   expectEqual(await sandbox.files.exists(`fork-only-${run}.txt`), false, `exists fork-only-${run}.txt in the source`)
@@ -240,6 +244,10 @@ async function main() {
   const metrics = await expectThrow(sandbox.getMetrics(), SandboxError, 'getMetrics()')
   expect(!(metrics instanceof NotFoundError) && metrics.message.startsWith('501: '),
     `getMetrics(): ${metrics.constructor.name}: ${metrics.message}, want a SandboxError with 501`)
+
+  step('updateNetwork sets the egress policy')
+  await sandbox.updateNetwork({ denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org'] })
+  await sandbox.updateNetwork({ allowInternetAccess: true })
 
   step('write a file in the home directory (a relative path), pause')
   const home = (await sandbox.commands.run('echo -n "$HOME"')).stdout
