@@ -2,7 +2,8 @@
 // call to create, list, pause, resume, fork, snapshot and kill sandboxes (point them at
 // it with E2B_API_URL). It maps each E2B call onto manager calls — a template is an
 // Airlock image, the timeout is the sandbox's maximum lifetime, metadata are labels,
-// pause is suspend, resume and connect are resume, kill is terminate, fork is fork, a
+// pause is suspend, resume and connect are resume, autoPause is idle suspension, network
+// is the egress policy (network.go), kill is terminate, fork is fork, a
 // snapshot is a snapshot and a template to create from (snapshots.go) — and answers in
 // E2B's shapes, errors included ({"code": <HTTP status>, "message": "..."}). What Airlock
 // cannot do the E2B way is refused with a message saying what Airlock does instead:
@@ -118,6 +119,7 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 		{"GET /sandboxes/{id}", auth.SandboxRead, c.get},
 		{"DELETE /sandboxes/{id}", auth.SandboxCreate, c.kill},
 		{"POST /sandboxes/{id}/timeout", auth.SandboxCreate, c.setTimeout},
+		{"PUT /sandboxes/{id}/network", auth.SandboxNetwork, c.updateNetwork},
 		{"POST /sandboxes/{id}/pause", auth.SandboxCreate, c.pause},
 		{"POST /sandboxes/{id}/resume", auth.SandboxCreate, c.resume},
 		{"POST /sandboxes/{id}/connect", auth.SandboxCreate, c.connect},
@@ -158,8 +160,6 @@ var notServed = []struct {
 		"sandbox metrics are not kept; Airlock's API shows a sandbox's limits (airlock get) and the limits it hits (airlock events)"},
 	{[]string{"/sandboxes/{id}/logs", "/v2/sandboxes/{id}/logs"},
 		"sandbox logs are not kept; Airlock's API shows a sandbox's events (airlock events) and a background process's output (airlock logs), and commands.run streams a command's output"},
-	{[]string{"/sandboxes/{id}/network"},
-		"set a sandbox's egress policy with Airlock's API (airlock network set); allow_internet_access at create is supported"},
 	{[]string{"/sandboxes/{id}/refreshes"},
 		"extend a sandbox's lifetime with setTimeout (POST /sandboxes/{id}/timeout)"},
 	{[]string{"/templates", "/templates/", "/v2/templates", "/v2/templates/", "/v3/templates", "/v3/templates/"},

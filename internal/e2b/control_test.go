@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	f.want("create team b", st, body, 201)
 
 	// list: metadata filter and pagination
-	q := "/v2/sandboxes?metadata=" + url.QueryEscape("team=a") + "&limit=2"
+	q := "/v2/sandboxes?metadata=" + url.QueryEscape("team=a") + "&limit=2&order=asc"
 	st, body, h := f.do("GET", q, alice, "")
 	f.want("list page 1", st, body, 200)
 	var page []struct {
@@ -181,6 +182,11 @@ func TestControlPlaneLifecycle(t *testing.T) {
 	f.want("connect paused", st, body, 201)
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, `{"timeout":60}`)
 	f.want("connect running", st, body, 200)
+	var afterConnect struct{ EndAt time.Time }
+	_, body, _ = f.do("GET", "/sandboxes/"+id, alice, "")
+	if json.Unmarshal(body, &afterConnect); time.Until(afterConnect.EndAt) < 7000*time.Second {
+		t.Fatalf("a connect with a shorter timeout left the sandbox ending at %v, want its 2 h kept (%s)", afterConnect.EndAt, body)
+	}
 	st, body, _ = f.do("POST", "/sandboxes/"+id+"/connect", alice, ``)
 	f.want("connect (version 1) without a timeout", st, body, 400)
 	// Version 2's timeout is optional (300 s) and does not shorten a running sandbox's.
@@ -250,12 +256,14 @@ func TestControlPlaneRefusesBadInput(t *testing.T) {
 		{"timeout under the minimum", "POST", "/sandboxes", alice, `{"templateID":"base","timeout":5}`, 400},
 		{"bad metadata", "POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"bad key!":"x"}}`, 400},
 		{"bad env", "POST", "/sandboxes", alice, `{"templateID":"base","envVars":{"1X":"x"}}`, 400},
-		{"autoPause", "POST", "/sandboxes", alice, `{"templateID":"base","autoPause":true}`, 400},
+		{"autoPause with a timeout under the shortest idle window", "POST", "/sandboxes", alice, `{"templateID":"base","autoPause":true,"timeout":30}`, 400},
 		{"too large", "POST", "/sandboxes", alice, `{"templateID":"base","metadata":{"a":"` + strings.Repeat("x", 1<<20) + `"}}`, 413},
 		{"not json", "POST", "/sandboxes", alice, `{`, 400},
 		{"bad limit", "GET", "/v2/sandboxes?limit=500", alice, "", 400},
 		{"bad state", "GET", "/v2/sandboxes?state=dead", alice, "", 400},
 		{"bad nextToken", "GET", "/v2/sandboxes?nextToken=zzz", alice, "", 400},
+		{"bad order", "GET", "/v2/sandboxes?order=sideways", alice, "", 400},
+		{"bad startedAfter", "GET", "/v2/sandboxes?startedAfter=yesterday", alice, "", 400},
 		{"unknown sandbox", "GET", "/sandboxes/sb_nosuch", alice, "", 404},
 		{"unknown route", "GET", "/nosuch", alice, "", 404},
 	} {
@@ -284,7 +292,6 @@ func TestControlPlaneNotServed(t *testing.T) {
 		{"GET", "/sandboxes/metrics", "airlock events"},
 		{"GET", "/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
 		{"GET", "/v2/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
-		{"PUT", "/sandboxes/" + sb.SandboxID + "/network", "airlock network set"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/refreshes", "setTimeout"},
 		{"GET", "/templates", "airlock image"},
 		{"GET", "/templates/base/tags", "airlock image"},
@@ -318,4 +325,154 @@ func TestControlPlaneNotServed(t *testing.T) {
 	}
 	st, body, _ = f.do("GET", "/templates", "", "")
 	f.want("a call not served, without a key", st, body, 401)
+}
+
+// TestControlPlaneListOrder: GET /v2/sandboxes lists newest first, as E2B does, and
+// takes order, startedAfter, startedBefore and template; its pages follow a cursor.
+func TestControlPlaneListOrder(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	var ids []string
+	var started []time.Time
+	for range 3 {
+		st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
+		f.want("create", st, body, 201)
+		var sb struct{ SandboxID string }
+		json.Unmarshal(body, &sb)
+		ids = append(ids, sb.SandboxID)
+		_, body, _ = f.do("GET", "/sandboxes/"+sb.SandboxID, alice, "")
+		var d struct{ StartedAt time.Time }
+		json.Unmarshal(body, &d)
+		started = append(started, d.StartedAt)
+		time.Sleep(5 * time.Millisecond)
+	}
+	list := func(q string) []string {
+		t.Helper()
+		st, body, _ := f.do("GET", "/v2/sandboxes"+q, alice, "")
+		f.want("list "+q, st, body, 200)
+		var l []struct{ SandboxID string }
+		json.Unmarshal(body, &l)
+		var out []string
+		for _, sb := range l {
+			out = append(out, sb.SandboxID)
+		}
+		return out
+	}
+	newest := []string{ids[2], ids[1], ids[0]}
+	for _, tc := range []struct {
+		q    string
+		want []string
+	}{
+		{"", newest},
+		{"?order=desc", newest},
+		{"?order=asc", ids},
+		{"?template=base", newest},
+		{"?template=python", nil},
+		{"?startedAfter=" + url.QueryEscape(started[0].Format(time.RFC3339Nano)), newest[:2]},
+		{"?startedBefore=" + url.QueryEscape(started[2].Format(time.RFC3339Nano)) + "&order=asc", ids[:2]},
+	} {
+		if got := list(tc.q); !slices.Equal(got, tc.want) {
+			t.Errorf("GET /v2/sandboxes%s = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+
+	// Pages follow the last sandbox of the page before: one made between pages does not
+	// push a sandbox already seen onto the next page.
+	st, body, h := f.do("GET", "/v2/sandboxes?limit=2", alice, "")
+	f.want("page 1", st, body, 200)
+	if !strings.Contains(string(body), ids[2]) || !strings.Contains(string(body), ids[1]) || h.Get("X-Next-Token") == "" {
+		t.Fatalf("page 1: %s (next %q)", body, h.Get("X-Next-Token"))
+	}
+	st, body, _ = f.do("POST", "/sandboxes", alice, `{"templateID":"base"}`)
+	f.want("create between pages", st, body, 201)
+	if got := list("?limit=2&nextToken=" + h.Get("X-Next-Token")); !slices.Equal(got, ids[:1]) {
+		t.Errorf("page 2 = %v, want %v", got, ids[:1])
+	}
+}
+
+// TestControlPlaneAutoPause: a sandbox created with autoPause is paused, not ended,
+// once it has gone its timeout without use, as E2B pauses it at its timeout.
+func TestControlPlaneAutoPause(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	st, body, _ := f.do("POST", "/v2/sandboxes", alice, `{"templateID":"base","autoPause":true,"timeout":120}`)
+	f.want("create with autoPause", st, body, 201)
+	var sb struct{ SandboxID string }
+	json.Unmarshal(body, &sb)
+	var d struct {
+		EndAt time.Time
+		State string
+	}
+	_, body, _ = f.do("GET", "/sandboxes/"+sb.SandboxID, alice, "")
+	if json.Unmarshal(body, &d); time.Until(d.EndAt) < time.Hour {
+		t.Fatalf("an autoPause sandbox ends at %v, want its timeout to pause it, not end it (%s)", d.EndAt, body)
+	}
+	f.node.Manager.SetClock(func() time.Time { return time.Now().Add(3 * time.Minute) })
+	f.node.Manager.Sweep(context.Background())
+	_, body, _ = f.do("GET", "/sandboxes/"+sb.SandboxID, alice, "")
+	if json.Unmarshal(body, &d); d.State != "paused" {
+		t.Fatalf("3 minutes without use past a 2-minute autoPause timeout the sandbox is %s, want paused (%s)", d.State, body)
+	}
+	st, body, _ = f.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", alice, `{"timeout":300}`)
+	f.want("connect resumes it", st, body, 201)
+}
+
+// TestControlPlaneNetwork: network at create and updateNetwork set the sandbox's
+// egress policy; what Airlock's policy cannot say is refused and changes nothing.
+func TestControlPlaneNetwork(t *testing.T) {
+	f, alice, _ := newFixture(t)
+	policy := func(id string) manager.NetworkPolicy {
+		t.Helper()
+		sb, err := f.node.Manager.Resolve(context.Background(), "alice", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.Network
+	}
+	create := func(body string) string {
+		t.Helper()
+		st, b, _ := f.do("POST", "/v2/sandboxes", alice, body)
+		f.want("create "+body, st, b, 201)
+		var sb struct{ SandboxID string }
+		json.Unmarshal(b, &sb)
+		return sb.SandboxID
+	}
+	id := create(`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"],"allowOut":["api.example.com","1.2.3.4","8.8.0.0/16"],"allowPublicTraffic":false}}`)
+	if got := policy(id); got.Mode != "allowlist" || !slices.Equal(got.Allow, []string{"api.example.com", "1.2.3.4/32", "8.8.0.0/16"}) {
+		t.Errorf("allowOut with denyOut all: policy %+v", got)
+	}
+	if got := policy(create(`{"network":{"denyOut":["0.0.0.0/0"]}}`)); got.Mode != "deny_all" {
+		t.Errorf("denyOut all: policy %+v", got)
+	}
+
+	for _, body := range []string{
+		`{"network":{"denyOut":["10.0.0.0/8"]}}`,
+		`{"network":{"allowPublicTraffic":true}}`,
+		`{"network":{"maskRequestHost":"localhost:${PORT}"}}`,
+		`{"network":{"allowOut":["not a host"]}}`,
+	} {
+		st, b, _ := f.do("POST", "/v2/sandboxes", alice, body)
+		f.want("create "+body, st, b, 400)
+	}
+
+	st, b, _ := f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"allowOut":["pypi.org"],"denyOut":["0.0.0.0/0"]}`)
+	f.want("updateNetwork", st, b, 204)
+	if got := policy(id); got.Mode != "allowlist" || !slices.Equal(got.Allow, []string{"pypi.org"}) {
+		t.Errorf("after updateNetwork: policy %+v", got)
+	}
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"allow_internet_access":false}`)
+	f.want("updateNetwork deny", st, b, 204)
+	if got := policy(id); got.Mode != "deny_all" {
+		t.Errorf("after allow_internet_access false: policy %+v", got)
+	}
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"denyOut":["1.1.1.1"]}`)
+	f.want("updateNetwork with a denyOut it cannot map", st, b, 400)
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{}`)
+	f.want("updateNetwork naming nothing", st, b, 400)
+	if got := policy(id); got.Mode != "deny_all" {
+		t.Errorf("a refused update changed the policy to %+v", got)
+	}
+	st, b, _ = f.do("PUT", "/sandboxes/"+id+"/network", alice, `{"allow_internet_access":true}`)
+	f.want("updateNetwork allow", st, b, 204)
+	if got := policy(id); got.Mode != manager.DefaultNetwork.Mode {
+		t.Errorf("after allow_internet_access true: policy %+v, want the default %s", got, manager.DefaultNetwork.Mode)
+	}
 }

@@ -274,20 +274,22 @@ const maxSignatureKeys = 256
 // validSignature checks a signed /files URL: signature is "v1_" and the unpadded
 // base64 SHA-256 of "path:operation:user:token[:expiration]", operation "read" for GET
 // and "write" for POST; an expiration (Unix seconds) must not have passed. The token
-// is the envd access token of one of the owner's valid API keys.
+// is the envd access token of one of the owner's valid API keys. A valid signature
+// past its expiration is refused as envd refuses it ("signature is already expired");
+// any other is refused without saying why, so that a forger learns nothing.
 func (c *Control) validSignature(r *http.Request, sb *manager.Sandbox) (string, bool, error) {
 	q := r.URL.Query()
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	suffix := ""
+	suffix, expired := "", false
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil || time.Now().Unix() > n {
+		if err != nil {
 			return "", false, nil
 		}
-		suffix = ":" + exp
+		suffix, expired = ":"+exp, time.Now().Unix() > n
 	}
 	keys, err := c.opts.Auth.LiveTokens(r.Context(), sb.Owner)
 	if err != nil {
@@ -298,6 +300,9 @@ func (c *Control) validSignature(r *http.Request, sb *manager.Sandbox) (string, 
 		raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + c.tokenFor("envd", sb.ID, sb.Owner, key) + suffix
 		sum := sha256.Sum256([]byte(raw))
 		if hmac.Equal(got, []byte("v1_"+base64.RawStdEncoding.EncodeToString(sum[:]))) {
+			if expired {
+				return "", false, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "signature is already expired"}
+			}
 			return key, true, nil
 		}
 	}

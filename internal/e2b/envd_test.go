@@ -450,9 +450,18 @@ func TestEnvdSignedURL(t *testing.T) {
 		"other path":      {"path": {"/etc/passwd"}, "signature": {signature("/tmp/s.txt", "read", "", f.token, 0)}},
 		"traffic token":   {"path": {"/tmp/s.txt"}, "signature": {signature("/tmp/s.txt", "read", "", f.traffic, 0)}},
 	} {
-		if st, body := get(q); st != 401 {
+		st, body := get(q)
+		if st != 401 {
 			t.Errorf("%s: %d %q, want 401", name, st, body)
 		}
+		// As envd answers: an expired signature says so; a wrong one does not.
+		if expired := strings.Contains(body, "signature is already expired"); expired != (name == "expired") {
+			t.Errorf("%s: %q", name, body)
+		}
+	}
+	forged := url.Values{"path": {"/tmp/s.txt"}, "signature": {"v1_forged"}, "signature_expiration": {fmt.Sprint(past)}}
+	if st, body := get(forged); st != 401 || strings.Contains(body, "expired") {
+		t.Errorf("a forged signature past its expiration: %d %q, want 401 without saying it expired", st, body)
 	}
 }
 

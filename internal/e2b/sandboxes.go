@@ -31,7 +31,7 @@ type newSandbox struct {
 	AutoResume          *struct{}         `json:"autoResume"` // Airlock resumes a paused sandbox on use anyway
 	Secure              bool              `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             map[string]any    `json:"network"`
+	Network             *networkConfig    `json:"network"`
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	MCP                 map[string]any    `json:"mcp"`
@@ -148,10 +148,6 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 		return err
 	}
 	switch {
-	case req.AutoPause:
-		return errdefs.Invalid("autoPause is not supported: Airlock ends a sandbox when its timeout (maximum lifetime) is reached, and suspends it on its own after 10 minutes without calls; leave autoPause false")
-	case req.Network != nil:
-		return errdefs.Invalid("network is not supported here: set a sandbox's egress policy with Airlock's API (airlock network set); allow_internet_access is supported")
 	case req.MCP != nil:
 		return errdefs.Invalid("mcp is not supported by Airlock")
 	case len(req.VolumeMounts) > 0:
@@ -179,15 +175,36 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 			}
 		}
 	}
-	if req.Timeout != nil {
-		d, err := timeout("timeout", *req.Timeout)
+	if req.Timeout != nil || req.AutoPause {
+		secs := int64(defaultConnectTimeout / time.Second) // E2B's default timeout
+		if req.Timeout != nil {
+			secs = *req.Timeout
+		}
+		d, err := timeout("timeout", secs)
 		if err != nil {
 			return err
 		}
-		cr.MaxLifetime = d.String()
+		if req.AutoPause {
+			// E2B pauses such a sandbox at its timeout instead of ending it: here it
+			// is suspended once it has gone that long without calls or traffic, and
+			// ends at the node's default lifetime.
+			cr.IdleSuspend = d.String()
+		} else {
+			cr.MaxLifetime = d.String()
+		}
 	}
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
+	denyAll := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
+	if denyAll {
 		cr.Network = &manager.NetworkPolicy{Mode: "deny_all"}
+	}
+	if req.Network != nil {
+		pol, err := req.Network.egressPolicy(denyAll)
+		if err != nil {
+			return err
+		}
+		if pol != nil {
+			cr.Network = pol
+		}
 	}
 	_, sb, err := c.m.Create(r.Context(), call(p), cr)
 	if err != nil {
@@ -201,7 +218,8 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 func fieldNames(err error) error {
 	var e *errdefs.Error
 	if errors.As(err, &e) && errors.Is(err, errdefs.ErrInvalidArgument) {
-		r := strings.NewReplacer("max_lifetime", "timeout (the sandbox's maximum lifetime)", "label", "metadata", "environment variable", "envVars entry")
+		r := strings.NewReplacer("max_lifetime", "timeout (the sandbox's maximum lifetime)",
+			"idle_suspend", "timeout with autoPause (how long without calls before the sandbox is paused)", "label", "metadata", "environment variable", "envVars entry")
 		return &errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: r.Replace(e.Msg), Cause: err}
 	}
 	return err
@@ -322,23 +340,22 @@ func (c *Control) resume(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	return nil
 }
 
-// connect resumes a paused sandbox (201) or answers for a running one (200); either way
-// the sandbox then ends timeout seconds from now.
+// connect resumes a paused sandbox (201) or answers for a running one (200). A paused
+// sandbox then ends timeout seconds from now; a running one's lifetime is only ever
+// extended to that, never shortened (as E2B's connect does).
 func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
 	var req resumeBody
 	v2 := strings.HasPrefix(r.URL.Path, "/v2/")
 	if err := decode(w, r, &req, v2); err != nil {
 		return err
 	}
-	// Version 2 makes the timeout optional: 300 seconds, which never shortens the
-	// lifetime of a running sandbox.
-	onlyLonger := false
+	// Version 2 makes the timeout optional: 300 seconds.
 	if req.Timeout == nil {
 		if !v2 {
 			return errdefs.Invalid("timeout is required: the number of seconds from now after which the sandbox ends")
 		}
 		secs := int64(defaultConnectTimeout / time.Second)
-		req.Timeout, onlyLonger = &secs, true
+		req.Timeout = &secs
 	}
 	sb, err := c.resolve(r, p)
 	if err != nil {
@@ -349,7 +366,7 @@ func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Princi
 		if err != nil {
 			return err
 		}
-		if onlyLonger && !sb.ExpiresAt.IsZero() && !time.Now().Add(d).After(sb.ExpiresAt) {
+		if !sb.ExpiresAt.IsZero() && !time.Now().Add(d).After(sb.ExpiresAt) {
 			writeJSON(w, http.StatusOK, c.toSandbox(sb, p))
 			return nil
 		}
@@ -370,7 +387,7 @@ func (c *Control) connect(w http.ResponseWriter, r *http.Request, p *auth.Princi
 // wake sets a paused sandbox's lifetime (when asked) and resumes it.
 func (c *Control) wake(r *http.Request, p *auth.Principal, sb *manager.Sandbox, req resumeBody) (*manager.Sandbox, error) {
 	if req.AutoPause {
-		return nil, errdefs.Invalid("autoPause is not supported: Airlock ends a sandbox when its timeout is reached; leave autoPause false")
+		return nil, errdefs.Invalid("autoPause can only be set at create (it pauses a sandbox after its timeout without calls); a resumed sandbox keeps what it was created with, so leave autoPause false")
 	}
 	if req.Timeout != nil {
 		d, err := timeout("timeout", *req.Timeout)
@@ -389,61 +406,133 @@ func (c *Control) listV1(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	q := r.URL.Query()
 	for k := range q {
 		if k != "metadata" {
-			return errdefs.Invalid("unknown query parameter %q; GET /sandboxes takes metadata (GET /v2/sandboxes also takes state, limit and nextToken)", k)
+			return errdefs.Invalid("unknown query parameter %q; GET /sandboxes takes metadata (GET /v2/sandboxes also takes state, template, startedAfter, startedBefore, order, limit and nextToken)", k)
 		}
 	}
-	list, err := c.list(r, p, []string{stateRunning})
+	list, err := c.list(r, p, listQuery{states: []string{stateRunning}})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, toListedAll(list))
 	return nil
 }
+
+// listV2Params are the query parameters GET /v2/sandboxes takes.
+var listV2Params = []string{"metadata", "state", "template", "startedAfter", "startedBefore", "order", "limit", "nextToken"}
 
 func (c *Control) listV2(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
 	q := r.URL.Query()
 	for k := range q {
-		if !slices.Contains([]string{"metadata", "state", "limit", "nextToken"}, k) {
-			return errdefs.Invalid("unknown query parameter %q; use metadata, state, limit and nextToken", k)
+		if !slices.Contains(listV2Params, k) {
+			return errdefs.Invalid("unknown query parameter %q; use %s", k, strings.Join(listV2Params, ", "))
 		}
 	}
-	states := []string{stateRunning, statePaused}
+	lq := listQuery{states: []string{stateRunning, statePaused}, template: q.Get("template")}
 	if vs := q["state"]; len(vs) > 0 {
-		states = nil
+		lq.states = nil
 		for _, v := range vs {
 			for _, s := range strings.Split(v, ",") {
 				if s != stateRunning && s != statePaused {
 					return errdefs.Invalid("unknown state %q; states are running and paused", s)
 				}
-				states = append(states, s)
+				lq.states = append(lq.states, s)
 			}
 		}
 	}
-	pg, err := pageOf(q)
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		lq.asc = true
+	default:
+		return errdefs.Invalid("invalid order %q: asc (oldest first) or desc (newest first, the default)", o)
+	}
+	for _, b := range []struct {
+		name string
+		t    *time.Time
+	}{{"startedAfter", &lq.after}, {"startedBefore", &lq.before}} {
+		if v := q.Get(b.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return errdefs.Invalid("invalid %s %q: an RFC 3339 time such as 2025-01-02T15:04:05Z", b.name, v)
+			}
+			*b.t = t
+		}
+	}
+	limit, err := limitOf(q)
 	if err != nil {
 		return err
 	}
-	list, err := c.list(r, p, states)
+	var cur *cursor
+	if v := q.Get("nextToken"); v != "" {
+		if cur, err = cursorOf(v); err != nil {
+			return err
+		}
+	}
+	list, err := c.list(r, p, lq)
 	if err != nil {
 		return err
 	}
-	writePage(w, pg, list)
+	if cur != nil {
+		// The page starts after the cursor's sandbox, wherever it now is: sandboxes
+		// made or ended between pages move no other one to another page.
+		list = slices.DeleteFunc(list, func(sb *manager.Sandbox) bool { return lq.compare(sb, cur.at, cur.id) <= 0 })
+	}
+	if len(list) > limit {
+		list = list[:limit]
+		last := list[limit-1]
+		w.Header().Set("X-Next-Token", cursor{at: last.CreatedAt, id: last.ID}.token())
+	}
+	writeJSON(w, http.StatusOK, toListedAll(list))
 	return nil
+}
+
+// cursor is where a page of sandboxes ends: the last one's creation time and id.
+type cursor struct {
+	at time.Time
+	id string
+}
+
+func (c cursor) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("c%d_%s", c.at.UnixNano(), c.id)))
+}
+
+func cursorOf(v string) (*cursor, error) {
+	bad := errdefs.Invalid("invalid nextToken %q: pass the x-next-token of the previous page", v)
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || !strings.HasPrefix(string(b), "c") {
+		return nil, bad
+	}
+	ns, id, ok := strings.Cut(string(b[1:]), "_")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || !strings.HasPrefix(id, "sb_") {
+		return nil, bad
+	}
+	return &cursor{at: time.Unix(0, n), id: id}, nil
 }
 
 // page is where a paginated list starts and how much of it to answer.
 type page struct{ offset, limit int }
 
-// pageOf reads E2B's limit (1 to 100, default 100) and nextToken (opaque: the
-// X-Next-Token of the previous page).
+// limitOf reads E2B's limit: 1 to 100, default 100.
+func limitOf(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		return 0, errdefs.Invalid("invalid limit %q: from 1 to 100", v)
+	}
+	return n, nil
+}
+
+// pageOf reads E2B's limit and nextToken (opaque: the X-Next-Token of the previous
+// page).
 func pageOf(q url.Values) (page, error) {
-	pg := page{limit: 100}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return pg, errdefs.Invalid("invalid limit %q: from 1 to 100", v)
-		}
-		pg.limit = n
+	limit, err := limitOf(q)
+	pg := page{limit: limit}
+	if err != nil {
+		return pg, err
 	}
 	if v := q.Get("nextToken"); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
@@ -467,9 +556,27 @@ func writePage[T any](w http.ResponseWriter, pg page, list []T) {
 	writeJSON(w, http.StatusOK, list[offset:end])
 }
 
-// list returns p's sandboxes in the given E2B states that carry the metadata the
-// request's metadata query asks for ("k1=v1&k2=v2", URL-encoded), oldest first.
-func (c *Control) list(r *http.Request, p *auth.Principal, states []string) ([]listedSandbox, error) {
+// listQuery is what a list asks for: E2B states, a template, a creation window and
+// an order (newest first unless asc).
+type listQuery struct {
+	states        []string
+	template      string
+	after, before time.Time
+	asc           bool
+}
+
+// compare orders sandboxes as q lists them: by creation, then id.
+func (q listQuery) compare(sb *manager.Sandbox, at time.Time, id string) int {
+	c := cmp.Or(sb.CreatedAt.Compare(at), strings.Compare(sb.ID, id))
+	if q.asc {
+		return c
+	}
+	return -c
+}
+
+// list returns p's sandboxes that q and the request's metadata query ("k1=v1&k2=v2",
+// URL-encoded) ask for, in q's order.
+func (c *Control) list(r *http.Request, p *auth.Principal, q listQuery) ([]*manager.Sandbox, error) {
 	f := manager.SandboxFilter{Owner: p.Identity}
 	if v := r.URL.Query().Get("metadata"); v != "" {
 		md, err := url.ParseQuery(v)
@@ -485,7 +592,7 @@ func (c *Control) list(r *http.Request, p *auth.Principal, states []string) ([]l
 		}
 	}
 	for _, s := range []manager.State{manager.Running, manager.Creating, manager.Resuming, manager.Suspended, manager.Suspending} {
-		if slices.Contains(states, e2bState(s)) {
+		if slices.Contains(q.states, e2bState(s)) {
 			f.States = append(f.States, s)
 		}
 	}
@@ -493,12 +600,19 @@ func (c *Control) list(r *http.Request, p *auth.Principal, states []string) ([]l
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(all, func(a, b *manager.Sandbox) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	all = slices.DeleteFunc(all, func(sb *manager.Sandbox) bool {
+		return (q.template != "" && templateOf(sb) != q.template) ||
+			(!q.after.IsZero() && !sb.CreatedAt.After(q.after)) ||
+			(!q.before.IsZero() && !sb.CreatedAt.Before(q.before))
 	})
-	out := make([]listedSandbox, 0, len(all))
-	for _, sb := range all {
+	slices.SortFunc(all, func(a, b *manager.Sandbox) int { return q.compare(a, b.CreatedAt, b.ID) })
+	return all, nil
+}
+
+func toListedAll(list []*manager.Sandbox) []listedSandbox {
+	out := make([]listedSandbox, 0, len(list))
+	for _, sb := range list {
 		out = append(out, toListed(sb))
 	}
-	return out, nil
+	return out
 }

@@ -100,6 +100,10 @@ func (c *Control) createFromSnapshot(w http.ResponseWriter, r *http.Request, p *
 	switch {
 	case len(req.EnvVars) > 0:
 		return errdefs.Invalid("envVars cannot be set with a snapshot template: a snapshot keeps the environment of the sandbox it was taken from; give a command its variables with commands.run's envs")
+	case req.AutoPause:
+		return errdefs.Invalid("autoPause cannot be set with a snapshot template: the sandbox keeps the idle suspension of the sandbox the snapshot was taken from")
+	case req.Network != nil:
+		return errdefs.Invalid("network cannot be set with a snapshot template: the sandbox keeps the egress policy of the sandbox the snapshot was taken from; change it afterwards with updateNetwork")
 	case req.AllowInternetAccess != nil && !*req.AllowInternetAccess:
 		return errdefs.Invalid("allow_internet_access cannot be set with a snapshot template: the sandbox keeps the egress policy of the sandbox the snapshot was taken from; change it afterwards with Airlock's API (airlock network set)")
 	}

@@ -12,7 +12,7 @@ import { CommandExitError, NotFoundError, Sandbox, SandboxError } from 'e2b'
 const run = Math.random().toString(16).slice(2, 10) // this run's metadata, to find its sandbox
 let current = '' // the step under way, for the failure message
 let sandbox // the sandbox to kill if a step fails
-let others = [] // its forks and the sandbox made from its snapshot, to kill if a step fails
+let others = [] // its forks and the other sandboxes it makes, to kill if a step fails
 let snapshotId // the snapshot to delete if a step fails
 
 function step(name) {
@@ -200,6 +200,10 @@ async function main() {
     expectEqual((await fork.getInfo()).metadata, { suite: 'quickstart', run }, `${fork.sandboxId}: getInfo().metadata`)
   }
 
+  step('Sandbox.list() lists newest first')
+  expectEqual((await listed()).map((s) => s.sandboxId), [others[1].sandboxId, others[0].sandboxId, sandbox.sandboxId],
+    'Sandbox.list(): the forks, then their source')
+
   step('a fork is its own sandbox: what it writes the source does not see')
   await others[0].files.write(`fork-only-${run}.txt`, 'fork only\n')
   expectEqual(await sandbox.files.exists(`fork-only-${run}.txt`), false, `exists fork-only-${run}.txt in the source`)
@@ -240,6 +244,18 @@ async function main() {
   const metrics = await expectThrow(sandbox.getMetrics(), SandboxError, 'getMetrics()')
   expect(!(metrics instanceof NotFoundError) && metrics.message.startsWith('501: '),
     `getMetrics(): ${metrics.constructor.name}: ${metrics.message}, want a SandboxError with 501`)
+
+  step('updateNetwork sets the egress policy')
+  await sandbox.updateNetwork({ denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org'] })
+  await sandbox.updateNetwork({ allowInternetAccess: true })
+
+  step('lifecycle onTimeout pause (autoPause): the timeout pauses the sandbox instead of ending it')
+  const pausing = await Sandbox.create('base', { timeoutMs: 2 * 60_000, lifecycle: { onTimeout: 'pause' }, metadata: { suite: 'quickstart', run } })
+  others.push(pausing)
+  const pausingEnd = (await pausing.getInfo()).endAt.getTime()
+  expect(pausingEnd > Date.now() + 60 * 60_000, `an autoPause sandbox ends at ${new Date(pausingEnd).toISOString()}, want later than its 2-minute timeout`)
+  expectEqual(await pausing.kill(), true, 'kill() of the autoPause sandbox')
+  others = []
 
   step('write a file in the home directory (a relative path), pause')
   const home = (await sandbox.commands.run('echo -n "$HOME"')).stdout
