@@ -83,12 +83,16 @@ type target struct {
 	wk *manager.Work
 	sb *manager.Sandbox // its record: state and environment as created
 	// user is the user name the request acts as (the Basic authorization's user name);
-	// "" is the sandbox's default user.
+	// "" until lookupUser settles it is DefaultUser (see lookupUser).
 	user string
 
 	userMu   sync.Mutex
 	userInfo *agentproto.UserInfo // user as the agent described it, once asked
 }
+
+// DefaultUser is the user an envd request that names none acts as, E2B's default: the
+// base template's sandboxes have it (uid 1000, home /home/user).
+const DefaultUser = "user"
 
 type targetKey struct{}
 
@@ -147,7 +151,7 @@ func (c *Control) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		c.proxyPort(rec, r, t, port)
 		return
 	}
-	changes := r.Method != http.MethodGet && r.URL.Path != "/health"
+	changes := r.Method != http.MethodGet && !isHealth(r, port)
 	if changes && c.opts.AuditLog != nil {
 		if err := c.opts.AuditLog.Healthy(); err != nil {
 			c.writeError(rec, r, err)
@@ -175,10 +179,16 @@ func permissionFor(r *http.Request, port int) auth.Permission {
 	return auth.SandboxRead
 }
 
+// isHealth says whether r is envd's health check, which a sandbox that was killed still
+// answers (502, as E2B's does) to its own token while its record is kept.
+func isHealth(r *http.Request, port int) bool {
+	return port == EnvdPort && r.URL.Path == "/health"
+}
+
 // needsAgent says whether a request reaches the sandbox's agent (and so resumes a
 // paused sandbox); health and envs are answered from the sandbox's record.
 func needsAgent(r *http.Request, port int) bool {
-	return port != EnvdPort || (r.URL.Path != "/health" && r.URL.Path != "/envs")
+	return port != EnvdPort || (!isHealth(r, port) && r.URL.Path != "/envs")
 }
 
 // authorizeSandbox checks the request's token for sandbox id, and the API key and
@@ -195,7 +205,7 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 	}
 	ctx := r.Context()
 	sb, err := c.m.ByID(ctx, id)
-	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "") {
+	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "" && !isHealth(r, port)) {
 		return nil, refused
 	}
 	if err != nil {

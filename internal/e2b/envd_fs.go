@@ -78,8 +78,10 @@ func resolveIn(p, home string) (string, error) {
 	return path.Join(home, p), nil
 }
 
-// lookupUser returns the request's user as the sandbox knows it, its home checked. It
-// asks the agent once a request.
+// lookupUser returns the request's user as the sandbox knows it, its home checked, and
+// settles t.user: a request that names no user is DefaultUser's, as in E2B, or, in a
+// sandbox without that account, the sandbox's default user's. It asks the agent once
+// a request (twice for that fallback).
 func (t *target) lookupUser(ctx context.Context) (*agentproto.UserInfo, error) {
 	t.userMu.Lock()
 	defer t.userMu.Unlock()
@@ -87,10 +89,19 @@ func (t *target) lookupUser(ctx context.Context) (*agentproto.UserInfo, error) {
 		u := *t.userInfo
 		return &u, nil
 	}
-	u, err := t.wk.LookupUser(ctx, t.user)
+	name := t.user
+	if name == "" {
+		name = DefaultUser
+	}
+	u, err := t.wk.LookupUser(ctx, name)
+	if err != nil && t.user == "" && errors.Is(agentErr(err), errdefs.ErrNotFound) {
+		name = "" // an image without DefaultUser: the sandbox's own default user
+		u, err = t.wk.LookupUser(ctx, name)
+	}
 	if err != nil {
 		return nil, agentErr(err)
 	}
+	t.user = name
 	if u.Home == "" || u.Home[0] != '/' || len(u.Home) > maxPathLen || strings.IndexByte(u.Home, 0) >= 0 {
 		return nil, fmt.Errorf("%w: the sandbox's agent gave user %.64q the home %.64q", agentproto.ErrBadReply, t.user, u.Home)
 	}

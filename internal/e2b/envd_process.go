@@ -53,7 +53,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if err != nil {
 		return err
 	}
-	return relay(ctx, p, func(ev *processpb.ProcessEvent) error {
+	return relay(ctx, p, s.ending(t), func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})
 }
@@ -68,9 +68,17 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	return relay(ctx, p, func(ev *processpb.ProcessEvent) error {
+	return relay(ctx, p, s.ending(t), func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.ConnectResponse{Event: ev})
 	})
+}
+
+// ending says whether t's sandbox is being ended or is gone: killed, or failed.
+func (s *processService) ending(t *target) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		sb, err := s.c.m.ByID(ctx, t.id)
+		return errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "")
+	}
 }
 
 func (s *processService) List(ctx context.Context, req *connect.Request[processpb.ListRequest]) (*connect.Response[processpb.ListResponse], error) {
@@ -207,6 +215,9 @@ func procSpec(ctx context.Context, t *target, req *processpb.StartRequest) (agen
 	if len(cfg.GetArgs()) > maxArgs || len(cfg.GetEnvs()) > maxEnvs {
 		return agentproto.ProcSpec{}, errdefs.Invalid("a process takes at most %d arguments and %d environment variables", maxArgs, maxEnvs)
 	}
+	if _, err := t.lookupUser(ctx); err != nil {
+		return agentproto.ProcSpec{}, err
+	}
 	spec := agentproto.ProcSpec{
 		Argv:  append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
 		User:  t.user,
@@ -283,8 +294,10 @@ func sendInput(ctx context.Context, wk *manager.Work, pid int, tag string, in *p
 
 // relay sends a process's events to send until it ends or ctx is done: the start
 // event with its pid, its output, keep-alives while it is quiet, and its end. The
-// process keeps running when ctx ends first.
-func relay(ctx context.Context, p *manager.Proc, send func(*processpb.ProcessEvent) error) error {
+// process keeps running when ctx ends first. When the stream breaks because the
+// sandbox is being ended (ended says so), it ends without an error, as envd's stream
+// ends when its sandbox is killed.
+func relay(ctx context.Context, p *manager.Proc, ended func(context.Context) bool, send func(*processpb.ProcessEvent) error) error {
 	outs, stop := receive(p.Recv, func(o manager.ProcOutput) bool { return o.End != nil }, p.Close)
 	defer stop()
 	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(p.PID)}}}); err != nil {
@@ -302,6 +315,9 @@ func relay(ctx context.Context, p *manager.Proc, send func(*processpb.ProcessEve
 			}
 		case r := <-outs:
 			if r.err != nil {
+				if ended(ctx) {
+					return nil
+				}
 				if errors.Is(r.err, io.EOF) {
 					return errdefs.Unavailable("the sandbox's agent ended the stream of process %d without its end", p.PID)
 				}

@@ -577,3 +577,58 @@ func TestEnvdProcessTimeout(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestEnvdDefaultUser: a process that names no user runs as E2B's default user, as the
+// base template's sandboxes have it; root is still there by name; and in a sandbox
+// without that account, the sandbox's default user stands in.
+func TestEnvdDefaultUser(t *testing.T) {
+	f := newEnvdFixture(t)
+	c := f.process(f.id, f.token)
+	id := &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "id -u; echo $HOME"}}}
+	self := fmt.Sprintf("%d\n", os.Geteuid())
+	if _, out, errs, _ := run(t, c, id); !strings.HasPrefix(out, self) {
+		t.Errorf("without a user account: %q (stderr %q), want the agent's uid %q", out, errs, self)
+	}
+	// The fake runtime's sandboxes have no /etc/passwd of their own: give it one.
+	_, _, errs, end := run(t, c, &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c",
+		"mkdir -p etc && printf 'root:x:0:0:root:/root:/bin/sh\\nuser:x:1000:1000:user:/home/user:/bin/sh\\n' >etc/passwd"}}})
+	if end.GetExitCode() != 0 {
+		t.Fatalf("write etc/passwd: %v %s", end, errs)
+	}
+	if _, out, errs, _ := run(t, c, id); out != "1000\n/home/user\n" {
+		t.Errorf("no user named: %q (stderr %q), want uid 1000 and HOME /home/user", out, errs)
+	}
+	root := processpbconnect.NewProcessClient(http.DefaultClient, f.url, connect.WithInterceptors(headerInterceptor(func(h http.Header) {
+		f.headers(h, f.id, f.token)
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("root:")))
+	})))
+	if _, out, errs, _ := run(t, root, id); out != "0\n/root\n" {
+		t.Errorf("as root: %q (stderr %q), want uid 0 and HOME /root", out, errs)
+	}
+}
+
+// TestEnvdKillEndsStreams: killing a sandbox ends a running command's stream without
+// an error, as envd's ends, and its health check then answers 502 (what the SDKs read
+// as "not running") to its own token, while another token is still refused.
+func TestEnvdKillEndsStreams(t *testing.T) {
+	f := newEnvdFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := f.process(f.id, f.token).Start(ctx, connect.NewRequest(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: "sleep", Args: []string{"300"}}}))
+	if err != nil || !stream.Receive() || stream.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("start sleep: %v %v", err, stream.Err())
+	}
+	defer stream.Close()
+	st, body, _ := f.do("DELETE", "/sandboxes/"+f.id, f.key, "")
+	f.want("kill", st, body, 204)
+	for stream.Receive() { // an end event, if the agent saw the command killed, or none
+	}
+	if err := stream.Err(); err != nil {
+		t.Errorf("the stream of a killed sandbox's command: %v, want its end without an error", err)
+	}
+	st, body = f.health(f.id, f.token)
+	f.want("health of a killed sandbox", st, body, 502)
+	st, body = f.health(f.id, f.traffic)
+	f.want("health of a killed sandbox with the traffic token", st, body, 401)
+}
