@@ -85,6 +85,16 @@ async function main() {
   expectEqual(info.metadata, { suite: 'quickstart', run }, 'getInfo().metadata')
   expectEqual(info.state, 'running', 'getInfo().state')
 
+  step('commands and files run as user, in /home/user, as in E2B; root by name')
+  expectEqual((await sandbox.commands.run('whoami; pwd; echo "$HOME"')).stdout, 'user\n/home/user\n/home/user\n',
+    'whoami; pwd; echo $HOME')
+  expectEqual((await sandbox.files.write(`as-user-${run}.txt`, 'mine\n')).path, `/home/user/as-user-${run}.txt`,
+    'write of a relative path: path')
+  expectEqual((await sandbox.commands.run(`stat -c %U /home/user/as-user-${run}.txt /home/user`)).stdout, 'user\nuser\n',
+    'the owner of the written file and of /home/user')
+  expectEqual((await sandbox.commands.run('whoami; pwd', { user: 'root' })).stdout, 'root\n/root\n', 'whoami; pwd as root')
+  await sandbox.files.remove(`as-user-${run}.txt`)
+
   step('run `echo hello` with streamed stdout')
   let streamed = ''
   const hello = await sandbox.commands.run('echo hello', { onStdout: (data) => { streamed += data } })
@@ -278,9 +288,14 @@ async function main() {
     'a command after the resume')
   expectEqual(await resumed.files.read(kept), 'kept across pause\n', `read ${kept} after the resume`)
 
-  step('kill it')
+  step('kill it while a command runs: the command ends, and isRunning() says false')
+  const sleeper = await resumed.commands.run('sleep 600', { background: true })
   expectEqual(await resumed.kill(), true, 'kill()')
   sandbox = undefined
+  const ended = await expectThrow(sleeper.wait(), SandboxError, 'wait() for a command of a killed sandbox')
+  expect(ended instanceof CommandExitError || ended.message === 'Process exited without a result',
+    `wait() for a command of a killed sandbox: ${ended.constructor.name}: ${ended.message}, want its end`)
+  expectEqual(await resumed.isRunning(), false, 'isRunning() after kill()')
 
   step('Sandbox.list() no longer shows it')
   expectEqual((await listed()).map((s) => s.sandboxId), [], 'Sandbox.list() after kill')
