@@ -47,6 +47,8 @@ var forbidden = map[string][]string{
 		mod + "internal/snapshot", mod + "internal/image", mod + "internal/agent", mod + "internal/daemon", mod + "internal/fence", "golang.org/x/sys/unix"},
 	"internal/manager": {mod + "internal/server", "net/http", mod + "internal/runtime/oci", mod + "internal/store/sqlite",
 		mod + "internal/sandboxlink", mod + "internal/network", mod + "internal/daemon", mod + "internal/cli", mod + "internal/fence"},
+	"internal/netattach":    {mod + "internal/manager", mod + "internal/network", mod + "internal/server", "net/http", "golang.org/x/sys"},
+	"internal/network":      {mod + "internal/manager", mod + "internal/server"},
 	"internal/egress":       {mod + "internal/sandboxlink", mod + "internal/store", mod + "internal/manager", mod + "internal/network"},
 	"internal/sandboxlink":  {mod + "internal/egress", mod + "internal/store", mod + "internal/manager"},
 	"internal/runtime/fake": {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/image"},

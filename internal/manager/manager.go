@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -135,7 +136,7 @@ type Manager struct {
 	defaultRuntime string
 	images         *image.Store
 	snaps          *snapshot.Store
-	net            Network
+	net            netattach.Network
 	users          map[string]*[2]uint32 // image digest -> the uid and gid its config's user names (nil: root)
 	secrets        *secret.Service       // nil: no secrets
 	delivery       *secret.Delivery      // nil: secrets are not delivered

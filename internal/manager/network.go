@@ -7,40 +7,17 @@ import (
 
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// Network gives containers their network: a namespace wired to the node's DNS and
-// egress proxy, the environment and files that point clients at them, and the policy
-// the proxy enforces. The node's egress assembly implements it.
-type Network interface {
-	// Attach makes (or, after a restart, finds again) the sandbox's network and says
-	// how its container joins it.
-	Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*Attachment, error)
-	// Detach removes the sandbox's network; it is idempotent.
-	Detach(ctx context.Context, id string) error
-	// SetPolicy changes the policy new connections of a sandbox follow.
-	SetPolicy(id string, generation int64, pol egress.Policy)
-	// List returns the ids of every sandbox with network resources on the host.
-	List() ([]string, error)
-}
-
-// SessionTokenPath is where every sandbox finds its session credential for the API: a
-// placeholder, which the egress proxy swaps for a short-lived token in requests to
-// egress.APIHost.
-const SessionTokenPath = "/run/airlock/session/token"
-
-// Attachment is how a container joins its network.
-type Attachment struct {
-	NetnsPath string
-	Env       []string
-	Mounts    []runtime.Mount
-}
+// SessionTokenPath is where every sandbox finds its session credential for the API.
+const SessionTokenPath = netattach.SessionTokenPath
 
 // SetNetwork gives the manager the node's network; without one, sandboxes get a
 // namespace with loopback only.
-func (m *Manager) SetNetwork(n Network) { m.net = n }
+func (m *Manager) SetNetwork(n netattach.Network) { m.net = n }
 
 // DefaultNetwork is the policy of a sandbox created without one.
 var DefaultNetwork = store.Network{Mode: string(egress.ModeBaseline)}
@@ -110,7 +87,7 @@ func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.S
 	if err != nil {
 		return nil, err
 	}
-	var att *Attachment
+	var att *netattach.Attachment
 	var attErr error
 	done := make(chan struct{})
 	go func() {

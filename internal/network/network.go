@@ -1,8 +1,9 @@
 // Package network owns a node's egress assembly: one network namespace and veth per
 // sandbox (through sandboxlink), the egress proxy with its explicit, transparent-HTTP,
 // transparent-TLS and TCP-relay listeners, the policy-aware DNS server, the node CA and
-// the files and variables that point a sandbox's clients at them. It implements manager.Network. It
-// must not touch the store or containers; it only keeps each sandbox's current policy.
+// the files and variables that point a sandbox's clients at them. It implements
+// netattach.Network. It must not touch the store or containers, nor import the manager;
+// it only keeps each sandbox's current policy.
 //
 // Hostile surfaces are guarded in egress (what a sandbox sends) and sandboxlink (its link);
 // here, each sandbox's client files live in a directory only that sandbox's gid can
@@ -34,13 +35,13 @@ import (
 	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/egress"
-	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/sandboxlink"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-var _ manager.Network = (*Node)(nil)
+var _ netattach.Network = (*Node)(nil)
 
 // Options configure a node's network.
 type Options struct {
@@ -434,8 +435,8 @@ func (n *Node) ownerOf(a netip.Addr) (id, owner string, ok bool) {
 	return id, owner, true
 }
 
-// Attach implements manager.Network.
-func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*manager.Attachment, error) {
+// Attach implements netattach.Network.
+func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*netattach.Attachment, error) {
 	mode := "egress"
 	if pol.Mode == egress.ModeNone {
 		mode = sandboxlink.ModeNone
@@ -487,17 +488,17 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	}
 	env := cc.env()
 	if cc.Proxy != "" {
-		env = append(env, "AIRLOCK_API=http://"+egress.APIHost, "AIRLOCK_SESSION_TOKEN_FILE="+manager.SessionTokenPath)
+		env = append(env, "AIRLOCK_API=http://"+egress.APIHost, "AIRLOCK_SESSION_TOKEN_FILE="+netattach.SessionTokenPath)
 	}
-	att := &manager.Attachment{NetnsPath: link.NetnsPath, Env: env, Mounts: append([]runtime.Mount{
-		{Source: session, Destination: manager.SessionTokenPath, ReadOnly: true},
+	att := &netattach.Attachment{NetnsPath: link.NetnsPath, Env: env, Mounts: append([]runtime.Mount{
+		{Source: session, Destination: netattach.SessionTokenPath, ReadOnly: true},
 		{Source: resolv, Destination: resolvPath, ReadOnly: true},
 		{Source: n.bundle, Destination: caBundlePath, ReadOnly: true},
 	}, confMounts...)}
 	return att, nil
 }
 
-// Detach implements manager.Network.
+// Detach implements netattach.Network.
 func (n *Node) Detach(ctx context.Context, id string) error {
 	n.mu.Lock()
 	delete(n.info, id)
@@ -518,7 +519,7 @@ func (n *Node) Detach(ctx context.Context, id string) error {
 	return err
 }
 
-// SetPolicy implements manager.Network.
+// SetPolicy implements netattach.Network.
 func (n *Node) SetPolicy(id string, generation int64, pol egress.Policy) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -529,7 +530,7 @@ func (n *Node) SetPolicy(id string, generation int64, pol egress.Policy) {
 	}
 }
 
-// List implements manager.Network.
+// List implements netattach.Network.
 func (n *Node) List() ([]string, error) { return n.nm.List() }
 
 // Link returns a sandbox's link (its addresses), if it has one.

@@ -1,0 +1,45 @@
+// Package netattach owns the contract between the sandbox manager and the node's
+// network: the Network a sandbox's container is attached to, and the Attachment that
+// says how the container joins it. It sits beside the runtime contract (internal/runtime);
+// the node's egress assembly (internal/network) implements it and a fake (netattach/fake)
+// stands in for it in tests. It must not know about the manager, HTTP or the kernel.
+//
+// Hostile surfaces of the contract: the policy the manager passes is already validated;
+// what the network puts in an Attachment is host paths and environment the sandbox gets,
+// so an implementation keeps every host path it names out of the sandbox's write reach.
+package netattach
+
+import (
+	"context"
+
+	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Network gives containers their network: a namespace wired to the node's DNS and
+// egress proxy, the environment and files that point clients at them, and the policy
+// the proxy enforces.
+type Network interface {
+	// Attach makes (or, after a restart, finds again) the sandbox's network and says
+	// how its container joins it.
+	Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy) (*Attachment, error)
+	// Detach removes the sandbox's network; it is idempotent.
+	Detach(ctx context.Context, id string) error
+	// SetPolicy changes the policy new connections of a sandbox follow.
+	SetPolicy(id string, generation int64, pol egress.Policy)
+	// List returns the ids of every sandbox with network resources on the host.
+	List() ([]string, error)
+}
+
+// SessionTokenPath is where every sandbox finds its session credential for the API: a
+// placeholder, which the egress proxy swaps for a short-lived token in requests to
+// egress.APIHost.
+const SessionTokenPath = "/run/airlock/session/token"
+
+// Attachment is how a container joins its network.
+type Attachment struct {
+	NetnsPath string
+	Env       []string
+	Mounts    []runtime.Mount
+}
