@@ -72,6 +72,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -144,6 +145,9 @@ type Store struct {
 	dir    string
 	limits atomic.Pointer[Limits]
 	clock  func() time.Time // nil: time.Now; tests move it to age pending pulls
+
+	usersMu sync.Mutex
+	users   map[string]*[2]uint32 // image digest -> the uid and gid its config's user names (nil: root)
 }
 
 func (s *Store) now() time.Time {

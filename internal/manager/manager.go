@@ -137,9 +137,8 @@ type Manager struct {
 	images         *image.Store
 	snaps          *snapshot.Store
 	net            netattach.Network
-	users          map[string]*[2]uint32 // image digest -> the uid and gid its config's user names (nil: root)
-	secrets        *secret.Service       // nil: no secrets
-	delivery       *secret.Delivery      // nil: secrets are not delivered
+	secrets        *secret.Service  // nil: no secrets
+	delivery       *secret.Delivery // nil: secrets are not delivered
 
 	closePort PortCloser
 	log       *slog.Logger
@@ -184,7 +183,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
-		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), users: map[string]*[2]uint32{},
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})
 	return m

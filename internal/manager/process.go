@@ -32,7 +32,7 @@ func (m *Manager) prepare(ctx context.Context, owner, ref string, env *[]string,
 		return nil, nil, err
 	}
 	if *uid == nil {
-		if *uid, *gid, err = m.ImageUser(sb); err != nil {
+		if *uid, *gid, err = m.images.User(sb.ImageDigest); err != nil {
 			return nil, nil, err
 		}
 	}

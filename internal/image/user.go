@@ -1,4 +1,4 @@
-package manager
+package image
 
 import (
 	"bufio"
@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 // An image's config may name the user its processes run as ("1000", "1000:1000",
@@ -26,27 +24,28 @@ const maxAccountFile = 1 << 20
 // maxUserCache bounds the images whose user is remembered.
 const maxUserCache = 1024
 
-// ImageUser is the uid and gid new processes in sb run as when the caller names none:
-// the user its image's config names, or nil (root). It is asked on every execution, so
-// the answer is remembered per image digest, and the image's record is read only once.
-func (m *Manager) ImageUser(sb *store.Sandbox) (uid, gid *uint32, err error) {
-	m.mu.Lock()
-	ids, ok := m.users[sb.ImageDigest]
-	m.mu.Unlock()
+// User is the uid and gid a process in a container of the image digest runs as when
+// the caller names none: the user the image's config names, or nil (root, and for an
+// image gone since). It is asked on every execution, so the answer is remembered per
+// digest and the image's record is read only once.
+func (s *Store) User(digest string) (uid, gid *uint32, err error) {
+	s.usersMu.Lock()
+	ids, ok := s.users[digest]
+	s.usersMu.Unlock()
 	if !ok {
-		img, err := m.images.ByDigest(sb.ImageDigest)
+		img, err := s.ByDigest(digest)
 		if err != nil {
 			return nil, nil, nil // an image gone since: its sandbox runs as root
 		}
-		if ids, err = imageIDs(m.images.LayerDirs(img), img); err != nil {
+		if ids, err = imageIDs(s.LayerDirs(img), img); err != nil {
 			return nil, nil, err
 		}
-		m.mu.Lock()
-		if len(m.users) >= maxUserCache {
-			clear(m.users)
+		s.usersMu.Lock()
+		if s.users == nil || len(s.users) >= maxUserCache {
+			s.users = map[string]*[2]uint32{}
 		}
-		m.users[sb.ImageDigest] = ids
-		m.mu.Unlock()
+		s.users[digest] = ids
+		s.usersMu.Unlock()
 	}
 	if ids == nil {
 		return nil, nil, nil
@@ -56,7 +55,7 @@ func (m *Manager) ImageUser(sb *store.Sandbox) (uid, gid *uint32, err error) {
 }
 
 // imageIDs resolves the user img's config names in its layers; nil for none (root).
-func imageIDs(layers []string, img *image.Image) (*[2]uint32, error) {
+func imageIDs(layers []string, img *Image) (*[2]uint32, error) {
 	spec := img.Config.User
 	if spec == "" {
 		return nil, nil
