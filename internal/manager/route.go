@@ -193,7 +193,7 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 		name = m.cfg.Router.Profile
 	}
 	out := RouteDecision{Assessment: a, Threshold: threshold,
-		WorkspaceMount: m.cfg.WorkspaceDir != "" && m.defaultRuntime == "runc"}
+		WorkspaceMount: m.cfg.WorkspaceDir != "" && m.mountsWorkspace("")}
 	if name == "" {
 		out.Reason = "no profile: none was asked for and the node has no router.profile, so the work runs as asked"
 		return out, nil

@@ -26,6 +26,27 @@ func (m *Manager) checkRuntime(name string) error {
 	return nil
 }
 
+// mountsWorkspace says whether the runtime name (or the default, for "") gives its
+// containers a host workspace (runtime.WorkspaceMounter).
+func (m *Manager) mountsWorkspace(name string) bool {
+	if name == "" {
+		name = m.defaultRuntime
+	}
+	wm, ok := m.drivers[name].(runtime.WorkspaceMounter)
+	return ok && wm.MountsWorkspace()
+}
+
+// workspaceRuntimes names this node's runtimes that mount a host workspace.
+func (m *Manager) workspaceRuntimes() []string {
+	var out []string
+	for _, name := range m.Runtimes() {
+		if m.mountsWorkspace(name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // missingRuntime is the driver of a sandbox whose runtime this node does not have.
 type missingRuntime string
 

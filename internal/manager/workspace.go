@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,8 +50,11 @@ func (m *Manager) checkWorkspace(req *WorkspaceRequest, runtimeName string) (*st
 	if req.PeerUID < 0 {
 		return nil, denied("a host workspace is mounted only for a caller on the node's unix socket, whose uid says who it is")
 	}
-	if name := runtimeName; name != "" && name != "runc" {
-		return nil, errdefs.Invalid("a host workspace needs the runc runtime, not %q", name)
+	if err := m.checkRuntime(runtimeName); err != nil {
+		return nil, err
+	}
+	if !m.mountsWorkspace(runtimeName) {
+		return nil, errdefs.Invalid("the runtime %q cannot mount a host workspace; of this node's runtimes, these can: %v", cmp.Or(runtimeName, m.defaultRuntime), m.workspaceRuntimes())
 	}
 	var ro bool
 	switch req.Access {

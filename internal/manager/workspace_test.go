@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -300,5 +302,38 @@ func TestWorkspaceSwappedForALink(t *testing.T) {
 	}
 	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused mount left its mount point: %v", err)
+	}
+}
+
+// noWorkspace is a driver whose containers cannot bind a host workspace: embedding the
+// contract hides the fake's MountsWorkspace.
+type noWorkspace struct{ runtime.Driver }
+
+// TestWorkspaceNeedsADriverThatMountsIt: whether a workspace is mounted is the driver's
+// to say, whatever its runtime is called: a default runtime named runc whose driver does
+// not mount one refuses the workspace, and the route decision says to copy it in; one
+// that does mounts it under any name.
+func TestWorkspaceNeedsADriverThatMountsIt(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WorkspaceDir = filepath.Join(t.TempDir(), "workspaces")
+	m, st := newManagerWith(t, cfg, noWorkspace{newFake(t)})
+	ctx := context.Background()
+	req := &WorkspaceRequest{Path: t.TempDir(), Access: "rw", PeerUID: os.Getuid()}
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "ws", Workspace: req})
+	if err == nil {
+		m.Terminate(ctx, local, sb.ID)
+	}
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot mount a host workspace") {
+		t.Errorf("a workspace on a driver that cannot mount it: %v, want invalid_argument saying so", err)
+	}
+	if list, _ := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "local"}); len(list) != 0 {
+		t.Errorf("a refused create left %d sandboxes", len(list))
+	}
+	if d, err := m.Route(ctx, local, RouteRequest{Command: "ls"}); err != nil || d.WorkspaceMount {
+		t.Errorf("route on a driver that cannot mount a workspace: WorkspaceMount %v, %v; want false", d.WorkspaceMount, err)
+	}
+	m.AddRuntime("other", newFake(t))
+	if got := m.workspaceRuntimes(); !slices.Equal(got, []string{"other"}) {
+		t.Errorf("runtimes that mount a workspace: %v, want [other]", got)
 	}
 }

@@ -136,6 +136,14 @@ type FileMounter interface {
 	MountFile(ctx context.Context, id, src, dst string) error
 }
 
+// WorkspaceMounter is implemented by drivers whose containers can bind a host
+// workspace: a directory the node mounts through an id mapping, which the container
+// must see as the host kernel shows it. MountsWorkspace says whether this driver's
+// containers can; a driver without the method cannot, and a caller copies its files in.
+type WorkspaceMounter interface {
+	MountsWorkspace() bool
+}
+
 // Check is one line of a driver's host health report.
 type Check struct {
 	Name     string

@@ -343,6 +343,10 @@ func (d *Driver) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 	return cl.DialPort(ctx, port)
 }
 
+// MountsWorkspace implements runtime.WorkspaceMounter: the fake stands for the runc
+// driver, whose containers bind a host workspace.
+func (d *Driver) MountsWorkspace() bool { return true }
+
 // Health implements runtime.HealthChecker.
 func (d *Driver) Health(ctx context.Context) []runtime.Check {
 	return []runtime.Check{{Name: "fake runtime", OK: true, Detail: "sandboxes are directories under " + d.dir}}

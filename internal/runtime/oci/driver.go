@@ -88,6 +88,11 @@ type Driver struct {
 	log            *slog.Logger
 }
 
+// MountsWorkspace implements runtime.WorkspaceMounter: a container in the host's kernel
+// binds the node's id-mapped workspace mount as the host shows it; an engine with its
+// own kernel (Sentry) serves files its own way, and gets none.
+func (d *Driver) MountsWorkspace() bool { return !d.opts.Engine.Sentry }
+
 // Close stops the driver's background work. Sandboxes keep running.
 func (d *Driver) Close() error {
 	if d.pool != nil {
