@@ -33,6 +33,7 @@ type Delivery struct {
 	dir   string
 	names *bindsource.Names // a sandbox's directory is named for its id by a keyed hash
 	log   *slog.Logger
+	fake  bool // NewFakeDelivery's: a plain directory, files left the caller's
 
 	mu   sync.Mutex
 	live map[string]*liveSandbox
@@ -58,6 +59,18 @@ const tmpfsSize = "256m"
 // (root only; a tmpfs already there, from an earlier start, is kept, with the files
 // running sandboxes have mounted).
 func NewDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) {
+	return newDelivery(svc, dir, log, false)
+}
+
+// NewFakeDelivery is NewDelivery without its host part, for tests that run without
+// root: the files go to dir as it is (no tmpfs of its own) and stay the caller's, not
+// the sandbox's root's. What is delivered, to which execution and proxy, is the same.
+// A node never uses it: its secrets would rest on whatever disk dir is on.
+func NewFakeDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) {
+	return newDelivery(svc, dir, log, true)
+}
+
+func newDelivery(svc *Service, dir string, log *slog.Logger, fake bool) (*Delivery, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -67,14 +80,16 @@ func NewDelivery(svc *Service, dir string, log *slog.Logger) (*Delivery, error) 
 	// A tmpfs of its own, not one it happens to be on (/run is one): private, sized,
 	// nosuid and nodev. Not noexec: a sandbox's read-only bind of a file from it must be
 	// able to keep every flag the mount has, and its runtime sets nosuid and nodev only.
-	if err := bindsource.Tmpfs(dir, "mode=0711,size="+tmpfsSize); err != nil {
-		return nil, err
+	if !fake {
+		if err := bindsource.Tmpfs(dir, "mode=0711,size="+tmpfsSize); err != nil {
+			return nil, err
+		}
 	}
 	names, err := bindsource.OpenNames(dir)
 	if err != nil {
 		return nil, err
 	}
-	d := &Delivery{svc: svc, dir: dir, names: names, log: log.With("component", "secrets"), live: map[string]*liveSandbox{}}
+	d := &Delivery{svc: svc, dir: dir, names: names, log: log.With("component", "secrets"), live: map[string]*liveSandbox{}, fake: fake}
 	svc.mu.Lock()
 	svc.onChange = d.refresh
 	svc.mu.Unlock()
@@ -212,7 +227,7 @@ func (d *Delivery) writeFile(ctx context.Context, owner, sandbox string, b Bound
 		return "", err
 	}
 	file := filepath.Join(dir, b.Binding.ID)
-	if err := writeOwned(file, body, uid); err != nil {
+	if err := writeOwned(file, body, uid, !d.fake); err != nil {
 		return "", fmt.Errorf("deliver secret %q: %w", b.Secret, err)
 	}
 	return file, nil
@@ -258,8 +273,8 @@ func (d *Delivery) Deliver(ctx context.Context, owner, sandbox, binding string, 
 }
 
 // writeOwned writes a delivered file in place (a mounted file keeps its inode), owned
-// by the sandbox's root and readable by the sandbox's users.
-func writeOwned(file string, body []byte, uid uint32) error {
+// by the sandbox's root (unless chown is false) and readable by the sandbox's users.
+func writeOwned(file string, body []byte, uid uint32, chown bool) error {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o444)
 	if err != nil {
 		return err
@@ -268,7 +283,7 @@ func writeOwned(file string, body []byte, uid uint32) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
+	if err == nil && chown {
 		err = os.Chown(file, int(uid), int(uid))
 	}
 	return err
