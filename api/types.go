@@ -782,6 +782,9 @@ type RouteDecision struct {
 	// into a sandbox of its default runtime (CreateSandboxRequest.Workspace); else the
 	// caller copies the workspace in.
 	WorkspaceMount bool `json:"workspace_mount,omitempty"`
+	// WorkspaceRuntimes names the node's runtimes whose sandboxes can have such a
+	// workspace mounted (for a request that names its runtime).
+	WorkspaceRuntimes []string `json:"workspace_runtimes,omitempty"`
 	// Degraded says the work would run in a sandbox but no runtime can run one: Place
 	// is fence instead, and the audit log has a sandbox.degraded record.
 	Degraded bool `json:"degraded,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,15 @@ until touch ".$1/tick" && [ ".$1/tick" -nt ".$1/marker" ] || [ $i -ge 1000 ]; do
 rm -f ".$1/tick"
 printf '%s' "$r"`
 
+// mountsWorkspace says whether the node can mount a workspace into a sandbox of the
+// runtime named ("" its default), as its route decision says.
+func mountsWorkspace(d *api.RouteDecision, runtime string) bool {
+	if runtime == "" {
+		return d.WorkspaceMount
+	}
+	return slices.Contains(d.WorkspaceRuntimes, runtime)
+}
+
 // runInSandbox runs w in an ephemeral sandbox with the decided network, then copies out
 // what it made and terminates the sandbox.
 func (c *cmd) runInSandbox(cl *client.Client, lim *limitFlags, w *work) (*runResult, error) {
@@ -70,7 +80,7 @@ func (c *cmd) runInSandbox(cl *client.Client, lim *limitFlags, w *work) (*runRes
 		create.Network = &api.NetworkPolicy{Mode: "none"}
 	}
 	var tarball *os.File
-	mountable := w.decision.WorkspaceMount && cl.Local() && (lim.runtime == "" || lim.runtime == "runc") && mountableOwner(w)
+	mountable := mountsWorkspace(w.decision, lim.runtime) && cl.Local() && mountableOwner(w)
 	if w.workspace != "" && w.access != "none" && mountable {
 		// The daemon mounts the directory itself, through an id mapping.
 		create.Workspace = &api.Workspace{Path: w.workspace, Access: w.access}

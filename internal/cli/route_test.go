@@ -473,3 +473,24 @@ func TestStatusRouter(t *testing.T) {
 	none := newNode(t)
 	wantContains(t, "status with no profile", none.must(t, "status", "--matrix"), "router: OFF (profile none)", "no profile, so no matrix")
 }
+
+// TestMountsWorkspace: a workspace is mounted into a sandbox of a runtime the node says
+// mounts one, whatever its name; a runtime it does not name gets the workspace copied in.
+func TestMountsWorkspace(t *testing.T) {
+	d := &api.RouteDecision{WorkspaceMount: true, WorkspaceRuntimes: []string{"runc", "other"}}
+	for _, tc := range []struct {
+		runtime string
+		want    bool
+	}{{"", true}, {"runc", true}, {"other", true}, {"runsc", false}} {
+		if got := mountsWorkspace(d, tc.runtime); got != tc.want {
+			t.Errorf("runtime %q: mounts %v, want %v", tc.runtime, got, tc.want)
+		}
+	}
+	none := &api.RouteDecision{WorkspaceRuntimes: []string{"other"}}
+	if mountsWorkspace(none, "") || mountsWorkspace(none, "runc") {
+		t.Error("a node whose default runtime does not mount a workspace was sent one")
+	}
+	if !mountsWorkspace(none, "other") {
+		t.Error("a runtime the node says mounts a workspace was not sent one")
+	}
+}

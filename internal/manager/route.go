@@ -131,6 +131,9 @@ type RouteDecision struct {
 	// WorkspaceMount says that a sandbox of this node's default runtime can have a local
 	// caller's workspace mounted (workspace.go); else the caller copies it in.
 	WorkspaceMount bool
+	// WorkspaceRuntimes names the node's runtimes whose sandboxes can have a local
+	// caller's workspace mounted (empty when none can, or the node mounts none).
+	WorkspaceRuntimes []string
 	// Degraded says the work would be in a sandbox, but no runtime can run one: it runs
 	// on the host in the fence instead (the router is degraded).
 	Degraded bool
@@ -194,6 +197,9 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 	}
 	out := RouteDecision{Assessment: a, Threshold: threshold,
 		WorkspaceMount: m.cfg.WorkspaceDir != "" && m.mountsWorkspace("")}
+	if m.cfg.WorkspaceDir != "" {
+		out.WorkspaceRuntimes = m.workspaceRuntimes()
+	}
 	if name == "" {
 		out.Reason = "no profile: none was asked for and the node has no router.profile, so the work runs as asked"
 		return out, nil

@@ -333,7 +333,8 @@ func TestWorkspaceNeedsADriverThatMountsIt(t *testing.T) {
 		t.Errorf("route on a driver that cannot mount a workspace: WorkspaceMount %v, %v; want false", d.WorkspaceMount, err)
 	}
 	m.AddRuntime("other", newFake(t))
-	if got := m.workspaceRuntimes(); !slices.Equal(got, []string{"other"}) {
-		t.Errorf("runtimes that mount a workspace: %v, want [other]", got)
+	if d, err := m.Route(ctx, local, RouteRequest{Command: "ls"}); err != nil || d.WorkspaceMount || !slices.Equal(d.WorkspaceRuntimes, []string{"other"}) {
+		t.Errorf("route with another runtime that mounts a workspace: WorkspaceMount %v, runtimes %v, %v; want false, [other]",
+			d.WorkspaceMount, d.WorkspaceRuntimes, err)
 	}
 }

@@ -25,7 +25,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	out := api.RouteDecision{
 		Place: string(d.Place), Reason: d.Reason, Score: d.Assessment.Score, Reasons: []api.RouteReason{},
 		Profile: d.Profile, Threshold: d.Threshold, WorkspaceAccess: string(d.Workspace), Network: d.Network,
-		WorkspaceMount: d.WorkspaceMount, Degraded: d.Degraded,
+		WorkspaceMount: d.WorkspaceMount, WorkspaceRuntimes: d.WorkspaceRuntimes, Degraded: d.Degraded,
 	}
 	for _, rs := range d.Assessment.Reasons {
 		out.Reasons = append(out.Reasons, api.RouteReason{Code: rs.Code, Text: rs.Text})
