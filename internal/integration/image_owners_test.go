@@ -76,7 +76,7 @@ func TestImageOwners(t *testing.T) {
 	})
 	t.Run("bob cannot create from it", func(t *testing.T) {
 		for _, ref := range []string{"app", a.Digest, strings.TrimPrefix(a.Digest, "sha256:")[:12]} {
-			_, err := bob.Create(background, api.CreateSandboxRequest{Name: "bob-steals", Image: ref})
+			_, err := bob.Create(background, api.CreateSandboxRequest{Name: "bob-steals", Image: ref, Pull: "never"})
 			wantAPIError(t, "bob creates from alice's image "+ref, err, 404, "not_found")
 		}
 		if list, err := bob.List(background, client.ListOptions{}); err != nil || len(list) != 0 {

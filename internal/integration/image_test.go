@@ -98,7 +98,7 @@ func main() {
 	if err := n.Client.RemoveImage(background, "hello"); err != nil {
 		t.Errorf("remove the image after terminate: %v", err)
 	}
-	_, err = n.Client.Create(background, api.CreateSandboxRequest{Name: "gone", Image: "hello"})
+	_, err = n.Client.Create(background, api.CreateSandboxRequest{Name: "gone", Image: "hello", Pull: "never"})
 	wantAPIError(t, "create from a removed image", err, 404, "not_found")
 }
 

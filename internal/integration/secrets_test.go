@@ -243,7 +243,7 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 			t.Errorf("whoami from a sandbox created with --role viewer: %+v", who)
 		}
 		// The viewer role cannot create; the owner's own roles could.
-		create := `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data '{"name":"x","image":"no-such-image"}' ` +
+		create := `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data '{"name":"x","image":"no-such-image","pull":"never"}' ` +
 			`-H "Authorization: Bearer $(cat /run/airlock/session/token)" http://airlock.internal/v1/sandboxes`
 		if code := exec(viewer.Name, create); code != "403" {
 			t.Errorf("create from a viewer sandbox: HTTP %s, want 403", code)
