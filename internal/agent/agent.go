@@ -505,7 +505,7 @@ func toRemote(err error) *agentproto.RemoteError {
 	case errors.Is(err, agentproto.ErrChecksum):
 		return &agentproto.RemoteError{Code: agentproto.CodeChecksum, Message: err.Error()}
 	}
-	code, _ := errdefs.Code(err)
+	code := errdefs.Code(err)
 	return &agentproto.RemoteError{Code: code, Message: err.Error()}
 }
 

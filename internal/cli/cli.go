@@ -306,7 +306,7 @@ func (c *cmd) report(err error) error {
 		return ExitError{1}
 	}
 	if c.json() {
-		code, _ := errdefs.Code(err)
+		code := errdefs.Code(err)
 		c.printErrorJSON(api.Error{Code: code, Message: err.Error()})
 		return ExitError{1}
 	}

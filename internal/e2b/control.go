@@ -23,7 +23,6 @@ package e2b
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +34,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
@@ -195,24 +195,26 @@ func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		ctx, noted := manager.NoteSandbox(r.Context())
 		r = r.WithContext(ctx)
-		p, err := c.authenticate(r)
-		if err == nil && perm != "" {
-			err = permit(p, perm)
-		}
-		if err == nil && r.Method != http.MethodGet && c.opts.AuditLog != nil {
-			err = c.opts.AuditLog.Healthy() // nothing changes that the audit log cannot record
-		}
-		if err == nil {
-			r = r.WithContext(manager.WithActor(r.Context(), p.Identity))
-			err = h(rec, r, p)
-		}
-		if err != nil {
-			c.writeError(rec, r, err)
-		}
-		c.audit(r, pattern, p, noted(), rec.status, err, start)
+		var p *auth.Principal
+		status, err := httpedge.Run(w, r, c.writeError, func(w http.ResponseWriter, r *http.Request) (err error) {
+			if p, err = c.authenticate(r); err != nil {
+				return err
+			}
+			if perm != "" {
+				if err := permit(p, perm); err != nil {
+					return err
+				}
+			}
+			if r.Method != http.MethodGet && c.opts.AuditLog != nil {
+				if err := c.opts.AuditLog.Healthy(); err != nil {
+					return err // nothing changes that the audit log cannot record
+				}
+			}
+			return h(w, r.WithContext(manager.WithActor(r.Context(), p.Identity)), p)
+		})
+		c.audit(r, pattern, p, noted(), status, err, start)
 	}
 }
 
@@ -233,10 +235,9 @@ func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, sand
 	if pattern == "" {
 		pattern = r.Method + " " + r.URL.Path // the caller's choice: clipped below
 	}
-	result := strconv.Itoa(status)
-	if err != nil {
-		code, _ := statusOf(err)
-		result += " " + code
+	result := httpedge.AuditResult(status, err)
+	if errors.Is(err, errNotServed) {
+		result = strconv.Itoa(status) + " not_implemented"
 	}
 	e := audit.Entry{Action: audit.Clip("E2B " + pattern), Sandbox: sandbox, Result: result, Source: "e2b tcp " + r.RemoteAddr,
 		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
@@ -250,23 +251,6 @@ func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, sand
 		c.log.Error("audit log", "err", aerr)
 	}
 }
-
-// statusRecorder remembers the status a handler answered with, for the audit log.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	s.status = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
-// Flush passes on a flush: streamed answers need it.
-func (s *statusRecorder) Flush() { http.NewResponseController(s.ResponseWriter).Flush() }
-
-// Unwrap lets http.ResponseController reach the connection (hijacking for upgrades).
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (c *Control) authenticate(r *http.Request) (*auth.Principal, error) {
 	key := r.Header.Get("X-API-Key")
@@ -293,9 +277,6 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-// errTooLarge marks an oversize body (413).
-var errTooLarge = jsonbody.ErrTooLarge
-
 // errNotServed is the class of an E2B call that Airlock does not serve (501).
 var errNotServed = errors.New("not implemented")
 
@@ -304,11 +285,7 @@ func statusOf(err error) (code string, status int) {
 	if errors.Is(err, errNotServed) {
 		return "not_implemented", http.StatusNotImplemented
 	}
-	code, status = errdefs.Code(err)
-	if errors.Is(err, errTooLarge) {
-		status = http.StatusRequestEntityTooLarge
-	}
-	return code, status
+	return errdefs.Code(err), httpedge.Status(err)
 }
 
 // toAPIError is err in E2B's error shape; the cause of an internal error goes to the
@@ -325,9 +302,7 @@ func (c *Control) toAPIError(r *http.Request, err error) apiError {
 // internal logs an internal failure's cause under a new request id, and returns what
 // the caller hears of it: that id, which E2B's error shape carries in its message.
 func (c *Control) internal(what string, err error, args ...any) string {
-	id := manager.NewRequestID()
-	c.log.Error(what, append(args, "request_id", id, "err", err)...)
-	return manager.InternalMessage("request", id)
+	return manager.InternalMessage("request", httpedge.LogInternal(c.log, what, err, args...))
 }
 
 func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -335,13 +310,7 @@ func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	writeJSON(w, e.Code, e)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpedge.WriteJSON(w, status, v) }
 
 // decode reads a JSON body of at most jsonbody.MaxBytes. Fields this plane does not
 // know are ignored (E2B's SDKs add fields over time); an empty body is allowed when

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb/processpbconnect"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -136,11 +137,11 @@ func (c *Control) sandboxAddr(r *http.Request) (id string, port int, ok bool, er
 // serveSandbox serves a request that names a sandbox.
 func (c *Control) serveSandbox(w http.ResponseWriter, r *http.Request, id string, port int) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	rec := &httpedge.Recorder{ResponseWriter: w}
 	t, err := c.authorizeSandbox(r, id, port)
 	if err != nil {
 		c.writeError(rec, r, err)
-		c.auditSandbox(r, id, port, t, rec.status, err, start)
+		c.auditSandbox(r, id, port, t, rec.Status(), err, start)
 		return
 	}
 	ctx := manager.WithActor(context.WithValue(r.Context(), targetKey{}, t), t.owner)
@@ -160,7 +161,7 @@ func (c *Control) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	}
 	c.envd.ServeHTTP(rec, r)
 	if changes {
-		c.auditSandbox(r, id, port, t, rec.status, nil, start)
+		c.auditSandbox(r, id, port, t, rec.Status(), nil, start)
 	}
 }
 
@@ -324,11 +325,7 @@ func (c *Control) auditSandbox(r *http.Request, id string, port int, t *target, 
 	if c.opts.AuditLog == nil {
 		return
 	}
-	result := strconv.Itoa(status)
-	if err != nil {
-		code, _ := errdefs.Code(err)
-		result += " " + code
-	}
+	result := httpedge.AuditResult(status, err)
 	action := "E2B envd " + r.URL.Path
 	if port != EnvdPort {
 		action = fmt.Sprintf("E2B port %d", port)
@@ -364,11 +361,9 @@ func (c *Control) envdMux() *http.ServeMux {
 // adaptEnvd runs a plain HTTP handler of the envd plane and writes its error in E2B's
 // shape.
 func (c *Control) adaptEnvd(h func(w http.ResponseWriter, r *http.Request, t *target) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r, targetOf(r.Context())); err != nil {
-			c.writeError(w, r, err)
-		}
-	}
+	return httpedge.Adapt(c.writeError, func(w http.ResponseWriter, r *http.Request) error {
+		return h(w, r, targetOf(r.Context()))
+	})
 }
 
 // health answers 204 while the sandbox runs, and 502 otherwise (what the SDKs read as
@@ -428,7 +423,7 @@ func (c *Control) connectError(procedure string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
-	code, _ := errdefs.Code(err)
+	code := errdefs.Code(err)
 	msg := audit.Clip(errdefs.Message(err)) // an agent's message is the sandbox's text
 	cc := connect.CodeUnknown
 	switch code {

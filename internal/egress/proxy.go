@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 )
 
 // APIHost is the fixed name under which a sandbox reaches the Airlock API through the proxy,
@@ -425,11 +426,11 @@ func (p *Proxy) refuseConnect(w http.ResponseWriter, err error) bool {
 		return false
 	}
 	defer raw.Close()
-	_, status := errdefs.Code(err)
+	status := httpedge.Status(err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		status = http.StatusBadGateway
 	}
-	code, _ := errdefs.Code(err)
+	code := errdefs.Code(err)
 	reason := headerSafe(errdefs.Message(err))
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
 	raw.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -459,7 +460,7 @@ func headerSafe(s string) string {
 // writeError answers err in the API's error shape; a failure to reach the upstream
 // server is 502, as proxies answer it.
 func writeError(w http.ResponseWriter, err error) {
-	_, status := errdefs.Code(err)
+	status := httpedge.Status(err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		status = http.StatusBadGateway
 	}
@@ -469,7 +470,7 @@ func writeError(w http.ResponseWriter, err error) {
 // writeErrorStatus answers err in the API's error shape with status, and its reason
 // and decision in headers.
 func writeErrorStatus(w http.ResponseWriter, err error, status int) {
-	code, _ := errdefs.Code(err)
+	code := errdefs.Code(err)
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
 	w.Header().Set(ReasonHeader, headerSafe(errdefs.Message(err)))
 	w.Header().Set(DecisionHeader, decisionOf(err))

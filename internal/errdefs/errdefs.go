@@ -1,13 +1,12 @@
 // Package errdefs owns Airlock's fixed set of error classes and the stable API codes
-// they map to. Every layer wraps one of these classes with %w; the HTTP edge maps a
-// class to a status and code in exactly one place (Code, Status). It must not import
-// any other Airlock package.
+// they map to. Every layer wraps one of these classes with %w and tests it with
+// errors.Is; the HTTP edge (internal/httpedge) alone maps a class to a status. It must
+// not import any other Airlock package, nor net/http.
 package errdefs
 
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // The error classes. Wrap them with %w (or use the constructors below) and test with errors.Is.
@@ -71,31 +70,30 @@ func IdempotencyConflict(format string, args ...any) *Error {
 func (e *Error) WithDetails(d map[string]any) *Error { e.Details = d; return e }
 
 var classes = []struct {
-	class  error
-	code   string
-	status int
+	class error
+	code  string
 }{
-	{ErrNotFound, "not_found", http.StatusNotFound},
-	{ErrInvalidArgument, "invalid_argument", http.StatusBadRequest},
-	{ErrAlreadyExists, "already_exists", http.StatusConflict},
-	{ErrVersionConflict, "version_conflict", http.StatusPreconditionFailed},
-	{ErrIdempotencyConflict, "idempotency_conflict", http.StatusConflict},
-	{ErrQuotaExceeded, "quota_exceeded", http.StatusTooManyRequests},
-	{ErrPermissionDenied, "permission_denied", http.StatusForbidden},
-	{ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
-	{ErrFailedPrecondition, "failed_precondition", http.StatusConflict},
-	{ErrUnavailable, "unavailable", http.StatusServiceUnavailable},
-	{ErrInternal, "internal", http.StatusInternalServerError},
+	{ErrNotFound, "not_found"},
+	{ErrInvalidArgument, "invalid_argument"},
+	{ErrAlreadyExists, "already_exists"},
+	{ErrVersionConflict, "version_conflict"},
+	{ErrIdempotencyConflict, "idempotency_conflict"},
+	{ErrQuotaExceeded, "quota_exceeded"},
+	{ErrPermissionDenied, "permission_denied"},
+	{ErrUnauthenticated, "unauthenticated"},
+	{ErrFailedPrecondition, "failed_precondition"},
+	{ErrUnavailable, "unavailable"},
+	{ErrInternal, "internal"},
 }
 
-// Code returns the stable API code and HTTP status for err; anything unclassified is internal.
-func Code(err error) (code string, status int) {
+// Code returns the stable API code for err; anything unclassified is internal.
+func Code(err error) string {
 	for _, c := range classes {
 		if errors.Is(err, c.class) {
-			return c.code, c.status
+			return c.code
 		}
 	}
-	return "internal", http.StatusInternalServerError
+	return "internal"
 }
 
 // FromCode returns the class for an API code, or ErrInternal for an unknown one.
@@ -115,8 +113,7 @@ func Message(err error) string {
 	if errors.As(err, &e) {
 		return e.Msg
 	}
-	code, _ := Code(err)
-	if code == "internal" {
+	if Code(err) == "internal" {
 		return "internal error"
 	}
 	return err.Error()

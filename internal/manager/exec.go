@@ -189,7 +189,7 @@ func (m *Manager) auditProcess(ctx context.Context, owner string, sb *store.Sand
 	case res != nil:
 		result, d["exit_code"] = res.State, res.ExitCode
 	case err != nil:
-		result, _ = errdefs.Code(err)
+		result = errdefs.Code(err)
 	case via == "process":
 		result = "detached" // its caller went; the process runs on
 	}

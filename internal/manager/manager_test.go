@@ -258,7 +258,7 @@ func TestInternalFailureKeepsItsCauseInTheLog(t *testing.T) {
 	op := &store.Operation{ID: "op_test", Kind: "create"}
 	err := m.finishOp(op, "", errors.New("sqlite: open /var/lib/airlock/airlock.db: disk I/O error"))
 	msg := errdefs.Message(err)
-	if code, _ := errdefs.Code(err); code != "internal" || strings.Contains(msg, "/var/lib") || !strings.Contains(msg, "op_test") {
+	if code := errdefs.Code(err); code != "internal" || strings.Contains(msg, "/var/lib") || !strings.Contains(msg, "op_test") {
 		t.Fatalf("the failure answered %s %q; want internal, naming the operation and no host path", code, msg)
 	}
 	if op.ErrorMessage != msg || errdefs.Details(err)["operation_id"] != "op_test" {
@@ -311,7 +311,7 @@ func TestWorkKeepsBadInputTheCallers(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = w.ProcInput(ctx, 1, "", make([]byte, agentproto.MaxPayload+1))
-	if code, _ := errdefs.Code(err); code != "invalid_argument" || !strings.Contains(errdefs.Message(err), "more than one call takes") {
+	if code := errdefs.Code(err); code != "invalid_argument" || !strings.Contains(errdefs.Message(err), "more than one call takes") {
 		t.Errorf("input past one call's bound: %q (%s); want invalid_argument saying the bound", errdefs.Message(err), code)
 	}
 	if got, _ := st.GetSandbox(ctx, w.Sandbox().ID); got.State != Running {

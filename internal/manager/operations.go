@@ -68,13 +68,13 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 	if sandboxID != "" {
 		op.SandboxID = sandboxID
 	}
-	if code, _ := errdefs.Code(err); err != nil && code == "internal" && nodeCondition(err) != "" {
+	if code := errdefs.Code(err); err != nil && code == "internal" && nodeCondition(err) != "" {
 		// Not a fault of the daemon's but a state of the node, which callers may hear.
 		err = unavailable(err, "the %s failed", op.Kind)
 	}
 	if err != nil {
 		op.State = store.OpFailed
-		op.ErrorCode, _ = errdefs.Code(err)
+		op.ErrorCode = errdefs.Code(err)
 		op.ErrorMessage = errdefs.Message(err)
 		if op.ErrorCode == "internal" {
 			// What failed inside (a database, a host path) is the log's, not the caller's;

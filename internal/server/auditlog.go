@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bufio"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,47 +9,8 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 )
-
-// statusRecorder notes the status a handler answered with, for the audit log. It
-// passes flushes and hijacks through (streams and terminals).
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(p []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(p)
-}
-
-func (s *statusRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := s.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("hijacking is not supported")
-	}
-	if s.status == 0 {
-		s.status = http.StatusSwitchingProtocols
-	}
-	return hj.Hijack()
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // mutating says whether a request may change something.
 func mutating(r *http.Request) bool {
@@ -87,11 +45,7 @@ func (s *Server) auditRequest(r *http.Request, action, sandbox string, status in
 	if s.opts.AuditLog == nil {
 		return
 	}
-	result := strconv.Itoa(status)
-	if err != nil {
-		code, _ := errdefs.Code(err)
-		result += " " + code
-	}
+	result := httpedge.AuditResult(status, err)
 	// An unauthenticated request's path is the caller's choice: clipped like every field.
 	e := audit.Entry{Identity: owner(r), Action: audit.Clip(action), Sandbox: sandbox, Resource: resource(r), Result: result, Source: source(r),
 		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}

@@ -11,7 +11,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
@@ -118,10 +118,8 @@ type route struct {
 // the caller).
 const anyone auth.Permission = ""
 
-// handler is a route's handler: it writes its answer, or returns the error that
-// refuses the request, and adapt writes that. A handler that has begun its answer
-// (a stream) reports later failures in the stream and returns nil.
-type handler func(w http.ResponseWriter, r *http.Request) error
+// handler is a route's handler (see httpedge.Handler); adapt writes its error.
+type handler = httpedge.Handler
 
 // adapt checks the route's permission (and, for a mutating call, that the audit log
 // can be written), is the one place a handler's error becomes the response, and
@@ -129,24 +127,24 @@ type handler func(w http.ResponseWriter, r *http.Request) error
 func (s *Server) adapt(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
 		ctx, noted := manager.NoteSandbox(r.Context())
 		r = r.WithContext(ctx)
-		err := permitted(r, rt.perm)
-		if err == nil {
-			err = s.confine(r, rt.perm, rt.inside)
-		}
-		if err == nil && mutating(r) && s.opts.AuditLog != nil {
-			err = s.opts.AuditLog.Healthy()
-		}
-		if err == nil {
-			err = rt.handler(rec, r)
-		}
-		if err != nil {
-			s.writeError(rec, r, err)
-		}
+		status, err := httpedge.Run(w, r, s.writeError, func(w http.ResponseWriter, r *http.Request) error {
+			if err := permitted(r, rt.perm); err != nil {
+				return err
+			}
+			if err := s.confine(r, rt.perm, rt.inside); err != nil {
+				return err
+			}
+			if mutating(r) && s.opts.AuditLog != nil {
+				if err := s.opts.AuditLog.Healthy(); err != nil {
+					return err
+				}
+			}
+			return rt.handler(w, r)
+		})
 		if principal(r) != nil { // the exposed ports' traffic is no API request
-			s.auditRequest(r, rt.pattern, noted(), rec.status, err, start)
+			s.auditRequest(r, rt.pattern, noted(), status, err, start)
 		}
 	}
 }
@@ -389,20 +387,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return jsonbody.Decode(w, r, v, jsonbody.Options{})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpedge.WriteJSON(w, status, v) }
 
 // apiError turns any error into the wire shape, logging what the client does not see.
 func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
-	code, status := errdefs.Code(err)
-	if errors.Is(err, jsonbody.ErrTooLarge) {
-		status = http.StatusRequestEntityTooLarge
-	}
+	code, status := errdefs.Code(err), httpedge.Status(err)
 	if errors.Is(err, errRangeUnsatisfiable) {
 		code, status = "invalid_argument", http.StatusRequestedRangeNotSatisfiable
 	}
@@ -415,10 +404,9 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 		// The cause (a database error, a host path) goes to the log under an id the
 		// caller is given; an operation's failure already carries its operation's id.
 		if _, isOp := details["operation_id"]; !isOp {
-			id := manager.NewRequestID()
+			id := httpedge.LogInternal(s.log, "request failed", err, "method", r.Method, "path", r.URL.Path)
 			msg = manager.InternalMessage("request", id)
 			details = map[string]any{"request_id": id}
-			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", id, "err", err)
 		}
 	case code == "unavailable":
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)

@@ -89,7 +89,7 @@ func checkCorrupt(t *testing.T, op string, err error, digest string) {
 	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("%s = %v, want ErrCorrupt (a failed precondition)", op, err)
 	}
-	if code, _ := errdefs.Code(err); code != "failed_precondition" {
+	if code := errdefs.Code(err); code != "failed_precondition" {
 		t.Errorf("%s: API code %q, want failed_precondition", op, code)
 	}
 	if got := errdefs.Details(err)["chunk"]; got != digest || !strings.Contains(errdefs.Message(err), digest) {

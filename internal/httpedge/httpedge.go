@@ -1,0 +1,107 @@
+// Package httpedge is the HTTP edge every plane of the daemon shares: the adapter from
+// handlers that return errors, the one table from error class to HTTP status, JSON
+// writing, request ids for failures, and what the request audit records of an answer.
+// Each plane keeps only its own error shape (a small ErrorWriter). It imports no Airlock
+// package but errdefs and jsonbody, and knows nothing of sandboxes, callers or stores.
+package httpedge
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonbody"
+)
+
+// Handler is a route's handler: it writes its answer, or returns the error that refuses
+// the request. A handler that has begun its answer (a stream) reports later failures in
+// the stream and returns nil.
+type Handler func(w http.ResponseWriter, r *http.Request) error
+
+// ErrorWriter writes a handler's error in a plane's shape.
+type ErrorWriter func(w http.ResponseWriter, r *http.Request, err error)
+
+// Adapt returns the http.HandlerFunc that runs h and writes its error with ew.
+func Adapt(ew ErrorWriter, h Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { Run(w, r, ew, h) }
+}
+
+// Run runs h, writes its error with ew, and returns the status the request was
+// answered with and h's error: what the request audit records.
+func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (status int, err error) {
+	rec := &Recorder{ResponseWriter: w}
+	if err = h(rec, r); err != nil {
+		ew(rec, r, err)
+	}
+	return rec.Status(), err
+}
+
+var statuses = []struct {
+	class  error
+	status int
+}{
+	{errdefs.ErrNotFound, http.StatusNotFound},
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest},
+	{errdefs.ErrAlreadyExists, http.StatusConflict},
+	{errdefs.ErrVersionConflict, http.StatusPreconditionFailed},
+	{errdefs.ErrIdempotencyConflict, http.StatusConflict},
+	{errdefs.ErrQuotaExceeded, http.StatusTooManyRequests},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden},
+	{errdefs.ErrUnauthenticated, http.StatusUnauthorized},
+	{errdefs.ErrFailedPrecondition, http.StatusConflict},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable},
+	{errdefs.ErrInternal, http.StatusInternalServerError},
+}
+
+// Status is the one place an error becomes an HTTP status: its class's, except that an
+// oversize body is 413. Anything unclassified is 500.
+func Status(err error) int {
+	if errors.Is(err, jsonbody.ErrTooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	for _, s := range statuses {
+		if errors.Is(err, s.class) {
+			return s.status
+		}
+	}
+	return http.StatusInternalServerError
+}
+
+// WriteJSON answers v as JSON with status, without escaping HTML.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// NewRequestID names one failed request, of any plane, in the log and in its answer.
+func NewRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// LogInternal logs an internal failure's cause under a new request id and returns the
+// id: the caller hears the id, the log holds the cause.
+func LogInternal(log *slog.Logger, what string, err error, args ...any) string {
+	id := NewRequestID()
+	log.Error(what, append(args, "request_id", id, "err", err)...)
+	return id
+}
+
+// AuditResult is what the request audit records of an answer: its status and, for a
+// refused request, the error's code.
+func AuditResult(status int, err error) string {
+	result := strconv.Itoa(status)
+	if err != nil {
+		result += " " + errdefs.Code(err)
+	}
+	return result
+}

@@ -1,0 +1,71 @@
+package httpedge
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonbody"
+)
+
+func TestStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{errdefs.NotFound("x"), http.StatusNotFound},
+		{fmt.Errorf("wrapped: %w", errdefs.ErrPermissionDenied), http.StatusForbidden},
+		{errdefs.VersionConflict("x"), http.StatusPreconditionFailed},
+		{errdefs.Quota("x"), http.StatusTooManyRequests},
+		{&errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: "big", Cause: jsonbody.ErrTooLarge}, http.StatusRequestEntityTooLarge},
+		{errors.New("unclassified"), http.StatusInternalServerError},
+	} {
+		if got := Status(tc.err); got != tc.want {
+			t.Errorf("Status(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Every class has a status, so no class falls through to 500 by being forgotten.
+func TestEveryClassHasAStatus(t *testing.T) {
+	for _, code := range []string{"not_found", "invalid_argument", "already_exists", "version_conflict", "idempotency_conflict",
+		"quota_exceeded", "permission_denied", "unauthenticated", "failed_precondition", "unavailable"} {
+		if got := Status(errdefs.FromCode(code)); got == http.StatusInternalServerError {
+			t.Errorf("class %s has no status of its own (got 500)", code)
+		}
+	}
+}
+
+func TestRunRecordsWhatTheRequestAuditNeeds(t *testing.T) {
+	ew := func(w http.ResponseWriter, r *http.Request, err error) {
+		WriteJSON(w, Status(err), map[string]string{"code": errdefs.Code(err)})
+	}
+	for _, tc := range []struct {
+		name       string
+		h          Handler
+		wantStatus int
+		wantResult string
+		wantBody   string
+	}{
+		{"refused", func(w http.ResponseWriter, r *http.Request) error { return errdefs.NotFound("no such thing") },
+			404, "404 not_found", `{"code":"not_found"}` + "\n"},
+		{"answered", func(w http.ResponseWriter, r *http.Request) error { WriteJSON(w, 201, "<ok>"); return nil },
+			201, "201", `"<ok>"` + "\n"},
+		{"silent", func(w http.ResponseWriter, r *http.Request) error { return nil }, 200, "200", ""},
+	} {
+		w := httptest.NewRecorder()
+		status, err := Run(w, httptest.NewRequest("GET", "/", nil), ew, tc.h)
+		if status != tc.wantStatus || w.Code != tc.wantStatus {
+			t.Errorf("%s: recorded %d, answered %d; want %d", tc.name, status, w.Code, tc.wantStatus)
+		}
+		if got := AuditResult(status, err); got != tc.wantResult {
+			t.Errorf("%s: audit result %q, want %q", tc.name, got, tc.wantResult)
+		}
+		if w.Body.String() != tc.wantBody {
+			t.Errorf("%s: body %q, want %q", tc.name, w.Body.String(), tc.wantBody)
+		}
+	}
+}

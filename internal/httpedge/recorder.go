@@ -1,0 +1,55 @@
+package httpedge
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+)
+
+// Recorder notes the status a handler answered with, for the request audit. It passes
+// flushes and hijacks through (streams, terminals and upgrades).
+type Recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+// Status is the status the answer began with: 200 if the handler wrote nothing.
+func (s *Recorder) Status() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+func (s *Recorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Recorder) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+// Flush passes on a flush: streamed answers need it.
+func (s *Recorder) Flush() { http.NewResponseController(s.ResponseWriter).Flush() }
+
+// Hijack hands over the connection (upgrades, terminals).
+func (s *Recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("hijacking is not supported")
+	}
+	if s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return hj.Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *Recorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
