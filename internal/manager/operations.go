@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -107,13 +106,6 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 // or operations failed, so an operator can find the cause in the daemon's log.
 func InternalMessage(kind, id string) string {
 	return fmt.Sprintf("internal error in %s %s; the daemon's log says what failed", kind, id)
-}
-
-// NewRequestID names one failed request, of any plane, in the log and in its answer.
-func NewRequestID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "req_" + hex.EncodeToString(b[:])
 }
 
 // replayed answers a repeated request with the outcome of the first one.
