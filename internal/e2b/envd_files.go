@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -42,11 +43,11 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 	}
 	h.Set("Content-Disposition", disposition)
 	h.Set("Content-Length", strconv.FormatInt(fi.Size, 10))
-	out := &sentWriter{w: w}
+	out := &httpedge.Tracker{W: w}
 	n, err := t.wk.Download(ctx, p, out)
 	switch {
 	case err == nil:
-	case !out.sent:
+	case !out.Sent:
 		h.Del("Content-Disposition")
 		h.Del("Content-Length")
 		return agentErr(err)
@@ -56,17 +57,6 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 		c.log.Warn("download cut short", "sandbox", t.id, "path", p, "sent", n, "err", err)
 	}
 	return nil
-}
-
-// sentWriter says whether anything was written through it.
-type sentWriter struct {
-	w    io.Writer
-	sent bool
-}
-
-func (s *sentWriter) Write(b []byte) (int, error) {
-	s.sent = true
-	return s.w.Write(b)
 }
 
 // uploaded is one file an upload wrote, as envd describes it.

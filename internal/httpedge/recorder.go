@@ -3,6 +3,7 @@ package httpedge
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 )
@@ -53,3 +54,15 @@ func (s *Recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (s *Recorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Tracker passes writes on to W and notes whether any byte went: once one has, a
+// handler's failure can no longer be its answer (it logs it and returns nil).
+type Tracker struct {
+	W    io.Writer
+	Sent bool
+}
+
+func (t *Tracker) Write(p []byte) (int, error) {
+	t.Sent = true
+	return t.W.Write(p)
+}

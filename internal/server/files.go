@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -74,7 +75,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("%s is a directory; only files can be downloaded", p)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	tw := &trackingWriter{w: w}
+	tw := &httpedge.Tracker{W: w}
 	if rng := r.Header.Get("Range"); rng != "" && !fi.IsSymlink {
 		// A link's size is not its target's, so a range of one is not offered.
 		return s.downloadRange(w, r, tw, wk, p, rng, fi.Size)
@@ -84,7 +85,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	}
 	if _, err := wk.Download(r.Context(), p, tw); err != nil {
-		if !tw.wrote {
+		if !tw.Sent {
 			w.Header().Del("Content-Length")
 			w.Header().Del("Content-Type")
 			return err
@@ -98,7 +99,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 // part, or 416 when the range starts past the end. One range only ("bytes=A-B",
 // "bytes=A-", "bytes=-N"); anything else is refused, not ignored, so a client never
 // mistakes a whole file for the part it asked for.
-func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *trackingWriter, cl fileReader, p, rng string, size int64) error {
+func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *httpedge.Tracker, cl fileReader, p, rng string, size int64) error {
 	start, end, err := parseRange(rng, size)
 	if err != nil {
 		return err
@@ -123,7 +124,7 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 		err = errdefs.Unavailable("the sandbox sent none of bytes %d-%d of %s (the file changed?)", start, end, p)
 	}
 	if err != nil {
-		if !tw.wrote && !part.started {
+		if !tw.Sent && !part.started {
 			return err
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
@@ -135,7 +136,7 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *track
 // an agent that cannot send a part leaves the answer unstarted.
 type partWriter struct {
 	w            http.ResponseWriter
-	tw           *trackingWriter
+	tw           *httpedge.Tracker
 	contentRange string
 	length       int64
 	started      bool
@@ -227,17 +228,6 @@ func parseRange(rng string, size int64) (start, end int64, err error) {
 
 // errRangeUnsatisfiable is a range that starts past the end of its file (416).
 var errRangeUnsatisfiable = errors.New("range not satisfiable")
-
-// trackingWriter notes whether any byte reached the client.
-type trackingWriter struct {
-	w     http.ResponseWriter
-	wrote bool
-}
-
-func (t *trackingWriter) Write(p []byte) (int, error) {
-	t.wrote = true
-	return t.w.Write(p)
-}
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 	p, err := filePath(r)

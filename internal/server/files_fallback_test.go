@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -35,7 +36,7 @@ func TestDownloadRangeFromAnOldAgent(t *testing.T) {
 	} {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", "/", nil)
-		if err := s.downloadRange(w, r, &trackingWriter{w: w}, oldAgent{"0123456789"}, "/f", tc.rng, 10); err != nil {
+		if err := s.downloadRange(w, r, &httpedge.Tracker{W: w}, oldAgent{"0123456789"}, "/f", tc.rng, 10); err != nil {
 			t.Fatalf("%s: %v", tc.rng, err)
 		}
 		if w.Code != 206 || w.Body.String() != tc.want || w.Header().Get("Content-Range") != tc.contentRange ||
@@ -72,7 +73,7 @@ func TestDownloadRangeStopsReadingAnOldAgent(t *testing.T) {
 	var sent int64
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/v1/sandboxes/box/files?path=/f", nil)
-	if err := s.downloadRange(w, r, &trackingWriter{w: w}, endlessAgent{&sent}, "/f", "bytes=5000-5009", 1<<40); err != nil {
+	if err := s.downloadRange(w, r, &httpedge.Tracker{W: w}, endlessAgent{&sent}, "/f", "bytes=5000-5009", 1<<40); err != nil {
 		t.Fatal(err)
 	}
 	if w.Code != 206 || w.Body.String() != strings.Repeat("x", 10) || sent > 3*4096 {
