@@ -207,10 +207,8 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 					return err
 				}
 			}
-			if r.Method != http.MethodGet && c.opts.AuditLog != nil {
-				if err := c.opts.AuditLog.Healthy(); err != nil {
-					return err // nothing changes that the audit log cannot record
-				}
+			if err := c.requestAudit().Ready(r.Method != http.MethodGet); err != nil {
+				return err
 			}
 			return h(w, r.WithContext(manager.WithActor(r.Context(), p.Identity)), p)
 		})
@@ -229,27 +227,24 @@ func permit(p *auth.Principal, perm auth.Permission) error {
 
 // audit records the request in the audit log, as Airlock's own API records its own.
 func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, sandbox string, status int, err error, start time.Time) {
-	if c.opts.AuditLog == nil {
-		return
-	}
 	if pattern == "" {
-		pattern = r.Method + " " + r.URL.Path // the caller's choice: clipped below
+		pattern = r.Method + " " + r.URL.Path // the caller's choice: the edge clips it
 	}
-	result := httpedge.AuditResult(status, err)
+	e := audit.Entry{Action: "E2B " + pattern, Sandbox: sandbox, Source: "e2b tcp " + r.RemoteAddr}
 	if errors.Is(err, errNotServed) {
-		result = strconv.Itoa(status) + " not_implemented"
+		e.Result = strconv.Itoa(status) + " not_implemented"
 	}
-	e := audit.Entry{Action: audit.Clip("E2B " + pattern), Sandbox: sandbox, Result: result, Source: "e2b tcp " + r.RemoteAddr,
-		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
 	if p != nil {
 		e.Identity = p.Identity
 	}
 	if id := r.PathValue("id"); id != "" {
 		e.Resource = audit.Clip("id=" + id)
 	}
-	if aerr := c.opts.AuditLog.Append(r.Context(), e); aerr != nil {
-		c.log.Error("audit log", "err", aerr)
-	}
+	c.requestAudit().Record(r, e, status, err, start)
+}
+
+func (c *Control) requestAudit() httpedge.RequestAudit {
+	return httpedge.RequestAudit{Log: c.opts.AuditLog, Logger: c.log}
 }
 
 func (c *Control) authenticate(r *http.Request) (*auth.Principal, error) {

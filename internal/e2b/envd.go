@@ -153,11 +153,9 @@ func (c *Control) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	changes := r.Method != http.MethodGet && !isHealth(r, port)
-	if changes && c.opts.AuditLog != nil {
-		if err := c.opts.AuditLog.Healthy(); err != nil {
-			c.writeError(rec, r, err)
-			return
-		}
+	if err := c.requestAudit().Ready(changes); err != nil {
+		c.writeError(rec, r, err)
+		return
 	}
 	c.envd.ServeHTTP(rec, r)
 	if changes {
@@ -322,22 +320,15 @@ func (c *Control) validSignature(r *http.Request, sb *manager.Sandbox) (string, 
 
 // auditSandbox records a request of the envd plane that changes something, or failed.
 func (c *Control) auditSandbox(r *http.Request, id string, port int, t *target, status int, err error, start time.Time) {
-	if c.opts.AuditLog == nil {
-		return
-	}
-	result := httpedge.AuditResult(status, err)
 	action := "E2B envd " + r.URL.Path
 	if port != EnvdPort {
 		action = fmt.Sprintf("E2B port %d", port)
 	}
-	e := audit.Entry{Action: audit.Clip(action), Result: result, Source: "e2b tcp " + r.RemoteAddr,
-		Resource: audit.Clip("id=" + id), Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
+	e := audit.Entry{Action: action, Source: "e2b tcp " + r.RemoteAddr, Resource: audit.Clip("id=" + id)}
 	if t != nil {
 		e.Identity, e.Sandbox = t.owner, t.id
 	}
-	if aerr := c.opts.AuditLog.Append(r.Context(), e); aerr != nil {
-		c.log.Error("audit log", "err", aerr)
-	}
+	c.requestAudit().Record(r, e, status, err, start)
 }
 
 // envdMux serves the in-sandbox plane of an authorized request.

@@ -1,8 +1,9 @@
 // Package httpedge is the HTTP edge every plane of the daemon shares: the adapter from
 // handlers that return errors, the one table from error class to HTTP status, JSON
-// writing, request ids for failures, and what the request audit records of an answer.
-// Each plane keeps only its own error shape (a small ErrorWriter). It imports no Airlock
-// package but errdefs and jsonbody, and knows nothing of sandboxes, callers or stores.
+// writing, request ids for failures, and the request audit. Each plane keeps only its
+// own error shape (a small ErrorWriter) and says who called and on what. It imports no
+// Airlock package but errdefs, jsonbody and audit, and knows nothing of sandboxes,
+// callers or stores.
 package httpedge
 
 import (
@@ -12,7 +13,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/jsonbody"
@@ -94,14 +94,4 @@ func LogInternal(log *slog.Logger, what string, err error, args ...any) string {
 	id := NewRequestID()
 	log.Error(what, append(args, "request_id", id, "err", err)...)
 	return id
-}
-
-// AuditResult is what the request audit records of an answer: its status and, for a
-// refused request, the error's code.
-func AuditResult(status int, err error) string {
-	result := strconv.Itoa(status)
-	if err != nil {
-		result += " " + errdefs.Code(err)
-	}
-	return result
 }

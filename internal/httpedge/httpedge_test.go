@@ -61,7 +61,7 @@ func TestRunRecordsWhatTheRequestAuditNeeds(t *testing.T) {
 		if status != tc.wantStatus || w.Code != tc.wantStatus {
 			t.Errorf("%s: recorded %d, answered %d; want %d", tc.name, status, w.Code, tc.wantStatus)
 		}
-		if got := AuditResult(status, err); got != tc.wantResult {
+		if got := auditResult(status, err); got != tc.wantResult {
 			t.Errorf("%s: audit result %q, want %q", tc.name, got, tc.wantResult)
 		}
 		if w.Body.String() != tc.wantBody {

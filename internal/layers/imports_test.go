@@ -23,7 +23,7 @@ var forbidden = map[string][]string{
 	"internal/agentproto": {"airlock:internal/errdefs"},
 	"internal/errdefs":    {"airlock:", "net/http"},
 	// The HTTP edge knows the error classes and bodies, nothing of what the planes serve.
-	"internal/httpedge":  {"airlock:internal/errdefs,internal/jsonbody"},
+	"internal/httpedge":  {"airlock:internal/errdefs,internal/jsonbody,internal/audit"},
 	"internal/store":     {"airlock:"},
 	"internal/runtime":   {"airlock:"},
 	"internal/config":    {"airlock:api,internal/units"},

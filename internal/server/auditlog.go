@@ -41,17 +41,14 @@ func resource(r *http.Request) string {
 
 // auditRequest records one API request: who, which route, on what (and the id of the
 // sandbox it resolved or made, if any), with what result.
+// An unauthenticated request's path is the caller's choice: the edge clips it.
 func (s *Server) auditRequest(r *http.Request, action, sandbox string, status int, err error, start time.Time) {
-	if s.opts.AuditLog == nil {
-		return
-	}
-	result := httpedge.AuditResult(status, err)
-	// An unauthenticated request's path is the caller's choice: clipped like every field.
-	e := audit.Entry{Identity: owner(r), Action: audit.Clip(action), Sandbox: sandbox, Resource: resource(r), Result: result, Source: source(r),
-		Detail: map[string]any{"duration_ms": time.Since(start).Milliseconds()}}
-	if aerr := s.opts.AuditLog.Append(r.Context(), e); aerr != nil {
-		s.log.Error("audit log", "err", aerr)
-	}
+	e := audit.Entry{Identity: owner(r), Action: action, Sandbox: sandbox, Resource: resource(r), Source: source(r)}
+	s.requestAudit().Record(r, e, status, err, start)
+}
+
+func (s *Server) requestAudit() httpedge.RequestAudit {
+	return httpedge.RequestAudit{Log: s.opts.AuditLog, Logger: s.log}
 }
 
 func toAPIAudit(rec *audit.LogRecord) api.AuditRecord {

@@ -136,10 +136,8 @@ func (s *Server) adapt(rt route) http.HandlerFunc {
 			if err := s.confine(r, rt.perm, rt.inside); err != nil {
 				return err
 			}
-			if mutating(r) && s.opts.AuditLog != nil {
-				if err := s.opts.AuditLog.Healthy(); err != nil {
-					return err
-				}
+			if err := s.requestAudit().Ready(mutating(r)); err != nil {
+				return err
 			}
 			return rt.handler(w, r)
 		})
