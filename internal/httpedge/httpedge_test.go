@@ -3,8 +3,11 @@ package httpedge
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -67,5 +70,20 @@ func TestRunRecordsWhatTheRequestAuditNeeds(t *testing.T) {
 		if w.Body.String() != tc.wantBody {
 			t.Errorf("%s: body %q, want %q", tc.name, w.Body.String(), tc.wantBody)
 		}
+	}
+}
+
+// An internal failure's cause goes to the log under the id the caller is given.
+func TestLogInternalKeepsTheCauseUnderTheID(t *testing.T) {
+	var log strings.Builder
+	id := LogInternal(slog.New(slog.NewTextHandler(&log, nil)), "request failed", errors.New("disk I/O error on /var/lib/x"), "path", "/p")
+	if !regexp.MustCompile(`^req_[0-9a-f]{16}$`).MatchString(id) {
+		t.Errorf("request id %q, want req_ and 16 hex digits", id)
+	}
+	if got := log.String(); !strings.Contains(got, "request_id="+id) || !strings.Contains(got, "/var/lib/x") || !strings.Contains(got, "path=/p") {
+		t.Errorf("log %q: want the id, the cause and the plane's fields", got)
+	}
+	if other := NewRequestID(); other == id {
+		t.Errorf("two request ids are both %s", id)
 	}
 }
