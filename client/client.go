@@ -4,7 +4,7 @@
 // and the decoding of answers and errors into api types and *Error. It keeps no sandbox
 // state of its own — every call goes to the daemon — and must not import the daemon's
 // packages (server, manager, store, runtime, image); it shares only api, errdefs, the
-// edge's status table (internal/httpedge) and the frame protocol of internal/agent.
+// edge's status table (internal/httpstatus) and the frame protocol of internal/agent.
 package client
 
 import (

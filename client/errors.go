@@ -9,7 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/httpedge"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 )
 
 // Error is an error answer from the daemon: an HTTP status, the stable API code, a
@@ -64,7 +64,7 @@ func streamError(e *api.Error) *Error {
 	if e == nil {
 		e = &api.Error{Code: "internal", Message: "stream error without details"}
 	}
-	status := httpedge.Status(errdefs.FromCode(e.Code))
+	status := httpstatus.Status(errdefs.FromCode(e.Code))
 	return &Error{Status: status, Code: e.Code, Message: e.Message, Details: e.Details}
 }
 

@@ -10,12 +10,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 
-	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/jsonbody"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 )
 
 // Handler is a route's handler: it writes its answer, or returns the error that refuses
@@ -41,36 +39,8 @@ func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (sta
 	return rec.Status(), err
 }
 
-var statuses = []struct {
-	class  error
-	status int
-}{
-	{errdefs.ErrNotFound, http.StatusNotFound},
-	{errdefs.ErrInvalidArgument, http.StatusBadRequest},
-	{errdefs.ErrAlreadyExists, http.StatusConflict},
-	{errdefs.ErrVersionConflict, http.StatusPreconditionFailed},
-	{errdefs.ErrIdempotencyConflict, http.StatusConflict},
-	{errdefs.ErrQuotaExceeded, http.StatusTooManyRequests},
-	{errdefs.ErrPermissionDenied, http.StatusForbidden},
-	{errdefs.ErrUnauthenticated, http.StatusUnauthorized},
-	{errdefs.ErrFailedPrecondition, http.StatusConflict},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable},
-	{errdefs.ErrInternal, http.StatusInternalServerError},
-}
-
-// Status is the one place an error becomes an HTTP status: its class's, except that an
-// oversize body is 413. Anything unclassified is 500.
-func Status(err error) int {
-	if errors.Is(err, jsonbody.ErrTooLarge) {
-		return http.StatusRequestEntityTooLarge
-	}
-	for _, s := range statuses {
-		if errors.Is(err, s.class) {
-			return s.status
-		}
-	}
-	return http.StatusInternalServerError
-}
+// Status is the one place an error becomes an HTTP status (httpstatus.Status).
+func Status(err error) int { return httpstatus.Status(err) }
 
 // WriteJSON answers v as JSON with status, without escaping HTML.
 func WriteJSON(w http.ResponseWriter, status int, v any) {

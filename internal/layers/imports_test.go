@@ -19,20 +19,21 @@ const mod = "github.com/airlockhq/airlock/"
 // after it.
 var forbidden = map[string][]string{
 	"api":                 {"airlock:"},
-	"client":              {"airlock:api,internal/agentproto,internal/errdefs,internal/httpedge"},
+	"client":              {"airlock:api,internal/agentproto,internal/errdefs,internal/httpstatus"},
 	"internal/agentproto": {"airlock:internal/errdefs"},
 	"internal/errdefs":    {"airlock:", "net/http"},
 	// The HTTP edge knows the error classes and bodies, nothing of what the planes serve.
-	"internal/httpedge":  {"airlock:internal/errdefs,internal/jsonbody,internal/audit"},
-	"internal/store":     {"airlock:"},
-	"internal/runtime":   {"airlock:"},
-	"internal/config":    {"airlock:api,internal/units"},
-	"internal/units":     {"airlock:"},
-	"internal/clip":      {"airlock:"},
-	"internal/durable":   {"airlock:"},
-	"internal/version":   {"airlock:"},
-	"internal/failpoint": {"airlock:"},
-	"internal/idmap":     {"airlock:internal/errdefs"},
+	"internal/httpedge":   {"airlock:internal/errdefs,internal/httpstatus,internal/audit"},
+	"internal/httpstatus": {"airlock:internal/errdefs,internal/jsonbody"},
+	"internal/store":      {"airlock:"},
+	"internal/runtime":    {"airlock:"},
+	"internal/config":     {"airlock:api,internal/units"},
+	"internal/units":      {"airlock:"},
+	"internal/clip":       {"airlock:"},
+	"internal/durable":    {"airlock:"},
+	"internal/version":    {"airlock:"},
+	"internal/failpoint":  {"airlock:"},
+	"internal/idmap":      {"airlock:internal/errdefs"},
 	// The router only decides: nothing that reaches the kernel, and not the fence.
 	// ("os" and "net" rule out their trees: os/exec, os/user, net/http and the rest.)
 	"internal/router": {"airlock:internal/errdefs", "syscall", "golang.org/x/sys", "github.com/landlock-lsm/go-landlock",
