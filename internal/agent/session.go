@@ -231,8 +231,10 @@ func (s *server) listSessions() []agentproto.SessionInfo {
 	defer s.mu.Unlock()
 	out := make([]agentproto.SessionInfo, 0, len(s.sessions))
 	for _, ss := range s.sessions {
-		if !ss.ended() {
-			out = append(out, ss.info)
+		// An ended background session stays listed while its output drains, before
+		// watchSession moves it to endedLogs: its log is readable all along.
+		if !ss.ended() || ss.log != nil {
+			out = append(out, ss.infoNow())
 		}
 	}
 	for _, ss := range s.endedLogs {

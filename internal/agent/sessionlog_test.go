@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,38 @@ func TestSessionLogIsBounded(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSuffix(string(got), "\n"), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "2997") {
 		t.Errorf("the last 3 lines begin %q (%d lines), want 2997, 2998 and 2999", got[:4], len(lines))
+	}
+}
+
+// TestBackgroundSessionListedWhileDraining: a background session whose process has
+// exited stays listed, with how it ended, while the output of a child that outlives it
+// still drains, before the session is torn down.
+func TestBackgroundSessionListedWhileDraining(t *testing.T) {
+	c, _ := startAgent(t, Options{})
+	// The shell exits at once; its child keeps writing to the pipe for about a second.
+	info, err := c.StartSession(ctxT(t), agentproto.SessionSpec{Kind: agentproto.SessionRaw, Log: true,
+		Argv: []string{"/bin/sh", "-c", "(for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do echo x; sleep 0.05; done) & exit 4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawExited := false
+	for deadline := time.Now().Add(700 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		list, err := c.ListSessions(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(list, func(s agentproto.SessionInfo) bool { return s.ID == info.ID })
+		if i < 0 {
+			t.Fatalf("session %s is missing from the list %+v (exited and listed before: %v)", info.ID, list, sawExited)
+		}
+		if list[i].Exited {
+			if list[i].ExitCode != 4 || !list[i].Log {
+				t.Fatalf("the exited session is listed as %+v, want exit code 4 and a log", list[i])
+			}
+			sawExited = true
+		}
+	}
+	if !sawExited {
+		t.Error("the session was never listed as exited while its child still wrote")
 	}
 }
