@@ -49,7 +49,7 @@ func (n *Node) Probe(ctx context.Context) (runtime.Check, bool) {
 			"leaves them" + n.otherTablesHint()
 	} else {
 		c.Detail = fmt.Sprintf("a probe link reached the proxy (%s) and DNS (%s) through nftables table inet %s",
-			proxy, dns, n.tableName())
+			proxy, dns, n.nm.TableName())
 	}
 	if ctx.Err() == nil { // a caller that gave up does not decide for the next one
 		n.probe.at, n.probe.last = time.Now(), c
@@ -99,16 +99,9 @@ func (n *Node) probeLink(ctx context.Context) (proxy, dns netip.AddrPort, retErr
 // ListenerMark is the mark of the node's listeners (sandboxlink.ReserveMark).
 func (n *Node) ListenerMark() uint32 { return n.nm.ListenerMark() }
 
-func (n *Node) tableName() string {
-	if n.opts.Table == "" {
-		return "airlock"
-	}
-	return n.opts.Table
-}
-
 // otherTablesHint names the host's other nftables tables, where the cause often is.
 func (n *Node) otherTablesHint() string {
-	others, err := sandboxlink.OtherTables(n.tableName())
+	others, err := sandboxlink.OtherTables(n.nm.TableName())
 	if err != nil || len(others) == 0 {
 		return ""
 	}

@@ -38,3 +38,6 @@ func (m *Manager) RemoveRules() error {
 	c.DelTable(m.table())
 	return c.Flush()
 }
+
+// TableName is the name of the node's nftables table (inet family).
+func (m *Manager) TableName() string { return m.table().Name }

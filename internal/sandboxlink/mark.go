@@ -9,8 +9,6 @@ import (
 	"syscall"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
-	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -144,21 +142,6 @@ func OtherTables(skip string) ([]string, error) {
 		out = append(out, fam[t.Family]+" "+t.Name)
 	}
 	return out, nil
-}
-
-// ruleSocketMark returns the mark a rule (as this package writes it) compares the
-// socket mark with, if it does.
-func ruleSocketMark(exprs []expr.Any) (uint32, bool) {
-	for i, e := range exprs {
-		s, ok := e.(*expr.Socket)
-		if !ok || s.Key != expr.SocketKeyMark || i+1 >= len(exprs) {
-			continue
-		}
-		if cmp, ok := exprs[i+1].(*expr.Cmp); ok && cmp.Register == s.Register && cmp.Op == expr.CmpOpEq && len(cmp.Data) == 4 {
-			return binaryutil.NativeEndian.Uint32(cmp.Data), true
-		}
-	}
-	return 0, false
 }
 
 // The rule that matches a node's listener mark says which in its comment, for the

@@ -199,7 +199,6 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 		{pre, cat(ipv4(), ifIn(expr.MetaKeyIIFNAME, ifs), l4(unix.IPPROTO_TCP), redirect(cfg.TransparentTCPPort))},
 
 		{input, cat(ifIn(expr.MetaKeyIIFNAME, ifs), verdict(expr.VerdictGoto, chainIn))},
-		{input, cat(ctState(expr.CtStateBitNEW), socketMark(cfg.ListenerMark), verdict(expr.VerdictDrop, ""))},
 
 		{in, cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept, ""))},
 		{in, cat(ctState(expr.CtStateBitNEW), overRatePerIf(rate, perSandbox), verdict(expr.VerdictDrop, ""))},
@@ -225,13 +224,14 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	}
 	counts := map[string]int{}
 	for _, r := range rules {
-		rule := &nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e}
-		if _, ok := ruleSocketMark(r.e); ok {
-			rule.UserData = markComment(cfg.ListenerMark)
-		}
-		c.AddRule(rule)
+		c.AddRule(&nftables.Rule{Table: t, Chain: r.ch, Exprs: r.e})
 		counts[r.ch.Name]++
 	}
+	// Last in input, after the goto for sandboxes; its comment names the mark for the
+	// other nodes on the host to read (ReserveMark).
+	c.AddRule(&nftables.Rule{Table: t, Chain: input, UserData: markComment(cfg.ListenerMark),
+		Exprs: cat(ctState(expr.CtStateBitNEW), socketMark(cfg.ListenerMark), verdict(expr.VerdictDrop, ""))})
+	counts[input.Name]++
 	for _, sb := range restore {
 		if err := setElements(c, ifs, links, sb); err != nil {
 			return err
