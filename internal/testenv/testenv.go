@@ -190,7 +190,9 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	dir := TempDir(t, "al-")
 	n := &Node{Dir: dir, Socket: filepath.Join(dir, "api.sock"), CgroupParent: "airlock-test-" + filepath.Base(dir),
 		SecretsDir: dir + "-secrets"} // delivered secrets live on a tmpfs outside the state directory, as on a real node
-	tag := fmt.Sprintf("%04x", uint16(time.Now().UnixNano()))
+	var tb [2]byte
+	crand.Read(tb[:]) // the table and veth prefix of nodes made in one tick differ too
+	tag := fmt.Sprintf("%02x%02x", tb[0], tb[1])
 	rec := sweep.Record{CgroupParents: []string{n.CgroupParent, n.CgroupParent + "-runsc"},
 		Runtimes:   []sweep.Runtime{{Binary: "runc", Root: filepath.Join(dir, "runc")}, {Binary: "runsc", Root: filepath.Join(dir, "runsc")}},
 		SecretsDir: n.SecretsDir}
