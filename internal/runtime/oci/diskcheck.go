@@ -62,17 +62,25 @@ func needsRepair(err error) bool {
 // e2fsck exit status bits (e2fsck(8)): below 4 the file system is sound.
 const fsckUncorrected = 4
 
+// maxFsckOutput bounds what is kept of one e2fsck run's output (a damaged image can
+// make it report every inode).
+const maxFsckOutput = 64 << 10
+
 // repairDisk checks and repairs the ext4 in img, which nothing may have mounted: a
 // preen first, and a full repair only if the preen cannot finish. why says what made
 // it check, for the log.
 func repairDisk(ctx context.Context, log *slog.Logger, img, why string) error {
 	run := func(mode string) (int, string, error) {
-		out, err := exec.CommandContext(ctx, "e2fsck", "-f", mode, img).CombinedOutput()
+		// The image is the sandbox's to write: what e2fsck says of it is kept bounded.
+		out := boundedBuffer{max: maxFsckOutput}
+		cmd := exec.CommandContext(ctx, "e2fsck", "-f", mode, img)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return ee.ExitCode(), strings.TrimSpace(string(out)), nil
+			return ee.ExitCode(), strings.TrimSpace(out.buf.String()), nil
 		}
-		return 0, strings.TrimSpace(string(out)), err
+		return 0, strings.TrimSpace(out.buf.String()), err
 	}
 	code, out, err := run("-p")
 	if err != nil {
