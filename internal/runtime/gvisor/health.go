@@ -25,6 +25,7 @@ const (
 // startHealth is what the driver knows of starting sandboxes: its last probe and the
 // last start that failed with none succeeding since.
 type startHealth struct {
+	probing  sync.Mutex // one probe at a time; record never waits for one
 	mu       sync.Mutex
 	probedAt time.Time
 	probeErr error
@@ -48,14 +49,24 @@ func (h *startHealth) record(err error) {
 // check probes when the last probe is old or a start failed since, and marks c
 // degraded when the probe or the last start failed.
 func (h *startHealth) check(ctx context.Context, c *runtime.Check, probe func(context.Context) error) {
+	h.probing.Lock()
+	defer h.probing.Unlock()
+	h.mu.Lock()
+	due := h.probedAt.IsZero() || h.stale || time.Since(h.probedAt) > probeEvery
+	if due {
+		h.stale = false // a start that fails while the probe runs marks it stale again
+	}
+	h.mu.Unlock()
+	if due {
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := probe(pctx)
+		cancel()
+		h.mu.Lock()
+		h.probeErr, h.probedAt = err, time.Now()
+		h.mu.Unlock()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.probedAt.IsZero() || h.stale || time.Since(h.probedAt) > probeEvery {
-		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		h.probeErr = probe(pctx)
-		cancel()
-		h.probedAt, h.stale = time.Now(), false
-	}
 	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 	switch {
 	case h.probeErr != nil:

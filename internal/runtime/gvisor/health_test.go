@@ -51,3 +51,32 @@ func TestStartHealthProbes(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox start records its outcome while a status probe runs, without waiting for
+// it; a start that fails meanwhile makes the next check probe again.
+func TestStartHealthRecordDoesNotWaitForAProbe(t *testing.T) {
+	var h startHealth
+	inProbe, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := runtime.Check{OK: true}
+		h.check(context.Background(), &c, func(context.Context) error { close(inProbe); <-release; return nil })
+	}()
+	<-inProbe
+	recorded := make(chan struct{})
+	go func() { h.record(errors.New("boom")); close(recorded) }()
+	select {
+	case <-recorded:
+	case <-done:
+		t.Fatal("the probe ended first")
+	}
+	close(release)
+	<-done
+	probes := 0
+	c := runtime.Check{OK: true}
+	h.check(context.Background(), &c, func(context.Context) error { probes++; return nil })
+	if probes != 1 || c.OK {
+		t.Fatalf("after a start failed during a probe: %d probes, ok=%v; want a new probe and the failure shown", probes, c.OK)
+	}
+}
