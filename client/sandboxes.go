@@ -20,14 +20,9 @@ func (c *Client) Create(ctx context.Context, req api.CreateSandboxRequest, opts 
 		opt(&o)
 	}
 	r := request{method: http.MethodPost, path: "/v1/sandboxes", in: req, opts: opts}
-	if o.pullProgress == nil {
-		var out api.OperationResponse
-		if err := c.do(ctx, r, &out); err != nil {
-			return nil, err
-		}
-		return &out, nil
+	if o.pullProgress != nil {
+		r.header = http.Header{"Accept": {"application/x-ndjson, application/json"}}
 	}
-	r.header = http.Header{"Accept": {"application/x-ndjson, application/json"}}
 	resp, err := c.send(ctx, r)
 	if err != nil {
 		return nil, err
@@ -43,7 +38,7 @@ func (c *Client) Create(ctx context.Context, req api.CreateSandboxRequest, opts 
 	}
 	return readResult(ctx, resp.Body, "create", func(ev api.CreateEvent) (*api.OperationResponse, *api.Error) { return ev.Result, ev.Error },
 		func(ev api.CreateEvent) {
-			if ev.Pull != nil {
+			if ev.Pull != nil && o.pullProgress != nil {
 				o.pullProgress(*ev.Pull)
 			}
 		})

@@ -2,7 +2,6 @@ package httpedge
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,36 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/jsonbody"
 )
-
-func TestStatus(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want int
-	}{
-		{errdefs.NotFound("x"), http.StatusNotFound},
-		{fmt.Errorf("wrapped: %w", errdefs.ErrPermissionDenied), http.StatusForbidden},
-		{errdefs.VersionConflict("x"), http.StatusPreconditionFailed},
-		{errdefs.Quota("x"), http.StatusTooManyRequests},
-		{&errdefs.Error{Class: errdefs.ErrInvalidArgument, Msg: "big", Cause: jsonbody.ErrTooLarge}, http.StatusRequestEntityTooLarge},
-		{errors.New("unclassified"), http.StatusInternalServerError},
-	} {
-		if got := Status(tc.err); got != tc.want {
-			t.Errorf("Status(%v) = %d, want %d", tc.err, got, tc.want)
-		}
-	}
-}
-
-// Every class has a status, so no class falls through to 500 by being forgotten.
-func TestEveryClassHasAStatus(t *testing.T) {
-	for _, code := range []string{"not_found", "invalid_argument", "already_exists", "version_conflict", "idempotency_conflict",
-		"quota_exceeded", "permission_denied", "unauthenticated", "failed_precondition", "unavailable"} {
-		if got := Status(errdefs.FromCode(code)); got == http.StatusInternalServerError {
-			t.Errorf("class %s has no status of its own (got 500)", code)
-		}
-	}
-}
 
 func TestRunRecordsWhatTheRequestAuditNeeds(t *testing.T) {
 	ew := func(w http.ResponseWriter, r *http.Request, err error) {
