@@ -96,6 +96,15 @@ func Code(err error) string {
 	return "internal"
 }
 
+// Codes returns every API code, one per class.
+func Codes() []string {
+	out := make([]string, len(classes))
+	for i, c := range classes {
+		out[i] = c.code
+	}
+	return out
+}
+
 // FromCode returns the class for an API code, or ErrInternal for an unknown one.
 func FromCode(code string) error {
 	for _, c := range classes {
