@@ -35,6 +35,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpedge"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
@@ -280,7 +281,7 @@ func statusOf(err error) (code string, status int) {
 	if errors.Is(err, errNotServed) {
 		return "not_implemented", http.StatusNotImplemented
 	}
-	return errdefs.Code(err), httpedge.Status(err)
+	return errdefs.Code(err), httpstatus.Status(err)
 }
 
 // toAPIError is err in E2B's error shape; the cause of an internal error goes to the

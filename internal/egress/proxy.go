@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/httpedge"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 )
 
 // APIHost is the fixed name under which a sandbox reaches the Airlock API through the proxy,
@@ -426,7 +426,7 @@ func (p *Proxy) refuseConnect(w http.ResponseWriter, err error) bool {
 		return false
 	}
 	defer raw.Close()
-	status := httpedge.Status(err)
+	status := httpstatus.Status(err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		status = http.StatusBadGateway
 	}
@@ -460,7 +460,7 @@ func headerSafe(s string) string {
 // writeError answers err in the API's error shape; a failure to reach the upstream
 // server is 502, as proxies answer it.
 func writeError(w http.ResponseWriter, err error) {
-	status := httpedge.Status(err)
+	status := httpstatus.Status(err)
 	if errors.Is(err, errdefs.ErrUnavailable) {
 		status = http.StatusBadGateway
 	}

@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-
-	"github.com/airlockhq/airlock/internal/httpstatus"
 )
 
 // Handler is a route's handler: it writes its answer, or returns the error that refuses
@@ -38,9 +36,6 @@ func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (sta
 	}
 	return rec.Status(), err
 }
-
-// Status is the one place an error becomes an HTTP status (httpstatus.Status).
-func Status(err error) int { return httpstatus.Status(err) }
 
 // WriteJSON answers v as JSON with status, without escaping HTML.
 func WriteJSON(w http.ResponseWriter, status int, v any) {

@@ -10,11 +10,12 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 )
 
 func TestRunRecordsWhatTheRequestAuditNeeds(t *testing.T) {
 	ew := func(w http.ResponseWriter, r *http.Request, err error) {
-		WriteJSON(w, Status(err), map[string]string{"code": errdefs.Code(err)})
+		WriteJSON(w, httpstatus.Status(err), map[string]string{"code": errdefs.Code(err)})
 	}
 	for _, tc := range []struct {
 		name       string

@@ -10,7 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/httpedge"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
 )
@@ -194,7 +194,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 			// caller hears why, and the log says so at debug level only.
 			s.log.Debug("exposed port did not answer", "sandbox", id, "port", port, "err", err)
 			e := errdefs.Unavailable("nothing answered on port %d in the sandbox: is a server listening there?", port)
-			writeJSON(w, httpedge.Status(e), api.ErrorBody{Error: api.Error{Code: errdefs.Code(e), Message: errdefs.Message(e)}})
+			writeJSON(w, httpstatus.Status(e), api.ErrorBody{Error: api.Error{Code: errdefs.Code(e), Message: errdefs.Message(e)}})
 		},
 	})
 	return nil

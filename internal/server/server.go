@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpedge"
+	"github.com/airlockhq/airlock/internal/httpstatus"
 	"github.com/airlockhq/airlock/internal/jsonbody"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/portproxy"
@@ -389,7 +390,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) { httpedge.WriteJSON(w,
 
 // apiError turns any error into the wire shape, logging what the client does not see.
 func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
-	code, status := errdefs.Code(err), httpedge.Status(err)
+	code, status := errdefs.Code(err), httpstatus.Status(err)
 	if errors.Is(err, errRangeUnsatisfiable) {
 		code, status = "invalid_argument", http.StatusRequestedRangeNotSatisfiable
 	}
