@@ -442,6 +442,12 @@ func TestControlPlaneNetwork(t *testing.T) {
 	if got := policy(create(`{"network":{"denyOut":["0.0.0.0/0"]}}`)); got.Mode != "deny_all" {
 		t.Errorf("denyOut all: policy %+v", got)
 	}
+	if got := policy(create(`{"allow_internet_access":false}`)); got.Mode != "deny_all" {
+		t.Errorf("allow_internet_access false: policy %+v", got)
+	}
+	if got := policy(create(`{}`)); got.Mode != manager.DefaultNetwork.Mode {
+		t.Errorf("no network: policy %+v, want the default %s", got, manager.DefaultNetwork.Mode)
+	}
 
 	for _, body := range []string{
 		`{"network":{"denyOut":["10.0.0.0/8"]}}`,

@@ -193,19 +193,15 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 			cr.MaxLifetime = d.String()
 		}
 	}
-	denyAll := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
-	if denyAll {
-		cr.Network = &manager.NetworkPolicy{Mode: "deny_all"}
+	network := req.Network
+	if network == nil {
+		network = &networkConfig{}
 	}
-	if req.Network != nil {
-		pol, err := req.Network.egressPolicy(denyAll)
-		if err != nil {
-			return err
-		}
-		if pol != nil {
-			cr.Network = pol
-		}
+	pol, err := network.egressPolicy(req.AllowInternetAccess != nil && !*req.AllowInternetAccess)
+	if err != nil {
+		return err
 	}
+	cr.Network = pol
 	_, sb, err := c.m.Create(r.Context(), call(p), cr)
 	if err != nil {
 		return fieldNames(err)
