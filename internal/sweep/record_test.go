@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/bindsource"
 )
 
 func TestRecordValidate(t *testing.T) {
@@ -53,8 +55,8 @@ func TestRecordRoundTrip(t *testing.T) {
 
 func TestUnescape(t *testing.T) {
 	for in, want := range map[string]string{`/a/b`: "/a/b", `/a\040b`: "/a b", `/a\134b`: `/a\b`, `/a\04`: `/a\04`} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q; want %q", in, got, want)
+		if got := bindsource.UnescapeMount(in); got != want {
+			t.Errorf("UnescapeMount(%q) = %q; want %q", in, got, want)
 		}
 	}
 }

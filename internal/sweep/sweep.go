@@ -18,6 +18,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/bindsource"
 )
 
 // Kinds of Item, in the order Run handles them.
@@ -276,7 +278,7 @@ func Mounts(roots ...string) []string {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescape(fields[4])
+		mp := bindsource.UnescapeMount(fields[4])
 		for _, root := range roots {
 			if mp == root || strings.HasPrefix(mp, strings.TrimSuffix(root, "/")+"/") {
 				out = append(out, mp)
@@ -286,25 +288,6 @@ func Mounts(roots ...string) []string {
 	}
 	slices.Reverse(out)
 	return out
-}
-
-// unescape decodes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmount detaches the mount at mp; one already gone (its parent was detached
