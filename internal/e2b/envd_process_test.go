@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -172,5 +173,55 @@ func TestEnvdDeadContainerRecorded(t *testing.T) {
 			t.Errorf("after %s found the container dead: state %s, %d container_gone events (had %d); want suspended and one more",
 				call.name, sb.State, gone(), before)
 		}
+	}
+}
+
+// TestEnvNameOneRule: an environment variable name that is not allowed gets the same
+// error whichever plane and kind of process it comes with: a native exec, a native
+// session, a sandbox's own environment, an E2B process. Nothing starts.
+func TestEnvNameOneRule(t *testing.T) {
+	f := newEnvdFixture(t)
+	alice, err := client.New(client.Options{Addr: f.node.Addr, Token: f.node.Token(t, "alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const want = `invalid environment variable name "A-B": use letters, digits and '_', not starting with a digit`
+	bad := map[string]string{"A-B": "1"}
+	msg := func(err error) string {
+		var ae *client.Error
+		if errors.As(err, &ae) && ae.Code == "invalid_argument" {
+			return ae.Message
+		}
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument {
+			return ce.Message()
+		}
+		return fmt.Sprintf("not an invalid-argument error: %v", err)
+	}
+	_, execErr := alice.Exec(ctx, f.id, api.ExecRequest{Argv: []string{"true"}, Env: bad})
+	_, sessErr := alice.StartSession(ctx, f.id, api.SessionRequest{Kind: "raw", Argv: []string{"true"}, Env: bad})
+	_, createErr := alice.Create(ctx, api.CreateSandboxRequest{Name: "env-check", Env: bad})
+	stream, err := f.process(f.id, f.token).Start(ctx, connect.NewRequest(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: "true", Envs: bad}}))
+	var procErr error
+	if err != nil {
+		procErr = err
+	} else {
+		for stream.Receive() {
+		}
+		procErr = stream.Err()
+		stream.Close()
+	}
+	for _, c := range []struct {
+		plane string
+		err   error
+	}{{"native exec", execErr}, {"native session", sessErr}, {"native create", createErr}, {"E2B process", procErr}} {
+		if got := msg(c.err); got != want {
+			t.Errorf("%s with env A-B: %s; want %q", c.plane, got, want)
+		}
+	}
+	if sessions, err := alice.ListSessions(ctx, f.id); err != nil || len(sessions) != 0 {
+		t.Errorf("sessions after the refusals: %v, %v; want none", sessions, err)
 	}
 }

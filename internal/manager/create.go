@@ -58,7 +58,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err := ValidateName(req.Name); err != nil {
 		return nil, nil, err
 	}
-	if err := validateEnv(req.Env); err != nil {
+	if err := CheckEnv(sortedEnv(req.Env)); err != nil {
 		return nil, nil, err
 	}
 	if err := validateLabels(req.Labels); err != nil {

@@ -100,9 +100,6 @@ func (c *workConn) Close() error {
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.
 func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, stdout, stderr io.Writer) (*agentproto.ExitResult, error) {
-	if err := validateEnv(req.Env); err != nil {
-		return nil, err
-	}
 	timeout, err := parseTimeout(req.Timeout)
 	if err != nil {
 		return nil, err

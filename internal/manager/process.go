@@ -22,8 +22,12 @@ import (
 // prepare reaches a sandbox of owner's for a new process and fills in what every
 // process started there gets: the environment (what its secret bindings deliver, then
 // the caller's own variables, which win), and, when the caller names no user, the user
-// the sandbox's image runs as.
+// the sandbox's image runs as. The caller's environment is checked first, by the one
+// rule of every plane (CheckEnv), before the sandbox is reached.
 func (m *Manager) prepare(ctx context.Context, owner, ref string, env *[]string, uid, gid **uint32) (*agent.Client, *store.Sandbox, error) {
+	if err := CheckEnv(*env); err != nil {
+		return nil, nil, err
+	}
 	cl, sb, err := m.agentOf(ctx, owner, ref)
 	if err != nil {
 		return nil, nil, err
@@ -96,7 +100,10 @@ type ProcOutput = agent.ProcOutput
 // the start: the process outlives it, and ends at spec.TimeoutMS.
 func (w *Work) StartProc(ctx context.Context, spec agentproto.ProcSpec) (*Proc, error) {
 	m, sb, cl := w.m, w.sb, w.cl
-	var err error
+	err := CheckEnv(spec.Env)
+	if err != nil {
+		return nil, err
+	}
 	if spec.Env, err = m.ProcessEnv(ctx, sb, spec.Env); err != nil {
 		return nil, err
 	}

@@ -30,20 +30,36 @@ func ValidateName(name string) error {
 
 var envKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
-func validateEnv(env map[string]string) error {
-	for k, v := range env {
+// EnvNameRule says what an environment variable's name may be.
+const EnvNameRule = "letters, digits and '_', not starting with a digit"
+
+// Bounds of the environment a caller gives a sandbox or one of its processes.
+const (
+	maxEnvVars = 256
+	maxEnvVar  = 32 << 10
+)
+
+// CheckEnv is the one rule for the environment a caller gives a process or a sandbox,
+// whichever plane it comes through: "K=V" entries, each name EnvNameRule, each value
+// without NUL bytes, each entry at most 32 KiB, at most 256 of them.
+func CheckEnv(env []string) error {
+	if len(env) > maxEnvVars {
+		return errdefs.Invalid("too many environment variables (%d); at most %d", len(env), maxEnvVars)
+	}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return errdefs.Invalid("environment entry %.64q is not NAME=value", kv)
+		}
 		if !envKeyRE().MatchString(k) {
-			return errdefs.Invalid("invalid environment variable name %q: use letters, digits and '_', not starting with a digit", k)
+			return errdefs.Invalid("invalid environment variable name %.64q: use %s", k, EnvNameRule)
 		}
 		if strings.ContainsRune(v, 0) {
-			return errdefs.Invalid("environment variable %s contains a NUL byte", k)
+			return errdefs.Invalid("environment variable %s contains a NUL byte; a value is text without NUL bytes", k)
 		}
-		if len(k)+len(v) > 32<<10 {
-			return errdefs.Invalid("environment variable %s is longer than 32 KiB", k)
+		if len(kv) > maxEnvVar {
+			return errdefs.Invalid("environment variable %s is longer than 32 KiB, the most one may be", k)
 		}
-	}
-	if len(env) > 256 {
-		return errdefs.Invalid("too many environment variables (%d); at most 256", len(env))
 	}
 	return nil
 }
