@@ -418,7 +418,7 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 	case agentproto.OpPTY:
 		return s.handlePTY(c, fw, req.Exec)
 	case agentproto.OpSessionStart:
-		return s.handleSessionStart(fw, req.Session)
+		return s.handleSessionStart(c, fw, req.Session)
 	case agentproto.OpSessionSend:
 		return s.handleSessionSend(c, fw, req)
 	case agentproto.OpSessionClose:

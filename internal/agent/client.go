@@ -332,6 +332,63 @@ func (p *PTY) Close() error {
 	return err
 }
 
+// SessionWatch is the open start call of a watched session.
+type SessionWatch struct{ k *call }
+
+// StartSessionWatched starts a session as StartSession does and keeps the call open:
+// the watch's Wait returns how the session ended. The watch is nil when the agent
+// predates watching.
+func (c *Client) StartSessionWatched(ctx context.Context, spec agentproto.SessionSpec) (_ *agentproto.SessionInfo, _ *SessionWatch, err error) {
+	spec.Watch = true
+	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpSessionStart, Session: &spec})
+	if err != nil {
+		return nil, nil, err
+	}
+	var w *SessionWatch
+	defer func() {
+		if w == nil || err != nil {
+			k.conn.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
+	defer stop()
+	_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
+	t, p, err := agentproto.ReadFrame(k.conn)
+	if err != nil {
+		return nil, nil, ctxErr(ctx, err)
+	}
+	var info agentproto.SessionInfo
+	if t == agentproto.FrameData {
+		if err := json.Unmarshal(p, &info); err != nil {
+			return nil, nil, decodeErr("session", err)
+		}
+		w = &SessionWatch{k: k}
+	} else if err := finish(t, p, &info); err != nil {
+		return nil, nil, err
+	}
+	if err := checkSession(&info); err != nil {
+		return nil, nil, err
+	}
+	_ = k.conn.SetReadDeadline(time.Time{})
+	return &info, w, nil
+}
+
+// Wait returns how the session ended, once it has; Close ends the wait first.
+func (w *SessionWatch) Wait() (*agentproto.SessionEnd, error) {
+	t, p, err := agentproto.ReadFrame(w.k.conn)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	var end agentproto.SessionEnd
+	if err := finish(t, p, &end); err != nil {
+		return nil, err
+	}
+	return &end, nil
+}
+
+// Close ends the watch; the session runs on.
+func (w *SessionWatch) Close() error { return w.k.conn.Close() }
+
 // StartSession starts a long-lived session process.
 func (c *Client) StartSession(ctx context.Context, spec agentproto.SessionSpec) (*agentproto.SessionInfo, error) {
 	var info agentproto.SessionInfo

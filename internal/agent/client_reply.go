@@ -66,6 +66,8 @@ func checkResult(v any) error {
 	case *agentproto.SendResult:
 		r.Error = clip.Text(r.Error, maxAgentText)
 		state, states = r.State, []string{agentproto.StateSucceeded, agentproto.StateFailed, agentproto.StateExited, agentproto.StateCancelled}
+	case *agentproto.SessionEnd:
+		state, states = r.State, []string{agentproto.StateExited, agentproto.StateClosed}
 	case *agentproto.LogsResult:
 		if r.Dropped < 0 {
 			return fmt.Errorf("%w: a log that dropped %d bytes", agentproto.ErrBadReply, r.Dropped)

@@ -51,6 +51,7 @@ type session struct {
 	draining atomic.Bool   // the running send was cancelled and is consuming its reply
 	readers  sync.WaitGroup
 	log      *sessionLog // a background session's output; nil for the others
+	closed   atomic.Bool // session.close ended it
 }
 
 func sessionArgv(spec *agentproto.SessionSpec) ([]string, error) {
@@ -81,7 +82,7 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func (s *server) handleSessionStart(fw *frameWriter, spec *agentproto.SessionSpec) error {
+func (s *server) handleSessionStart(c net.Conn, fw *frameWriter, spec *agentproto.SessionSpec) error {
 	if spec == nil {
 		return errdefs.Invalid("session spec is required")
 	}
@@ -137,7 +138,29 @@ func (s *server) handleSessionStart(fw *frameWriter, spec *agentproto.SessionSpe
 	go func() { defer s.wg.Done(); ss.read(files[2], agentproto.FrameStdout) }()
 	go func() { defer s.wg.Done(); ss.read(files[4], agentproto.FrameStderr) }()
 	go func() { defer s.wg.Done(); s.watchSession(ss, files[2], files[4]) }()
-	return fw.json(agentproto.FrameResult, ss.info)
+	if !spec.Watch {
+		return fw.json(agentproto.FrameResult, ss.info)
+	}
+	if err := fw.json(agentproto.FrameData, ss.info); err != nil {
+		return err
+	}
+	return s.waitSession(c, fw, ss)
+}
+
+// waitSession answers how ss ended, once it has, unless the caller goes first.
+func (s *server) waitSession(c net.Conn, fw *frameWriter, ss *session) error {
+	ctl := watch(c, func(agentproto.FrameType, []byte) error { return nil })
+	defer func() { c.Close(); <-ctl.done }()
+	select {
+	case <-ss.p.done:
+	case <-ctl.cancel:
+		return nil
+	}
+	end := agentproto.SessionEnd{State: agentproto.StateExited, ExitCode: ss.exitResult().ExitCode}
+	if ss.closed.Load() {
+		end.State = agentproto.StateClosed
+	}
+	return reply(fw, ctl, end)
 }
 
 func (ss *session) read(f *os.File, t agentproto.FrameType) {
@@ -252,6 +275,7 @@ func (s *server) handleSessionClose(fw *frameWriter, id string) error {
 	s.mu.Lock()
 	delete(s.sessions, id)
 	s.mu.Unlock()
+	ss.closed.Store(true)
 	ss.p.kill(unix.SIGKILL)
 	<-ss.p.done
 	return fw.json(agentproto.FrameResult, struct{}{})

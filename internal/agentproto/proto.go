@@ -191,7 +191,22 @@ type SessionSpec struct {
 	Cwd string   `json:"cwd,omitempty"`
 	UID *uint32  `json:"uid,omitempty"`
 	GID *uint32  `json:"gid,omitempty"`
+	// Watch keeps the start call open: the agent sends the session's SessionInfo in a
+	// Data frame, then, once the session's process has ended, a SessionEnd as the
+	// Result. An agent that predates it answers the SessionInfo as the Result.
+	Watch bool `json:"watch,omitempty"`
 }
+
+// SessionEnd is how a watched session ended: its process exited on its own (State
+// exited, with its exit code, or 128 + the signal that killed it), or session.close
+// ended it (State closed).
+type SessionEnd struct {
+	State    string `json:"state"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// StateClosed is a session's end when session.close ended it.
+const StateClosed = "closed"
 
 // Exec and send states.
 const (

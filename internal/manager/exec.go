@@ -77,14 +77,21 @@ func (m *Manager) agentFor(ctx context.Context, sb *store.Sandbox) (_ *agent.Cli
 // agentClient is a client for sb's agent; every connection it holds open counts as work
 // in progress (see beginWork).
 func (m *Manager) agentClient(sb *store.Sandbox) *agent.Client {
-	id, drv := sb.ID, m.driver(sb)
+	dial := m.watchClient(sb).Dial
 	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) {
-		conn, err := drv.DialAgent(ctx, id)
+		conn, err := dial(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &workConn{Conn: conn, end: m.beginWork(id)}, nil
+		return &workConn{Conn: conn, end: m.beginWork(sb.ID)}, nil
 	}}
+}
+
+// watchClient is a client for sb's agent whose connections do not count as work in
+// progress: a call that only waits for a process to end keeps no sandbox awake.
+func (m *Manager) watchClient(sb *store.Sandbox) *agent.Client {
+	id, drv := sb.ID, m.driver(sb)
+	return &agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return drv.DialAgent(ctx, id) }}
 }
 
 // workConn is an agent connection that counts as work in progress until it is closed.
@@ -161,25 +168,37 @@ func (m *Manager) auditExec(ctx context.Context, owner string, sb *store.Sandbox
 	if len(argv) == 0 {
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
-	m.auditProcess(ctx, owner, sb, "", argv, req.Cwd, res, start, sum, err)
+	m.auditProcess(ctx, processAudit{owner: owner, sb: sb, argv: argv, cwd: req.Cwd, start: start, sum: sum}, res, "", err)
 }
 
-// auditProcess records a process started in a sandbox in the audit log, as action
-// "exec": its command, working directory, how it ended (or "started", for a session or
-// terminal whose end the node does not see) and how long it took, with a checksum of
-// its output when the node saw all of it (sum), never the output. via says which kind
-// of process it was when not an exec: "session", "terminal" or "process".
-func (m *Manager) auditProcess(ctx context.Context, owner string, sb *store.Sandbox, via string, argv []string, cwd string,
-	res *agentproto.ExitResult, start time.Time, sum hash.Hash, err error) {
+// processAudit is what the audit log keeps of a process started in a sandbox: whose
+// call started it, its kind (via: "" for an exec, else "session", "terminal" or
+// "process"), its command and working directory, when it started, and a checksum of
+// its output when the node sees all of it (sum), never the output.
+type processAudit struct {
+	owner string
+	sb    *store.Sandbox
+	via   string
+	argv  []string
+	cwd   string
+	start time.Time
+	sum   hash.Hash
+}
+
+// auditProcess records a process in the audit log, as action "exec", with how long it
+// had run: how it ended (res), or why it failed (err), or else how, which is
+// "started" when empty (the record of the start of a session or terminal, whose end
+// gets a record of its own).
+func (m *Manager) auditProcess(ctx context.Context, p processAudit, res *agentproto.ExitResult, how string, err error) {
 	if m.auditLog == nil {
 		return
 	}
-	d := map[string]any{"argv": audit.ClipList(argv), "cwd": audit.Clip(cwd), "duration_ms": m.now().Sub(start).Milliseconds()}
-	if via != "" {
-		d["via"] = via
+	d := map[string]any{"argv": audit.ClipList(p.argv), "cwd": audit.Clip(p.cwd), "duration_ms": m.now().Sub(p.start).Milliseconds()}
+	if p.via != "" {
+		d["via"] = p.via
 	}
-	if sum != nil {
-		d["output_sha256"] = hex.EncodeToString(sum.Sum(nil))
+	if p.sum != nil {
+		d["output_sha256"] = hex.EncodeToString(p.sum.Sum(nil))
 	}
 	result := "started"
 	switch {
@@ -187,13 +206,14 @@ func (m *Manager) auditProcess(ctx context.Context, owner string, sb *store.Sand
 		result, d["exit_code"] = res.State, res.ExitCode
 	case err != nil:
 		result = errdefs.Code(err)
-	case via == "process":
-		result = "detached" // its caller went; the process runs on
+	case how != "":
+		result = how
 	}
+	owner := p.owner
 	if actor, ok := ctx.Value(actorKey{}).(string); ok {
 		owner = actor // an administrator acting on another identity's sandbox
 	}
-	if aerr := m.auditLog.Append(ctx, audit.Entry{Identity: owner, Action: "exec", Resource: sb.Name, Sandbox: sb.ID,
+	if aerr := m.auditLog.Append(ctx, audit.Entry{Identity: owner, Action: "exec", Resource: p.sb.Name, Sandbox: p.sb.ID,
 		Result: result, Detail: d}); aerr != nil {
 		m.log.Error("audit log", "err", aerr)
 	}

@@ -44,40 +44,71 @@ func (m *Manager) prepare(ctx context.Context, owner, ref string, env *[]string,
 }
 
 // StartSession starts a session (a REPL, a shell, a raw process) in a sandbox of
-// owner's.
+// owner's. Its start is recorded in the audit log, and so is its end, once its process
+// ends or the sandbox stops, by a watch on the agent that keeps no sandbox awake.
 func (m *Manager) StartSession(ctx context.Context, owner, ref string, spec agentproto.SessionSpec) (*agentproto.SessionInfo, error) {
-	cl, sb, err := m.prepare(ctx, owner, ref, &spec.Env, &spec.UID, &spec.GID)
+	_, sb, err := m.prepare(ctx, owner, ref, &spec.Env, &spec.UID, &spec.GID)
 	if err != nil {
 		return nil, err
 	}
-	start := m.now()
-	argv := spec.Argv
-	if len(argv) == 0 {
-		argv = []string{spec.Kind}
+	pa := processAudit{owner: owner, sb: sb, via: "session", argv: spec.Argv, cwd: spec.Cwd, start: m.now()}
+	if len(pa.argv) == 0 {
+		pa.argv = []string{spec.Kind}
 	}
-	info, err := cl.StartSession(ctx, spec)
+	info, watch, err := m.watchClient(sb).StartSessionWatched(ctx, spec)
 	if err != nil {
 		err = m.agentFailed(sb, err)
 	}
-	m.auditProcess(ctx, owner, sb, "session", argv, spec.Cwd, nil, start, nil, err)
+	m.auditProcess(ctx, pa, nil, "", err)
+	if watch != nil {
+		m.auditSessionEnd(context.WithoutCancel(ctx), pa, watch)
+	}
 	return info, err
+}
+
+// auditSessionEnd records how a session ended once its watch says so: exited (with its
+// exit code) or closed, or "lost" when the sandbox stopped, or its agent went, first.
+// A node that closes leaves the session running, unrecorded.
+func (m *Manager) auditSessionEnd(ctx context.Context, pa processAudit, watch *agent.SessionWatch) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer watch.Close()
+		stop := context.AfterFunc(m.ctx, func() { watch.Close() })
+		defer stop()
+		end, err := watch.Wait()
+		switch {
+		case m.ctx.Err() != nil:
+		case err != nil:
+			m.auditProcess(ctx, pa, nil, "lost", nil)
+		case end.State == agentproto.StateClosed:
+			m.auditProcess(ctx, pa, nil, agentproto.StateClosed, nil)
+		default:
+			m.auditProcess(ctx, pa, &agentproto.ExitResult{State: end.State, ExitCode: end.ExitCode}, "", nil)
+		}
+	}()
 }
 
 // OpenTerminal starts an interactive terminal (spec.Rows and Cols set) in a sandbox of
 // owner's and returns the connection that carries it: the agent's checksummed frames,
-// which the caller passes to its client unchanged.
+// which the caller passes to its client unchanged. Its start is recorded in the audit
+// log, and its end when the caller closes the connection.
 func (m *Manager) OpenTerminal(ctx context.Context, owner, ref string, spec agentproto.ExecSpec) (net.Conn, error) {
 	cl, sb, err := m.prepare(ctx, owner, ref, &spec.Env, &spec.UID, &spec.GID)
 	if err != nil {
 		return nil, err
 	}
-	start := m.now()
+	pa := processAudit{owner: owner, sb: sb, via: "terminal", argv: spec.Argv, cwd: spec.Cwd, start: m.now()}
 	conn, err := cl.OpenRaw(ctx, &agentproto.Request{Op: agentproto.OpPTY, Exec: &spec})
 	if err != nil {
 		err = m.agentFailed(sb, err)
 	}
-	m.auditProcess(ctx, owner, sb, "terminal", spec.Argv, spec.Cwd, nil, start, nil, err)
-	return conn, err
+	m.auditProcess(ctx, pa, nil, "", err)
+	if err != nil {
+		return nil, err
+	}
+	actx := context.WithoutCancel(ctx)
+	return &terminalConn{Conn: conn, end: func(res *agentproto.ExitResult) { m.auditProcess(actx, pa, res, "closed", nil) }}, nil
 }
 
 // Proc is a process of a sandbox's process table that a call started or attached to.
@@ -107,10 +138,9 @@ func (w *Work) StartProc(ctx context.Context, spec agentproto.ProcSpec) (*Proc, 
 	if spec.Env, err = m.ProcessEnv(ctx, sb, spec.Env); err != nil {
 		return nil, err
 	}
-	start := m.now()
-	sum := sha256.New()
+	pa := processAudit{owner: sb.Owner, sb: sb, via: "process", argv: spec.Argv, cwd: spec.Cwd, start: m.now(), sum: sha256.New()}
 	audit := func(res *agentproto.ExitResult, err error) {
-		m.auditProcess(context.WithoutCancel(ctx), sb.Owner, sb, "process", spec.Argv, spec.Cwd, res, start, sum, err)
+		m.auditProcess(context.WithoutCancel(ctx), pa, res, "detached", err) // detached: its caller went; it runs on
 	}
 	p, err := cl.ProcStart(context.WithoutCancel(ctx), spec)
 	if err != nil {
@@ -118,7 +148,7 @@ func (w *Work) StartProc(ctx context.Context, spec agentproto.ProcSpec) (*Proc, 
 		audit(nil, err)
 		return nil, err
 	}
-	return &Proc{Proc: p, m: m, sb: sb, audit: audit, sum: sum}, nil
+	return &Proc{Proc: p, m: m, sb: sb, audit: audit, sum: pa.sum}, nil
 }
 
 // AttachProc attaches to a running process of the sandbox's table, named by pid or,

@@ -6,10 +6,13 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -167,31 +170,82 @@ func TestAuditRecordsAreClipped(t *testing.T) {
 }
 
 // Every process started in a sandbox is in the audit log as an exec, whichever way it
-// started: a session and a terminal too, with their command and directory.
+// started: a session and a terminal too, with their command and directory, when they
+// start and again when they end, saying how and after how long.
 func TestSessionsAndTerminalsAreAudited(t *testing.T) {
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
 	c := n.Client
 	if _, err := c.Create(bg, api.CreateSandboxRequest{Name: "box"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StartSession(bg, "box", api.SessionRequest{Kind: "raw", Argv: []string{"sleep", "60"}, Cwd: "/tmp", Background: true}); err != nil {
+	if _, err := c.StartSession(bg, "box", api.SessionRequest{Kind: "raw", Argv: []string{"sh", "-c", "exit 3"}, Cwd: "/tmp", Background: true}); err != nil {
 		t.Fatal(err)
 	}
-	pty, err := c.PTY(bg, "box", 24, 80, []string{"/bin/sh"})
+	closed, err := c.StartSession(bg, "box", api.SessionRequest{Kind: "raw", Argv: []string{"sleep", "60"}, Background: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.CloseSession(bg, "box", closed.ID); err != nil {
+		t.Fatal(err)
+	}
+	pty, err := c.PTY(bg, "box", 24, 80, []string{"/bin/sh", "-c", "exit 5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, pty)
+	if res, err := pty.Wait(); err != nil || res.ExitCode != 5 {
+		t.Fatalf("the terminal ended %+v, %v; want exit code 5", res, err)
+	}
 	pty.Close()
-	got := map[string]auditEntry{}
-	for _, e := range auditEntries(t, c, client.AuditFilter{Action: "exec"}) {
-		via, _ := e.Detail["via"].(string)
-		got[via] = e
+	left, err := c.PTY(bg, "box", 24, 80, []string{"sleep", "60"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if e, ok := got["session"]; !ok || e.Result != "started" || e.Detail["cwd"] != "/tmp" ||
-		strings.Join(anyStrings(e.Detail["argv"]), " ") != "sleep 60" {
-		t.Errorf("the session's exec record: %+v (found %t)", e, ok)
+	left.Close()
+
+	// The ends are recorded as the node sees them, after the calls return.
+	want := map[string]string{"sh -c exit 3": "exited 3", "sleep 60/session": "closed", "/bin/sh -c exit 5": "failed 5", "sleep 60/terminal": "closed"}
+	var got map[string][]auditEntry
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got = map[string][]auditEntry{}
+		for _, e := range auditEntries(t, c, client.AuditFilter{Action: "exec"}) {
+			key := strings.Join(anyStrings(e.Detail["argv"]), " ")
+			if key == "sleep 60" {
+				key += "/" + e.Detail["via"].(string)
+			}
+			got[key] = append(got[key], e)
+		}
+		if ends(got) == len(want) || time.Now().After(deadline) {
+			break
+		}
 	}
-	if e, ok := got["terminal"]; !ok || e.Result != "started" || strings.Join(anyStrings(e.Detail["argv"]), " ") != "/bin/sh" {
-		t.Errorf("the terminal's exec record: %+v (found %t)", e, ok)
+	for key, end := range want {
+		recs := got[key]
+		if len(recs) != 2 || recs[0].Result != "started" {
+			t.Errorf("%s: records %+v; want its start, then its end", key, recs)
+			continue
+		}
+		e := recs[1]
+		how := e.Result
+		if code, ok := e.Detail["exit_code"].(float64); ok {
+			how += fmt.Sprintf(" %d", int(code))
+		}
+		if _, ok := e.Detail["duration_ms"].(float64); how != end || !ok {
+			t.Errorf("%s: its end recorded as %q (detail %v); want %q with its duration", key, how, e.Detail, end)
+		}
 	}
+	if e := got["sh -c exit 3"]; len(e) > 0 && (e[0].Detail["cwd"] != "/tmp" || e[0].Detail["via"] != "session") {
+		t.Errorf("the session's start record: %+v", e[0])
+	}
+}
+
+// ends counts the processes whose end is recorded.
+func ends(got map[string][]auditEntry) int {
+	n := 0
+	for _, recs := range got {
+		if len(recs) > 1 {
+			n++
+		}
+	}
+	return n
 }
