@@ -475,7 +475,18 @@ func (c *Client) ListSessions(ctx context.Context) ([]agentproto.SessionInfo, er
 // Upload writes r to path atomically (a temporary file renamed into place), creating
 // missing parent directories. mode 0 means 0644; uid or gid -1 leaves the owner as is.
 func (c *Client) Upload(ctx context.Context, path string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
-	k, err := c.open(ctx, &agentproto.Request{Op: agentproto.OpFileUpload, Path: path, Mode: mode, UID: uid, GID: gid})
+	return c.upload(ctx, &agentproto.Request{Op: agentproto.OpFileUpload, Path: path, Mode: mode, UID: uid, GID: gid}, r)
+}
+
+// UploadInPlace is Upload writing the file under its own name (see
+// agentproto.Request.InPlace): a watcher sees the file itself created and written.
+func (c *Client) UploadInPlace(ctx context.Context, path string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
+	return c.upload(ctx, &agentproto.Request{Op: agentproto.OpFileUpload, Path: path, Mode: mode, UID: uid, GID: gid, InPlace: true}, r)
+}
+
+func (c *Client) upload(ctx context.Context, req *agentproto.Request, r io.Reader) (int64, error) {
+	path := req.Path
+	k, err := c.open(ctx, req)
 	if err != nil {
 		return 0, err
 	}

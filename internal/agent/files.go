@@ -107,10 +107,6 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 	if rel == "." {
 		return errdefs.Invalid("cannot upload to /")
 	}
-	mode := req.Mode & 0o7777
-	if mode == 0 {
-		mode = 0o644
-	}
 	dirRel, base := splitRel(rel)
 	dirfd, err := s.openat(dirRel, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err == unix.ENOENT {
@@ -123,19 +119,11 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 	}
 	defer unix.Close(dirfd)
 
-	tmp := ".airlock-upload-" + randomHex(8)
-	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	u := &upload{s: s, req: req, dirfd: dirfd, base: base}
+	if err := u.stage(); err != nil {
 		return fsError(path.Dir(req.Path), err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	done := false
-	defer func() {
-		if !done {
-			f.Close()
-			_ = unix.Unlinkat(dirfd, tmp, 0)
-		}
-	}()
+	defer u.discard()
 	var size int64
 	for end := false; !end; {
 		t, b, err := agentproto.ReadFrame(c)
@@ -144,7 +132,7 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 		}
 		switch t {
 		case agentproto.FrameData:
-			if _, err := f.Write(b); err != nil {
+			if _, err := u.f.Write(b); err != nil {
 				return fsError(req.Path, err)
 			}
 			size += int64(len(b))
@@ -156,26 +144,152 @@ func (s *server) handleUpload(c net.Conn, fw *frameWriter, req *agentproto.Reque
 			return errdefs.Invalid("unexpected frame %q during upload", byte(t))
 		}
 	}
-	// chown before chmod: chown clears setuid and setgid bits.
-	if !s.opts.KeepOwner && ((req.UID >= 0 && req.UID != os.Geteuid()) || (req.GID >= 0 && req.GID != os.Getegid())) {
-		if err := unix.Fchown(fd, req.UID, req.GID); err != nil {
-			return fsError(req.Path, err)
-		}
-	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return fsError(req.Path, err)
-	}
-	if err := f.Close(); err != nil {
-		done = true
-		_ = unix.Unlinkat(dirfd, tmp, 0)
-		return fsError(req.Path, err)
-	}
-	done = true
-	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
-		_ = unix.Unlinkat(dirfd, tmp, 0)
+	if err := u.place(); err != nil {
 		return fsError(req.Path, err)
 	}
 	return fw.json(agentproto.FrameResult, agentproto.SizeResult{Size: size})
+}
+
+// upload is one file.upload's file. Its bytes go to f until they are all there: a
+// file with a temporary name beside the file, renamed into place at the end; or, in
+// place, an unnamed file of the directory (O_TMPFILE), copied into the file at the
+// end, so nothing changes before every byte has come; or, in place on a filesystem
+// without unnamed files, the file itself, as E2B's envd writes it.
+type upload struct {
+	s       *server
+	req     *agentproto.Request
+	dirfd   int
+	base    string
+	f       *os.File
+	tmp     string // the temporary name (aside)
+	direct  bool   // f is the file itself
+	created bool   // in place: the upload made the file
+	placed  bool
+}
+
+func (u *upload) stage() error {
+	if !u.req.InPlace {
+		u.tmp = ".airlock-upload-" + randomHex(8)
+		fd, err := unix.Openat(u.dirfd, u.tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return err
+		}
+		u.f = os.NewFile(uintptr(fd), u.tmp)
+		return nil
+	}
+	fd, err := unix.Openat(u.dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	switch err {
+	case nil:
+		u.f = os.NewFile(uintptr(fd), u.base)
+		return nil
+	case unix.EOPNOTSUPP, unix.EISDIR, unix.EINVAL: // no unnamed files here
+		u.direct = true
+		u.f, u.created, err = u.openTarget()
+		return err
+	}
+	return err
+}
+
+// openTarget opens the file itself for writing, emptied, making it if it is missing
+// (created); never through a symlink, and only a regular file.
+func (u *upload) openTarget() (f *os.File, created bool, err error) {
+	const flags = unix.O_WRONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Openat(u.dirfd, u.base, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+	created = err == nil
+	if err == unix.EEXIST {
+		fd, err = unix.Openat(u.dirfd, u.base, flags, 0)
+	}
+	if err == unix.ELOOP {
+		return nil, false, errdefs.Invalid("%s is a symlink: an upload in place does not follow it; write to the path it names", u.req.Path)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		if err == nil {
+			err = errdefs.Invalid("%s is not a regular file; an upload replaces only a file", u.req.Path)
+		}
+		return nil, false, err
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		unix.Close(fd)
+		return nil, false, err
+	}
+	return os.NewFile(uintptr(fd), u.base), created, nil
+}
+
+// own gives f the upload's owner and mode; chown first, as chown clears setuid and
+// setgid bits.
+func (u *upload) own(f *os.File) error {
+	mode := u.req.Mode & 0o7777
+	if mode == 0 {
+		mode = 0o644
+	}
+	uid, gid := u.req.UID, u.req.GID
+	if !u.s.opts.KeepOwner && ((uid >= 0 && uid != os.Geteuid()) || (gid >= 0 && gid != os.Getegid())) {
+		if err := unix.Fchown(int(f.Fd()), uid, gid); err != nil {
+			return err
+		}
+	}
+	return unix.Fchmod(int(f.Fd()), mode)
+}
+
+// place puts the received bytes at the file's name.
+func (u *upload) place() error {
+	switch {
+	case u.direct:
+		if err := u.own(u.f); err != nil {
+			return err
+		}
+		u.placed = true
+		return u.f.Close()
+	case u.req.InPlace:
+		dst, created, err := u.openTarget()
+		if err != nil {
+			return err
+		}
+		u.created = created
+		defer dst.Close()
+		if err := u.own(dst); err != nil {
+			return err
+		}
+		if _, err := u.f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := io.Copy(dst, u.f); err != nil {
+			return err
+		}
+		u.placed = true
+		return dst.Close()
+	}
+	if err := u.own(u.f); err != nil {
+		return err
+	}
+	if err := u.f.Close(); err != nil {
+		return err
+	}
+	if err := unix.Renameat(u.dirfd, u.tmp, u.dirfd, u.base); err != nil {
+		return err
+	}
+	u.placed = true
+	return nil
+}
+
+// discard undoes what an upload that failed left: its temporary file, or a file it
+// made itself; an unnamed file goes with its descriptor.
+func (u *upload) discard() {
+	if u.f != nil {
+		u.f.Close()
+	}
+	switch {
+	case u.placed:
+	case u.tmp != "":
+		_ = unix.Unlinkat(u.dirfd, u.tmp, 0)
+	case u.created:
+		_ = unix.Unlinkat(u.dirfd, u.base, 0)
+	}
 }
 
 func (s *server) handleDownload(fw *frameWriter, req *agentproto.Request) error {

@@ -140,7 +140,13 @@ type Request struct {
 	GID       int    `json:"gid,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
-	Port      int    `json:"port,omitempty"`
+	// InPlace (file.upload) writes the file under its own name, as E2B's envd does, so
+	// a watcher sees it created and written and never a temporary name: the bytes are
+	// staged in an unnamed file of the directory, then copied into the file. Without
+	// it the file is written aside and renamed into place. An agent that does not know
+	// it writes aside.
+	InPlace bool `json:"in_place,omitempty"`
+	Port    int  `json:"port,omitempty"`
 	// Tail (session.logs) is how many of the last lines to send first (0: all kept);
 	// Follow keeps the call open for new output until the process ends.
 	Tail   int  `json:"tail,omitempty"`

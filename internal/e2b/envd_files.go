@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"time"
 
+	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/manager"
@@ -59,17 +61,40 @@ func (c *Control) download(w http.ResponseWriter, r *http.Request, t *target) er
 	return nil
 }
 
-// uploaded is one file an upload wrote, as envd describes it.
+// uploaded is one file an upload wrote, as envd describes it: its name, type and path,
+// and, as newer envd versions add, what a filesystem entry says of it.
 type uploaded struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name          string     `json:"name"`
+	Type          string     `json:"type"`
+	Path          string     `json:"path"`
+	Size          *int64     `json:"size,omitempty"`
+	Mode          *uint32    `json:"mode,omitempty"`
+	Permissions   string     `json:"permissions,omitempty"`
+	Owner         string     `json:"owner,omitempty"`
+	Group         string     `json:"group,omitempty"`
+	ModifiedTime  *time.Time `json:"modifiedTime,omitempty"`
+	SymlinkTarget *string    `json:"symlinkTarget,omitempty"`
+}
+
+// uploadedEntry describes the file an upload wrote at p as a filesystem entry does
+// (entryInfo); without fi (the file could not be described), by its name alone.
+func uploadedEntry(p string, fi *agentproto.FileInfo) uploaded {
+	u := uploaded{Name: path.Base(p), Type: "file", Path: p}
+	if fi == nil {
+		return u
+	}
+	e := entryInfo(p, fi)
+	mt := e.GetModifiedTime().AsTime().UTC()
+	u.Size, u.Mode, u.Permissions, u.Owner, u.Group = &e.Size, &e.Mode, e.GetPermissions(), e.GetOwner(), e.GetGroup()
+	u.ModifiedTime, u.SymlinkTarget = &mt, e.SymlinkTarget
+	return u
 }
 
 // upload answers POST /files?path=: the body is one file (application/octet-stream), or
 // multipart/form-data whose "file" parts are files, each written to path or, without
 // it, to the part's file name. Either may be gzip-compressed (Content-Encoding). Files
-// are the request user's, mode 0644; missing parent directories are made.
+// are the request user's, mode 0644, written under their own names; missing parent
+// directories are made.
 func (c *Control) upload(w http.ResponseWriter, r *http.Request, t *target) error {
 	ctx := r.Context()
 	q := r.URL.Query()
@@ -101,10 +126,15 @@ func (c *Control) upload(w http.ResponseWriter, r *http.Request, t *target) erro
 				return errdefs.Invalid("more than one file of the upload goes to %s; the first was written", dst)
 			}
 		}
-		if _, err := t.wk.Upload(ctx, dst, 0o644, int(u.UID), int(u.GID), rd); err != nil {
+		// In place, as envd writes: a watcher sees the file's own name, never another.
+		if _, err := t.wk.UploadInPlace(ctx, dst, 0o644, int(u.UID), int(u.GID), rd); err != nil {
 			return err
 		}
-		out = append(out, uploaded{Name: path.Base(dst), Type: "file", Path: dst})
+		fi, err := t.wk.Stat(ctx, dst)
+		if err != nil {
+			fi = nil // written; only its description is missing
+		}
+		out = append(out, uploadedEntry(dst, fi))
 		return nil
 	}
 

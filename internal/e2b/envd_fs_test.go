@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -680,8 +681,16 @@ func TestFilesRoutes(t *testing.T) {
 	const octets = "application/octet-stream"
 
 	resp, body := do("POST", "path=notes/a.txt", octets, "", strings.NewReader("hello\n"))
-	if want := `[{"name":"a.txt","type":"file","path":"/home/user/notes/a.txt"}]` + "\n"; resp.StatusCode != 200 || body != want {
-		t.Fatalf("upload: got %d %s, want 200 %s", resp.StatusCode, body, want)
+	var entries []map[string]any
+	json.Unmarshal([]byte(body), &entries)
+	if resp.StatusCode != 200 || len(entries) != 1 {
+		t.Fatalf("upload: got %d %s, want 200 and one entry", resp.StatusCode, body)
+	}
+	mt, _ := time.Parse(time.RFC3339, fmt.Sprint(entries[0]["modifiedTime"]))
+	if e := entries[0]; e["name"] != "a.txt" || e["type"] != "file" || e["path"] != "/home/user/notes/a.txt" || e["size"] != 6.0 ||
+		e["mode"] != 420.0 || e["permissions"] != "-rw-r--r--" || e["owner"] != "user" || e["group"] != "user" ||
+		time.Since(mt) > time.Hour {
+		t.Errorf("upload answered the entry %v; want a.txt's name, type, path, size 6, mode 0644 (420), owner and group user and its time", e)
 	}
 	fi, err := os.Stat(filepath.Join(root, "home/user/notes/a.txt"))
 	if err != nil || fi.Mode().Perm() != 0o644 {
@@ -786,5 +795,78 @@ func TestFilesUploadBound(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "home/user/notes")); len(ents) != 1 {
 		t.Errorf("after refused uploads the directory holds %v, want a.txt alone", ents)
+	}
+}
+
+// TestFilesUploadInPlace: an upload is written under the file's own name, as envd
+// writes it: a watcher of its directory sees the file created and written, and no
+// other name, whether the file was new or replaced. A symlink at the path is not
+// followed, and one in its parents resolves inside the sandbox's root.
+func TestFilesUploadInPlace(t *testing.T) {
+	tg, root, m := agentTarget(t, "")
+	fs, url := envdServer(t, tg, m)
+	do := filesCall(t, url)
+	if err := os.MkdirAll(filepath.Join(root, "w"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	stream, err := fs.WatchDir(ctx, connect.NewRequest(&filesystempb.WatchDirRequest{Path: "/w"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("the first message: got %v, %v; want the start", stream.Msg(), stream.Err())
+	}
+	for _, content := range []string{"first", "second, longer"} {
+		if resp, body := do("POST", "path=/w/f", "application/octet-stream", "", strings.NewReader(content)); resp.StatusCode != 200 {
+			t.Fatalf("upload: got %d %s", resp.StatusCode, body)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "w/f")); string(b) != "second, longer" {
+		t.Errorf("the file holds %q after two uploads", b)
+	}
+	// The upload's last event is the write of the second; a marker file ends the wait.
+	os.WriteFile(filepath.Join(root, "w/end"), nil, 0o644)
+	var got []string
+	for stream.Receive() {
+		ev := stream.Msg().GetFilesystem()
+		if ev == nil {
+			continue
+		}
+		if ev.GetName() == "end" {
+			break
+		}
+		got = append(got, ev.GetName()+" "+strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"))
+	}
+	if !slices.Contains(got, "f CREATE") || !slices.Contains(got, "f WRITE") {
+		t.Errorf("a watcher saw %q; want f created and written", got)
+	}
+	for _, ev := range got {
+		if !strings.HasPrefix(ev, "f ") {
+			t.Errorf("a watcher saw %q during uploads of f; want events of f alone", ev)
+		}
+	}
+
+	// A symlink at the path, to a file outside the sandbox: refused, the file untouched.
+	outside := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(outside, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "w/link")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := do("POST", "path=/w/link", "application/octet-stream", "", strings.NewReader("pwned")); resp.StatusCode != 400 ||
+		!strings.Contains(body, "/w/link is a symlink") {
+		t.Errorf("upload over a symlink: got %d %s; want 400 saying it is a symlink", resp.StatusCode, body)
+	}
+	// A symlinked parent, absolute: it resolves inside the root, not on the host.
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(root, "w/dir")); err != nil {
+		t.Fatal(err)
+	}
+	do("POST", "path=/w/dir/host-file", "application/octet-stream", "", strings.NewReader("pwned"))
+	if b, _ := os.ReadFile(outside); string(b) != "host" {
+		t.Errorf("the host file outside the sandbox holds %q after uploads through symlinks; want it untouched", b)
 	}
 }

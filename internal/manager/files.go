@@ -21,11 +21,17 @@ func (m *Manager) MaxFileUpload() int64 { return m.cfg.MaxFileUpload }
 
 // upload writes r to the file at p in sb, with mode and owned by uid and gid (0 and 0:
 // the sandbox's root). The agent writes a temporary file beside p and renames it into
-// place, so a failed upload leaves what was there. A file past MaxFileUpload bytes is
-// refused with jsonbody.ErrTooLarge (413), and nothing is written.
-func (m *Manager) upload(ctx context.Context, sb *store.Sandbox, cl *agent.Client, p string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
+// place or, inPlace, stages it unnamed and writes it under its own name (see
+// agentproto.Request.InPlace); either way a failed upload leaves what was there. A
+// file past MaxFileUpload bytes is refused with jsonbody.ErrTooLarge (413), and
+// nothing is written.
+func (m *Manager) upload(ctx context.Context, sb *store.Sandbox, cl *agent.Client, p string, mode uint32, uid, gid int, inPlace bool, r io.Reader) (int64, error) {
 	lr := &LimitReader{R: r, N: m.cfg.MaxFileUpload}
-	n, err := cl.Upload(ctx, p, mode, uid, gid, lr)
+	send := cl.Upload
+	if inPlace {
+		send = cl.UploadInPlace
+	}
+	n, err := send(ctx, p, mode, uid, gid, lr)
 	switch {
 	case err == nil:
 		return n, nil

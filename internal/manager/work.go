@@ -82,7 +82,13 @@ func (w *Work) DownloadRange(ctx context.Context, path string, offset, length in
 
 // Upload is the manager's Upload into this sandbox.
 func (w *Work) Upload(ctx context.Context, path string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
-	return w.m.upload(ctx, w.sb, w.cl, path, mode, uid, gid, r)
+	return w.m.upload(ctx, w.sb, w.cl, path, mode, uid, gid, false, r)
+}
+
+// UploadInPlace is Upload writing the file under its own name, as E2B's envd does: a
+// watcher sees the file itself created and written, never a temporary name.
+func (w *Work) UploadInPlace(ctx context.Context, path string, mode uint32, uid, gid int, r io.Reader) (int64, error) {
+	return w.m.upload(ctx, w.sb, w.cl, path, mode, uid, gid, true, r)
 }
 
 // Mkdir makes the directory path (and its missing parents, with parents), owned by uid
