@@ -125,7 +125,7 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 		}
 	}
 	env := sortedEnv(req.Env)
-	cl, sb, err := m.prepare(ctx, owner, ref, &env, &req.UID, &req.GID)
+	cl, sb, err := m.prepare(ctx, owner, ref, req.Cwd, &env, &req.UID, &req.GID)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"io"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -404,5 +405,29 @@ func TestRecoverReleasesInterruptedStorage(t *testing.T) {
 	}
 	if op, _ := st.GetOperation(ctx, "op_snap"); op.State != store.OpFailed {
 		t.Errorf("interrupted snapshot is %s; want failed", op.State)
+	}
+}
+
+// A process's working directory, when given, is absolute, whichever kind of process:
+// a relative one is refused before the sandbox is reached, saying what is allowed.
+func TestProcessCwdIsAbsolute(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "cwd"}); err != nil {
+		t.Fatal(err)
+	}
+	const want = `invalid working directory "rel": give an absolute path inside the sandbox, such as /home/user`
+	_, execErr := m.Exec(ctx, "local", "cwd", ExecRequest{Argv: []string{"true"}, Cwd: "rel"}, io.Discard, io.Discard)
+	_, sessErr := m.StartSession(ctx, "local", "cwd", agentproto.SessionSpec{Kind: agentproto.SessionRaw, Argv: []string{"true"}, Cwd: "rel"})
+	_, ptyErr := m.OpenTerminal(ctx, "local", "cwd", agentproto.ExecSpec{Argv: []string{"true"}, Cwd: "rel", Rows: 24, Cols: 80})
+	w, err := m.Work(ctx, "local", "cwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, procErr := w.StartProc(ctx, agentproto.ProcSpec{Argv: []string{"true"}, Cwd: "rel"})
+	for name, err := range map[string]error{"exec": execErr, "session": sessErr, "terminal": ptyErr, "process": procErr} {
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || err.Error() != want {
+			t.Errorf("%s with cwd rel: %v; want %q", name, err, want)
+		}
 	}
 }

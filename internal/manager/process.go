@@ -22,10 +22,10 @@ import (
 // prepare reaches a sandbox of owner's for a new process and fills in what every
 // process started there gets: the environment (what its secret bindings deliver, then
 // the caller's own variables, which win), and, when the caller names no user, the user
-// the sandbox's image runs as. The caller's environment is checked first, by the one
-// rule of every plane (CheckEnv), before the sandbox is reached.
-func (m *Manager) prepare(ctx context.Context, owner, ref string, env *[]string, uid, gid **uint32) (*agent.Client, *store.Sandbox, error) {
-	if err := CheckEnv(*env); err != nil {
+// the sandbox's image runs as. The caller's environment and directory are checked
+// first, by the rules of every plane (checkProcess), before the sandbox is reached.
+func (m *Manager) prepare(ctx context.Context, owner, ref string, cwd string, env *[]string, uid, gid **uint32) (*agent.Client, *store.Sandbox, error) {
+	if err := checkProcess(*env, cwd); err != nil {
 		return nil, nil, err
 	}
 	cl, sb, err := m.agentOf(ctx, owner, ref)
@@ -47,7 +47,7 @@ func (m *Manager) prepare(ctx context.Context, owner, ref string, env *[]string,
 // owner's. Its start is recorded in the audit log, and so is its end, once its process
 // ends or the sandbox stops, by a watch on the agent that keeps no sandbox awake.
 func (m *Manager) StartSession(ctx context.Context, owner, ref string, spec agentproto.SessionSpec) (*agentproto.SessionInfo, error) {
-	_, sb, err := m.prepare(ctx, owner, ref, &spec.Env, &spec.UID, &spec.GID)
+	_, sb, err := m.prepare(ctx, owner, ref, spec.Cwd, &spec.Env, &spec.UID, &spec.GID)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func (m *Manager) auditSessionEnd(ctx context.Context, pa processAudit, watch *a
 // which the caller passes to its client unchanged. Its start is recorded in the audit
 // log, and its end when the caller closes the connection.
 func (m *Manager) OpenTerminal(ctx context.Context, owner, ref string, spec agentproto.ExecSpec) (net.Conn, error) {
-	cl, sb, err := m.prepare(ctx, owner, ref, &spec.Env, &spec.UID, &spec.GID)
+	cl, sb, err := m.prepare(ctx, owner, ref, spec.Cwd, &spec.Env, &spec.UID, &spec.GID)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ type ProcOutput = agent.ProcOutput
 // the start: the process outlives it, and ends at spec.TimeoutMS.
 func (w *Work) StartProc(ctx context.Context, spec agentproto.ProcSpec) (*Proc, error) {
 	m, sb, cl := w.m, w.sb, w.cl
-	err := CheckEnv(spec.Env)
+	err := checkProcess(spec.Env, spec.Cwd)
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,16 @@ func CheckEnv(env []string) error {
 	return nil
 }
 
+// checkProcess checks what a caller gives a new process, whichever plane it comes
+// through: its environment (CheckEnv) and its working directory, absolute when given
+// ("": the sandbox's own).
+func checkProcess(env []string, cwd string) error {
+	if cwd != "" && (cwd[0] != '/' || strings.ContainsRune(cwd, 0)) {
+		return errdefs.Invalid("invalid working directory %.256q: give an absolute path inside the sandbox, such as /home/user", cwd)
+	}
+	return CheckEnv(env)
+}
+
 var labelKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$`) })
 
 func validateLabels(labels map[string]string) error {
