@@ -6,6 +6,7 @@ asyncio clients only send them.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
 
 from . import _validate as v
 from ._protocol import Request, sandbox_path
@@ -280,7 +281,7 @@ def snapshots(ref: Optional[str] = None) -> Request[List[Snapshot]]:
 
 
 def delete_snapshot(snapshot_id: str) -> Request[None]:
-    return Request("DELETE", "/v1/snapshots/" + v.snapshot_id(snapshot_id))
+    return Request("DELETE", "/v1/snapshots/" + quote(v.snapshot_id(snapshot_id), safe=""))
 
 
 def restore(ref: str, snapshot_id: str, *, safety_snapshot: bool = True, idempotency_key: Optional[str] = None) -> Request[SandboxInfo]:
@@ -293,7 +294,7 @@ def restore(ref: str, snapshot_id: str, *, safety_snapshot: bool = True, idempot
 def fork(src: str, name: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Request[SandboxInfo]:
     """Fork a sandbox (name or id) or a snapshot (``snap_…``) into a new sandbox."""
     if isinstance(src, str) and src.startswith("snap_"):
-        path = "/v1/snapshots/" + v.snapshot_id(src) + "/fork"
+        path = "/v1/snapshots/" + quote(v.snapshot_id(src), safe="") + "/fork"
     else:
         path = sandbox_path(v.ref(src), "fork")
     body: Dict[str, Any] = {"name": v.name(name)}

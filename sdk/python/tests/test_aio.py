@@ -73,7 +73,7 @@ def test_async_validation_and_unreachable(tmp_path):
     async def main() -> None:
         client = AsyncClient(socket=str(tmp_path / "none.sock"))
         with pytest.raises(airlock.InvalidArgument):
-            await AsyncSandbox.create("Bad Name", client=client)
+            await AsyncSandbox.create(42, client=client)  # a name is a str; what it may be is the daemon's
         with pytest.raises(airlock.InvalidArgument):
             await client.exec("sb_abc", "true", timeout="soon")  # the range is the daemon's; the type is checked here
         with pytest.raises(airlock.Unavailable) as ei:
