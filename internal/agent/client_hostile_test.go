@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -293,3 +294,41 @@ func TestClientDeafAgent(t *testing.T) {
 type endlessReader struct{}
 
 func (endlessReader) Read(b []byte) (int, error) { return len(b), nil }
+
+// A watched session's start: an agent that predates watching answers the session at
+// once (no watch); one that watches sends it, then its end, whose state must be one a
+// real agent sends.
+func TestClientSessionWatch(t *testing.T) {
+	info := []byte(`{"id":"ses_1","kind":"raw","pid":7}`)
+	c := fakeAgent(t, replyWith(agentproto.FrameResult, info))
+	got, w, err := c.StartSessionWatched(ctxT(t), agentproto.SessionSpec{Kind: "raw", Argv: []string{"true"}})
+	if err != nil || w != nil || got.ID != "ses_1" {
+		t.Fatalf("an agent without watching: %+v, watch %v, %v; want the session and no watch", got, w, err)
+	}
+	for _, tt := range []struct{ end, want string }{
+		{`{"state":"exited","exit_code":3}`, "exited 3"},
+		{`{"state":"closed"}`, "closed 0"},
+		{`{"state":"succeeded"}`, "bad reply"},
+	} {
+		c := fakeAgent(t, func(conn net.Conn) {
+			agentproto.WriteFrame(conn, agentproto.FrameData, info)
+			agentproto.WriteFrame(conn, agentproto.FrameResult, []byte(tt.end))
+			io.Copy(io.Discard, conn)
+		})
+		_, w, err := c.StartSessionWatched(ctxT(t), agentproto.SessionSpec{Kind: "raw", Argv: []string{"true"}})
+		if err != nil || w == nil {
+			t.Fatalf("a watching agent: watch %v, %v", w, err)
+		}
+		end, err := w.Wait()
+		w.Close()
+		got := "bad reply"
+		if err == nil {
+			got = fmt.Sprintf("%s %d", end.State, end.ExitCode)
+		} else if !errors.Is(err, agentproto.ErrBadReply) {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("the end %s: got %s; want %s", tt.end, got, tt.want)
+		}
+	}
+}

@@ -177,7 +177,7 @@ func (u *upload) stage() error {
 		u.f = os.NewFile(uintptr(fd), u.tmp)
 		return nil
 	}
-	fd, err := unix.Openat(u.dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	fd, err := openUnnamed(u.dirfd)
 	switch err {
 	case nil:
 		u.f = os.NewFile(uintptr(fd), u.base)
@@ -190,6 +190,12 @@ func (u *upload) stage() error {
 	return err
 }
 
+// openUnnamed makes an unnamed file in dirfd; a variable, so that a test can take the
+// way of a filesystem without unnamed files.
+var openUnnamed = func(dirfd int) (int, error) {
+	return unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+}
+
 // openTarget opens the file itself for writing, emptied, making it if it is missing
 // (created); never through a symlink, and only a regular file.
 func (u *upload) openTarget() (f *os.File, created bool, err error) {
@@ -199,17 +205,21 @@ func (u *upload) openTarget() (f *os.File, created bool, err error) {
 	if err == unix.EEXIST {
 		fd, err = unix.Openat(u.dirfd, u.base, flags, 0)
 	}
-	if err == unix.ELOOP {
+	notFile := errdefs.Invalid("%s is not a regular file; an upload replaces only a file", u.req.Path)
+	switch err {
+	case nil:
+	case unix.ELOOP:
 		return nil, false, errdefs.Invalid("%s is a symlink: an upload in place does not follow it; write to the path it names", u.req.Path)
-	}
-	if err != nil {
+	case unix.ENXIO: // a FIFO nobody reads, a device without its driver
+		return nil, false, notFile
+	default:
 		return nil, false, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		if err == nil {
-			err = errdefs.Invalid("%s is not a regular file; an upload replaces only a file", u.req.Path)
+			err = notFile
 		}
 		return nil, false, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 func TestFileRoundTrip(t *testing.T) {
@@ -191,6 +192,7 @@ func TestSymlinksStayInRoot(t *testing.T) {
 	}
 	for _, p := range []string{"/abs/pwn.txt", "/rel/pwn.txt", "/file"} {
 		_, _ = c.Upload(ctx, p, 0, -1, -1, strings.NewReader("pwned"))
+		_, _ = c.UploadInPlace(ctx, p, 0, -1, -1, strings.NewReader("pwned"))
 	}
 	for _, p := range []string{"/abs/secret.txt", "/rel/secret.txt"} {
 		_ = c.Remove(ctx, p, true)
@@ -445,5 +447,67 @@ func TestMkdirAsOwner(t *testing.T) {
 		if err := syscall.Lstat(filepath.Join(root, p), &st); err != nil || st.Uid != want[0] || st.Gid != want[1] {
 			t.Errorf("%s: owner %d:%d (%v), want %d:%d", p, st.Uid, st.Gid, err, want[0], want[1])
 		}
+	}
+}
+
+// failingReader gives some bytes, then fails: an upload whose body broke.
+type failingReader struct{ sent bool }
+
+func (r *failingReader) Read(b []byte) (int, error) {
+	if r.sent {
+		return 0, errors.New("the body broke")
+	}
+	r.sent = true
+	return copy(b, "partial"), nil
+}
+
+// An upload in place writes the file under its own name, with its mode and owner,
+// leaving no other name in the directory; a failed one leaves a new file unmade and,
+// where the bytes are staged unnamed, a replaced file as it was. Where the filesystem
+// has no unnamed files the file is written as the bytes come.
+func TestUploadInPlace(t *testing.T) {
+	for _, staged := range []bool{true, false} {
+		t.Run(fmt.Sprintf("staged=%t", staged), func(t *testing.T) {
+			if !staged {
+				defer func(f func(int) (int, error)) { openUnnamed = f }(openUnnamed)
+				openUnnamed = func(int) (int, error) { return -1, unix.EOPNOTSUPP }
+			}
+			c, root := startAgent(t, Options{})
+			ctx := ctxT(t)
+			if _, err := c.UploadInPlace(ctx, "/d/f", 0o640, 1234, 5678, strings.NewReader("first")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.UploadInPlace(ctx, "/d/f", 0o600, 1234, 5678, strings.NewReader("second")); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(filepath.Join(root, "d/f"))
+			b, _ := os.ReadFile(filepath.Join(root, "d/f"))
+			if err != nil || string(b) != "second" || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("the file: %q, %v, %v; want second, mode 0600", b, fi, err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (st.Uid != 1234 || st.Gid != 5678) {
+				t.Errorf("the file is %d:%d; want 1234:5678", st.Uid, st.Gid)
+			}
+			if _, err := c.UploadInPlace(ctx, "/d/new", 0, -1, -1, &failingReader{}); err == nil {
+				t.Error("a broken upload succeeded")
+			}
+			if staged {
+				if _, err := c.UploadInPlace(ctx, "/d/f", 0, -1, -1, &failingReader{}); err == nil {
+					t.Error("a broken upload succeeded")
+				}
+				if b, _ := os.ReadFile(filepath.Join(root, "d/f")); string(b) != "second" {
+					t.Errorf("after a broken upload over it the file holds %q; want it as it was", b)
+				}
+			}
+			ents, _ := os.ReadDir(filepath.Join(root, "d"))
+			if len(ents) != 1 || ents[0].Name() != "f" {
+				t.Errorf("the directory holds %v; want f alone", ents)
+			}
+			if err := unix.Mkfifo(filepath.Join(root, "d/fifo"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.UploadInPlace(ctx, "/d/fifo", 0, -1, -1, strings.NewReader("x"))
+			wantCode(t, "upload over a FIFO", err, "invalid_argument")
+		})
 	}
 }
