@@ -64,6 +64,7 @@ type server struct {
 
 	calls    atomic.Int64 // connections accepted, each one call
 	lastDone atomic.Int64 // when the last call ended, in unix nanoseconds
+	parked   atomic.Int64 // open calls that only wait for a session to end: not work
 }
 
 // Main is the entry point of the hidden `airlock agent` subcommand. It serves until
@@ -365,9 +366,9 @@ func (s *server) trimWhenIdle(ctx context.Context) {
 			continue
 		}
 		s.mu.Lock()
-		open := len(s.conns)
+		open := len(s.conns) - int(s.parked.Load())
 		s.mu.Unlock()
-		if open == 0 {
+		if open <= 0 {
 			freeOSMemory()
 			dropTextPages()
 			trimmedAt = calls

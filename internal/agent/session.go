@@ -151,9 +151,15 @@ func (s *server) handleSessionStart(c net.Conn, fw *frameWriter, spec *agentprot
 func (s *server) waitSession(c net.Conn, fw *frameWriter, ss *session) error {
 	ctl := watch(c, func(agentproto.FrameType, []byte) error { return nil })
 	defer func() { c.Close(); <-ctl.done }()
+	s.parked.Add(1) // a wait is no work: the agent trims its memory as when idle
+	gone := false
 	select {
 	case <-ss.p.done:
 	case <-ctl.cancel:
+		gone = true
+	}
+	s.parked.Add(-1)
+	if gone {
 		return nil
 	}
 	end := agentproto.SessionEnd{State: agentproto.StateExited, ExitCode: ss.exitResult().ExitCode}
