@@ -1,7 +1,9 @@
-// Package daemon owns the assembly of one Airlock node: it opens the store and the image
-// store, installs the agent binary, builds the runtime driver, the manager and the HTTP
-// server, listens on the unix socket (and TCP when configured), and shuts down cleanly
-// without stopping sandboxes. It holds no rules of its own.
+// Package daemon owns the assembly of one Airlock node: Assemble builds every part from
+// the typed configuration (the store and the image store, the agent binary, the runtime
+// drivers, the manager, identities, the audit chain, secrets, sandbox networking, the
+// HTTP API and the E2B plane), for `airlock serve` and for the tests' nodes alike; Run
+// checks the host, assembles, listens on the unix socket (and TCP when configured), and
+// shuts down cleanly without stopping sandboxes. It holds no rules of its own.
 //
 // Hostile surface it guards: the state directory and the files in it, against other
 // host users and sandboxes' uids. The daemon runs with umask 066 and sets the modes of
@@ -12,10 +14,8 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -31,28 +31,18 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/durable"
-	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/failpoint"
 	"github.com/airlockhq/airlock/internal/fence"
-	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/network"
-	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
-	"github.com/airlockhq/airlock/internal/runtime/oci"
-	"github.com/airlockhq/airlock/internal/secret"
-	"github.com/airlockhq/airlock/internal/server"
-	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/sweep"
 	"github.com/airlockhq/airlock/internal/version"
 	"golang.org/x/sys/unix"
 )
 
 // Run serves until ctx ends. Sandboxes keep running after it returns.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error) {
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	set, err := cfg.Settings()
 	if err != nil {
 		return err
@@ -137,156 +127,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	if err := trustedDir(cfg.SecretsDir, 0o700, "secrets_dir"); err != nil {
 		return err
 	}
-	st, err := sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db"))
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	defer st.Close()
-	images, err := image.Open(filepath.Join(cfg.StateDir, "images"))
-	if err != nil {
-		return fmt.Errorf("open images: %w", err)
-	}
-	var lim image.Limits
-	lim.Upload, lim.Unpacked, lim.Quota = set.ImageUpload, set.ImageUnpacked, set.ImageQuota
-	lim.Ratio, lim.Setuid, lim.Devices = cfg.Images.MaxRatio, cfg.Images.Setuid, cfg.Images.Devices
-	lim.KeepPulledBlobs = cfg.Images.KeepPulledBlobs
-	images.SetLimits(lim)
-	agentBin, err := installAgent(filepath.Join(cfg.StateDir, "bin"))
-	if err != nil {
-		return fmt.Errorf("install agent binary: %w", err)
-	}
-	tmpfs, disk := set.TmpfsSize, set.DefaultDisk
-	drv, err := oci.New(oci.Options{
-		Root: filepath.Join(cfg.StateDir, "sandboxes"), RuncRoot: filepath.Join(cfg.StateDir, "runc"),
-		Runc: cfg.Runc, AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent, DiskPoolBytes: disk,
-		Log: log.With("component", "runtime"),
-	})
+	node, err := Assemble(ctx, cfg, Options{Log: log})
 	if err != nil {
 		return err
 	}
-	defer drv.Close()
-	mcfg := manager.DefaultConfig()
-	mem := set.DefaultMemory
-	mcfg.DefaultLimits.CPU, mcfg.DefaultLimits.Memory = cfg.DefaultLimits.CPU, mem
-	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
-	mcfg.DefaultLimits.Disk = disk
-	mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, drv.MaxOpenFiles())
-	mcfg.HostCPU, mcfg.HostMemory = manager.HostSize()
-	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
-	mcfg.LiveCap = cfg.LiveCap
-	mcfg.MaxFileUpload = set.FileUpload
-	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold, FailClosed: cfg.Router.FailClosed}
-	mcfg.WorkspaceDir = filepath.Join(cfg.StateDir, "workspaces")
-	mcfg.StateDir = cfg.StateDir
-	mcfg.InsecureRegistries, mcfg.ImageCacheMax = cfg.Images.InsecureRegistries, set.ImageCacheMax
-	mcfg.RegistryMirrors = map[string][]string{}
-	for reg, mirrors := range cfg.Images.Mirrors {
-		mcfg.RegistryMirrors[image.RegistryOf(reg+"/x")] = mirrors // docker.io is Docker Hub's index.docker.io
-	}
-	mcfg.Audit.Rate, mcfg.Audit.Burst, mcfg.Audit.Queue = cfg.Audit.Rate, cfg.Audit.Burst, cfg.Audit.Queue
-	mcfg.Audit.Coalesce = set.AuditCoalesce
-	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
-	mcfg.EventMaxAge = set.EventMaxAge
-	snaps, err := snapshot.Open(filepath.Join(cfg.StateDir, "snapshots"))
-	if err != nil {
-		return fmt.Errorf("open snapshots: %w", err)
-	}
-	mcfg.DefaultRuntime = cfg.DefaultRuntime
-	runsc, err := openRunsc(ctx, cfg, oci.Options{
-		Root: filepath.Join(cfg.StateDir, "sandboxes-runsc"), RuncRoot: filepath.Join(cfg.StateDir, "runsc"),
-		AgentBinary: agentBin, Images: images, TmpfsBytes: tmpfs, CgroupParent: cfg.CgroupParent + "-runsc", DiskPoolBytes: disk,
-		DiskPoolDir: filepath.Join(cfg.StateDir, "disk-pool-runsc"), Log: log.With("component", "runtime"),
-	}, log)
-	if err != nil {
-		return err
-	}
-	var m *manager.Manager
-	if cfg.DefaultRuntime == "runsc" {
-		m = manager.New(mcfg, st, runsc, images, log)
-		m.AddRuntime("runc", drv)
-	} else {
-		m = manager.New(mcfg, st, drv, images, log)
-		if runsc != nil {
-			m.AddRuntime("runsc", runsc)
-		}
-	}
-	if runsc != nil {
-		defer runsc.Close()
-	} else if cfg.Runsc != "off" {
-		m.AddProbe(probeRunsc) // says why there is no runsc runtime
-	}
-	// Beside the API socket, fences for callers who may not put one up themselves (the
-	// socket's lock covers this name too), where Yama lets the daemon trace the command
-	// and no fenced command can reach the socket.
-	fencePath := fence.SocketPath(cfg.Socket)
-	fenceNote := "" // why there is no fence socket
-	if err := fence.DaemonUsable(); err != nil {
-		fenceNote = err.Error()
-	} else if !fence.Hides(fencePath) {
-		fenceNote = "fenced commands could reach a fence socket beside " + cfg.Socket
-	}
-	m.AddProbe(func(context.Context) (runtime.Check, bool) { return fenceCheck(fencePath, fenceNote), true })
-	m.SetSnapshots(snaps)
-	authSvc, err := openAuth(ctx, cfg, st, log)
-	if err != nil {
-		return err
-	}
-	key, err := audit.LoadKey(filepath.Join(cfg.StateDir, "audit.key"))
-	if err != nil {
-		return err
-	}
-	chain, err := audit.OpenChain(ctx, st, key)
-	if err != nil {
-		return err
-	}
-	m.SetAuditLog(chain)
-	secrets, err := secret.Open(st, filepath.Join(cfg.StateDir, "secret.key"))
-	if err != nil {
-		return err
-	}
-	delivery, err := secret.NewDelivery(secrets, cfg.SecretsDir, log)
-	if err != nil {
-		return err
-	}
-	m.SetSecrets(secrets, delivery)
-	go pruneAuditLog(ctx, chain, set.AuditLogMaxAge, cfg.Audit.LogMaxRecords, log)
-	publicURL := ""
-	if cfg.Listen != "" {
-		publicURL = "http://" + cfg.Listen
-		if certs != nil {
-			publicURL = "https://" + cfg.Listen
-		}
-	}
-	outLimit, outBudget := set.ExecOutputLimit, set.ExecOutputBudget
-	ports := portproxy.New() // the API's exposed ports and the E2B plane's, cut together
-	srv := server.New(m, server.Options{Ports: ports, Auth: authSvc, AuditLog: chain, Secrets: secrets, Version: version.String(), StateDir: cfg.StateDir, PublicURL: publicURL,
-		OutputLimit: outLimit, OutputBudget: outBudget}, log)
-	if cfg.Network.Enabled {
-		net, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
-			Subnet: netip.MustParsePrefix(cfg.Network.Subnet), Upstream: cfg.Network.UpstreamDNS,
-			ExtraCAs: cfg.Network.ExtraCAs, Table: cfg.Network.Table, HostPrefix: cfg.Network.HostPrefix,
-			MaxConns: cfg.Network.MaxConnections, MaxConnsPerOwner: cfg.Network.MaxConnectionsPerOwner,
-			NewFlowRate: cfg.Network.NewConnectionsPerSecond, NodeNewFlowRate: cfg.Network.NodeNewConnectionsPerSecond, Audit: m.EgressAudit, DNSLog: m.DNSAudit, Logger: log,
-			Secrets: delivery.Substitutions, API: srv.ServeFromSandbox, SessionToken: authSvc.SessionToken, EndSessions: authSvc.EndSessions})
-		if err != nil {
-			return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)
-		}
-		defer net.Close()
-		m.SetNetwork(net)
-		m.AddProbe(net.Probe)
-		if c, _ := net.Probe(ctx); !c.OK {
-			log.Error("sandbox networking does not work", "reason", c.Detail, "means", c.Degrades)
-		}
-	}
-	if err := m.Recover(ctx); err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
-	m.Start()
-	defer m.Close()
+	defer node.Close()
+	return serve(ctx, cfg, node, certs, log)
+}
 
-	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-
+// serve serves node on the listeners cfg names (the unix socket, the fence socket,
+// listen and e2b_listen) until ctx ends or one fails.
+func serve(ctx context.Context, cfg config.Config, node *Node, certs *certFiles, log *slog.Logger) (retErr error) {
+	hs := node.APIServer()
 	ul, err := listenUnix(cfg.Socket, 0o660)
 	if err != nil {
 		return err
@@ -294,7 +146,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 	defer os.Remove(cfg.Socket) // on every way out, the lock still held
 	errc := make(chan error, 4)
 	go func() { errc <- hs.Serve(ul) }()
-	if fenceNote == "" { // the fence socket, as decided above
+	fencePath := node.FenceSocket
+	if node.FenceNote == "" { // the fence socket, as Assemble decided
 		fl, err := listenUnix(fencePath, 0o666) // anyone: a fence runs a command with its caller's ids
 		if err != nil {
 			hs.Close()
@@ -308,7 +161,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			os.Remove(fencePath)
 		}()
 	} else {
-		log.Info("no fence socket: `airlock fence` run by users other than root starts itself again instead", "why", fenceNote)
+		log.Info("no fence socket: `airlock fence` run by users other than root starts itself again instead", "why", node.FenceNote)
 	}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
@@ -318,7 +171,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 		}
 		// A server of its own: one http.Server serving plain HTTP on the socket first
 		// answers HTTP/2 over TLS with a closed connection.
-		ts := &http.Server{Handler: srv, ReadHeaderTimeout: hs.ReadHeaderTimeout, ErrorLog: hs.ErrorLog}
+		ts := &http.Server{Handler: node.Server, ReadHeaderTimeout: hs.ReadHeaderTimeout, ErrorLog: hs.ErrorLog}
 		if certs != nil {
 			ts.TLSConfig = certs.config()
 		}
@@ -333,20 +186,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			warnPlainHTTP(log, "listen", tl.Addr())
 		}
 	}
-	if cfg.E2BListen != "" {
-		key, err := e2bTokenKey(cfg.StateDir)
-		if err != nil {
-			hs.Close()
-			return err
-		}
+	if node.E2B != nil {
 		el, err := net.Listen("tcp", cfg.E2BListen)
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("e2b_listen: %w", err)
 		}
-		ec := e2b.NewControl(m, e2b.Options{Ports: ports, Auth: authSvc, Log: log, AuditLog: chain,
-			TokenKey: key, Domain: cfg.E2BDomain})
-		es := &http.Server{Handler: ec,
+		es := &http.Server{Handler: node.E2B,
 			ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		// HTTP/2 without TLS too: the SDKs' streaming input needs it.
 		es.Protocols = new(http.Protocols)
@@ -363,7 +209,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (retErr error
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			es.Shutdown(sctx)
-			ec.Close()
 		}()
 		log.Info("listening", "e2b", el.Addr().String(), "tls", certs != nil)
 	}
@@ -446,63 +291,6 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	return l, nil
 }
 
-// installAgent copies the running binary into dir (unless an identical copy is there),
-// so every sandbox binds a stable file that a rebuild elsewhere does not change.
-func installAgent(dir string) (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	dst := filepath.Join(dir, "airlock")
-	want, err := fileHash(self)
-	if err != nil {
-		return "", err
-	}
-	if have, err := fileHash(dst); err == nil && have == want {
-		return dst, nil
-	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return "", err
-	}
-	src, err := os.Open(self)
-	if err != nil {
-		return "", err
-	}
-	defer src.Close()
-	tmp, err := os.CreateTemp(dir, ".airlock-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, src); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil { // sandboxes execute it; gVisor reads it to load it
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp.Name(), dst)
-}
-
-func fileHash(p string) ([32]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return [32]byte{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return [32]byte{}, err
-	}
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum, nil
-}
-
 // traversable checks that every directory from / to dir lets others search it: each
 // sandbox's root user is an unprivileged host uid that runc must reach its root through.
 func traversable(dir string) error {
@@ -524,38 +312,6 @@ func traversable(dir string) error {
 	}
 }
 
-// openRunsc returns the node's gVisor driver: nil when the configuration turns runsc off
-// or none is found, an error when one is asked for (by path or as the default runtime)
-// and cannot run.
-func openRunsc(ctx context.Context, cfg config.Config, opts oci.Options, log *slog.Logger) (*gvisor.Driver, error) {
-	path := cfg.Runsc
-	switch path {
-	case "off":
-		return nil, nil
-	case "":
-		p, ok, err := findRunsc()
-		if err != nil {
-			if cfg.DefaultRuntime == "runsc" {
-				return nil, err
-			}
-			log.Warn("not using runsc", "err", err)
-			return nil, nil
-		}
-		if !ok || !gvisor.Check(ctx, p).OK {
-			if cfg.DefaultRuntime == "runsc" {
-				return nil, errors.New("default_runtime is runsc, and no runsc that can run here was found (install one: make runsc)")
-			}
-			return nil, nil
-		}
-		path = p
-	}
-	d, err := gvisor.New(ctx, path, opts)
-	if err != nil {
-		return nil, fmt.Errorf("runtime runsc: %w", err)
-	}
-	return d, nil
-}
-
 // fenceCheck reports the host fence (airlock fence, the router's host route): Landlock,
 // and how users other than root get one — the daemon's fence socket, or, where note says
 // why there is none, the binary starting again.
@@ -572,27 +328,6 @@ func fenceCheck(socket, note string) runtime.Check {
 		c.Detail = fmt.Sprintf("Landlock ABI %d; users other than root start airlock again in a user namespace (no fence socket: %s)", abi, note)
 	}
 	return c
-}
-
-// findRunsc is gvisor.Find for a runsc the daemon may run: checking one runs it, as
-// root, so one another user could have put there is an error, never run.
-func findRunsc() (path string, ok bool, err error) {
-	if path, ok = gvisor.Find(); ok {
-		err = TrustedFile(path, "runsc found on PATH")
-	}
-	return path, ok, err
-}
-
-// probeRunsc is gvisor.Probe for a runsc the daemon may run (findRunsc).
-func probeRunsc(ctx context.Context) (runtime.Check, bool) {
-	p, ok, err := findRunsc()
-	switch {
-	case err != nil:
-		return runtime.Check{Name: "gvisor runsc", Optional: true, Detail: err.Error(), Degrades: "runsc cannot be used"}, true
-	case !ok:
-		return runtime.Check{}, false
-	}
-	return gvisor.Check(ctx, p), true
 }
 
 // openAuth starts the node's authentication: on the first start it creates the

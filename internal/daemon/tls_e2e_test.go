@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/testenv"
+	"github.com/airlockhq/airlock/internal/testenv/testca"
 )
 
 // freePort returns a loopback address no one listens on just now.
@@ -39,7 +40,7 @@ func TestTLSListeners(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir, cgroup := daemonDir(t, "tls-")
 	t.Cleanup(func() { secret.Unmount(filepath.Join(dir, "secrets")) })
-	ca := testenv.NewCA(t)
+	ca := testca.New(t)
 	certPath, keyPath, caPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
 	ca.Issue(t, 7, certPath, keyPath)
 	if err := os.WriteFile(caPath, ca.PEM, 0o644); err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/testenv"
+	"github.com/airlockhq/airlock/internal/testenv/testca"
 )
 
 // TestCertFiles: the pair is checked and loaded at start, a key others may read is
@@ -20,7 +20,7 @@ func TestCertFiles(t *testing.T) {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o700)
 	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	ca := testenv.NewCA(t)
+	ca := testca.New(t)
 	ca.Issue(t, 10, certPath, keyPath)
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))

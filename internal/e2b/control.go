@@ -298,7 +298,7 @@ func (c *Control) toAPIError(r *http.Request, err error) apiError {
 // internal logs an internal failure's cause under a new request id, and returns what
 // the caller hears of it: that id, which E2B's error shape carries in its message.
 func (c *Control) internal(what string, err error, args ...any) string {
-	return manager.InternalMessage("request", httpedge.LogInternal(c.log, what, err, args...))
+	return errdefs.InternalMessage("request", httpedge.LogInternal(c.log, what, err, args...))
 }
 
 func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {

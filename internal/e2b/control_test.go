@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -66,7 +65,7 @@ func newFixture(t *testing.T) (fixture, string, string) { return newFixtureConfi
 
 // newFixtureConfig is newFixture on a node whose configuration config adjusts.
 func newFixtureConfig(t *testing.T, config func(*manager.Config)) (fixture, string, string) {
-	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}, Config: config})
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}, Config: config, E2B: true})
 	ctx := context.Background()
 	alice, _, err := n.Auth.CreateTokenFormat(ctx, "alice", "e2b", "e2b", 0)
 	if err != nil {
@@ -79,10 +78,7 @@ func newFixtureConfig(t *testing.T, config func(*manager.Config)) (fixture, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Auth: n.Auth, AuditLog: n.AuditLog,
-		TokenKey: []byte("0123456789abcdef0123456789abcdef")}))
-	t.Cleanup(srv.Close)
-	return fixture{t: t, url: srv.URL, node: n}, alice, bob
+	return fixture{t: t, url: n.E2BURL, node: n}, alice, bob
 }
 
 // TestControlPlaneIsAudited: calls through the E2B plane are in the audit log, with the

@@ -25,13 +25,11 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/filesystempb/filesystempbconnect"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/testenv"
 )
 
 func TestResolveIn(t *testing.T) {
@@ -395,23 +393,23 @@ func TestWatcherIdle(t *testing.T) {
 	}
 }
 
-// agentTarget makes a sandbox on a fake node (whose sandboxes run a real agent) with
-// an /etc/passwd of root and user (1000:1000, home /home/user), and returns a target
-// of it acting as name, its root on the host and the node's manager.
+// fakeSandbox makes a sandbox on a fake node (whose sandboxes run a real agent) whose
+// manager's configuration config adjusts, and returns the manager, the sandbox's id and
+// its root on the host. The package's external tests set it (node_test.go): the node
+// comes from testenv, which assembles the E2B plane too and so cannot be imported here.
+var fakeSandbox func(t *testing.T, config func(*manager.Config)) (m *manager.Manager, id, root string)
+
+// agentTarget makes a sandbox on a fake node (fakeSandbox) with an /etc/passwd of root
+// and user (1000:1000, home /home/user), and returns a target of it acting as name, its
+// root on the host and the node's manager.
 func agentTarget(t *testing.T, name string, config ...func(*manager.Config)) (tg *target, root string, m *manager.Manager) {
 	t.Helper()
-	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) {
+	m, id, root := fakeSandbox(t, func(c *manager.Config) {
 		for _, f := range config {
 			f(c)
 		}
-	}})
+	})
 	ctx := context.Background()
-	resp, err := n.Client.Create(ctx, api.CreateSandboxRequest{Name: "fs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.Sandbox.ID
-	root = n.Driver.Path(id, "/")
 	for _, f := range []struct{ name, text string }{
 		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"},
 		{"etc/group", "root:x:0:\nuser:x:1000:\n"},
@@ -425,15 +423,15 @@ func agentTarget(t *testing.T, name string, config ...func(*manager.Config)) (tg
 			t.Fatal(err)
 		}
 	}
-	sb, err := n.Manager.ByID(ctx, id)
+	sb, err := m.ByID(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tg = &target{id: id, owner: sb.Owner, sb: sb, user: name}
-	if tg.wk, err = n.Manager.WorkOn(ctx, sb); err != nil {
+	if tg.wk, err = m.WorkOn(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	return tg, root, n.Manager
+	return tg, root, m
 }
 
 // envdServer serves the filesystem service and the /files routes for tg, as the envd

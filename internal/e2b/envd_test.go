@@ -21,7 +21,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb"
 	"github.com/airlockhq/airlock/internal/e2b/envdpb/processpb/processpbconnect"
 	"github.com/airlockhq/airlock/internal/store"
@@ -46,15 +45,13 @@ func newEnvdFixture(t *testing.T) envdFixture {
 // alice and bob).
 func newEnvdFixtureWith(t *testing.T, opts testenv.FakeOptions) envdFixture {
 	opts.Owners = []string{"alice", "bob"}
+	opts.E2B, opts.E2BDomain = true, "sandboxes.test"
 	n := testenv.NewFakeNode(t, opts)
 	alice, tok, err := n.Auth.CreateTokenFormat(context.Background(), "alice", "e2b", "e2b", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e2b.NewControl(n.Manager, e2b.Options{Auth: n.Auth,
-		AuditLog: n.AuditLog, TokenKey: []byte("0123456789abcdef0123456789abcdef"), Domain: "sandboxes.test"}))
-	t.Cleanup(srv.Close)
-	f := envdFixture{fixture: fixture{t: t, url: srv.URL, node: n}}
+	f := envdFixture{fixture: fixture{t: t, url: n.E2BURL, node: n}}
 	st, body, _ := f.do("POST", "/sandboxes", alice, `{"templateID":"base","envVars":{"GREETING":"hi"}}`)
 	f.want("create", st, body, 201)
 	var sb struct{ SandboxID, EnvdAccessToken, TrafficAccessToken string }

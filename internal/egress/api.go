@@ -35,7 +35,7 @@ func (p *Proxy) serveAPI(w http.ResponseWriter, r *http.Request, sb SandboxInfo,
 	if err := p.swapSession(out.Header, sb); err != nil {
 		rec.Reason = errdefs.Message(err)
 		p.cfg.Audit(rec)
-		writeErrorStatus(w, err, http.StatusServiceUnavailable)
+		p.writeErrorStatus(w, err, http.StatusServiceUnavailable)
 		return
 	}
 	u := *r.URL

@@ -165,7 +165,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		p.log.Debug("upstream request failed", "sandbox", st.sb.ID, "host", st.host, "err", msg)
 		e = &errdefs.Error{Class: errdefs.ErrUnavailable, Msg: "upstream " + urlHost(st.host, st.port, st.scheme) + " failed", Cause: err}
 	}
-	writeError(w, e)
+	p.writeError(w, e)
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

@@ -3,7 +3,6 @@ package egress
 import (
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/httpstatus"
 )
 
@@ -325,7 +326,7 @@ func (p *Proxy) release(conn net.Conn) {
 // or a request inside a tunnel or transparent connection.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.enter() {
-		writeError(w, errdefs.Unavailable("the egress proxy is shutting down"))
+		p.writeError(w, errdefs.Unavailable("the egress proxy is shutting down"))
 		return
 	}
 	defer p.wg.Done()
@@ -409,7 +410,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, rec Record, err error) {
 	if rec.Method == http.MethodConnect && p.refuseConnect(w, err) {
 		return
 	}
-	writeError(w, err)
+	p.writeError(w, err)
 }
 
 // Headers of a refusal: why, and whether the policy refused or the request failed.
@@ -426,19 +427,15 @@ func (p *Proxy) refuseConnect(w http.ResponseWriter, err error) bool {
 		return false
 	}
 	defer raw.Close()
-	status := httpstatus.Status(err)
-	if errors.Is(err, errdefs.ErrUnavailable) {
-		status = http.StatusBadGateway
-	}
-	code := errdefs.Code(err)
+	status := proxyStatus(err)
+	body := p.errorBody(err)
 	reason := headerSafe(errdefs.Message(err))
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
 	raw.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	// "403 Forbidden (egress to x:443 refused: …)": clients that show only the status
 	// text (Go's, Python's) show the reason with it.
 	fmt.Fprintf(brw, "HTTP/1.1 %d %s (%s)\r\n%s: %s\r\n%s: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
-		status, http.StatusText(status), reason, ReasonHeader, reason, DecisionHeader, decisionOf(err), len(body)+1)
-	brw.Write(append(body, '\n'))
+		status, http.StatusText(status), reason, ReasonHeader, reason, DecisionHeader, decisionOf(err), len(body))
+	brw.Write(body)
 	brw.Flush()
 	return true
 }
@@ -457,27 +454,42 @@ func headerSafe(s string) string {
 	return string(b)
 }
 
-// writeError answers err in the API's error shape; a failure to reach the upstream
-// server is 502, as proxies answer it.
-func writeError(w http.ResponseWriter, err error) {
-	status := httpstatus.Status(err)
+// proxyStatus is err's status on the shared edge (httpstatus), but for a failure to
+// reach the upstream server: 502, as proxies answer it.
+func proxyStatus(err error) int {
 	if errors.Is(err, errdefs.ErrUnavailable) {
-		status = http.StatusBadGateway
+		return http.StatusBadGateway
 	}
-	writeErrorStatus(w, err, status)
+	return httpstatus.Status(err)
+}
+
+// writeError answers err in the API's error shape with its status (proxyStatus).
+func (p *Proxy) writeError(w http.ResponseWriter, err error) {
+	p.writeErrorStatus(w, err, proxyStatus(err))
 }
 
 // writeErrorStatus answers err in the API's error shape with status, and its reason
 // and decision in headers.
-func writeErrorStatus(w http.ResponseWriter, err error, status int) {
-	code := errdefs.Code(err)
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "message": errdefs.Message(err)}})
+func (p *Proxy) writeErrorStatus(w http.ResponseWriter, err error, status int) {
+	body := p.errorBody(err)
 	w.Header().Set(ReasonHeader, headerSafe(errdefs.Message(err)))
 	w.Header().Set(DecisionHeader, decisionOf(err))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	w.Write(body)
+}
+
+// errorBody is err in the native API's error shape, {"error": {"code", "message",
+// "details"}}, ending in a newline: the proxy's refusals read as the API's errors do.
+// As the API does, it answers an internal failure with a request id and logs the cause
+// under it (httpedge.InternalAnswer).
+func (p *Proxy) errorBody(err error) []byte {
+	e := api.Error{Code: errdefs.Code(err), Message: errdefs.Message(err), Details: errdefs.Details(err)}
+	if e.Code == "internal" {
+		e.Message, e.Details = httpedge.InternalAnswer(p.log, "egress proxy failed", err)
+	}
+	return httpedge.EncodeJSON(api.ErrorBody{Error: e})
 }
 
 // denyDecision turns a refusing Decision into a client-facing error.

@@ -128,6 +128,12 @@ func Message(err error) string {
 	return err.Error()
 }
 
+// InternalMessage is what a caller hears of an internal failure: which of its requests
+// or operations failed, so an operator can find the cause in the daemon's log.
+func InternalMessage(kind, id string) string {
+	return fmt.Sprintf("internal error in %s %s; the daemon's log says what failed", kind, id)
+}
+
 // Details returns the details of an *Error, if any.
 func Details(err error) map[string]any {
 	var e *Error

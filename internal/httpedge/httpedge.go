@@ -1,17 +1,21 @@
-// Package httpedge is the HTTP edge every plane of the daemon shares: the adapter from
-// handlers that return errors, the one table from error class to HTTP status, JSON
-// writing, request ids for failures, and the request audit. Each plane keeps only its
-// own error shape (a small ErrorWriter) and says who called and on what. It imports no
+// Package httpedge is the HTTP edge every plane of the daemon shares, and the egress
+// proxy's answers to sandboxes too: the adapter from handlers that return errors, JSON
+// writing, request ids for failures and what a caller hears of an internal one, and the
+// request audit (the table from error class to HTTP status is httpstatus's). Each plane
+// keeps only its own error shape (a small ErrorWriter) and says who called and on what. It imports no
 // Airlock package but errdefs, jsonbody and audit, and knows nothing of sandboxes,
 // callers or stores.
 package httpedge
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // Handler is a route's handler: it writes its answer, or returns the error that refuses
@@ -37,13 +41,21 @@ func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (sta
 	return rec.Status(), err
 }
 
-// WriteJSON answers v as JSON with status, without escaping HTML.
+// WriteJSON answers v as JSON with status (EncodeJSON).
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	w.Write(EncodeJSON(v))
+}
+
+// EncodeJSON is v as JSON, without escaping HTML, ending in a newline: for an answer
+// that must know its length first (the egress proxy's to a refused CONNECT).
+func EncodeJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+	return b.Bytes()
 }
 
 // NewRequestID names one failed request, of any plane, in the log and in its answer.
@@ -51,6 +63,14 @@ func NewRequestID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return "req_" + hex.EncodeToString(b[:])
+}
+
+// InternalAnswer is what the caller of a request that failed inside hears instead of
+// the cause err: a message naming a new request id, and that id as details (the native
+// API's and the egress proxy's "request_id"); the cause is logged under the id.
+func InternalAnswer(log *slog.Logger, what string, err error, args ...any) (msg string, details map[string]any) {
+	id := LogInternal(log, what, err, args...)
+	return errdefs.InternalMessage("request", id), map[string]any{"request_id": id}
 }
 
 // LogInternal logs an internal failure's cause under a new request id and returns the

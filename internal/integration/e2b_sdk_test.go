@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/testenv"
+	"github.com/airlockhq/airlock/internal/testenv/testca"
 )
 
 // E2B's JavaScript SDK, unmodified, drives Airlock's E2B-compatible API here: both
@@ -78,7 +79,7 @@ func TestE2BSDK(t *testing.T) {
 // through NODE_EXTRA_CA_CERTS; and checks the listener answers no plain HTTP.
 func TestE2BSDKOverTLS(t *testing.T) {
 	pkg, node := e2bSDK(t)
-	ca := testenv.NewCA(t)
+	ca := testca.New(t)
 	dir := t.TempDir()
 	os.Chmod(dir, 0o700) // the daemon checks the key's directories are root's alone to change
 	certPath, keyPath, caPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")

@@ -60,6 +60,10 @@ var forbidden = map[string][]string{
 	"internal/audit":        {mod + "internal/manager", mod + "internal/server", mod + "internal/egress"},
 	"internal/e2b": {mod + "internal/server", mod + "internal/store", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/cli",
 		mod + "internal/agent"},
+	// The test harness builds its nodes with daemon.Assemble, as airlock serve does: it
+	// opens none of a node's stores, identities, planes or networks itself.
+	"internal/testenv": {mod + "internal/store/sqlite", mod + "internal/audit", mod + "internal/auth", mod + "internal/server",
+		mod + "internal/e2b", mod + "internal/network", mod + "internal/snapshot", mod + "internal/portproxy"},
 	"internal/cli": {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/agent"},
 }
 

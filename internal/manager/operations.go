@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -79,7 +78,7 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 			// What failed inside (a database, a host path) is the log's, not the caller's;
 			// the first answer and every replay say the same.
 			m.log.Error("operation failed", "op", op.ID, "kind", op.Kind, "err", err)
-			op.ErrorMessage = InternalMessage("operation", op.ID)
+			op.ErrorMessage = errdefs.InternalMessage("operation", op.ID)
 		}
 	} else {
 		op.State = store.OpSucceeded
@@ -100,12 +99,6 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 			Details: map[string]any{"operation_id": op.ID}}
 	}
 	return err
-}
-
-// InternalMessage is what a caller hears of an internal failure: which of its requests
-// or operations failed, so an operator can find the cause in the daemon's log.
-func InternalMessage(kind, id string) string {
-	return fmt.Sprintf("internal error in %s %s; the daemon's log says what failed", kind, id)
 }
 
 // replayed answers a repeated request with the outcome of the first one.

@@ -403,9 +403,7 @@ func (s *Server) apiError(r *http.Request, err error) (int, api.Error) {
 		// The cause (a database error, a host path) goes to the log under an id the
 		// caller is given; an operation's failure already carries its operation's id.
 		if _, isOp := details["operation_id"]; !isOp {
-			id := httpedge.LogInternal(s.log, "request failed", err, "method", r.Method, "path", r.URL.Path)
-			msg = manager.InternalMessage("request", id)
-			details = map[string]any{"request_id": id}
+			msg, details = httpedge.InternalAnswer(s.log, "request failed", err, "method", r.Method, "path", r.URL.Path)
 		}
 	case code == "unavailable":
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)

@@ -3,38 +3,38 @@ package testenv
 import (
 	"context"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
+	airlockrt "github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/fake"
 	"github.com/airlockhq/airlock/internal/secret"
-	"github.com/airlockhq/airlock/internal/server"
-	"github.com/airlockhq/airlock/internal/snapshot"
-	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
-// FakeNode is a whole node on the fake runtime: SQLite, the image and snapshot stores,
-// the manager and the real HTTP server on a unix socket (and TCP, for token owners). It
-// needs no root: the tests of the HTTP edge, the SDK and the CLI run on it.
+// FakeNode is a whole node on the fake runtime, assembled as `airlock serve` assembles
+// one (daemon.Assemble) but for the runtime and secret delivery: SQLite, the image and
+// snapshot stores, the manager, identities, the audit chain, secrets, and the real HTTP
+// server on a unix socket (and TCP, for token owners). It needs no root: the tests of
+// the HTTP edge, the SDK and the CLI run on it.
 type FakeNode struct {
-	Dir      string
-	Socket   string
-	Addr     string // the TCP listener, when the node has token owners
-	Driver   *fake.Driver
-	Store    store.Store
-	Manager  *manager.Manager
-	Auth     *auth.Service
-	AuditLog *audit.Chain
-	Server   *server.Server
-	Client   *client.Client
+	*daemon.Node
+	Dir    string
+	Socket string
+	Addr   string // the TCP listener, when the node has token owners
+	// E2BURL is where the E2B plane serves, when FakeOptions.E2B is set.
+	E2BURL string
+	// Config is the configuration the node was assembled from.
+	Config config.Config
+	Driver *fake.Driver
+	Client *client.Client
 
 	tokens map[string]string // owner -> token
 }
@@ -50,6 +50,10 @@ type FakeOptions struct {
 	// SecretDelivery delivers bound secrets to the node's processes, as a real node does,
 	// through secret.NewFakeDelivery: files in a directory of the test's, so no root.
 	SecretDelivery bool
+	// E2B serves the node's E2B-compatible plane (e2b_listen) at FakeNode.E2BURL, with
+	// E2BDomain as its e2b_domain.
+	E2B       bool
+	E2BDomain string
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -59,73 +63,73 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) }) // runs last, even when the start fails
-	n := &FakeNode{Dir: dir, Socket: filepath.Join(dir, "api.sock"), tokens: map[string]string{}}
+	secretsDir := dir + "-secrets"
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(secretsDir) }) // runs last, even when the start fails
+	n := &FakeNode{Dir: dir, Socket: filepath.Join(dir, "api.sock")}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
-	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
-		t.Fatal(err)
+	n.Config = nodeConfig(dir, secretsDir, n.Socket)
+	if opts.E2B {
+		n.Config.E2BListen, n.Config.E2BDomain = "127.0.0.1:0", opts.E2BDomain // served below, on a listener of the test's
 	}
-	images, err := image.Open(filepath.Join(dir, "images"))
+	node, err := daemon.Assemble(context.Background(), n.Config, fakeAssembly(n.Config, opts, log, &n.Driver))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Driver, err = fake.New(filepath.Join(dir, "sb"), images); err != nil {
-		t.Fatal(err)
-	}
-	cfg := manager.DefaultConfig()
-	cfg.DefaultLimits.Disk = 0 // the fake has no disk to cap
-	if opts.Config != nil {
-		opts.Config(&cfg)
-	}
-	n.Manager = manager.New(cfg, n.Store, n.Driver, images, log)
-	snaps, err := snapshot.Open(filepath.Join(dir, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Manager.SetSnapshots(snaps)
-	if err := n.Manager.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	n.Manager.Start()
-	n.Auth, n.tokens = newAuth(t, n.Store, dir, opts.Owners)
-	n.AuditLog = newAuditLog(t, n.Store, dir)
-	n.Manager.SetAuditLog(n.AuditLog)
-	version := opts.Version
-	if version == "" {
-		version = "test"
-	}
-	secrets := newSecrets(t, n.Store, dir)
-	n.Manager.SetSecrets(secrets, n.secretDelivery(t, secrets, dir+"-secrets", opts.SecretDelivery, log))
-	srv := server.New(n.Manager, server.Options{Version: version, StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: secrets}, log)
-	n.Server = srv
-	hs, addr, c := serve(t, srv, n.Socket, len(opts.Owners) > 0)
+	n.Node = node
+	n.tokens = addOwners(t, node, opts.Owners)
+	hs, addr, c := serve(t, node, n.Socket, len(opts.Owners) > 0)
 	n.Addr, n.Client = addr, c
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		hs.Close()
 		terminateAll(ctx, t, n.Store, n.Manager)
-		n.Manager.Close()
-		n.Store.Close()
+		node.Close()
 	})
+	if node.E2B != nil {
+		srv := httptest.NewServer(node.E2B)
+		t.Cleanup(srv.Close)
+		n.E2BURL = srv.URL
+	}
 	return n
 }
 
-// secretDelivery is the node's delivery of secrets when on: without it bindings are
-// kept but reach no sandbox.
-func (n *FakeNode) secretDelivery(t testing.TB, secrets *secret.Service, dir string, on bool, log *slog.Logger) *secret.Delivery {
-	if !on {
-		return nil
+// fakeAssembly is what a node on the fake runtime substitutes in daemon.Assemble: the
+// fake driver (stored in *drv), and what it cannot do or use: no disk to cap, no host
+// workspaces to mount, no host size to bound a create by (so tests answer alike on every
+// machine); with opts.SecretDelivery, secrets delivered as files
+// (secret.NewFakeDelivery) in cfg's secrets_dir. Then opts.Config adjusts the manager's
+// configuration.
+func fakeAssembly(cfg config.Config, opts FakeOptions, log *slog.Logger, drv **fake.Driver) daemon.Options {
+	version := opts.Version
+	if version == "" {
+		version = "test"
 	}
-	d, err := secret.NewFakeDelivery(secrets, dir, log)
-	if err != nil {
-		t.Fatal(err)
+	return daemon.Options{Log: log, Version: version,
+		Driver: func(images *image.Store) (airlockrt.Driver, error) {
+			d, err := fake.New(filepath.Join(cfg.StateDir, "sb"), images)
+			if err != nil {
+				return nil, err
+			}
+			*drv = d
+			return d, nil
+		},
+		SecretDelivery: func(s *secret.Service, log *slog.Logger) (*secret.Delivery, error) {
+			if !opts.SecretDelivery {
+				return nil, nil // bindings are kept but reach no sandbox
+			}
+			return secret.NewFakeDelivery(s, cfg.SecretsDir, log)
+		},
+		Manager: func(c *manager.Config) {
+			c.DefaultLimits.Disk, c.WorkspaceDir, c.HostCPU, c.HostMemory = 0, "", 0, 0
+			if opts.Config != nil {
+				opts.Config(c)
+			}
+		},
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return d
 }
 
 // Token is owner's bearer token (one of FakeOptions.Owners).

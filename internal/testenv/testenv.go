@@ -1,10 +1,13 @@
 // Package testenv owns the harness of Airlock's tests that need the real host parts:
 // root, runc, overlayfs, cgroups and namespaces. It builds the airlock binary once per
-// test process, starts a whole node (store, images, driver, manager, HTTP server on a
-// unix socket) in a private state directory and cgroup parent, and at the end removes
-// every sandbox and asserts that nothing was left behind. Tests that cannot run here
-// skip with a reason, except in CI (CI=true), where they fail. NewFakeNode starts the
-// same node on the fake runtime (runtime/fake), which needs no root.
+// test process, starts a whole node in a private state directory and cgroup parent, and
+// at the end removes every sandbox and asserts that nothing was left behind. Tests that
+// cannot run here skip with a reason, except in CI (CI=true), where they fail.
+// NewFakeNode starts a node on the fake runtime (runtime/fake), which needs no root.
+//
+// Every node is assembled by daemon.Assemble from a typed configuration, as `airlock
+// serve` assembles its own, with only the runtime and secret delivery substituted; it
+// must not wire a node's parts (store, identities, audit chain, planes, network) itself.
 package testenv
 
 import (
@@ -27,19 +30,14 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/auth"
-	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/network"
 	airlockrt "github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
 	"github.com/airlockhq/airlock/internal/secret"
-	"github.com/airlockhq/airlock/internal/server"
-	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/sweep"
 )
 
@@ -113,26 +111,19 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// Node is a whole Airlock node running in the test process.
+// Node is a whole Airlock node running in the test process, assembled as `airlock
+// serve` assembles one (daemon.Assemble), on the real runtimes.
 type Node struct {
+	*daemon.Node
 	Dir          string
 	Socket       string
 	CgroupParent string
-	Store        store.Store
-	Images       *image.Store
-	Snapshots    *snapshot.Store
-	Network      *network.Node
-	Driver       *oci.Driver
-	// Runsc is the node's gVisor driver when Options.Runtime is "runsc".
-	Runsc    *gvisor.Driver
-	Manager  *manager.Manager
-	Auth     *auth.Service
-	AuditLog *audit.Chain
-	Secrets  *secret.Service
-	Delivery *secret.Delivery
+	// Config is the configuration the node was assembled from.
+	Config config.Config
+	// Driver is the node's runc driver.
+	Driver *oci.Driver
 	// SecretsDir is the tmpfs delivered secrets live on, outside Dir.
 	SecretsDir string
-	Server     *server.Server
 	Client     *client.Client
 	// Ctx ends at the test's deadline (see Watchdog).
 	Ctx context.Context
@@ -204,79 +195,15 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 	if err := sweep.WriteRecord(dir, rec); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for _, o := range opts {
 		if o.LogTo != nil {
 			log = slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, o.LogTo), &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	}
-	if n.Store, err = sqlite.Open(filepath.Join(dir, "airlock.db")); err != nil {
-		t.Fatal(err)
-	}
-	if n.Images, err = image.Open(filepath.Join(dir, "images")); err != nil {
-		t.Fatal(err)
-	}
-	n.Driver, err = oci.New(oci.Options{Root: filepath.Join(dir, "sb"), RuncRoot: filepath.Join(dir, "runc"),
-		AgentBinary: bin, CgroupParent: n.CgroupParent, TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30, Images: n.Images})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := manager.DefaultConfig()
-	cfg.MaxLimits.OpenFiles = n.Driver.MaxOpenFiles()
-	cfg.DefaultLimits.Memory = 256 << 20
-	cfg.DefaultLimits.Disk = 1 << 30
-	for _, o := range opts {
-		if o.Config != nil {
-			o.Config(&cfg)
-		}
-	}
-	var drv airlockrt.Driver = n.Driver
-	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
-		opts = append(opts, Options{Runtime: rt})
-	}
-	for _, o := range opts {
-		if o.Runtime == "runsc" {
-			n.Runsc, err = gvisor.New(context.Background(), Runsc(t), oci.Options{Root: filepath.Join(dir, "sb-runsc"),
-				RuncRoot: filepath.Join(dir, "runsc"), AgentBinary: bin, CgroupParent: n.CgroupParent + "-runsc", Images: n.Images,
-				TmpfsBytes: 64 << 20, DiskPoolBytes: 1 << 30, DiskPoolDir: filepath.Join(dir, "disk-pool-runsc")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			drv, cfg.DefaultRuntime = n.Runsc, "runsc"
-		}
-	}
-	for _, o := range opts {
-		if o.WrapDriver != nil {
-			drv = o.WrapDriver(drv)
-		}
-	}
-	cfg.WorkspaceDir = filepath.Join(dir, "workspaces")
-	n.Manager = manager.New(cfg, n.Store, drv, n.Images, log)
-	if n.Runsc != nil {
-		n.Manager.AddRuntime("runc", n.Driver)
-	}
-	if n.Snapshots, err = snapshot.Open(filepath.Join(dir, "snapshots")); err != nil {
-		t.Fatal(err)
-	}
-	n.Manager.SetSnapshots(n.Snapshots)
-	if err := n.Manager.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	n.Manager.Start()
-	var owners []string
-	for _, o := range opts {
-		owners = append(owners, o.Owners...)
-	}
-	n.Auth, n.tokens = newAuth(t, n.Store, dir, owners)
-	n.AuditLog = newAuditLog(t, n.Store, dir)
-	n.Manager.SetAuditLog(n.AuditLog)
-	n.Secrets = newSecrets(t, n.Store, dir)
-	if n.Delivery, err = secret.NewDelivery(n.Secrets, n.SecretsDir, log); err != nil {
-		t.Fatal(err)
-	}
-	n.Manager.SetSecrets(n.Secrets, n.Delivery)
-	n.Server = server.New(n.Manager, server.Options{Version: "test", StateDir: dir, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets}, log)
+	cfg := nodeConfig(dir, n.SecretsDir, n.Socket)
+	cfg.CgroupParent = n.CgroupParent
+	cfg.DefaultLimits.Memory, cfg.DefaultLimits.Disk, cfg.TmpfsSize = "256MiB", "1GiB", "64MiB"
 	for _, o := range opts {
 		if !o.Network {
 			continue
@@ -285,19 +212,45 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		if upstream == "" {
 			upstream = "127.0.0.1:9" // nothing answers: allowed names fail, nothing leaves the host
 		}
-		n.Network, err = network.New(network.Options{Dir: filepath.Join(dir, "network"),
-			Subnet: freeSubnet(t), HostPrefix: rec.VethPrefix,
-			Table: rec.Table, Upstream: upstream, ExtraCAs: o.ExtraCAs, MaxConns: o.MaxConns,
-			Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: log,
-			Secrets: n.Delivery.Substitutions, API: n.Server.ServeFromSandbox, SessionToken: n.Auth.SessionToken, EndSessions: n.Auth.EndSessions})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Manager.SetNetwork(n.Network)
-		n.Manager.AddProbe(n.Network.Probe)
+		cfg.Network = config.Network{Enabled: true, Subnet: freeSubnet(t).String(), Table: rec.Table, HostPrefix: rec.VethPrefix,
+			UpstreamDNS: upstream, ExtraCAs: o.ExtraCAs, MaxConnections: o.MaxConns}
 	}
+	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
+		opts = append(opts, Options{Runtime: rt})
+	}
+	for _, o := range opts {
+		if o.Runtime == "runsc" {
+			cfg.Runsc, cfg.DefaultRuntime = Runsc(t), "runsc"
+		}
+	}
+	var owners []string
+	for _, o := range opts {
+		owners = append(owners, o.Owners...)
+	}
+	dopts := daemon.Options{Log: log, Version: "test", AgentBinary: bin,
+		Manager: func(c *manager.Config) {
+			for _, o := range opts {
+				if o.Config != nil {
+					o.Config(c)
+				}
+			}
+		},
+		WrapDriver: func(d airlockrt.Driver) airlockrt.Driver {
+			for _, o := range opts {
+				if o.WrapDriver != nil {
+					d = o.WrapDriver(d)
+				}
+			}
+			return d
+		}}
+	node, err := daemon.Assemble(context.Background(), cfg, dopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Node, n.Config, n.Driver = node, cfg, node.Runc
+	n.tokens = addOwners(t, n.Node, owners)
 	var hs *http.Server
-	hs, n.tcpAddr, n.Client = serve(t, n.Server, n.Socket, len(owners) > 0)
+	hs, n.tcpAddr, n.Client = serve(t, n.Node, n.Socket, len(owners) > 0)
 	// A test still running at its deadline fails, and its calls to the node fail
 	// with it, so that it ends and the cleanup below removes its sandboxes.
 	n.Ctx = Watchdog(t, func() { hs.Close() })
@@ -306,11 +259,6 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		defer cancel()
 		hs.Close()
 		terminateAll(ctx, t, n.Store, n.Manager)
-		n.Manager.Close()
-		n.Driver.Close()
-		if n.Runsc != nil {
-			n.Runsc.Close()
-		}
 		if n.Network != nil {
 			if ids, _ := n.Network.List(); len(ids) > 0 {
 				t.Errorf("sandbox networks left: %v", ids)
@@ -319,9 +267,8 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 				}
 			}
 			n.Network.RemoveRules()
-			n.Network.Close()
 		}
-		n.Store.Close()
+		n.Node.Close()
 		n.AssertNoLeaks(t)
 		if err := secret.Unmount(n.SecretsDir); err != nil {
 			t.Errorf("unmount the secrets tmpfs: %v", err)
@@ -330,6 +277,18 @@ func NewNode(t testing.TB, opts ...Options) *Node {
 		os.RemoveAll(dir)
 	})
 	return n
+}
+
+// nodeConfig is the configuration of a test's node: the defaults, with its state,
+// secrets and socket where the test says, the test's own user an administrator over
+// the socket as root is, no sandbox networking and no runsc.
+func nodeConfig(dir, secretsDir, socket string) config.Config {
+	cfg := config.Default()
+	cfg.StateDir, cfg.SecretsDir, cfg.Socket = dir, secretsDir, socket
+	cfg.UnixUsers = map[int]string{os.Getuid(): config.LocalOwner}
+	cfg.Network.Enabled = false
+	cfg.Runsc = "off"
+	return cfg
 }
 
 // AssertNoLeaks fails the test if the node's driver still has any sandbox resource.
@@ -467,15 +426,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// serve serves srv on a unix socket at socket (and on loopback TCP when tcp is set,
-// returning its address) and returns a client of the socket.
-func serve(t testing.TB, srv *server.Server, socket string, tcp bool) (*http.Server, string, *client.Client) {
+// serve serves node's API on a unix socket at socket (and on loopback TCP when tcp is
+// set, returning its address) and returns a client of the socket.
+func serve(t testing.TB, node *daemon.Node, socket string, tcp bool) (*http.Server, string, *client.Client) {
 	t.Helper()
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: srv, ConnContext: server.ConnContext}
+	hs := node.APIServer()
 	go hs.Serve(ln)
 	addr := ""
 	if tcp {
@@ -505,52 +464,23 @@ func terminateAll(ctx context.Context, t testing.TB, st store.Store, m *manager.
 	}
 }
 
-// newAuth makes a node's authentication: the administrator "local", which root and the
-// test's own user are over the unix socket, and each of owners a user with the
-// developer role and a token (returned by owner).
-func newAuth(t testing.TB, st store.Store, dir string, owners []string) (*auth.Service, map[string]string) {
+// addOwners gives each of owners a user with the developer role and a token on node
+// (returned by owner).
+func addOwners(t testing.TB, node *daemon.Node, owners []string) map[string]string {
 	t.Helper()
-	a := auth.New(st, auth.Options{UnixUsers: map[int]string{0: "local", os.Getuid(): "local"}})
 	ctx := context.Background()
-	if _, err := a.Bootstrap(ctx, dir); err != nil {
-		t.Fatal(err)
-	}
 	tokens := map[string]string{}
 	for _, owner := range owners {
-		if _, err := a.CreateIdentity(ctx, owner, "user", []string{"developer"}, nil); err != nil {
+		if _, err := node.Auth.CreateIdentity(ctx, owner, "user", []string{"developer"}, nil); err != nil {
 			t.Fatal(err)
 		}
-		secret, _, err := a.CreateToken(ctx, owner, "test", 0)
+		secret, _, err := node.Auth.CreateToken(ctx, owner, "test", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tokens[owner] = secret
 	}
-	return a, tokens
-}
-
-// newAuditLog opens the node's hash-chained audit log under a key in dir.
-func newAuditLog(t testing.TB, st store.Store, dir string) *audit.Chain {
-	t.Helper()
-	key, err := audit.LoadKey(filepath.Join(dir, "audit.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := audit.OpenChain(context.Background(), st, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// newSecrets opens the node's secrets under a key in dir.
-func newSecrets(t testing.TB, st store.Store, dir string) *secret.Service {
-	t.Helper()
-	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return tokens
 }
 
 // freeSubnet picks a /24 of 10.211.0.0/16 that no interface of the host has an address

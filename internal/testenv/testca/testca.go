@@ -1,4 +1,7 @@
-package testenv
+// Package testca is a certificate authority made for one test, which signs server
+// certificates for 127.0.0.1. It is apart from testenv, which assembles whole nodes, so
+// that the daemon's own tests can use it.
+package testca
 
 import (
 	"crypto/ecdsa"
@@ -22,8 +25,8 @@ type CA struct {
 	PEM  []byte
 }
 
-// NewCA makes a CA with a new P-256 key, valid for an hour either side of now.
-func NewCA(t testing.TB) *CA {
+// New makes a CA with a new P-256 key, valid for an hour either side of now.
+func New(t testing.TB) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

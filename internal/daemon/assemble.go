@@ -1,0 +1,301 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/fence"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/network"
+	"github.com/airlockhq/airlock/internal/portproxy"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/runtime/gvisor"
+	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/server"
+	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/sqlite"
+	"github.com/airlockhq/airlock/internal/version"
+)
+
+// Options are what Assemble takes besides the configuration: the parts a test
+// substitutes, never a rule. The zero value builds the node `airlock serve` runs.
+type Options struct {
+	// Log is the node's log (default slog.Default()).
+	Log *slog.Logger
+	// Version is what /v1/status reports (default: this build's version).
+	Version string
+	// AgentBinary is the airlock binary sandboxes run as their agent (default: the
+	// running binary, installed into the state directory).
+	AgentBinary string
+	// Driver, if set, makes the default runtime's driver in place of runc (a fake
+	// runtime, which needs no root); the node then has no runsc.
+	Driver func(images *image.Store) (runtime.Driver, error)
+	// WrapDriver, if set, stands between the manager and the default runtime's driver.
+	WrapDriver func(runtime.Driver) runtime.Driver
+	// SecretDelivery, if set, delivers bound secrets in place of the tmpfs on
+	// secrets_dir (secret.NewFakeDelivery, which needs no root); when it returns nil,
+	// bindings are kept but reach no sandbox.
+	SecretDelivery func(*secret.Service, *slog.Logger) (*secret.Delivery, error)
+	// Manager, if set, adjusts the manager's configuration after the file's (a test's
+	// shorter timers).
+	Manager func(*manager.Config)
+}
+
+// Node is one assembled Airlock node: every part `airlock serve` wires, recovered and
+// started, without its listeners. Close stops it; sandboxes keep running.
+type Node struct {
+	Store     store.Store
+	Images    *image.Store
+	Snapshots *snapshot.Store
+	// Runc is the runc driver (nil when Options.Driver made the default one), Runsc
+	// the gVisor driver (nil without runsc), Driver the default runtime's as the
+	// manager has it.
+	Runc     *oci.Driver
+	Runsc    *gvisor.Driver
+	Driver   runtime.Driver
+	Manager  *manager.Manager
+	Auth     *auth.Service
+	AuditLog *audit.Chain
+	Secrets  *secret.Service
+	Delivery *secret.Delivery // nil: secrets are not delivered
+	Network  *network.Node    // nil without sandbox networking
+	// Ports forwards exposed ports' traffic for every plane.
+	Ports  *portproxy.Proxy
+	Server *server.Server
+	// E2B is the E2B-compatible plane, when e2b_listen is set.
+	E2B *e2b.Control
+	// FenceSocket is where the daemon serves fences beside the API socket, unless
+	// FenceNote says why it does not.
+	FenceSocket, FenceNote string
+
+	log     *slog.Logger
+	closers []func() // in the order they were added; Close runs them backwards
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Assemble builds the node cfg describes: the store, images, snapshots, runtimes,
+// manager, identities, audit chain, secrets, network, the HTTP API and the E2B plane,
+// then recovers and starts the manager. Checks of the host and the files it reads
+// (root, locks, trusted paths) are the caller's (Run's). On error nothing it started
+// is left running.
+func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, retErr error) {
+	set, err := cfg.Settings()
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	n := &Node{log: log}
+	defer func() {
+		if retErr != nil {
+			n.Close()
+		}
+	}()
+	if n.Store, err = sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db")); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	n.closers = append(n.closers, func() { n.Store.Close() })
+	if n.Images, err = image.Open(filepath.Join(cfg.StateDir, "images")); err != nil {
+		return nil, fmt.Errorf("open images: %w", err)
+	}
+	var lim image.Limits
+	lim.Upload, lim.Unpacked, lim.Quota = set.ImageUpload, set.ImageUnpacked, set.ImageQuota
+	lim.Ratio, lim.Setuid, lim.Devices = cfg.Images.MaxRatio, cfg.Images.Setuid, cfg.Images.Devices
+	lim.KeepPulledBlobs = cfg.Images.KeepPulledBlobs
+	n.Images.SetLimits(lim)
+	if err := n.openRuntimes(ctx, cfg, set, opts); err != nil {
+		return nil, err
+	}
+	mcfg := managerConfig(cfg, set)
+	if d, ok := n.Driver.(interface{ MaxOpenFiles() int64 }); ok {
+		mcfg.MaxLimits.OpenFiles = min(mcfg.MaxLimits.OpenFiles, d.MaxOpenFiles())
+	}
+	if opts.Manager != nil {
+		opts.Manager(&mcfg)
+	}
+	if n.Snapshots, err = snapshot.Open(filepath.Join(cfg.StateDir, "snapshots")); err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	n.Manager = manager.New(mcfg, n.Store, n.Driver, n.Images, log)
+	if cfg.DefaultRuntime == "runsc" && n.Runc != nil {
+		n.Manager.AddRuntime("runc", n.Runc)
+	} else if n.Runsc != nil {
+		n.Manager.AddRuntime("runsc", n.Runsc)
+	}
+	if n.Runsc == nil && cfg.Runsc != "off" && opts.Driver == nil {
+		n.Manager.AddProbe(probeRunsc) // says why there is no runsc runtime
+	}
+	n.FenceSocket, n.FenceNote = fenceSocket(cfg.Socket)
+	n.Manager.AddProbe(func(context.Context) (runtime.Check, bool) { return fenceCheck(n.FenceSocket, n.FenceNote), true })
+	n.Manager.SetSnapshots(n.Snapshots)
+	if err := n.openPlanes(ctx, cfg, set, opts); err != nil {
+		return nil, err
+	}
+	if err := n.Manager.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	n.Manager.Start()
+	n.closers = append(n.closers, func() { n.Manager.Close() })
+	var pctx context.Context
+	pctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	n.wg.Go(func() { pruneAuditLog(pctx, n.AuditLog, set.AuditLogMaxAge, cfg.Audit.LogMaxRecords, log) })
+	return n, nil
+}
+
+// managerConfig is the manager's configuration from the file's.
+func managerConfig(cfg config.Config, set config.Settings) manager.Config {
+	mcfg := manager.DefaultConfig()
+	mcfg.DefaultLimits.CPU, mcfg.DefaultLimits.Memory = cfg.DefaultLimits.CPU, set.DefaultMemory
+	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
+	mcfg.DefaultLimits.Disk = set.DefaultDisk
+	mcfg.HostCPU, mcfg.HostMemory = manager.HostSize()
+	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
+	mcfg.LiveCap = cfg.LiveCap
+	mcfg.MaxFileUpload = set.FileUpload
+	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold, FailClosed: cfg.Router.FailClosed}
+	mcfg.WorkspaceDir = filepath.Join(cfg.StateDir, "workspaces")
+	mcfg.StateDir = cfg.StateDir
+	mcfg.InsecureRegistries, mcfg.ImageCacheMax = cfg.Images.InsecureRegistries, set.ImageCacheMax
+	mcfg.RegistryMirrors = map[string][]string{}
+	for reg, mirrors := range cfg.Images.Mirrors {
+		mcfg.RegistryMirrors[image.RegistryOf(reg+"/x")] = mirrors // docker.io is Docker Hub's index.docker.io
+	}
+	mcfg.Audit.Rate, mcfg.Audit.Burst, mcfg.Audit.Queue = cfg.Audit.Rate, cfg.Audit.Burst, cfg.Audit.Queue
+	mcfg.Audit.Coalesce = set.AuditCoalesce
+	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
+	mcfg.EventMaxAge = set.EventMaxAge
+	mcfg.DefaultRuntime = cfg.DefaultRuntime
+	return mcfg
+}
+
+// openPlanes opens identities, the audit chain and secrets, and builds what serves
+// them: the HTTP API, sandbox networking and the E2B plane.
+func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Settings, opts Options) error {
+	var err error
+	log, m := n.log, n.Manager
+	if n.Auth, err = openAuth(ctx, cfg, n.Store, log); err != nil {
+		return err
+	}
+	key, err := audit.LoadKey(filepath.Join(cfg.StateDir, "audit.key"))
+	if err != nil {
+		return err
+	}
+	if n.AuditLog, err = audit.OpenChain(ctx, n.Store, key); err != nil {
+		return err
+	}
+	m.SetAuditLog(n.AuditLog)
+	if n.Secrets, err = secret.Open(n.Store, filepath.Join(cfg.StateDir, "secret.key")); err != nil {
+		return err
+	}
+	if opts.SecretDelivery != nil {
+		n.Delivery, err = opts.SecretDelivery(n.Secrets, log)
+	} else {
+		n.Delivery, err = secret.NewDelivery(n.Secrets, cfg.SecretsDir, log)
+	}
+	if err != nil {
+		return err
+	}
+	m.SetSecrets(n.Secrets, n.Delivery)
+	publicURL := ""
+	if cfg.Listen != "" {
+		publicURL = "http://" + cfg.Listen
+		if cfg.TLSCert != "" {
+			publicURL = "https://" + cfg.Listen
+		}
+	}
+	ver := opts.Version
+	if ver == "" {
+		ver = version.String()
+	}
+	n.Ports = portproxy.New() // the API's exposed ports and the E2B plane's, cut together
+	n.Server = server.New(m, server.Options{Ports: n.Ports, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets, Version: ver,
+		StateDir: cfg.StateDir, PublicURL: publicURL, OutputLimit: set.ExecOutputLimit, OutputBudget: set.ExecOutputBudget}, log)
+	if cfg.Network.Enabled {
+		if err := n.openNetwork(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.E2BListen != "" {
+		key, err := e2bTokenKey(cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		n.E2B = e2b.NewControl(m, e2b.Options{Ports: n.Ports, Auth: n.Auth, Log: log, AuditLog: n.AuditLog,
+			TokenKey: key, Domain: cfg.E2BDomain})
+		n.closers = append(n.closers, n.E2B.Close)
+	}
+	return nil
+}
+
+// openNetwork starts sandbox networking: namespaces, nftables, the egress proxy and DNS.
+func (n *Node) openNetwork(ctx context.Context, cfg config.Config) error {
+	c := cfg.Network
+	nn, err := network.New(network.Options{Dir: filepath.Join(cfg.StateDir, "network"),
+		Subnet: netip.MustParsePrefix(c.Subnet), Upstream: c.UpstreamDNS,
+		ExtraCAs: c.ExtraCAs, Table: c.Table, HostPrefix: c.HostPrefix,
+		MaxConns: c.MaxConnections, MaxConnsPerOwner: c.MaxConnectionsPerOwner,
+		NewFlowRate: c.NewConnectionsPerSecond, NodeNewFlowRate: c.NodeNewConnectionsPerSecond,
+		Audit: n.Manager.EgressAudit, DNSLog: n.Manager.DNSAudit, Logger: n.log,
+		Secrets: n.Delivery.Substitutions, API: n.Server.ServeFromSandbox, SessionToken: n.Auth.SessionToken, EndSessions: n.Auth.EndSessions})
+	if err != nil {
+		return fmt.Errorf("sandbox networking could not start (set network.enabled: false for loopback-only sandboxes): %w", err)
+	}
+	n.Network = nn
+	n.closers = append(n.closers, func() { nn.Close() })
+	n.Manager.SetNetwork(nn)
+	n.Manager.AddProbe(nn.Probe)
+	if c, _ := nn.Probe(ctx); !c.OK {
+		n.log.Error("sandbox networking does not work", "reason", c.Detail, "means", c.Degrades)
+	}
+	return nil
+}
+
+// APIServer is an http.Server of the node's API for one listener that gets callers'
+// credentials from the connection (the unix socket).
+func (n *Node) APIServer() *http.Server {
+	return &http.Server{Handler: n.Server, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
+}
+
+// Close stops the node, in the reverse order of its making: sandboxes keep running.
+func (n *Node) Close() error {
+	if n.cancel != nil {
+		n.cancel()
+		n.wg.Wait()
+	}
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		n.closers[i]()
+	}
+	n.closers = nil
+	return nil
+}
+
+// fenceSocket is where the daemon serves fences, beside the API socket (whose lock
+// covers this name too), for callers who may not put one up themselves; note says why
+// there is none: Yama must let the daemon trace the command, and no fenced command may
+// reach the socket.
+func fenceSocket(apiSocket string) (path, note string) {
+	path = fence.SocketPath(apiSocket)
+	if err := fence.DaemonUsable(); err != nil {
+		note = err.Error()
+	} else if !fence.Hides(path) {
+		note = "fenced commands could reach a fence socket beside " + apiSocket
+	}
+	return path, note
+}
