@@ -367,7 +367,9 @@ func TestWatcherRegistry(t *testing.T) {
 
 func TestWatcherIdle(t *testing.T) {
 	defer func(d time.Duration) { watcherIdle = d }(watcherIdle)
-	watcherIdle = 50 * time.Millisecond
+	// Long enough beside the poll interval that a loaded machine's scheduling delay does
+	// not expire a watcher polled every 100 ms; the polls span more than one idle period.
+	watcherIdle = 500 * time.Millisecond
 	r := &watcherRegistry{}
 	defer r.close()
 	id, f, err := addFake(r, "sb1", "alice")
@@ -375,8 +377,8 @@ func TestWatcherIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Polled, it stays.
-	for range 4 {
-		time.Sleep(watcherIdle / 2)
+	for range 8 {
+		time.Sleep(watcherIdle / 5)
 		if _, _, err := r.poll("sb1", "alice", id); err != nil {
 			t.Fatalf("poll of a polled watcher: %v", err)
 		}
