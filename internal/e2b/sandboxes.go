@@ -16,7 +16,6 @@ import (
 
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -88,7 +87,7 @@ func e2bState(s manager.State) string {
 }
 
 func templateOf(sb *manager.Sandbox) string {
-	if sb.Image == image.HostName {
+	if sb.Image == manager.HostImage {
 		return BaseTemplate
 	}
 	return sb.Image

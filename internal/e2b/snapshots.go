@@ -12,7 +12,6 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/snapshot"
 )
 
 // E2B's forks and snapshots on Airlock's: a fork is the manager's fork of a sandbox; a
@@ -38,7 +37,7 @@ type snapshotInfo struct {
 	Names      []string `json:"names"`
 }
 
-func toSnapshotInfo(man *snapshot.Manifest) snapshotInfo {
+func toSnapshotInfo(man *manager.Snapshot) snapshotInfo {
 	names := []string{}
 	if n := man.Labels[snapshotNameLabel]; n != "" {
 		names = append(names, n)
@@ -193,7 +192,7 @@ func (c *Control) listSnapshots(w http.ResponseWriter, r *http.Request, p *auth.
 		return err
 	}
 	sandboxID := q.Get("sandboxID")
-	var all []*snapshot.Manifest
+	var all []*manager.Snapshot
 	if sandboxID == "" || strings.HasPrefix(sandboxID, "sb_") {
 		all, err = c.m.Snapshots(r.Context(), p.Identity, sandboxID)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -206,7 +205,7 @@ func (c *Control) listSnapshots(w http.ResponseWriter, r *http.Request, p *auth.
 	name := q.Get("name")
 	out := []snapshotInfo{}
 	for _, man := range all {
-		if man.State != snapshot.StateReady || name != "" && name != man.ID && name != man.Labels[snapshotNameLabel] {
+		if man.State != manager.SnapshotReady || name != "" && name != man.ID && name != man.Labels[snapshotNameLabel] {
 			continue
 		}
 		out = append(out, toSnapshotInfo(man))

@@ -59,7 +59,7 @@ var forbidden = map[string][]string{
 	"internal/agent":        {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/runtime", mod + "internal/image"},
 	"internal/audit":        {mod + "internal/manager", mod + "internal/server", mod + "internal/egress"},
 	"internal/e2b": {mod + "internal/server", mod + "internal/store", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/cli",
-		mod + "internal/agent"},
+		mod + "internal/agent", mod + "internal/image", mod + "internal/snapshot"},
 	// The test harness builds its nodes with daemon.Assemble, as airlock serve does: it
 	// opens none of a node's stores, identities, planes or networks itself.
 	"internal/testenv": {mod + "internal/store/sqlite", mod + "internal/audit", mod + "internal/auth", mod + "internal/server",

@@ -21,3 +21,11 @@ type (
 	Image         = image.Image
 	Snapshot      = snapshot.Manifest
 )
+
+// The values of those records a caller compares against.
+const (
+	// HostImage is the name of the image that is the host's own root, read-only.
+	HostImage = image.HostName
+	// SnapshotReady is the state of a snapshot whose files are complete and checksummed.
+	SnapshotReady = snapshot.StateReady
+)
