@@ -75,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmup, "warmup", 3, "untimed iterations before each measurement")
 	fs.IntVar(&o.concurrency, "concurrency", 100, "sandboxes in the concurrency test (0 skips it)")
 	fs.IntVar(&o.par, "parallel", 0, "at most this many calls in flight in the concurrency test (0: all at once)")
-	fs.StringVar(&o.socket, "socket", "/tmp/albench.sock", "unix socket of the daemon to benchmark (a private one: it gets filled with sandboxes)")
+	fs.StringVar(&o.socket, "socket", "/run/airlock-bench/api.sock", "unix socket of the daemon to benchmark (a private one: it gets filled with sandboxes)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "the daemon's state directory (default: what the daemon reports)")
 	fs.StringVar(&o.runc, "runc", "runc", "runc binary")
 	fs.StringVar(&o.cgroup, "cgroup-parent", "airlock", "the daemon's cgroup parent")

@@ -1,24 +1,42 @@
 #!/usr/bin/env bash
 # Reproduces bench/RESULTS.md: builds airlock, starts a private daemon on its own state
-# directory and socket, runs the benchmark driver against it and its peers (bare runc,
-# podman), stops the daemon by its pid and removes its state. Needs root, runc, podman
-# (or pass -skip-podman). Extra arguments go to the driver, e.g.
+# directory, secrets directory, socket, cgroup parent and nftables table (bench/daemon.yaml),
+# runs the benchmark driver against it and its peers (bare runc, podman), stops the daemon
+# by its pid and removes its state. A daemon already running on the host (the default
+# /run/airlock/airlock.sock, /var/lib/airlock) is left alone. Needs root, runc, podman (or
+# pass -skip-podman). Extra arguments go to the driver, e.g.
 #   bash bench/run.sh -n 50 -json /tmp/albench.json -strict
+#
+# The socket's directory must be root's and writable by root alone (the daemon refuses
+# one under /tmp), hence /run/airlock-bench.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
-BIN=${AIRLOCK_BENCH_BIN:-/tmp/bench-airlock}
-STATE=${AIRLOCK_BENCH_STATE:-/tmp/albench}
-SOCK=${AIRLOCK_BENCH_SOCKET:-/tmp/albench.sock}
-LOG=${AIRLOCK_BENCH_LOG:-/tmp/albench.log}
-DRIVER=$(mktemp /tmp/airlock-bench-driver.XXXXXX)
+RUN=${AIRLOCK_BENCH_RUN:-/run/airlock-bench}
+STATE=${AIRLOCK_BENCH_STATE:-/var/lib/airlock-bench}
+SOCK=${AIRLOCK_BENCH_SOCKET:-$RUN/api.sock}
+LOG=${AIRLOCK_BENCH_LOG:-$RUN/daemon.log}
+BIN=${AIRLOCK_BENCH_BIN:-$RUN/airlock}
+CONFIG=$RUN/airlock.yaml
+SECRETS=$RUN/secrets
 
 if [ "$(id -u)" != 0 ]; then
 	echo "bench/run.sh: needs root (the daemon manages containers, mounts and cgroups)" >&2
 	exit 2
 fi
+case "$STATE" in /var/lib/airlock | /var/lib/airlock/*)
+	echo "bench/run.sh: $STATE is the default daemon's state directory; choose another AIRLOCK_BENCH_STATE" >&2
+	exit 2
+	;;
+esac
+if [ "$SOCK" = /run/airlock/airlock.sock ]; then
+	echo "bench/run.sh: $SOCK is the default daemon's socket; choose another AIRLOCK_BENCH_SOCKET" >&2
+	exit 2
+fi
+install -d -m 0755 "$RUN" "$(dirname "$SOCK")"
+DRIVER=$(mktemp "$RUN/driver.XXXXXX")
 if grep -q " $SOCK\$" /proc/net/unix; then
 	echo "bench/run.sh: a daemon is already listening on $SOCK; stop it or set AIRLOCK_BENCH_SOCKET" >&2
 	exit 2
@@ -36,7 +54,15 @@ echo "bench/run.sh: building $BIN and the driver" >&2
 CGO_ENABLED=0 go build -o "$BIN" ./cmd/airlock
 go build -o "$DRIVER" ./bench
 
-"$BIN" serve --config bench/daemon.yaml --state-dir "$STATE" --socket "$SOCK" >"$LOG" 2>&1 &
+# bench/daemon.yaml plus the paths of this run: one configuration file, root's.
+{
+	cat bench/daemon.yaml
+	echo "state_dir: $STATE"
+	echo "secrets_dir: $SECRETS"
+	echo "socket: $SOCK"
+} >"$CONFIG"
+chmod 0600 "$CONFIG"
+"$BIN" serve --config "$CONFIG" >"$LOG" 2>&1 &
 PID=$!
 
 stop() {
@@ -80,7 +106,10 @@ stop() {
 	else
 		rm -rf "$STATE"
 	fi
-	rm -f "$DRIVER"
+	awk -v p="$SECRETS" '$5 == p || index($5, p "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+		while read -r m; do umount -l "$m" || true; done
+	rm -rf "$SECRETS"
+	rm -f "$DRIVER" "$CONFIG" /run/airlock.names/cgroup-airlock-bench.lock # the daemon's lock on its cgroup parent
 	echo "bench/run.sh: the daemon's log is $LOG" >&2
 	exit "$rc"
 }
