@@ -134,16 +134,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if o.strict {
-		var missed []string
-		for _, t := range rep.Targets {
-			if !t.Met && !t.Skipped {
-				missed = append(missed, t.Name+" ("+t.Shown+")")
-			}
-		}
-		if len(missed) > 0 {
-			return &missedError{missed}
-		}
+	if m := missed(rep.Targets); o.strict && len(m) > 0 {
+		return &missedError{m}
 	}
 	return nil
 }
@@ -153,6 +145,7 @@ type bench struct {
 	o      options
 	logf   func(string, ...any)
 	runID  string
+	pid    int // the daemon's
 	c      *client.Client
 	work   string // the bench's own directory: root filesystems, bundles, runc root
 	podman bool   // the podman image was imported
@@ -238,6 +231,7 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 			return nil, fmt.Errorf("find the daemon's pid: %w", err)
 		}
 	}
+	b.pid = pid
 	b.runsc = slices.Contains(st.Runtimes, "runsc")
 	cg := detectHostCgroups(o.cgroup)
 	rep := &report{Date: time.Now().UTC(), Environment: environment(st, stateDir, pid, o)}
@@ -336,8 +330,8 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 		busy.Values = []float64{conc.DaemonPeakMiB}
 	}
 
-	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc,
-		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss} {
+	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc, a.cpuAirlock, a.cpuRunc,
+		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss, conc.Latency} {
 		if s != nil && (len(s.Values) > 0 || s.Errors > 0) {
 			rep.Series = append(rep.Series, s.summary())
 		}
