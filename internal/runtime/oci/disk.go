@@ -58,9 +58,11 @@ func mkfsDisk(ctx context.Context, path string, size int64) error {
 	return err
 }
 
-// diskTemplates keeps one freshly formatted image per size in dir, and makes new
-// images as sparse copies of them. A template is only ever read: every image copied
-// from it is a sandbox's own file.
+// diskTemplates keeps one freshly formatted image per size in dir, for the first
+// maxDiskTemplates sizes asked for (the pool's comes first), and makes new images as
+// sparse copies of them; an image of any other size is formatted on its own, so that
+// creates with ever new sizes cannot fill the host's disk with templates. A template is
+// only ever read: every image copied from it is a sandbox's own file.
 type diskTemplates struct {
 	dir string
 
@@ -68,7 +70,13 @@ type diskTemplates struct {
 	sizes map[int64]*sync.Mutex // one mkfs per size at a time
 }
 
+// maxDiskTemplates bounds the sizes diskTemplates keeps a template of.
+const maxDiskTemplates = 4
+
+// newDiskTemplates starts with no template: those of an earlier run, whatever their
+// sizes, are removed.
 func newDiskTemplates(dir string) *diskTemplates {
+	os.RemoveAll(dir)
 	return &diskTemplates{dir: dir, sizes: map[int64]*sync.Mutex{}}
 }
 
@@ -78,19 +86,21 @@ func (t *diskTemplates) path(size int64) string {
 	return filepath.Join(t.dir, "ext4-"+strconv.FormatInt(size, 10)+".img")
 }
 
-// template returns the template of size bytes, formatting it first if there is none.
+// template returns the template of size bytes, formatting it first if there is none,
+// or "" when size is not one the templates are kept for.
 func (t *diskTemplates) template(ctx context.Context, size int64) (string, error) {
-	p := t.path(size)
-	if st, err := os.Stat(p); err == nil && st.Size() == size {
-		return p, nil
-	}
 	t.mu.Lock()
 	mu := t.sizes[size]
 	if mu == nil {
+		if len(t.sizes) >= maxDiskTemplates {
+			t.mu.Unlock()
+			return "", nil
+		}
 		mu = &sync.Mutex{}
 		t.sizes[size] = mu
 	}
 	t.mu.Unlock()
+	p := t.path(size)
 	mu.Lock()
 	defer mu.Unlock()
 	if st, err := os.Stat(p); err == nil && st.Size() == size {
@@ -117,6 +127,9 @@ func (t *diskTemplates) make(ctx context.Context, path string, size int64) error
 	tmpl, err := t.template(ctx, size)
 	if err != nil {
 		return err
+	}
+	if tmpl == "" {
+		return mkfsDisk(ctx, path, size)
 	}
 	tmp := path + ".tmp"
 	os.Remove(tmp)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -70,4 +71,27 @@ func TestDiskTemplatesPerSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDiskTemplatesBounded: past maxDiskTemplates sizes, an image is formatted on its
+// own and no template of its size is kept.
+func TestDiskTemplatesBounded(t *testing.T) {
+	requireDiskTools(t)
+	dir := t.TempDir()
+	tm := newDiskTemplates(filepath.Join(dir, "templates"))
+	for i := range maxDiskTemplates + 1 {
+		size := int64(64+i) << 20
+		img := filepath.Join(dir, "img"+strconv.Itoa(i))
+		if err := tm.make(context.Background(), img, size); err != nil {
+			t.Fatalf("make %d bytes: %v", size, err)
+		}
+		if st, err := os.Stat(img); err != nil || st.Size() != size {
+			t.Fatalf("%s: got %v, %v; want %d bytes", img, st, err, size)
+		}
+		_, err := os.Stat(tm.path(size))
+		if kept := err == nil; kept != (i < maxDiskTemplates) {
+			t.Fatalf("size %d (the %d. asked for): template kept %v, want %v", size, i+1, kept, i < maxDiskTemplates)
+		}
+	}
+	mountAndUnmount(t, slog.New(slog.DiscardHandler), filepath.Join(dir, "img"+strconv.Itoa(maxDiskTemplates)), filepath.Join(dir, "fs"), func() {})
 }
