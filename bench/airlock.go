@@ -395,10 +395,10 @@ type concurrencyResult struct {
 // manySandboxes creates n sandboxes with at most parallel calls in flight, runs
 // `echo ok` in each, reads every agent's memory while all run, terminates them all and
 // then looks for anything left on the host.
-func (b *bench) manySandboxes(ctx context.Context, daemon int, cg hostCgroups, stateDir string) concurrencyResult {
-	c, n, parallel, runID := b.c, b.o.concurrency, b.o.par, b.runID
+func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label string, daemon int, cg hostCgroups, stateDir string) concurrencyResult {
+	n, parallel, runID := b.o.concurrency, b.o.par, b.runID
 	r := concurrencyResult{Sandboxes: n, Parallel: parallel,
-		Latency: &series{Name: fmt.Sprintf("d. burst: create → exec echo, %d at once", n), Unit: "ms"}}
+		Latency: &series{Name: fmt.Sprintf("d. burst%s: create → exec echo, %d at once", label, n), Unit: "ms"}}
 	ids := make([]string, n)
 	times := make([]createTimes, n)
 	errs := make([]error, n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/client"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -94,6 +95,7 @@ type createResults struct {
 	podmanNone, podmanDefault             *series
 	runsc                                 *series // the daemon's gVisor runtime, when it has one
 	cpuAirlock, cpuRunc                   *series // CPU time of one create → exec, and of one runc run
+	before, cpuBefore, beforeBurst        *series // the second daemon's (-before-socket)
 }
 
 // contender is one thing timed per round; it stops being run after maxErrors failures.
@@ -127,16 +129,7 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 	cs := []contender{
 		{r.airlock, func(ctx context.Context, round int) (time.Duration, error) {
 			name := fmt.Sprintf("bench-%s-create-%d", b.runID, round+b.o.warmup)
-			cpu0, cerr := procCPU(b.pid)
-			id, t, err := createExec(ctx, b.c, b.request(name, ""), []string{"true"}, "")
-			b.track(id)
-			if cpu1, cerr1 := procCPU(b.pid); err == nil && round >= 0 {
-				if cerr = errors.Join(cerr, cerr1); cerr != nil {
-					r.cpuAirlock.fail(cerr)
-				} else {
-					r.cpuAirlock.addDuration(cpu1 - cpu0)
-				}
-			}
+			id, t, err := b.timedCreate(ctx, b.c, b.pid, name, round, r.cpuAirlock)
 			if err == nil && round >= 0 {
 				if rec, st, ans, serr := createSplit(ctx, b.c, id, t); serr != nil {
 					r.runtimeStart.fail(serr)
@@ -184,6 +177,20 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 		{r.deleteForce, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.deleteForce(ctx) }},
 		{r.killDelete, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.killWaitDelete(ctx) }},
 	}
+	if b.before != nil {
+		r.before = &series{Name: "a. before: airlock create → exec true (default network)", Unit: "ms"}
+		r.cpuBefore = &series{Name: "a. before: CPU: airlock create → exec (daemon + its children)", Unit: "ms"}
+		cs = append(cs, contender{r.before, func(ctx context.Context, round int) (time.Duration, error) {
+			name := fmt.Sprintf("bench-%s-before-%d", b.runID, round+b.o.warmup)
+			id, t, err := b.timedCreate(ctx, b.before.c, b.before.pid, name, round, r.cpuBefore)
+			if id != "" {
+				if _, terr := terminate(ctx, b.before.c, id); err == nil {
+					err = terr
+				}
+			}
+			return t.total, err
+		}})
+	}
 	if b.runsc {
 		r.runsc = &series{Name: "a. airlock create → exec true (runsc, default network)", Unit: "ms"}
 		cs = append(cs, contender{r.runsc, func(ctx context.Context, round int) (time.Duration, error) {
@@ -210,6 +217,22 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 	b.logf("create → first exec: %d rounds (+%d warm-up) of %d contenders", b.o.n, b.o.warmup, len(cs))
 	b.rounds(ctx, cs, b.o.n)
 	return r
+}
+
+// timedCreate is createExec of `true` on the daemon of c and pid, adding the CPU time
+// the daemon and its children spent on it to cpu (outside the warm-up).
+func (b *bench) timedCreate(ctx context.Context, c *client.Client, pid int, name string, round int, cpu *series) (string, createTimes, error) {
+	cpu0, cerr := procCPU(pid)
+	id, t, err := createExec(ctx, c, b.request(name, ""), []string{"true"}, "")
+	b.track(id)
+	if cpu1, cerr1 := procCPU(pid); err == nil && round >= 0 {
+		if cerr = errors.Join(cerr, cerr1); cerr != nil {
+			cpu.fail(cerr)
+		} else {
+			cpu.addDuration(cpu1 - cpu0)
+		}
+	}
+	return id, t, err
 }
 
 // rounds runs every contender once per round, warm-up rounds (negative) untimed.

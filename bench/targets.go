@@ -51,6 +51,17 @@ func judge(a createResults, ex execResults, idleStart, idleEnd, agentWarm, agent
 		{Name: "CPU airlock create → exec / runc run (mean)", Num: a.cpuAirlock.Name, Den: a.cpuRunc.Name,
 			Value: a.cpuAirlock.summary().Mean / a.cpuRunc.summary().Mean},
 	}
+	if a.before != nil {
+		bs := a.before.summary()
+		ratios = append(ratios, p50Ratio("before / now: create → exec (default net)", bs, al),
+			ratio{Name: "before / now: CPU per create → exec (mean)", Num: a.cpuBefore.Name, Den: a.cpuAirlock.Name,
+				Value: a.cpuBefore.summary().Mean / a.cpuAirlock.summary().Mean})
+		if a.beforeBurst != nil && conc.Latency != nil {
+			bb, nb := a.beforeBurst.summary(), conc.Latency.summary()
+			ratios = append(ratios, p50Ratio("before / now: burst create → exec p50", bb, nb),
+				ratio{Name: "before / now: burst create → exec p99", Num: bb.Name, Den: nb.Name, Value: bb.P99 / nb.P99})
+		}
+	}
 	var targets []target
 	// Bare runc gets an empty network namespace, as Airlock's mode none does.
 	rt := atMost(fmt.Sprintf("create→exec p50 ≤ %s× bare runc run", fmtNum(goals.createVsRunc)), float64(none.P50/usr.P50), goals.createVsRunc, none.Errors == 0)
