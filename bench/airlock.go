@@ -169,6 +169,30 @@ func daemonPID(socket string) (int, error) {
 	return int(cred.Pid), nil
 }
 
+// procCPU is the CPU time of a process and of the children it has waited for:
+// utime, stime, cutime and cstime of /proc/<pid>/stat, in clock ticks of 10 ms.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after it do not.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b)[i+1:])
+	if i < 0 || len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:15] { // fields 14 to 17
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // procMiB reads a "Key: N kB" line of /proc/<pid>/<file> (status or smaps_rollup) in MiB.
 func procMiB(pid int, file, key string) (float64, error) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), file))
@@ -362,6 +386,7 @@ type concurrencyResult struct {
 	Errors           []string  `json:"errors,omitempty"`
 	Leaks            []string  `json:"leaks"`
 	Foreign          int       `json:"foreign_cgroups,omitempty"` // under the parent, not this run's
+	Latency          *series   `json:"-"`                         // each sandbox's create → exec
 	AgentRSS         []float64 `json:"-"`
 	AgentPss         []float64 `json:"-"`
 	DaemonPeakMiB    float64   `json:"daemon_rss_all_running_mib"`
@@ -370,10 +395,12 @@ type concurrencyResult struct {
 // manySandboxes creates n sandboxes with at most parallel calls in flight, runs
 // `echo ok` in each, reads every agent's memory while all run, terminates them all and
 // then looks for anything left on the host.
-func (b *bench) manySandboxes(ctx context.Context, daemon int, cg hostCgroups, stateDir string) concurrencyResult {
-	c, n, parallel, runID := b.c, b.o.concurrency, b.o.par, b.runID
-	r := concurrencyResult{Sandboxes: n, Parallel: parallel}
+func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label string, daemon int, cg hostCgroups, stateDir string) concurrencyResult {
+	n, parallel, runID := b.o.concurrency, b.o.par, b.runID
+	r := concurrencyResult{Sandboxes: n, Parallel: parallel,
+		Latency: &series{Name: fmt.Sprintf("d. burst%s: create → exec echo, %d at once", label, n), Unit: "ms"}}
 	ids := make([]string, n)
+	times := make([]createTimes, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
@@ -385,12 +412,17 @@ func (b *bench) manySandboxes(ctx context.Context, daemon int, cg hostCgroups, s
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			name := fmt.Sprintf("bench-%s-many-%d", runID, i)
-			ids[i], _, errs[i] = createExec(ctx, c, b.request(name, ""), []string{"echo", "ok"}, "ok\n")
+			ids[i], times[i], errs[i] = createExec(ctx, c, b.request(name, ""), []string{"echo", "ok"}, "ok\n")
 			b.track(ids[i])
 		}()
 	}
 	wg.Wait()
 	r.CreateExecWallMS = ms(time.Since(start))
+	for i, t := range times {
+		if errs[i] == nil {
+			r.Latency.addDuration(t.total)
+		}
+	}
 	for i, id := range ids {
 		if errs[i] == nil {
 			if pid, err := cg.agentPID(id); err == nil {

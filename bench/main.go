@@ -64,6 +64,9 @@ type options struct {
 	daemonPID          int
 	flood              int
 	skipPodman, strict bool
+	// before is a second daemon (the code before a change) timed beside the first,
+	// interleaved: its socket, state directory and cgroup parent.
+	beforeSocket, beforeState, beforeCgroup string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -75,7 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmup, "warmup", 3, "untimed iterations before each measurement")
 	fs.IntVar(&o.concurrency, "concurrency", 100, "sandboxes in the concurrency test (0 skips it)")
 	fs.IntVar(&o.par, "parallel", 0, "at most this many calls in flight in the concurrency test (0: all at once)")
-	fs.StringVar(&o.socket, "socket", "/tmp/albench.sock", "unix socket of the daemon to benchmark (a private one: it gets filled with sandboxes)")
+	fs.StringVar(&o.socket, "socket", "/run/airlock-bench/api.sock", "unix socket of the daemon to benchmark (a private one: it gets filled with sandboxes)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "the daemon's state directory (default: what the daemon reports)")
 	fs.StringVar(&o.runc, "runc", "runc", "runc binary")
 	fs.StringVar(&o.cgroup, "cgroup-parent", "airlock", "the daemon's cgroup parent")
@@ -84,6 +87,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.skipPodman, "skip-podman", false, "do not measure podman")
 	fs.IntVar(&o.flood, "flood", 0, "instead of the table: flood the daemon from one sandbox for this many seconds and measure a second one (DNS, proxy connections and output at once)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
+	fs.StringVar(&o.beforeSocket, "before-socket", "", "unix socket of a second daemon (the code before a change) to time beside the first: its creates take turns with the first's, and its burst runs after the first's")
+	fs.StringVar(&o.beforeState, "before-state-dir", "", "the second daemon's state directory (default: what it reports)")
+	fs.StringVar(&o.beforeCgroup, "before-cgroup-parent", "airlock-before", "the second daemon's cgroup parent")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -134,16 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if o.strict {
-		var missed []string
-		for _, t := range rep.Targets {
-			if !t.Met && !t.Skipped {
-				missed = append(missed, t.Name+" ("+t.Shown+")")
-			}
-		}
-		if len(missed) > 0 {
-			return &missedError{missed}
-		}
+	if m := missed(rep.Targets); o.strict && len(m) > 0 {
+		return &missedError{m}
 	}
 	return nil
 }
@@ -153,10 +151,12 @@ type bench struct {
 	o      options
 	logf   func(string, ...any)
 	runID  string
+	pid    int // the daemon's
 	c      *client.Client
-	work   string // the bench's own directory: root filesystems, bundles, runc root
-	podman bool   // the podman image was imported
-	runsc  bool   // the daemon runs gVisor runsc too: time it beside runc
+	before *daemonRef // the second daemon of -before-socket, or nil
+	work   string     // the bench's own directory: root filesystems, bundles, runc root
+	podman bool       // the podman image was imported
+	runsc  bool       // the daemon runs gVisor runsc too: time it beside runc
 
 	mu  sync.Mutex
 	ids map[string]bool // every sandbox this run made
@@ -198,6 +198,9 @@ func (b *bench) close() {
 	if b.c != nil {
 		cleanupRun(b.c, b.runID)
 	}
+	if b.before != nil {
+		cleanupRun(b.before.c, b.runID)
+	}
 	if b.podman {
 		removeImage()
 	}
@@ -236,6 +239,12 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	if pid == 0 {
 		if pid, err = daemonPID(o.socket); err != nil {
 			return nil, fmt.Errorf("find the daemon's pid: %w", err)
+		}
+	}
+	b.pid = pid
+	if o.beforeSocket != "" {
+		if b.before, err = connectBefore(ctx, o); err != nil {
+			return nil, err
 		}
 	}
 	b.runsc = slices.Contains(st.Runtimes, "runsc")
@@ -317,7 +326,15 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	var conc concurrencyResult
 	if o.concurrency > 0 {
 		b.logf("creating %d sandboxes at once (at most %d calls in flight)", o.concurrency, o.par)
-		conc = b.manySandboxes(ctx, pid, cg, stateDir)
+		conc = b.manySandboxes(ctx, b.c, "", pid, cg, stateDir)
+		if b.before != nil {
+			b.logf("the same on the second daemon")
+			bc := b.manySandboxes(ctx, b.before.c, " (before)", b.before.pid, b.before.cg, b.before.stateDir)
+			a.beforeBurst = bc.Latency
+			if bc.Failed > 0 {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("second daemon's burst: %d failed, first: %s", bc.Failed, strings.Join(bc.Errors[:min(1, len(bc.Errors))], "")))
+			}
+		}
 		if conc.Foreign > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%d cgroups under %q belong to no sandbox of this run (another daemon shares the parent); not counted as leaks", conc.Foreign, o.cgroup))
 		}
@@ -336,8 +353,8 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 		busy.Values = []float64{conc.DaemonPeakMiB}
 	}
 
-	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc,
-		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss} {
+	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc, a.cpuAirlock, a.cpuRunc, a.before, a.cpuBefore,
+		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss, conc.Latency, a.beforeBurst} {
 		if s != nil && (len(s.Values) > 0 || s.Errors > 0) {
 			rep.Series = append(rep.Series, s.summary())
 		}
@@ -428,4 +445,33 @@ func utsString(b []int8) string {
 		s = append(s, byte(c))
 	}
 	return string(s)
+}
+
+// daemonRef is a daemon the bench times.
+type daemonRef struct {
+	c        *client.Client
+	pid      int
+	stateDir string
+	cg       hostCgroups
+}
+
+// connectBefore reaches the daemon of -before-socket.
+func connectBefore(ctx context.Context, o options) (*daemonRef, error) {
+	c, err := client.New(client.Options{Socket: o.beforeSocket})
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no daemon at %s: %w", o.beforeSocket, err)
+	}
+	pid, err := daemonPID(o.beforeSocket)
+	if err != nil {
+		return nil, fmt.Errorf("find the second daemon's pid: %w", err)
+	}
+	d := &daemonRef{c: c, pid: pid, stateDir: o.beforeState, cg: detectHostCgroups(o.beforeCgroup)}
+	if d.stateDir == "" {
+		d.stateDir = st.StateDir
+	}
+	return d, nil
 }

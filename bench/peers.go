@@ -26,6 +26,9 @@ type runcPeer struct {
 	bundle string
 	prefix string // container id prefix
 	seq    int
+	// lastCPU is the CPU time of the last run: runc's and that of every process it
+	// waited for (its init, the container's process).
+	lastCPU time.Duration
 }
 
 // bundleOpts say how a bare runc bundle departs from Airlock's sandbox config.
@@ -113,6 +116,9 @@ func (p *runcPeer) run(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
 	err := cmd.Run()
 	d := time.Since(start)
+	if cmd.ProcessState != nil {
+		p.lastCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
 	runcDelete(p.runc, p.root, id)
 	if err != nil {
 		return 0, fmt.Errorf("runc run: %w: %s", err, strings.TrimSpace(out.String()))

@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/client"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -93,6 +94,8 @@ type createResults struct {
 	deleteForce, killDelete               *series
 	podmanNone, podmanDefault             *series
 	runsc                                 *series // the daemon's gVisor runtime, when it has one
+	cpuAirlock, cpuRunc                   *series // CPU time of one create → exec, and of one runc run
+	before, cpuBefore, beforeBurst        *series // the second daemon's (-before-socket)
 }
 
 // contender is one thing timed per round; it stops being run after maxErrors failures.
@@ -120,12 +123,13 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 		runcNoSeccomp: &series{Name: "a. runc run (skeleton + /usr, no seccomp)", Unit: "ms"},
 		deleteForce:   &series{Name: "a. runc delete --force (running container)", Unit: "ms"},
 		killDelete:    &series{Name: "a. runc kill KILL, wait, runc delete", Unit: "ms"},
+		cpuAirlock:    &series{Name: "a. CPU: airlock create → exec (daemon + its children)", Unit: "ms"},
+		cpuRunc:       &series{Name: "a. CPU: runc run (skeleton + /usr; runc + container)", Unit: "ms"},
 	}
 	cs := []contender{
 		{r.airlock, func(ctx context.Context, round int) (time.Duration, error) {
 			name := fmt.Sprintf("bench-%s-create-%d", b.runID, round+b.o.warmup)
-			id, t, err := createExec(ctx, b.c, b.request(name, ""), []string{"true"}, "")
-			b.track(id)
+			id, t, err := b.timedCreate(ctx, b.c, b.pid, name, round, r.cpuAirlock)
 			if err == nil && round >= 0 {
 				if rec, st, ans, serr := createSplit(ctx, b.c, id, t); serr != nil {
 					r.runtimeStart.fail(serr)
@@ -161,11 +165,31 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 			}
 			return t.total, err
 		}},
-		{r.runcUsr, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcUsr.run(ctx) }},
+		{r.runcUsr, func(ctx context.Context, round int) (time.Duration, error) {
+			d, err := p.runcUsr.run(ctx)
+			if err == nil && round >= 0 {
+				r.cpuRunc.addDuration(p.runcUsr.lastCPU)
+			}
+			return d, err
+		}},
 		{r.runcMin, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcMin.run(ctx) }},
 		{r.runcNoSeccomp, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcNoSeccomp.run(ctx) }},
 		{r.deleteForce, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.deleteForce(ctx) }},
 		{r.killDelete, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.killWaitDelete(ctx) }},
+	}
+	if b.before != nil {
+		r.before = &series{Name: "a. before: airlock create → exec true (default network)", Unit: "ms"}
+		r.cpuBefore = &series{Name: "a. before: CPU: airlock create → exec (daemon + its children)", Unit: "ms"}
+		cs = append(cs, contender{r.before, func(ctx context.Context, round int) (time.Duration, error) {
+			name := fmt.Sprintf("bench-%s-before-%d", b.runID, round+b.o.warmup)
+			id, t, err := b.timedCreate(ctx, b.before.c, b.before.pid, name, round, r.cpuBefore)
+			if id != "" {
+				if _, terr := terminate(ctx, b.before.c, id); err == nil {
+					err = terr
+				}
+			}
+			return t.total, err
+		}})
 	}
 	if b.runsc {
 		r.runsc = &series{Name: "a. airlock create → exec true (runsc, default network)", Unit: "ms"}
@@ -193,6 +217,22 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 	b.logf("create → first exec: %d rounds (+%d warm-up) of %d contenders", b.o.n, b.o.warmup, len(cs))
 	b.rounds(ctx, cs, b.o.n)
 	return r
+}
+
+// timedCreate is createExec of `true` on the daemon of c and pid, adding the CPU time
+// the daemon and its children spent on it to cpu (outside the warm-up).
+func (b *bench) timedCreate(ctx context.Context, c *client.Client, pid int, name string, round int, cpu *series) (string, createTimes, error) {
+	cpu0, cerr := procCPU(pid)
+	id, t, err := createExec(ctx, c, b.request(name, ""), []string{"true"}, "")
+	b.track(id)
+	if cpu1, cerr1 := procCPU(pid); err == nil && round >= 0 {
+		if cerr = errors.Join(cerr, cerr1); cerr != nil {
+			cpu.fail(cerr)
+		} else {
+			cpu.addDuration(cpu1 - cpu0)
+		}
+	}
+	return id, t, err
 }
 
 // rounds runs every contender once per round, warm-up rounds (negative) untimed.
@@ -284,68 +324,4 @@ func firstLine(s string) string {
 	}
 	s, _, _ = strings.Cut(s, "\n")
 	return s
-}
-
-// judge computes the ratios and checks each target.
-func judge(a createResults, ex execResults, idleStart, idleEnd, agentWarm, agentRSS, agentPss *series, conc concurrencyResult, o options) ([]ratio, []target) {
-	al, none := a.airlock.summary(), a.airlockNone.summary()
-	usr, minimal := a.runcUsr.summary(), a.runcMin.summary()
-	ratios := []ratio{
-		p50Ratio("airlock (net none) / runc run (+ /usr)", none, usr),
-		p50Ratio("airlock (net none) / runc run (minimal)", none, minimal),
-		p50Ratio("airlock (default net) / runc run (+ /usr)", al, usr),
-	}
-	var targets []target
-	// Bare runc gets an empty network namespace, as Airlock's mode none does.
-	rUsr := none.P50 / usr.P50
-	targets = append(targets, target{
-		Name: "create→exec p50 ≤ 1.5× bare runc run", Goal: "≤ 1.50x", Value: rUsr, Shown: fmtNum(rUsr) + "x",
-		Met:  rUsr <= 1.5 && none.Errors == 0,
-		Note: fmt.Sprintf("Airlock with network none vs runc with its config on skeleton + /usr; %sx with Airlock's default egress network, %sx against the minimal rootfs", fmtNum(al.P50/usr.P50), fmtNum(none.P50/minimal.P50)),
-	})
-	pt := target{Name: "create→exec ≥ 5× faster than podman run --rm", Goal: "≥ 5.00x"}
-	if a.podmanNone != nil {
-		pn, pd := a.podmanNone.summary(), a.podmanDefault.summary()
-		ratios = append(ratios,
-			p50Ratio("podman (default net) / airlock (default net)", pd, al),
-			p50Ratio("podman --network=none / airlock (net none)", pn, none))
-		// Like for like: both with their default network (a veth each), and both without.
-		pt.Value = pd.P50 / al.P50
-		pt.Shown = fmtNum(pt.Value) + "x"
-		pt.Met = pt.Value >= 5 && al.Errors == 0
-		pt.Note = fmt.Sprintf("both with their default network; %sx with none on both sides", fmtNum(pn.P50/none.P50))
-	} else {
-		pt.Skipped, pt.Shown = true, "-"
-	}
-	targets = append(targets, pt)
-
-	ae, re := ex.airlock.summary(), ex.runc.summary()
-	ratios = append(ratios, p50Ratio("runc exec / airlock exec", re, ae))
-	targets = append(targets,
-		target{Name: "warm exec p50 ≤ 3 ms", Goal: "≤ 3 ms", Value: ae.P50, Shown: fmtNum(ae.P50) + " ms", Met: ae.P50 <= 3 && ae.Errors == 0},
-		target{Name: "warm exec ≥ 10× faster than runc exec", Goal: "≥ 10.00x", Value: re.P50 / ae.P50,
-			Shown: fmtNum(re.P50/ae.P50) + "x", Met: re.P50/ae.P50 >= 10 && ae.Errors == 0})
-
-	is, ie := idleStart.summary(), idleEnd.summary()
-	targets = append(targets, target{Name: "daemon RSS idle ≤ 50 MiB", Goal: "≤ 50 MiB", Value: is.Max,
-		Shown: fmtNum(is.Max) + " MiB", Met: is.Max <= 50,
-		Note: fmt.Sprintf("at start, no sandbox; %s MiB idle again at the end", fmtNum(ie.Max))})
-
-	all := append(slices.Clone(agentRSS.Values), agentWarm.Values...)
-	worst := (&series{Values: all}).summary()
-	at := target{Name: "agent RSS per sandbox ≤ 10 MiB", Goal: "≤ 10 MiB", Value: worst.Max,
-		Shown: fmtNum(worst.Max) + " MiB", Met: len(all) > 0 && worst.Max <= 10,
-		Note: fmt.Sprintf("highest VmRSS of %d agents, p50 %s MiB; Pss p50 %s MiB", len(all), fmtNum(worst.P50), fmtNum(agentPss.summary().P50))}
-	targets = append(targets, at)
-
-	ct := target{Name: fmt.Sprintf("%d concurrent sandboxes, nothing left", o.concurrency), Goal: "0 failed, 0 leaks",
-		Value: num(conc.Failed + len(conc.Leaks)), Shown: fmt.Sprintf("%d failed", conc.Failed)}
-	if o.concurrency == 0 {
-		ct.Skipped, ct.Shown = true, "-"
-	} else {
-		ct.Met = conc.Failed == 0 && len(conc.Leaks) == 0
-		ct.Note = fmt.Sprintf("wall %s ms create+exec, %s ms terminate; leaks: %s", fmtNum(conc.CreateExecWallMS), fmtNum(conc.TerminateWallMS), leakText(conc.Leaks))
-	}
-	targets = append(targets, ct)
-	return ratios, targets
 }

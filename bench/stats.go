@@ -39,6 +39,7 @@ type summary struct {
 	N      int    `json:"n"`
 	P50    num    `json:"p50"`
 	P90    num    `json:"p90"`
+	P99    num    `json:"p99"`
 	Mean   num    `json:"mean"`
 	Min    num    `json:"min"`
 	Max    num    `json:"max"`
@@ -50,7 +51,7 @@ func (s *series) summary() summary {
 	out := summary{Name: s.Name, Unit: s.Unit, N: len(s.Values), Errors: s.Errors, Error: s.Error}
 	if len(s.Values) == 0 {
 		nan := num(math.NaN())
-		out.P50, out.P90, out.Mean, out.Min, out.Max = nan, nan, nan, nan, nan
+		out.P50, out.P90, out.P99, out.Mean, out.Min, out.Max = nan, nan, nan, nan, nan, nan
 		return out
 	}
 	v := append([]float64(nil), s.Values...)
@@ -59,7 +60,7 @@ func (s *series) summary() summary {
 	for _, x := range v {
 		sum += x
 	}
-	out.P50, out.P90 = num(percentile(v, 50)), num(percentile(v, 90))
+	out.P50, out.P90, out.P99 = num(percentile(v, 50)), num(percentile(v, 90)), num(percentile(v, 99))
 	out.Mean, out.Min, out.Max = num(sum/float64(len(v))), num(v[0]), num(v[len(v)-1])
 	return out
 }
@@ -150,10 +151,10 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	// Names left-aligned (padded here), numbers right-aligned by the tabwriter.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%s\tunit\tn\tp50\tp90\tmean\tmin\tmax\terrors\t\n", pad("series", width))
+	fmt.Fprintf(tw, "%s\tunit\tn\tp50\tp90\tp99\tmean\tmin\tmax\terrors\t\n", pad("series", width))
 	for _, s := range r.Series {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t\n", pad(s.Name, width), s.Unit, s.N,
-			fmtNum(s.P50), fmtNum(s.P90), fmtNum(s.Mean), fmtNum(s.Min), fmtNum(s.Max), s.Errors)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", pad(s.Name, width), s.Unit, s.N,
+			fmtNum(s.P50), fmtNum(s.P90), fmtNum(s.P99), fmtNum(s.Mean), fmtNum(s.Min), fmtNum(s.Max), s.Errors)
 	}
 	tw.Flush()
 	for _, s := range r.Series {
@@ -192,6 +193,31 @@ func (r *report) writeTable(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	r.writeSummary(w)
+}
+
+// writeSummary is the last thing the table shows: one line per target, the value
+// against its goal.
+func (r *report) writeSummary(w io.Writer) {
+	met, missed := 0, 0
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "summary:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  target\tvalue\tgoal\t\t")
+	for _, t := range r.Targets {
+		state := "MISSED"
+		switch {
+		case t.Skipped:
+			state = "skipped"
+		case t.Met:
+			state, met = "met", met+1
+		default:
+			missed++
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", t.Name, t.Shown, t.Goal, state)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  %d met, %d missed, %d skipped\n", met, missed, len(r.Targets)-met-missed)
 }
 
 // pad right-pads s with spaces to width runes (fmt counts bytes, and names have arrows).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,7 +142,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	}
 	op.SandboxID = sb.ID
 	noteSandbox(ctx, sb.ID)
-	release, err := m.reserveLive(ctx, call.Owner)
+	release, err := m.reserveLive(ctx, call.Owner, sb.ID)
 	if err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
@@ -317,35 +319,43 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 	return m.setState(ctx, sb, Terminated, cause)
 }
 
-// reserveLive holds one of owner's live-sandbox slots until the new sandbox's record
-// exists (then the record counts), so concurrent creates cannot both take the last slot.
-func (m *Manager) reserveLive(ctx context.Context, owner string) (release func(), err error) {
+// reserveLive holds one of owner's live-sandbox slots for the sandbox id until its
+// record exists (then the record counts), so concurrent creates cannot both take the
+// last slot. The creates in flight are taken before the records are read, and each is
+// counted once: one whose record is already stored is not counted again.
+func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release func(), err error) {
 	m.mu.Lock()
-	pending := m.pending[owner]
-	m.pending[owner]++
+	if m.pending[owner] == nil {
+		m.pending[owner] = map[string]bool{}
+	}
+	inFlight := maps.Clone(m.pending[owner])
+	m.pending[owner][id] = true
 	m.mu.Unlock()
 	release = func() {
 		m.mu.Lock()
-		if m.pending[owner]--; m.pending[owner] == 0 {
+		if delete(m.pending[owner], id); len(m.pending[owner]) == 0 {
 			delete(m.pending, owner)
 		}
 		m.mu.Unlock()
 	}
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner})
+	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner, States: liveStates})
 	if err != nil {
 		release()
 		return nil, err
 	}
-	live := 0
+	live := len(inFlight)
 	for _, sb := range list {
-		if sb.State != Terminated {
+		if sb.State != Terminated && !inFlight[sb.ID] {
 			live++
 		}
 	}
-	if m.cfg.LiveCap > 0 && live+pending >= m.cfg.LiveCap {
+	if m.cfg.LiveCap > 0 && live >= m.cfg.LiveCap {
 		release()
-		return nil, errdefs.Quota("owner %q already has %d live sandboxes, the cap is %d; terminate one first", owner, live+pending, m.cfg.LiveCap).
-			WithDetails(map[string]any{"cap": m.cfg.LiveCap, "live": live + pending})
+		return nil, errdefs.Quota("owner %q already has %d live sandboxes, the cap is %d; terminate one first", owner, live, m.cfg.LiveCap).
+			WithDetails(map[string]any{"cap": m.cfg.LiveCap, "live": live})
 	}
 	return release, nil
 }
+
+// liveStates are every state but terminated: the sandboxes that count against the cap.
+var liveStates = slices.DeleteFunc(slices.Clone(states), func(s State) bool { return s == Terminated })

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -185,4 +187,55 @@ func TestLiveCap(t *testing.T) {
 		t.Fatalf("create after terminate: %v", err)
 	}
 	_ = store.OpFailed
+}
+
+// heldStore holds the create of one sandbox name just after its record is stored, until
+// proceed is closed.
+type heldStore struct {
+	store.Store
+	name            string
+	stored, proceed chan struct{}
+}
+
+func (s *heldStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	err := s.Store.CreateSandbox(ctx, sb)
+	if sb.Name == s.name {
+		close(s.stored)
+		<-s.proceed
+	}
+	return err
+}
+
+// TestLiveCapCountsACreateInFlightOnce: a create whose record is stored but whose cap
+// reservation is not yet let go counts once against the cap, not twice, so creates up
+// to the cap at once all succeed, and the one past it is still refused.
+func TestLiveCapCountsACreateInFlightOnce(t *testing.T) {
+	_, st := newManagerWith(t, DefaultConfig(), newFake(t))
+	imgs, err := image.Open(filepath.Join(t.TempDir(), "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldStore{Store: st, name: "first", stored: make(chan struct{}), proceed: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.LiveCap = 2
+	m := New(cfg, held, newFake(t), imgs, nil)
+	t.Cleanup(func() { m.Close() })
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := m.Create(ctx, local, CreateRequest{Name: "first"})
+		first <- err
+	}()
+	<-held.stored
+	_, _, err = m.Create(ctx, local, CreateRequest{Name: "second"})
+	close(held.proceed)
+	if err != nil {
+		t.Fatalf("the second of two creates under a cap of 2, while the first is in flight with its record stored: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first create: %v", err)
+	}
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "third"}); !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Fatalf("a third create under a cap of 2: err = %v; want quota exceeded", err)
+	}
 }

@@ -148,11 +148,11 @@ type Manager struct {
 	pulls keyedMutex // by owner and image name: pulls that wait for each other
 
 	mu       sync.Mutex
-	slots    map[uint32]string    // uid base -> sandbox id
-	activity map[string]time.Time // sandbox id -> last inbound traffic not yet stored
-	working  map[string]int       // sandbox id -> agent calls in progress
-	pending  map[string]int       // owner -> creates between the cap check and their record
-	retries  map[string]retry     // sandbox id -> backoff of a failed delete
+	slots    map[uint32]string          // uid base -> sandbox id
+	activity map[string]time.Time       // sandbox id -> last inbound traffic not yet stored
+	working  map[string]int             // sandbox id -> agent calls in progress
+	pending  map[string]map[string]bool // owner -> sandbox ids of creates between the cap check and their record
+	retries  map[string]retry           // sandbox id -> backoff of a failed delete
 
 	auditW       *audit.Writer
 	lastAgePrune time.Time // touched only by the sweep loop
@@ -182,7 +182,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
-		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]int{}, retries: map[string]retry{},
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, retries: map[string]retry{},
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})

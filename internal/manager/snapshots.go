@@ -290,14 +290,15 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 			return op, nil, m.finishOp(op, "", corruptErr(err))
 		}
 	}
-	release, err := m.reserveLive(ctx, call.Owner)
+	id := newID("sb_")
+	release, err := m.reserveLive(ctx, call.Owner, id)
 	if err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
 	now := m.now()
 	sb := &store.Sandbox{
 		CreatedBy: creatorOf(ctx),
-		ID:        newID("sb_"), Name: req.Name, Owner: call.Owner, State: Creating,
+		ID:        id, Name: req.Name, Owner: call.Owner, State: Creating,
 		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
 		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, ForkedFrom: parent.ID, Network: parent.Network,

@@ -18,14 +18,15 @@ import (
 
 // A sandbox with a disk limit keeps its upper layer on its own ext4 filesystem: a
 // sparse image file, loop-mounted while the container runs. Writes past the cap get
-// ENOSPC inside that sandbox only. Formatting takes tens of milliseconds, so a small
-// pool of ready images of the default size is kept formatted in the background.
+// ENOSPC inside that sandbox only. A new image is a sparse copy of a template formatted
+// once per size (a few MiB of metadata: cheaper than running mkfs.ext4 each time), and
+// a small pool of ready images of the default size is kept in the background.
 
 const diskImage = "disk.img"
 
-// makeDisk formats a sparse ext4 image of size bytes at path (written under a temporary
-// name and renamed, so a crash never leaves a half-formatted image in place).
-func makeDisk(ctx context.Context, path string, size int64) error {
+// mkfsDisk formats a sparse ext4 image of size bytes at path (written under a
+// temporary name and renamed, so a crash never leaves a half-formatted image in place).
+func mkfsDisk(ctx context.Context, path string, size int64) error {
 	tmp := path + ".tmp"
 	os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -37,7 +38,8 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 		err = cerr
 	}
 	if err == nil {
-		// No reserved blocks: the whole cap is the sandbox's. Lazy init keeps it fast.
+		// No reserved blocks: the whole cap is the sandbox's. Lazy init keeps it fast
+		// (mke2fs discards the file's blocks, so the inode tables read as zeroed).
 		out, cerr := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
 			"-E", "lazy_itable_init=1,lazy_journal_init=1", tmp).CombinedOutput()
 		if cerr != nil {
@@ -52,6 +54,107 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+	}
+	return err
+}
+
+// diskTemplates keeps one freshly formatted image per size in dir, for the first
+// maxDiskTemplates sizes asked for (the pool's comes first), and makes new images as
+// sparse copies of them; an image of any other size is formatted on its own, so that
+// creates with ever new sizes cannot fill the host's disk with templates. A template is
+// only ever read: every image copied from it is a sandbox's own file.
+type diskTemplates struct {
+	dir string
+
+	mu    sync.Mutex
+	sizes map[int64]*sync.Mutex // one mkfs per size at a time
+}
+
+// maxDiskTemplates bounds the sizes diskTemplates keeps a template of.
+const maxDiskTemplates = 4
+
+// newDiskTemplates starts with no template: those of an earlier run, whatever their
+// sizes, are removed.
+func newDiskTemplates(dir string) *diskTemplates {
+	os.RemoveAll(dir)
+	return &diskTemplates{dir: dir, sizes: map[int64]*sync.Mutex{}}
+}
+
+// path is the template of size bytes: the size is the whole key, since every image is
+// formatted alike.
+func (t *diskTemplates) path(size int64) string {
+	return filepath.Join(t.dir, "ext4-"+strconv.FormatInt(size, 10)+".img")
+}
+
+// template returns the template of size bytes, formatting it first if there is none,
+// or "" when size is not one the templates are kept for.
+func (t *diskTemplates) template(ctx context.Context, size int64) (string, error) {
+	t.mu.Lock()
+	mu := t.sizes[size]
+	if mu == nil {
+		if len(t.sizes) >= maxDiskTemplates {
+			t.mu.Unlock()
+			return "", nil
+		}
+		mu = &sync.Mutex{}
+		t.sizes[size] = mu
+	}
+	t.mu.Unlock()
+	p := t.path(size)
+	mu.Lock()
+	defer mu.Unlock()
+	if st, err := os.Stat(p); err == nil && st.Size() == size {
+		return p, nil
+	}
+	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+		return "", err
+	}
+	os.Remove(p) // a template of the wrong size is no template
+	if err := mkfsDisk(ctx, p, size); err != nil {
+		return "", err
+	}
+	// The copies must never see a template that a crash left unwritten.
+	if err := syncFileAndDir(p); err != nil {
+		os.Remove(p)
+		return "", err
+	}
+	return p, nil
+}
+
+// make writes a new formatted image of size bytes at path: a sparse copy of the
+// template, synced, under a temporary name and renamed.
+func (t *diskTemplates) make(ctx context.Context, path string, size int64) error {
+	tmpl, err := t.template(ctx, size)
+	if err != nil {
+		return err
+	}
+	if tmpl == "" {
+		return mkfsDisk(ctx, path, size)
+	}
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	err = copySparse(tmpl, tmp)
+	if err == nil {
+		err = syncFile(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// syncFile puts a file's data on stable storage.
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -168,15 +271,20 @@ func loopOf(img string) (string, error) {
 		}
 		return "", err
 	}
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	// Only attached devices have a backing_file: read it directly instead of globbing
+	// sysfs, which walks every device's directory.
+	devs, _ := os.ReadDir("/sys/block")
+	for _, e := range devs {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		b, err := os.ReadFile("/sys/block/" + e.Name() + "/loop/backing_file")
 		if err != nil {
-			continue // detached meanwhile
+			continue // not attached, or detached meanwhile
 		}
 		var st unix.Stat_t
 		if unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-			return filepath.Base(filepath.Dir(filepath.Dir(f))), nil
+			return e.Name(), nil
 		}
 	}
 	return "", nil
@@ -187,6 +295,7 @@ type diskPool struct {
 	dir  string
 	size int64
 	want int
+	tmpl *diskTemplates
 
 	mu     sync.Mutex
 	seq    int
@@ -195,12 +304,12 @@ type diskPool struct {
 	wg     sync.WaitGroup
 }
 
-func newDiskPool(dir string, size int64, want int) (*diskPool, error) {
+func newDiskPool(dir string, size int64, want int, tmpl *diskTemplates) (*diskPool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &diskPool{dir: dir, size: size, want: want, wake: make(chan struct{}, 1), cancel: cancel}
+	p := &diskPool{dir: dir, size: size, want: want, tmpl: tmpl, wake: make(chan struct{}, 1), cancel: cancel}
 	p.wg.Add(1)
 	go p.fill(ctx)
 	return p, nil
@@ -246,7 +355,7 @@ func (p *diskPool) fill(ctx context.Context) {
 			p.seq++
 			name := filepath.Join(p.dir, fmt.Sprintf("%d-%d.img", time.Now().UnixNano(), p.seq))
 			p.mu.Unlock()
-			if err := makeDisk(ctx, name, p.size); err != nil {
+			if err := p.tmpl.make(ctx, name, p.size); err != nil {
 				break // try again when woken
 			}
 		}

@@ -43,7 +43,7 @@ func TestMountDiskRepairs(t *testing.T) {
 			dir := t.TempDir()
 			img, fsDir := filepath.Join(dir, diskImage), filepath.Join(dir, "fs")
 			ctx := context.Background()
-			if err := makeDisk(ctx, img, 32<<20); err != nil {
+			if err := mkfsDisk(ctx, img, 32<<20); err != nil {
 				t.Fatal(err)
 			}
 			var log bytes.Buffer

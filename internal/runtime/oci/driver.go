@@ -83,6 +83,8 @@ type Driver struct {
 	swapAccounting bool
 	maxFiles       uint64
 	pool           *diskPool
+	disks          *diskTemplates
+	userns         *usernsCache
 	peers          sync.Map // sandbox id → agentPeer
 	stopLogs       func()
 	log            *slog.Logger
@@ -95,6 +97,7 @@ func (d *Driver) MountsWorkspace() bool { return !d.opts.Engine.Sentry }
 
 // Close stops the driver's background work. Sandboxes keep running.
 func (d *Driver) Close() error {
+	d.userns.close()
 	if d.pool != nil {
 		d.pool.close()
 	}
@@ -105,6 +108,9 @@ func (d *Driver) Close() error {
 
 // MaxOpenFiles is the highest open-files limit a sandbox can be given on this host.
 func (d *Driver) MaxOpenFiles() int64 { return int64(d.maxFiles) }
+
+// usernsCacheSize bounds the user namespaces the driver keeps, one per uid base.
+const usernsCacheSize = 1024
 
 // New checks the host and returns a driver.
 func New(opts Options) (*Driver, error) {
@@ -154,12 +160,14 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("oci: agent binary: %w", err)
 	}
 	d.agent = filepath.Join(view, filepath.Base(opts.AgentBinary))
+	d.userns = newUsernsCache([]string{opts.AgentBinary, HolderCommand}, usernsCacheSize)
+	if opts.DiskPoolDir == "" {
+		opts.DiskPoolDir = filepath.Join(filepath.Dir(filepath.Clean(opts.Root)), "disk-pool")
+	}
+	d.disks = newDiskTemplates(filepath.Join(opts.DiskPoolDir, "templates"))
 	if opts.DiskPoolBytes > 0 {
-		if opts.DiskPoolDir == "" {
-			opts.DiskPoolDir = filepath.Join(filepath.Dir(filepath.Clean(opts.Root)), "disk-pool")
-		}
 		var err error
-		if d.pool, err = newDiskPool(opts.DiskPoolDir, opts.DiskPoolBytes, 4); err != nil {
+		if d.pool, err = newDiskPool(opts.DiskPoolDir, opts.DiskPoolBytes, 4, d.disks); err != nil {
 			bindsource.Unview(d.agentViewDir())
 			return nil, err
 		}
@@ -218,25 +226,23 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if err := sandboxDir(dir, s.UIDBase); err != nil {
 		return err
 	}
-	// The disk and the user namespace holder do not depend on each other: make both at
-	// once.
-	var us *userns
-	var usErr error
+	// The disk and the user namespace do not depend on each other: make both at once.
+	usFD, usErr := -1, error(nil)
 	made := make(chan struct{})
 	go func() {
 		defer close(made)
-		us, usErr = newUserns(d.opts.AgentBinary, s.UIDBase)
+		usFD, usErr = d.userns.get(s.UIDBase)
 	}()
 	storageErr := d.attachStorage(ctx, s.ID, s.Limits.Disk)
 	<-made
 	if err := errors.Join(storageErr, usErr); err != nil {
-		if us != nil {
-			us.close()
+		if usFD >= 0 {
+			unix.Close(usFD)
 		}
 		return err
 	}
-	err = rfs.mount(us, s.UIDBase, files.Layers)
-	us.close()
+	err = rfs.mount(usFD, s.UIDBase, files.Layers)
+	unix.Close(usFD)
 	if err != nil {
 		return err
 	}
@@ -529,14 +535,23 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 		return nil
 	}
 	img := filepath.Join(dir, diskImage)
+	fresh := false
 	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
 		if d.pool == nil || disk != d.pool.size || !d.pool.take(img) {
-			if err := makeDisk(ctx, img, disk); err != nil {
+			if err := d.disks.make(ctx, img, disk); err != nil {
 				return err
 			}
 		}
+		fresh = true
 	} else if err != nil {
 		return err
+	}
+	if fresh {
+		// Never mounted: no loop device can hold it, and its file system is new.
+		if err := os.MkdirAll(fsDir, 0o711); err != nil {
+			return err
+		}
+		return mountLoop(img, fsDir, "")
 	}
 	return mountDisk(ctx, d.log, img, fsDir, "")
 }

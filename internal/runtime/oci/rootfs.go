@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,18 +21,13 @@ import (
 // idRange is the size of every sandbox's uid and gid range.
 const idRange = 65536
 
-// userns is a user namespace held open by a helper process, used only as the mapping of
-// idmapped mounts: container id 0..65535 ↔ host id base..base+65535.
-type userns struct {
-	fd  int
-	cmd *exec.Cmd
-	in  io.WriteCloser
-}
-
-// newUserns starts the binary's hidden holder subcommand in a new user namespace with
-// the sandbox's mapping and opens that namespace.
-func newUserns(binary string, base uint32) (*userns, error) {
-	cmd := exec.Command(binary, HolderCommand)
+// newUserns starts the holder (argv: the binary's hidden holder subcommand, which waits
+// for its standard input to close) in a new user namespace with
+// the mapping container id 0..65535 ↔ host id base..base+65535, opens that namespace and
+// lets the holder go: the returned descriptor alone keeps the namespace, which has no
+// process in it then, and serves only as the mapping of idmapped mounts.
+func newUserns(argv []string, base uint32) (int, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: idRange}},
@@ -39,24 +36,87 @@ func newUserns(binary string, base uint32) (*userns, error) {
 	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
+		return -1, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start user-namespace holder: %w", err)
+		return -1, fmt.Errorf("start user-namespace holder: %w", err)
 	}
 	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	in.Close()
+	cmd.Wait()
 	if err != nil {
-		in.Close()
-		cmd.Wait()
-		return nil, fmt.Errorf("open user namespace: %w", err)
+		return -1, fmt.Errorf("open user namespace: %w", err)
 	}
-	return &userns{fd: fd, cmd: cmd, in: in}, nil
+	return fd, nil
 }
 
-func (u *userns) close() {
-	unix.Close(u.fd)
-	u.in.Close()
-	u.cmd.Wait()
+// usernsCache keeps the user namespace of each uid base it was asked for, so that a
+// sandbox given a base that an earlier one had (the lowest free base is handed out
+// first) starts no holder process. The base is the whole key: the mapping is all there
+// is to such a namespace, and nothing can enter it (no process is in it, and only the
+// daemon holds it). At most max are kept, the least recently used going first.
+type usernsCache struct {
+	holder []string // newUserns's argv
+	max    int
+
+	mu    sync.Mutex
+	fds   map[uint32]int
+	order []uint32 // least recently used first
+}
+
+func newUsernsCache(holder []string, max int) *usernsCache {
+	return &usernsCache{holder: holder, max: max, fds: map[uint32]int{}}
+}
+
+// get returns a descriptor of the namespace of base, which the caller closes.
+func (c *usernsCache) get(base uint32) (int, error) {
+	c.mu.Lock()
+	if fd, ok := c.fds[base]; ok {
+		c.touch(base)
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		c.mu.Unlock()
+		return dup, err
+	}
+	c.mu.Unlock()
+	fd, err := newUserns(c.holder, base)
+	if err != nil {
+		return -1, err
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.fds[base]; ok { // another start of the same base was first
+		unix.Close(fd)
+		return dup, nil
+	}
+	c.fds[base] = fd
+	c.order = append(c.order, base)
+	for len(c.order) > c.max {
+		unix.Close(c.fds[c.order[0]])
+		delete(c.fds, c.order[0])
+		c.order = c.order[1:]
+	}
+	return dup, nil
+}
+
+// touch moves base to the end of the order; the caller holds mu.
+func (c *usernsCache) touch(base uint32) {
+	if i := slices.Index(c.order, base); i >= 0 {
+		c.order = append(append(c.order[:i:i], c.order[i+1:]...), base)
+	}
+}
+
+func (c *usernsCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	c.fds, c.order = map[uint32]int{}, nil
 }
 
 // HolderCommand is the hidden subcommand that holds a user namespace open: it waits
@@ -69,14 +129,14 @@ func HoldUserns() error {
 	return err
 }
 
-// idmapMount binds src at dst as an idmapped mount through the namespace us.
-func idmapMount(us *userns, src, dst string, readOnly bool) error {
+// idmapMount binds src at dst as an idmapped mount through the user namespace usFD.
+func idmapMount(usFD int, src, dst string, readOnly bool) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open_tree %s: %w", src, err)
 	}
 	defer unix.Close(fd)
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(us.fd)}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(usFD)}
 	if readOnly {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
@@ -103,7 +163,7 @@ func (r rootfs) merged() string { return filepath.Join(r.dir, "rootfs") }
 func (r rootfs) upper() string  { return filepath.Join(r.dir, "fs", "upper") }
 
 // mount builds the overlay. On failure it unmounts whatever it mounted.
-func (r rootfs) mount(us *userns, base uint32, layers []string) (retErr error) {
+func (r rootfs) mount(usFD int, base uint32, layers []string) (retErr error) {
 	defer func() {
 		if retErr != nil {
 			r.unmount()
@@ -124,7 +184,7 @@ func (r rootfs) mount(us *userns, base uint32, layers []string) (retErr error) {
 	lowers := make([]string, len(layers))
 	for i, l := range layers {
 		dst := filepath.Join(mdir, strconv.Itoa(i))
-		if err := idmapMount(us, l, dst, true); err != nil {
+		if err := idmapMount(usFD, l, dst, true); err != nil {
 			return err
 		}
 		lowers[len(layers)-1-i] = filepath.Join("m", strconv.Itoa(i)) // overlay lists the top layer first
