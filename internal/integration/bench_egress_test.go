@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -36,17 +35,6 @@ func BenchmarkEgressDownload512MiB(b *testing.B) {
 		Network: &api.NetworkPolicy{Mode: "unrestricted", AllowPrivate: netLoopback8}})
 	term := n.Create(b, api.CreateSandboxRequest{Name: "dl-term", Limits: api.Limits{CPU: 2},
 		Network: &api.NetworkPolicy{Mode: "baseline", AllowPrivate: netLoopback8}})
-	// The server's certificate reaches the passing sandbox's curl as it is: it needs the
-	// world's CA, which stands in for the public roots of its bundle.
-	ca, err := os.Open(w.caFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, err = n.Client.Upload(background, pass.Name, "/root/world-ca.pem", 0o644, ca)
-	ca.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
 	url := "https://files.pythonhosted.org/bytes?n=" + strconv.Itoa(size)
 	curl := []string{"curl", "-sS", "--max-time", "300", "-o", "/dev/null", "-w", "%{size_download} %{time_total}"}
 	parse := func(what, out string) float64 {
@@ -57,10 +45,9 @@ func BenchmarkEgressDownload512MiB(b *testing.B) {
 		}
 		return float64(size) / 1e6 / secs
 	}
-	inSandbox := func(sb *api.Sandbox, extra ...string) func() float64 {
+	inSandbox := func(sb *api.Sandbox) func() float64 {
 		return func() float64 {
-			argv := append(append(curl[:len(curl):len(curl)], extra...), url)
-			res, err := n.Client.Exec(background, sb.Name, api.ExecRequest{Argv: argv, Timeout: "320s"})
+			res, err := n.Client.Exec(background, sb.Name, api.ExecRequest{Argv: append(curl, url), Timeout: "320s"})
 			if err != nil || res.ExitCode != 0 {
 				b.Fatalf("download in %s: %v %+v", sb.Name, err, res)
 			}
@@ -83,7 +70,7 @@ func BenchmarkEgressDownload512MiB(b *testing.B) {
 		run  func() float64
 		got  []float64
 	}{
-		{name: "pass", run: inSandbox(pass, "--cacert", "/root/world-ca.pem")},
+		{name: "pass", run: inSandbox(pass)},
 		{name: "terminated", run: inSandbox(term)},
 		{name: "direct", run: onHost()},
 		{name: "direct-h1", run: onHost("--http1.1")},
