@@ -87,6 +87,17 @@ func (sb SandboxInfo) Decide(host string, port int, method string) Decision {
 	return sb.Policy.Decide(h, port, method)
 }
 
+// passesTLS says whether TLS to host on port 443 passes through the proxy as it is,
+// without being terminated: only when there is nothing to enforce inside it, that is
+// in mode unrestricted (every method to every public host, so neither a method nor a
+// Host header that names another host than the connection is refused), for a sandbox
+// with no secret delivered through the proxy (no placeholder to substitute or refuse,
+// no answer to redact), and never for APIHost (served in-process). The address is
+// checked as for any connection; the record is the connection's.
+func (sb SandboxInfo) passesTLS(host string) bool {
+	return sb.Policy.Mode == ModeUnrestricted && len(sb.Secrets) == 0 && host != APIHost
+}
+
 // Record is one egress decision, for the audit trail. A refused request, an HTTP
 // request (plain or inside a tunnel) and a tunnel as a whole each make one record;
 // a tunnel's record is made when it closes, with the bytes it carried on the wire.

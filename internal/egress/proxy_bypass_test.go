@@ -133,7 +133,9 @@ func TestProxyRedirects(t *testing.T) {
 }
 
 func TestProxyHostSNIMismatch(t *testing.T) {
-	e := newTestEnv(t, SandboxInfo{ID: "sb_sni", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8}})
+	// A secret bound (for another host) keeps TLS terminated in mode unrestricted.
+	e := newTestEnv(t, SandboxInfo{ID: "sb_sni", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8},
+		Secrets: []Substitution{{Secret: "s", Placeholder: "AIRLOCK_PLACEHOLDER_s", Hosts: []string{"other.example.com"}}}})
 
 	// SNI names another host than CONNECT: the handshake is refused.
 	_, conn := e.rawConnect(t, "pypi.org:443")

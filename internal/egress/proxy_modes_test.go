@@ -46,6 +46,7 @@ func TestProxyModes(t *testing.T) {
 				hits := e.httpHits.Load() + e.httpsHits.Load()
 				u := scheme + "://" + tt.host + "/simple/"
 				got, body := do(t, c, tt.method, u, "x")
+				c.CloseIdleConnections() // each mode decides a connection of its own
 				if got != wants[mode] {
 					t.Errorf("%s: %s %s = %d (%s), want %d", mode, tt.method, u, got, body, wants[mode])
 					continue
@@ -159,7 +160,10 @@ func TestProxyAudit(t *testing.T) {
 }
 
 func TestProxyPolicyChange(t *testing.T) {
-	e := newTestEnv(t, SandboxInfo{ID: "sb_change", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8}})
+	// A secret bound keeps TLS terminated in mode unrestricted (a tunnel that passes
+	// TLS through is cut instead: TestProxyPassesTLS).
+	e := newTestEnv(t, SandboxInfo{ID: "sb_change", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8},
+		Secrets: []Substitution{{Secret: "s", Placeholder: "AIRLOCK_PLACEHOLDER_s", Hosts: []string{"api.example.com"}}}})
 	c := e.client("127.0.0.1", false)
 	for _, u := range []string{"http://other.example.com/", "https://other.example.com/"} {
 		if got, _ := do(t, c, "GET", u, ""); got != 200 {

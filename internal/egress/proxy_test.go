@@ -250,11 +250,14 @@ func (e *testEnv) resetRecords() {
 }
 
 // client is an HTTP client that uses the proxy from source address from and trusts
-// the node CA; it does not follow redirects unless follow.
+// the node CA and the upstreams' (as a sandbox trusts the node CA and the public
+// roots); it does not follow redirects unless follow.
 func (e *testEnv) client(from string, follow bool) *http.Client {
+	roots := e.nodeCA.Pool()
+	roots.AddCert(e.upCA.Certificate())
 	tr := &http.Transport{
 		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: e.proxyAddr}),
-		TLSClientConfig: &tls.Config{RootCAs: e.nodeCA.Pool()},
+		TLSClientConfig: &tls.Config{RootCAs: roots},
 		DialContext:     (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext,
 	}
 	e.mu.Lock()

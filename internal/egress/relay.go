@@ -118,6 +118,10 @@ func (p *Proxy) connectRaw(w http.ResponseWriter, sb SandboxInfo, rec Record) {
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
+	if rec.Port == 443 {
+		stop := p.keepPassing(conn, sb, rec.Host, up)
+		defer stop()
+	}
 	rec.BytesUp, rec.BytesDown = relay(client, up)
 	rec.Allowed = true
 	p.cfg.Audit(rec)
@@ -149,4 +153,38 @@ func pipe(dst, src net.Conn) int64 {
 		src.Close()
 	}
 	return n
+}
+
+// passCheck is how often a connection that passes TLS through is checked against its
+// sandbox's current policy.
+const passCheck = 100 * time.Millisecond
+
+// keepPassing watches a connection whose TLS passes through (see
+// SandboxInfo.passesTLS): once its sandbox's policy or generation would no longer let
+// it pass, both ends are closed, so a policy change reaches it within passCheck, as it
+// reaches a terminated tunnel at its next request. stop ends the watch.
+func (p *Proxy) keepPassing(client net.Conn, sb SandboxInfo, host string, up net.Conn) (stop func()) {
+	remote, _ := netip.ParseAddrPort(client.RemoteAddr().String())
+	done := make(chan struct{})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		tick := time.NewTicker(passCheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now, ok := p.cfg.Lookup(remote)
+			if !ok || now.ID != sb.ID || now.Generation != sb.Generation || !now.passesTLS(host) ||
+				!now.Decide(host, 443, "").Allowed {
+				client.Close()
+				up.Close()
+				return
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
 }

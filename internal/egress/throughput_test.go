@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ type dlEnv struct {
 	proxy        *Proxy
 	proxyAddr    string
 	dir          string // holds node-ca.pem and up-ca.pem for curl
+	sb           atomic.Pointer[SandboxInfo]
 }
 
 var dlZeros = make([]byte, 1<<20)
@@ -64,10 +66,10 @@ func newDLEnv(b *testing.B) *dlEnv {
 	os.WriteFile(filepath.Join(e.dir, "node-ca.pem"), e.nodeCA.CertPEM(), 0o644)
 	os.WriteFile(filepath.Join(e.dir, "up-ca.pem"), e.upCA.CertPEM(), 0o644)
 
-	sb := SandboxInfo{ID: "sb_dl", Generation: 1, Policy: Policy{Mode: ModeBaseline, AllowPrivate: loopback8}}
+	e.sb.Store(&SandboxInfo{ID: "sb_dl", Generation: 1, Policy: Policy{Mode: ModeBaseline, AllowPrivate: loopback8}})
 	e.proxy, err = NewProxy(Config{
 		CA:     e.nodeCA,
-		Lookup: func(netip.AddrPort) (SandboxInfo, bool) { return sb, true },
+		Lookup: func(netip.AddrPort) (SandboxInfo, bool) { return *e.sb.Load(), true },
 		Dialer: &Dialer{
 			Resolver: newFakeResolver(map[string][][]string{"files.pythonhosted.org": {{"127.0.0.1"}}}),
 			Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -100,7 +102,8 @@ func newDLEnv(b *testing.B) *dlEnv {
 
 // BenchmarkHTTPSDownload downloads 100 MiB over HTTPS from a streaming loopback
 // upstream, with a Go client or with curl (when installed), directly and through the
-// proxy (CONNECT, TLS terminated with the node CA, re-encrypted to the upstream).
+// proxy (CONNECT, TLS terminated with the node CA, re-encrypted to the upstream), and
+// with curl through the proxy in mode unrestricted, where TLS passes through.
 // Profile the proxy with -cpuprofile on the curl cases: the client is then another
 // process and the profile holds only the proxy and the upstream.
 func BenchmarkHTTPSDownload(b *testing.B) {
@@ -199,6 +202,15 @@ func BenchmarkHTTPSDownload(b *testing.B) {
 		b.SetBytes(size)
 		measure(b, func() {
 			curlGet(b, "--proxy", "http://"+e.proxyAddr, "--cacert", filepath.Join(e.dir, "node-ca.pem"))
+		})
+	})
+	b.Run("curl-pass", func(b *testing.B) {
+		sb := *e.sb.Load()
+		sb.Policy.Mode = ModeUnrestricted
+		e.sb.Store(&sb)
+		b.SetBytes(size)
+		measure(b, func() {
+			curlGet(b, "--proxy", "http://"+e.proxyAddr, "--cacert", filepath.Join(e.dir, "up-ca.pem"))
 		})
 	})
 }

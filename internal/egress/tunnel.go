@@ -134,7 +134,8 @@ func (p *Proxy) decideTunnel(ctx context.Context, sb SandboxInfo, rec *Record) e
 // connect serves a CONNECT request: decide, answer 200, and terminate the tunnel. A
 // tunnel to a port other than 80 and 443 that a rule without methods allows (see
 // Policy.DecideTCP) is relayed as it is instead, since it may carry any protocol
-// (SSH, a database's) and there is no method to enforce.
+// (SSH, a database's) and there is no method to enforce; so is one to port 443 that
+// has nothing to enforce inside its TLS (see SandboxInfo.passesTLS).
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, sb SandboxInfo, rec Record) {
 	rec.Method = http.MethodConnect
 	h, port, err := splitHost(r.Host)
@@ -153,7 +154,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, sb SandboxInfo, 
 		p.refuse(w, rec, err)
 		return
 	}
-	if rec.Port != 80 && rec.Port != 443 {
+	if rec.Port != 80 && (rec.Port != 443 || sb.passesTLS(rec.Host)) {
 		if d := sb.Policy.DecideTCP(rec.Host, rec.Port); d.Allowed {
 			rec.Rule = d.Rule
 			p.connectRaw(w, sb, rec)
@@ -260,6 +261,10 @@ func (p *Proxy) terminate(c net.Conn, t *tunnel, sb SandboxInfo) {
 				t.refuse(t.rec.Reason)
 				return
 			}
+			if t.port == 443 && sb.passesTLS(host) {
+				p.passTLS(br, t, sb)
+				return
+			}
 		case sni != "":
 			if host, err := canonicalHost(sni); err != nil || host != t.host {
 				t.refuse(fmt.Sprintf("TLS server name %q does not match the tunnel's host %s", sni, t.host))
@@ -284,6 +289,39 @@ func (p *Proxy) terminate(c net.Conn, t *tunnel, sb SandboxInfo) {
 	if !p.inner.push(&tunnelConn{Conn: served, t: t}) {
 		t.finish()
 	}
+}
+
+// passTLS relays a transparent TLS connection as it is (see SandboxInfo.passesTLS):
+// what br read ahead of the client goes first, then the bytes go both ways in the
+// kernel, and the tunnel's record counts them.
+func (p *Proxy) passTLS(br *bufio.Reader, t *tunnel, sb SandboxInfo) {
+	ctx, cancel := context.WithTimeout(p.ctx, handshakeTimeout)
+	up, ap, err := p.dialer.DialChecked(ctx, t.host, t.port, sb.Policy.AllowPrivate)
+	cancel()
+	if err != nil {
+		t.rec.Decision = decisionOf(err)
+		t.refuse(errdefs.Message(err))
+		return
+	}
+	defer up.Close()
+	if !p.track(up) {
+		t.finish()
+		return
+	}
+	defer p.release(up)
+	t.rec.Addr = ap.Addr().String()
+	early, _ := br.Peek(br.Buffered())
+	if _, err := up.Write(early); err != nil {
+		t.finish()
+		return
+	}
+	t.raw.SetDeadline(time.Time{})
+	stop := p.keepPassing(t.raw, sb, t.host, up)
+	sent, received := relay(t.raw, up)
+	stop()
+	t.wire.in.Add(sent)
+	t.wire.out.Add(received)
+	t.finish()
 }
 
 var errPeeked = errors.New("ClientHello peeked")

@@ -194,6 +194,12 @@ func loadRegistry(t *testing.T, n int) (string, []string) {
 // beside it, loop-mounted, no blocks reserved for root: the daemon is root, and a full
 // disk must be full for it too).
 func ext4State(size int64) func(t testing.TB, state string) func() {
+	return loopState(size, "mkfs.ext4", "-q", "-F", "-m", "0")
+}
+
+// loopState makes the state directory a file system of size bytes, made by the command
+// mkfs (its last argument the image) on a sparse image beside it, loop-mounted.
+func loopState(size int64, mkfs ...string) func(t testing.TB, state string) func() {
 	return func(t testing.TB, state string) func() {
 		t.Helper()
 		img := state + ".img"
@@ -205,9 +211,9 @@ func ext4State(size int64) func(t testing.TB, state string) func() {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", img).CombinedOutput(); err != nil {
+		if out, err := exec.Command(mkfs[0], append(mkfs[1:], img)...).CombinedOutput(); err != nil {
 			os.Remove(img)
-			t.Fatalf("mkfs.ext4: %v: %s", err, out)
+			t.Fatalf("%s: %v: %s", mkfs[0], err, out)
 		}
 		if err := os.MkdirAll(state, 0o711); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -347,10 +348,21 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 }
 
 // cloneFrom copies a parent sandbox's writable layer into sb directly: frozen while it
-// runs, so the copy is crash-consistent, as a snapshot would be.
+// runs, so the copy is crash-consistent, as a snapshot would be. The parent runs again
+// (and its lock is released) as soon as its layer is copied, while the copy is made
+// ready; durable also waits for that.
 func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sandbox, cloner runtime.StorageCloner) (durable func() error, err error) {
 	unlock := m.locks.lock(parentID)
-	defer unlock()
+	thaw := func() {}
+	released := make(chan struct{})
+	letGo := sync.OnceFunc(func() {
+		go func() {
+			defer close(released)
+			defer unlock()
+			thaw()
+		}()
+	})
+	defer letGo()
 	parent, err := m.store.GetSandbox(ctx, parentID)
 	if err != nil {
 		return nil, err
@@ -366,7 +378,16 @@ func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sand
 		if err := fz.Freeze(ctx, parent.ID); err != nil {
 			return nil, errdefs.Unavailable("could not freeze sandbox %q", parent.Name).WithCause(err)
 		}
-		defer fz.Thaw(context.WithoutCancel(ctx), parent.ID)
+		thaw = func() { fz.Thaw(context.WithoutCancel(ctx), parent.ID) }
 	}
-	return cloner.CloneStorage(ctx, parent.ID, sb.ID, parent.UIDBase, sb.UIDBase)
+	flushed, err := cloner.CloneStorage(ctx, parent.ID, sb.ID, parent.UIDBase, sb.UIDBase, letGo)
+	if err != nil {
+		letGo()
+		<-released
+		return nil, err
+	}
+	return func() error {
+		<-released
+		return flushed()
+	}, nil
 }

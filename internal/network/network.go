@@ -164,9 +164,6 @@ func New(opts Options) (_ *Node, retErr error) {
 	if n.ca, err = egress.LoadOrCreateCA(filepath.Join(opts.Dir, "ca")); err != nil {
 		return nil, err
 	}
-	if n.bundle, err = writeBundle(opts.Dir, n.ca.CertPEM()); err != nil {
-		return nil, err
-	}
 	var extra [][]byte
 	for _, f := range opts.ExtraCAs {
 		b, err := os.ReadFile(f)
@@ -174,6 +171,9 @@ func New(opts Options) (_ *Node, retErr error) {
 			return nil, fmt.Errorf("extra CA: %w", err)
 		}
 		extra = append(extra, b)
+	}
+	if n.bundle, err = writeBundle(opts.Dir, append([][]byte{n.ca.CertPEM()}, extra...)...); err != nil {
+		return nil, err
 	}
 	roots, err := egress.RootPool(extra...)
 	if err != nil {
@@ -563,11 +563,16 @@ const (
 	bundleName = "ca-bundle.pem"
 )
 
-// writeBundle writes the host's CA bundle plus the node CA, which sandboxes trust, and
-// returns the path sandboxes bind it from.
-func writeBundle(dir string, caPEM []byte) (string, error) {
+// writeBundle writes the host's CA bundle plus the node CA and the extra CAs (cas),
+// which sandboxes trust, and returns the path sandboxes bind it from. The extra CAs are
+// there because a connection whose TLS the proxy passes through is verified by the
+// sandbox itself, against the roots the proxy would have used.
+func writeBundle(dir string, cas ...[]byte) (string, error) {
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	data := append(append(append([]byte{}, host...), '\n'), caPEM...)
+	data := append([]byte{}, host...)
+	for _, pem := range cas {
+		data = append(append(data, '\n'), pem...)
+	}
 	pub := filepath.Join(dir, bundleDir)
 	if err := os.MkdirAll(pub, 0o711); err != nil {
 		return "", err

@@ -174,10 +174,11 @@ type Storage interface {
 
 // StorageCloner is implemented by drivers that can copy a sandbox's writable layer to a
 // new sandbox directly (faster than a snapshot and a restore), shifting its ids from the
-// source's range to the destination's. CloneStorage returns once the copy can be used;
-// durable then waits until the copy is on stable storage (it may be called more than
-// once), and the caller waits for it before it reports the clone done, so the write-back
-// overlaps whatever comes next, such as starting the new sandbox.
+// source's range to the destination's. It calls copied once it no longer reads the
+// source (which the caller may then let run again). CloneStorage returns once the copy
+// can be used; durable then waits until the copy is on stable storage (it may be called
+// more than once), and the caller waits for it before it reports the clone done, so the
+// write-back overlaps whatever comes next, such as starting the new sandbox.
 type StorageCloner interface {
-	CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) (durable func() error, err error)
+	CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32, copied func()) (durable func() error, err error)
 }

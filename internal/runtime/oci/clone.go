@@ -20,11 +20,14 @@ import (
 var _ runtime.StorageCloner = (*Driver)(nil)
 
 // CloneStorage implements runtime.StorageCloner: it copies the source's disk image
-// (sparse, extent by extent, starting the write-back of each piece as it goes) and
-// shifts the copy's ids into the destination's range. The source must be stopped or
-// frozen by the caller; its filesystem is synced first. The copy is flushed to stable
-// storage in the background; durable waits for that.
-func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32) (durable func() error, retErr error) {
+// (sparse, extent by extent, starting the write-back of each piece as it goes; a
+// reflink where the state file system shares extents, as xfs and btrfs do), calls
+// copied, and shifts the copy's ids into the destination's range on a mount without
+// barriers. That mount stays for the destination's container (barriers back on), so
+// its start mounts nothing more. The source must be stopped or frozen by the caller
+// until copied; its file system is synced first. The copy is flushed to stable storage
+// in the background; durable waits for that.
+func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32, copied func()) (durable func() error, retErr error) {
 	srcImg := filepath.Join(d.dir(src), diskImage)
 	if _, err := os.Stat(srcImg); err != nil {
 		return nil, fmt.Errorf("%w: sandbox %s has no disk image", errors.ErrUnsupported, src)
@@ -33,48 +36,62 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 		if err := waitReleased(srcImg); err != nil {
 			return nil, err
 		}
-	} else {
-		f, err := os.Open(filepath.Join(d.dir(src), "fs"))
-		if err != nil {
-			return nil, err
-		}
-		err = unix.Syncfs(int(f.Fd()))
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("sync %s: %w", src, err)
-		}
+	} else if err := syncfsAt(filepath.Join(d.dir(src), "fs")); err != nil {
+		return nil, fmt.Errorf("sync %s: %w", src, err)
 	}
 	dstDir := d.dir(dst)
 	if err := os.MkdirAll(dstDir, 0o700); err != nil {
 		return nil, err
 	}
 	dstImg := filepath.Join(dstDir, diskImage)
+	fsDir := filepath.Join(dstDir, "fs")
+	mounted := false
 	defer func() {
 		if retErr != nil {
+			if mounted {
+				bindsource.Unmount(fsDir)
+			}
 			os.Remove(dstImg)
 		}
 	}()
-	if err := copySparse(srcImg, dstImg); err != nil {
+	err := copySparse(srcImg, dstImg)
+	copied()
+	if err != nil {
 		return nil, err
 	}
-	// No flushes from this short mount: its unmount would otherwise wait for the whole
-	// image to reach the disk, which the background sync below does instead.
-	fsDir := filepath.Join(dstDir, "fs")
+	// No flushes while the ids are shifted: each would write the whole image back
+	// to the disk, which the background flush below does once instead.
 	if err := mountDisk(ctx, d.log, dstImg, fsDir, "nobarrier"); err != nil {
 		return nil, err
 	}
-	os.RemoveAll(filepath.Join(fsDir, "work"))
-	err := shiftIDs(filepath.Join(fsDir, "upper"), srcBase, dstBase)
-	// Unmounting writes the shifted inodes back into the image, before the flush below.
-	if uerr := bindsource.Unmount(fsDir); err == nil {
-		err = uerr
-	}
-	if err != nil {
+	mounted = true
+	if err := os.RemoveAll(filepath.Join(fsDir, "work")); err != nil {
 		return nil, err
+	}
+	if err := shiftIDs(filepath.Join(fsDir, "upper"), srcBase, dstBase); err != nil {
+		return nil, err
+	}
+	// The shifted inodes go into the image before it is flushed; from here on the
+	// sandbox's own syncs reach the disk again.
+	if err := syncfsAt(fsDir); err != nil {
+		return nil, fmt.Errorf("sync %s: %w", dst, err)
+	}
+	if err := unix.Mount("", fsDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, "barrier"); err != nil {
+		return nil, fmt.Errorf("remount %s with barriers: %w", dst, err)
 	}
 	flushed := make(chan error, 1)
 	go func() { flushed <- syncFileAndDir(dstImg) }()
 	return sync.OnceValue(func() error { return <-flushed }), nil
+}
+
+// syncfsAt syncs the file system mounted at dir.
+func syncfsAt(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
 }
 
 // syncFileAndDir puts a file's data and its directory entry on stable storage.
