@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -50,7 +51,9 @@ var ErrChecksum = errors.New("agent: frame checksum mismatch")
 // ErrFrameTooLarge reports a frame whose declared length exceeds MaxPayload.
 var ErrFrameTooLarge = errors.New("agent: frame too large")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// castagnoli is made on first use: building it costs a process that never frames
+// (every CLI call links this package) a tenth of a millisecond.
+var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // WriteFrame writes one frame: type, big-endian length, payload, CRC-32C of all three.
 func WriteFrame(w io.Writer, t FrameType, payload []byte) error {
@@ -60,7 +63,7 @@ func WriteFrame(w io.Writer, t FrameType, payload []byte) error {
 	var hdr [5]byte
 	hdr[0] = byte(t)
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
-	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, payload)
+	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli()), castagnoli(), payload)
 	var tail [4]byte
 	binary.BigEndian.PutUint32(tail[:], sum)
 	bufs := net.Buffers{hdr[:], payload, tail[:]}
@@ -84,7 +87,7 @@ func ReadFrame(r io.Reader) (FrameType, []byte, error) {
 		return 0, nil, unexpected(err)
 	}
 	payload, tail := buf[:n], buf[n:]
-	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, payload)
+	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli()), castagnoli(), payload)
 	if binary.BigEndian.Uint32(tail) != sum {
 		return 0, nil, fmt.Errorf("%w (type %q, %d bytes)", ErrChecksum, hdr[0], n)
 	}

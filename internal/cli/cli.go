@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -319,12 +320,12 @@ func (c *cmd) report(err error) error {
 
 // fieldRE is a request field at the start of a daemon's message: "max_lifetime 0s is out
 // of range".
-var fieldRE = regexp.MustCompile(`^([a-z]+(?:_[a-z]+)*) `)
+var fieldRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([a-z]+(?:_[a-z]+)*) `) })
 
 // flagNamed names the field a message starts with as the flag the user typed for it:
 // "--max-lifetime 0s is out of range" when --max-lifetime was given.
 func (c *cmd) flagNamed(msg string) string {
-	m := fieldRE.FindStringSubmatch(msg)
+	m := fieldRE().FindStringSubmatch(msg)
 	if m == nil {
 		return msg
 	}

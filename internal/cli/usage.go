@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,7 +52,7 @@ func shortSynopsis(v *verb) string {
 
 // flagRefRE finds a flag named with one dash in the flag package's messages:
 // "invalid value "x" for flag -memory: ...", "flag needs an argument: -cpu".
-var flagRefRE = regexp.MustCompile(`(^|[ :])-([A-Za-z0-9][A-Za-z0-9_-]*)`)
+var flagRefRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(^|[ :])-([A-Za-z0-9][A-Za-z0-9_-]*)`) })
 
 // dashed names a flag as it is typed: --memory, or -o for a one-letter flag.
 func dashed(name string) string {
@@ -74,8 +75,8 @@ func flagError(fs *flag.FlagSet, err error) error {
 	if bad, ok := strings.CutSuffix(msg, ": parse error"); ok {
 		msg = bad + ": " + parseHint(fs, msg)
 	}
-	msg = flagRefRE.ReplaceAllStringFunc(msg, func(m string) string {
-		sub := flagRefRE.FindStringSubmatch(m)
+	msg = flagRefRE().ReplaceAllStringFunc(msg, func(m string) string {
+		sub := flagRefRE().FindStringSubmatch(m)
 		if fs.Lookup(sub[2]) == nil {
 			return m
 		}
@@ -127,11 +128,11 @@ func habitHint(verb, flag string) string {
 }
 
 // badValueRE finds the flag in the flag package's "invalid value "x" for flag -timeout: parse error".
-var badValueRE = regexp.MustCompile(`for flag -([A-Za-z0-9][A-Za-z0-9_-]*):`)
+var badValueRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`for flag -([A-Za-z0-9][A-Za-z0-9_-]*):`) })
 
 // parseHint says what a flag's value should look like, in place of "parse error".
 func parseHint(fs *flag.FlagSet, msg string) string {
-	m := badValueRE.FindStringSubmatch(msg)
+	m := badValueRE().FindStringSubmatch(msg)
 	if m == nil {
 		return "parse error"
 	}

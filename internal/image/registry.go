@@ -329,7 +329,7 @@ func (r *registryClient) hasBlob(ctx context.Context, blob string, size int64) b
 
 // blobReader reads a layer blob, turning its failures into Airlock's error classes.
 // verifyGotRE finds the digest go-containerregistry computed in its verification error.
-var verifyGotRE = regexp.MustCompile(`got "(sha256:[0-9a-f]{64})"`)
+var verifyGotRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`got "(sha256:[0-9a-f]{64})"`) })
 
 type blobReader struct {
 	rc   io.ReadCloser
@@ -344,7 +344,7 @@ func (b *blobReader) Read(p []byte) (int, error) {
 		// at its end; that is the one check of it.
 		if strings.Contains(err.Error(), "error verifying") {
 			got := "another one"
-			if m := verifyGotRE.FindStringSubmatch(err.Error()); m != nil {
+			if m := verifyGotRE().FindStringSubmatch(err.Error()); m != nil {
 				got = m[1]
 			}
 			return n, errdefs.Invalid("layer blob has digest %s, the manifest says %s", got, b.blob).WithCause(err)

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/airlockhq/airlock/internal/durable"
 )
@@ -53,16 +54,16 @@ type Runtime struct {
 }
 
 var (
-	cgroupName = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
-	tableName  = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
-	vethPrefix = regexp.MustCompile(`^[a-z0-9]{1,7}$`)
+	cgroupName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`) })
+	tableName  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`) })
+	vethPrefix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]{1,7}$`) })
 )
 
 // Validate says what in r is not a name a node could have used.
 func (r Record) Validate() error {
 	var errs []error
 	for _, p := range r.CgroupParents {
-		if !cgroupName.MatchString(p) || strings.Contains("/"+p+"/", "/../") || strings.Contains("/"+p+"/", "/./") {
+		if !cgroupName().MatchString(p) || strings.Contains("/"+p+"/", "/../") || strings.Contains("/"+p+"/", "/./") {
 			errs = append(errs, fmt.Errorf("cgroup parent %q is not a relative path of letters, digits, '_', '.' and '-'", p))
 		}
 	}
@@ -74,10 +75,10 @@ func (r Record) Validate() error {
 			errs = append(errs, fmt.Errorf("runtime root %q is not a clean absolute path", rt.Root))
 		}
 	}
-	if r.Table != "" && !tableName.MatchString(r.Table) {
+	if r.Table != "" && !tableName().MatchString(r.Table) {
 		errs = append(errs, fmt.Errorf("nftables table %q is not 1-64 letters, digits and '_'", r.Table))
 	}
-	if r.VethPrefix != "" && !vethPrefix.MatchString(r.VethPrefix) {
+	if r.VethPrefix != "" && !vethPrefix().MatchString(r.VethPrefix) {
 		errs = append(errs, fmt.Errorf("veth prefix %q is not 1-7 lower-case letters and digits", r.VethPrefix))
 	}
 	if r.SecretsDir != "" && (!filepath.IsAbs(r.SecretsDir) || filepath.Clean(r.SecretsDir) != r.SecretsDir || r.SecretsDir == "/") {
