@@ -8,18 +8,21 @@ export CGO_ENABLED := 0
 
 .PHONY: build demo test test-short bench lint deps runsc sdk-cross install install-service
 
+# bin/airlock is the CLI; bin/airlockd the daemon and the agent, which airlock serve runs.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/ ./cmd/airlock ./cmd/airlockd
 
 deps:
 	bash scripts/deps.sh
 
-# The binary on PATH: /usr/local/bin/airlock (root). PREFIX=/usr or DESTDIR work as usual.
+# The binaries on PATH: /usr/local/bin/airlock and, beside it, airlockd (root). PREFIX=/usr
+# or DESTDIR work as usual.
 PREFIX ?= /usr/local
 install: build
 	install -D -m 0755 bin/airlock $(DESTDIR)$(PREFIX)/bin/airlock
+	install -D -m 0755 bin/airlockd $(DESTDIR)$(PREFIX)/bin/airlockd
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/airlock/README.md
-	@echo "installed $(DESTDIR)$(PREFIX)/bin/airlock"
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/airlock and airlockd"
 
 # The daemon as a systemd service, started now and at boot (root).
 install-service: install

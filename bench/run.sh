@@ -25,7 +25,7 @@ RUN=${AIRLOCK_BENCH_RUN:-/run/airlock-bench}
 STATE=${AIRLOCK_BENCH_STATE:-/var/lib/airlock-bench}
 SOCK=${AIRLOCK_BENCH_SOCKET:-$RUN/api.sock}
 LOG=${AIRLOCK_BENCH_LOG:-$RUN/daemon.log}
-BIN=${AIRLOCK_BENCH_BIN:-$RUN/airlock}
+BIN=${AIRLOCK_BENCH_BIN:-$RUN/airlock} # named airlock: the binaries of cmd/ are built beside it
 BEFORE=${AIRLOCK_BENCH_BEFORE:-}
 
 if [ "$(id -u)" != 0 ]; then
@@ -130,7 +130,7 @@ stop() {
 		# shellcheck disable=SC2086
 		stop_daemon $d
 	done
-	rm -f "$DRIVER" "$RUN/airlock-before"
+	rm -rf "$DRIVER" "$RUN/before"
 	echo "bench/run.sh: the daemon's log is $LOG" >&2
 	exit "$rc"
 }
@@ -144,13 +144,14 @@ done
 set --
 
 echo "bench/run.sh: building $BIN and the driver" >&2
-CGO_ENABLED=0 go build -o "$BIN" ./cmd/airlock
+CGO_ENABLED=0 go build -o "$(dirname "$BIN")/" ./cmd/...
 go build -o "$DRIVER" ./bench
 if [ -n "$BEFORE" ]; then
-	echo "bench/run.sh: building $BEFORE as $RUN/airlock-before" >&2
+	echo "bench/run.sh: building $BEFORE into $RUN/before" >&2
 	SRC=$(mktemp -d "$RUN/before-src.XXXXXX")
 	git archive "$BEFORE" | tar -x -C "$SRC"
-	(cd "$SRC" && CGO_ENABLED=0 go build -o "$RUN/airlock-before" ./cmd/airlock)
+	mkdir -p "$RUN/before"
+	(cd "$SRC" && CGO_ENABLED=0 go build -o "$RUN/before/" ./cmd/...)
 	rm -rf "$SRC"
 fi
 
@@ -158,7 +159,7 @@ for d in "${DAEMONS[@]}"; do
 	# shellcheck disable=SC2086
 	set -- $d
 	bin=$BIN
-	[ "$1" = bench ] || bin=$RUN/airlock-$1
+	[ "$1" = bench ] || bin=$RUN/$1/airlock
 	start "$@" "$bin"
 	# Wait for the daemon to listen (up to 30 s); it may first write the host image.
 	for _ in $(seq 300); do

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 bash scripts/deps.sh
-CGO_ENABLED=0 go build -trimpath -o bin/airlock ./cmd/airlock
+CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/airlock ./cmd/airlockd
 sock=${AIRLOCK_SOCKET:-/run/airlock/airlock.sock}
 read -ra serve_args <<<"${SERVE_ARGS:-}"
 
@@ -46,9 +46,9 @@ if running; then
       echo "the daemon (pid $pid) did not stop within 30s; see /var/lib/airlock/daemon.log" >&2
       exit 1
     fi
-  elif [ -n "$pid" ] && ! cmp -s "/proc/$pid/exe" bin/airlock; then
+  elif [ -n "$pid" ] && ! cmp -s "/proc/$pid/exe" bin/airlockd; then
     echo "note: the airlock daemon already running (pid $pid) still runs the binary it started with,"
-    echo "      not the bin/airlock just built. To run the new one: RESTART=1 make demo"
+    echo "      not the bin/airlockd just built. To run the new one: RESTART=1 make demo"
     echo "      (its sandboxes keep running while the daemon restarts)."
     echo
   fi
@@ -83,7 +83,8 @@ echo
 if command -v airlock >/dev/null 2>&1 && [ "$(command -v airlock)" != "$PWD/bin/airlock" ]; then
   echo "The binary just built is $PWD/bin/airlock (the airlock on PATH is $(command -v airlock): run make install to replace it)."
 else
-  echo "The binary is $PWD/bin/airlock: run make install to put it on PATH as /usr/local/bin/airlock,"
+  echo "The binary is $PWD/bin/airlock (with the daemon's, bin/airlockd): run make install to put them on PATH"
+  echo "in /usr/local/bin,"
   echo "or make install-service to also run the daemon under systemd."
 fi
 exit $status

@@ -2,12 +2,12 @@
 # socket and cgroup parent under $TMP (which the script made), no sandbox networking.
 # The script sets TMP and BENCH (its name, for messages and the cgroup parent) first.
 
-# daemon_start [YAML...] builds airlock into $TMP, starts it with the base config and
+# daemon_start [YAML...] builds airlock and airlockd into $TMP, starts the daemon with the base config and
 # any extra YAML lines, and waits for its socket (and for TCP port $WAIT_PORT on
 # loopback, if set). It sets PID and SOCK.
 daemon_start() {
 	SOCK="$TMP/api.sock"
-	CGO_ENABLED=0 go build -o "$TMP/airlock" ./cmd/airlock
+	CGO_ENABLED=0 go build -o "$TMP/" ./cmd/airlock ./cmd/airlockd
 	{
 		echo "state_dir: $TMP/state"
 		echo "secrets_dir: $TMP/secrets"

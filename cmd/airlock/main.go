@@ -1,100 +1,49 @@
-// Command airlock is Airlock's one binary: the daemon (serve), the agent that runs as
-// PID 1 inside every sandbox (agent), and the CLI (every other verb).
+// Command airlock is Airlock's command line: every verb of the CLI, and the fence's child
+// for `airlock run` and `airlock fence`. The daemon (serve, check-config) and the agent
+// are the airlockd binary installed beside it, to which airlock hands those verbs by
+// exec: `airlock serve` is the daemon, with this process's pid, arguments and
+// environment. The CLI links none of the daemon's code (SQLite, the registry client,
+// protobuf, the runtime driver), so a call pays only for its own start-up
+// (docs/architecture.md).
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
-	"github.com/airlockhq/airlock/internal/agent"
 	"github.com/airlockhq/airlock/internal/cli"
-	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/fence"
-	"github.com/airlockhq/airlock/internal/runtime/oci"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == oci.HolderCommand {
-		oci.HoldUserns()
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == oci.BrokerCommand {
-		if err := oci.Broker(); err != nil {
-			fmt.Fprintln(os.Stderr, "airlock:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if len(os.Args) > 1 && os.Args[1] == fence.ChildCommand {
 		os.Exit(fence.ChildMain(os.Args[2:], os.Stderr)) // returns only if the command could not start
 	}
-	if len(os.Args) > 1 && os.Args[1] == "agent" && !helpAsked(os.Args[2:]) {
-		// The agent handles its own signals: it is PID 1 of the sandbox.
-		if err := agent.Main(context.Background(), os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "airlock", err) // the agent's errors begin "agent: "
-			if errors.Is(err, errdefs.ErrInvalidArgument) {
-				os.Exit(2) // a usage error, as every verb's
-			}
-			os.Exit(1)
-		}
-		return
+	if len(os.Args) > 1 && cli.DaemonVerb(os.Args[1]) && !cli.HelpAsked(os.Args[2:]) {
+		err := execDaemon(os.Args[1:]) // returns only if airlockd could not start
+		fmt.Fprintln(os.Stderr, "airlock:", err)
+		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := Run(ctx, os.Args[1:])
+	err := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	os.Exit(exitCode(err))
+	os.Exit(cli.ExitCode(err, os.Stderr))
 }
 
-// Run dispatches one invocation.
-func Run(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "serve", "check-config":
-			if helpAsked(args[1:]) {
-				break // the CLI has their help
-			}
-			if args[0] == "serve" {
-				// A hang-up (a closed terminal, an init system's reload) stops the
-				// daemon the clean way too, not by the signal's default.
-				ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
-				defer stop()
-				return serve(ctx, args[1:])
-			}
-			return checkConfig(args[1:])
-		}
+// execDaemon replaces this process with airlockd, from this binary's own directory
+// (symbolic links to it resolved), running args.
+func execDaemon(args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
 	}
-	return cli.Run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
-}
-
-// helpAsked reports whether args ask for help (-h, -help or --help before "--").
-func helpAsked(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
+	bin := filepath.Join(filepath.Dir(self), cli.DaemonBinary)
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("%s runs in the daemon's binary, %s, which is not beside %s (make install puts both there): %w", args[0], cli.DaemonBinary, self, err)
 	}
-	return false
-}
-
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee cli.ExitError
-	if errors.As(err, &ee) {
-		return ee.Code
-	}
-	var xe *exitErr
-	if errors.As(err, &xe) {
-		return xe.code
-	}
-	fmt.Fprintln(os.Stderr, "airlock:", err)
-	return 1
+	return fmt.Errorf("start %s: %w", bin, syscall.Exec(bin, append([]string{bin}, args...), os.Environ()))
 }

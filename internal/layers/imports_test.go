@@ -150,3 +150,35 @@ func breaks(imp, rule string) bool {
 	}
 	return imp == rule || strings.HasPrefix(imp, rule+"/")
 }
+
+// cliMustNotLink are the packages, with everything under them, that the CLI's binary
+// (cmd/airlock) must not link, even indirectly: the daemon's own and the large libraries
+// only the daemon uses. A CLI call runs every linked package's initialisation and faults
+// in its pages, so each one costs every call; airlock hands the daemon's verbs to
+// airlockd instead.
+var cliMustNotLink = []string{
+	mod + "cmd/airlockd", mod + "internal/daemon", mod + "internal/manager", mod + "internal/server", mod + "internal/store",
+	mod + "internal/runtime", mod + "internal/agent", mod + "internal/e2b", mod + "internal/network", mod + "internal/egress",
+	mod + "internal/sandboxlink", mod + "internal/image", mod + "internal/snapshot", mod + "internal/secret", mod + "internal/auth",
+	mod + "internal/audit", mod + "internal/config",
+	"modernc.org/sqlite", "google.golang.org/protobuf", "github.com/google/go-containerregistry", "connectrpc.com/connect",
+	"github.com/miekg/dns", "gopkg.in/yaml.v3",
+}
+
+func TestCLILinksNoDaemon(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", mod+"cmd/airlock").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 {
+		t.Fatal("go list -deps listed nothing")
+	}
+	for _, dep := range deps {
+		for _, rule := range cliMustNotLink {
+			if breaks(dep, rule) {
+				t.Errorf("cmd/airlock links %s, which only the daemon's binary may (a chain of imports: go list -deps -f '{{.ImportPath}} {{.Imports}}' ./cmd/airlock)", dep)
+			}
+		}
+	}
+}

@@ -17,7 +17,7 @@ import (
 // cleanup fails the test if a mount is left, and removes the rest.
 func DriverHarness(t *testing.T, engine *oci.Engine) (drivertest.Harness, *oci.Driver, string) {
 	RequireHost(t)
-	bin := Binary(t)
+	bin := AgentBinary(t)
 	dir := TempDir(t, "al-drv-")
 	parent := "airlock-test-" + filepath.Base(dir)
 	if err := sweep.WriteRecord(dir, sweep.Record{CgroupParents: []string{parent},

@@ -70,7 +70,8 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/airlock (static) once per test process and returns its path.
+// Binary builds cmd/airlock and cmd/airlockd (static) into one directory once per test
+// process and returns airlock's path: airlock serve runs the airlockd beside it.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -82,7 +83,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/airlock")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/airlock", "./cmd/airlockd")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -93,6 +94,12 @@ func Binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// AgentBinary is the binary a test's driver installs into sandboxes, as the daemon does
+// its own: airlockd, built beside Binary's airlock.
+func AgentBinary(t testing.TB) string {
+	return filepath.Join(filepath.Dir(Binary(t)), "airlockd")
 }
 
 // Main first removes what test processes that were killed left on the host (Sweep),
@@ -177,7 +184,7 @@ type Options struct {
 func NewNode(t testing.TB, opts ...Options) *Node {
 	t.Helper()
 	RequireHost(t)
-	bin := Binary(t)
+	bin := AgentBinary(t)
 	dir := TempDir(t, "al-")
 	n := &Node{Dir: dir, Socket: filepath.Join(dir, "api.sock"), CgroupParent: "airlock-test-" + filepath.Base(dir),
 		SecretsDir: dir + "-secrets"} // delivered secrets live on a tmpfs outside the state directory, as on a real node

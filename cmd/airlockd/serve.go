@@ -22,11 +22,11 @@ func serve(ctx context.Context, args []string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		cli.PrintFlagError(os.Stderr, "serve", fs, err)
-		return &exitErr{2}
+		return cli.ExitError{Code: 2}
 	}
 	if fs.NArg() > 0 {
 		cli.PrintFlagError(os.Stderr, "serve", fs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-		return &exitErr{2}
+		return cli.ExitError{Code: 2}
 	}
 	cfg := config.Default()
 	if f.Config != "" {
@@ -78,7 +78,7 @@ func serve(ctx context.Context, args []string) error {
 func checkConfig(args []string) error {
 	if len(args) != 1 {
 		cli.PrintFlagError(os.Stderr, "check-config", flag.NewFlagSet("check-config", flag.ContinueOnError), errors.New("want one FILE"))
-		return &exitErr{2}
+		return cli.ExitError{Code: 2}
 	}
 	if _, err := config.Load(args[0]); err != nil {
 		return err
@@ -86,8 +86,3 @@ func checkConfig(args []string) error {
 	fmt.Println(args[0] + ": ok")
 	return nil
 }
-
-// exitErr ends the process with a code after the message was printed.
-type exitErr struct{ code int }
-
-func (e *exitErr) Error() string { return fmt.Sprintf("exit %d", e.code) }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildBoth builds airlock and airlockd into a new directory, as make build does.
+func buildBoth(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/airlock", "./cmd/airlockd")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// run runs bin with args and returns its combined output and exit code.
+func run(t *testing.T, bin string, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("%s %v: %v", bin, args, err)
+	}
+	return string(out), 0
+}
+
+// TestDaemonVerbsRunInAirlockd: airlock hands serve, check-config and agent to the
+// airlockd beside it (also when airlock is reached through a symbolic link), answers
+// their help itself, and says what is missing when airlockd is not there.
+func TestDaemonVerbsRunInAirlockd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries")
+	}
+	dir := buildBoth(t)
+	cfg := filepath.Join(t.TempDir(), "airlock.yaml")
+	if err := os.WriteFile(cfg, []byte("log_level: warn\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("live_cap: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "airlock")
+	if err := os.Symlink(filepath.Join(dir, "airlock"), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, bin := range []string{filepath.Join(dir, "airlock"), link} {
+		// The CLI links no configuration code: only airlockd can have checked the file.
+		if out, code := run(t, bin, "check-config", cfg); code != 0 || out != cfg+": ok\n" {
+			t.Errorf("%s check-config FILE: exit %d, %q; want exit 0, %q", bin, code, out, cfg+": ok\n")
+		}
+		if out, code := run(t, bin, "check-config", bad); code != 1 || !strings.Contains(out, "live_cap") {
+			t.Errorf("%s check-config BAD: exit %d, %q; want exit 1 naming live_cap", bin, code, out)
+		}
+	}
+
+	if err := os.Remove(filepath.Join(dir, "airlockd")); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	out, code := run(t, filepath.Join(dir, "airlock"), "serve", "--state-dir", state, "--socket", filepath.Join(t.TempDir(), "api.sock"))
+	if code != 1 || !strings.Contains(out, "airlockd") || !strings.Contains(out, dir) {
+		t.Errorf("serve without airlockd: exit %d, %q; want exit 1 naming airlockd and %s", code, out, dir)
+	}
+	if _, err := os.Lstat(state); err == nil {
+		t.Errorf("serve without airlockd made its state directory")
+	}
+	if out, code := run(t, filepath.Join(dir, "airlock"), "serve", "--help"); code != 0 || !strings.Contains(out, "usage: airlock serve") {
+		t.Errorf("serve --help without airlockd: exit %d, %q; want the usage", code, out)
+	}
+}
