@@ -9,10 +9,12 @@
 # Needs root, runc, node and E2B's SDK in the test suite's npm cache (bench/e2b_exec.sh
 # installs it). Stops both daemons by pid and removes their state. Usage:
 #   bash bench/before_after.sh BEFORE_BIN AFTER_BIN [ROUNDS [N]]   # 20 rounds of 20 calls
+# A binary's airlockd (the daemon, where the CLI is airlock alone) is taken from beside it.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
+. bench/lib/timing.sh
 
 BINS=("$1" "$2")
 NAMES=(before after)
@@ -76,6 +78,7 @@ for i in 0 1; do
 	d=$TOP/${NAMES[$i]}
 	mkdir -p "$d"
 	cp "${BINS[$i]}" "$d/airlock"
+	if [ -e "$(dirname "${BINS[$i]}")/airlockd" ]; then cp "$(dirname "${BINS[$i]}")/airlockd" "$d/airlockd"; fi
 	PORTS[$i]=$(port)
 	cat >"$d/airlock.yaml" <<-YAML
 		state_dir: $d/state
@@ -119,17 +122,11 @@ echo "load after exec: $(cut -d' ' -f1-3 /proc/loadavg)"
 # CLI start-up: `airlock help`, which needs no daemon; microseconds per run.
 for _ in $(seq 100); do
 	for i in 0 1; do
-		t0=$EPOCHREALTIME
-		"${BINS[$i]}" help >/dev/null
-		t1=$EPOCHREALTIME
-		echo $(( (${t1/./} - ${t0/./}) )) >>"$TOP/cli-${NAMES[$i]}.txt"
+		time_us "${BINS[$i]}" help >>"$TOP/cli-${NAMES[$i]}.txt"
 	done
 done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-stats() { # stats FILE: p50 p90 (ms) of microsecond lines
-	sort -n "$1" | awk '{ v[NR] = $1 } END { printf "p50 %.2f ms  p90 %.2f ms  n=%d", v[int(NR * 0.5) + 1] / 1000, v[int(NR * 0.9) + 1] / 1000, NR }'
-}
 for s in native e2b cli; do
 	for name in "${NAMES[@]}"; do
 		line="$(printf '%-7s %-6s ' "$s" "$name")$(stats "$TOP/$s-$name.txt")"
