@@ -8,21 +8,23 @@ export CGO_ENABLED := 0
 
 .PHONY: build demo test test-short bench lint deps runsc sdk-cross install install-service
 
-# bin/airlock is the CLI; bin/airlockd the daemon and the agent, which airlock serve runs.
+# bin/airlock is the CLI; bin/airlockd the daemon, which airlock serve runs; bin/airlock-agent
+# the agent, which the daemon installs into sandboxes.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/ ./cmd/airlock ./cmd/airlockd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/airlockhq/airlock/internal/version.Version=$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/ ./cmd/...
 
 deps:
 	bash scripts/deps.sh
 
-# The binaries on PATH: /usr/local/bin/airlock and, beside it, airlockd (root). PREFIX=/usr
-# or DESTDIR work as usual.
+# The binaries on PATH: /usr/local/bin/airlock and, beside it, airlockd and airlock-agent
+# (root). PREFIX=/usr or DESTDIR work as usual.
 PREFIX ?= /usr/local
 install: build
 	install -D -m 0755 bin/airlock $(DESTDIR)$(PREFIX)/bin/airlock
 	install -D -m 0755 bin/airlockd $(DESTDIR)$(PREFIX)/bin/airlockd
+	install -D -m 0755 bin/airlock-agent $(DESTDIR)$(PREFIX)/bin/airlock-agent
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/airlock/README.md
-	@echo "installed $(DESTDIR)$(PREFIX)/bin/airlock and airlockd"
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/airlock, airlockd and airlock-agent"
 
 # The daemon as a systemd service, started now and at boot (root).
 install-service: install

@@ -78,12 +78,12 @@ for name in before after; do
 	echo "runc exec p50 / airlock exec p50 ($name): $(ratio "$(p50 "$TMP/exec-runc.txt")" "$(p50 "$TMP/exec-$name.txt")")x"
 done
 
-for f in "$TMP"/before/* "$TMP/airlock" "$TMP/airlockd" "$TMP"/state/bin/*; do
+for f in "$TMP"/before/* "$TMP/airlock" "$TMP/airlockd" "$TMP/airlock-agent" "$TMP"/state/bin/*; do
 	echo "size ${f#"$TMP"/} $(stat -c %s "$f") bytes"
 done
 rss() { grep -E '^(VmRSS|RssAnon|RssFile)' "/proc/$1/status" | tr -s ' \t\n' ' '; }
-# Each tree's agent (before: the one binary; after: what the daemon installs) on the
-# host, on a socket of its own, a second after it is ready.
+# Each tree's agent (before: that tree's airlock agent; after: the copy of airlock-agent the daemon
+# installs) on the host, on a socket of its own, a second after it is ready.
 i=0
 for agent in "$TMP/before/airlock" "$TMP"/state/bin/*; do
 	i=$((i + 1))

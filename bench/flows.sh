@@ -33,7 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-CGO_ENABLED=0 go build -o "$TMP/" ./cmd/airlock ./cmd/airlockd
+CGO_ENABLED=0 go build -o "$TMP/" ./cmd/...
 cat >"$TMP/airlock.yaml" <<EOF
 state_dir: $TMP/state
 secrets_dir: $TMP/secrets

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 bash scripts/deps.sh
-CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/airlock ./cmd/airlockd
+CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...
 sock=${AIRLOCK_SOCKET:-/run/airlock/airlock.sock}
 read -ra serve_args <<<"${SERVE_ARGS:-}"
 
@@ -83,8 +83,8 @@ echo
 if command -v airlock >/dev/null 2>&1 && [ "$(command -v airlock)" != "$PWD/bin/airlock" ]; then
   echo "The binary just built is $PWD/bin/airlock (the airlock on PATH is $(command -v airlock): run make install to replace it)."
 else
-  echo "The binary is $PWD/bin/airlock (with the daemon's, bin/airlockd): run make install to put them on PATH"
-  echo "in /usr/local/bin,"
+  echo "The binary is $PWD/bin/airlock (with bin/airlockd and bin/airlock-agent): run make install to put"
+  echo "them on PATH in /usr/local/bin,"
   echo "or make install-service to also run the daemon under systemd."
 fi
 exit $status

@@ -7,7 +7,7 @@
 # loopback, if set). It sets PID and SOCK.
 daemon_start() {
 	SOCK="$TMP/api.sock"
-	CGO_ENABLED=0 go build -o "$TMP/" ./cmd/airlock ./cmd/airlockd
+	CGO_ENABLED=0 go build -o "$TMP/" ./cmd/...
 	{
 		echo "state_dir: $TMP/state"
 		echo "secrets_dir: $TMP/secrets"

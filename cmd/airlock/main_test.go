@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-// buildBoth builds airlock and airlockd into a new directory, as make build does.
-func buildBoth(t *testing.T) string {
+// buildAll builds airlock, airlockd and airlock-agent into a new directory, as make
+// build does.
+func buildAll(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/airlock", "./cmd/airlockd")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 	cmd.Dir = filepath.Join("..", "..")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -36,14 +37,15 @@ func run(t *testing.T, bin string, args ...string) (string, int) {
 	return string(out), 0
 }
 
-// TestDaemonVerbsRunInAirlockd: airlock hands serve, check-config and agent to the
-// airlockd beside it (also when airlock is reached through a symbolic link), answers
-// their help itself, and says what is missing when airlockd is not there.
-func TestDaemonVerbsRunInAirlockd(t *testing.T) {
+// TestVerbsOfOtherBinaries: airlock hands serve and check-config to the airlockd beside
+// it and agent to the airlock-agent beside it (also when airlock is reached through a
+// symbolic link), answers their help itself, and says what is missing when the binary
+// is not there.
+func TestVerbsOfOtherBinaries(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds both binaries")
+		t.Skip("builds the binaries")
 	}
-	dir := buildBoth(t)
+	dir := buildAll(t)
 	cfg := filepath.Join(t.TempDir(), "airlock.yaml")
 	if err := os.WriteFile(cfg, []byte("log_level: warn\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -64,10 +66,22 @@ func TestDaemonVerbsRunInAirlockd(t *testing.T) {
 		if out, code := run(t, bin, "check-config", bad); code != 1 || !strings.Contains(out, "live_cap") {
 			t.Errorf("%s check-config BAD: exit %d, %q; want exit 1 naming live_cap", bin, code, out)
 		}
+		// The agent's own check of its flags, which the CLI does not link.
+		if out, code := run(t, bin, "agent", "--workdir", "/"); code != 2 || !strings.Contains(out, "exactly one of --socket") {
+			t.Errorf("%s agent without a channel: exit %d, %q; want exit 2 from the agent", bin, code, out)
+		}
+	}
+	if out, code := run(t, filepath.Join(dir, "airlockd"), "agent", "--workdir", "/"); code != 2 || !strings.Contains(out, "exactly one of --socket") {
+		t.Errorf("airlockd agent without a channel: exit %d, %q; want exit 2 from the agent", code, out)
+	}
+	if out, code := run(t, filepath.Join(dir, "airlock-agent"), "--version"); code != 0 || !strings.HasPrefix(out, "airlock-agent ") {
+		t.Errorf("airlock-agent --version: exit %d, %q; want its version, which the driver's probe looks for", code, out)
 	}
 
-	if err := os.Remove(filepath.Join(dir, "airlockd")); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"airlockd", "airlock-agent"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	state := filepath.Join(t.TempDir(), "state")
 	out, code := run(t, filepath.Join(dir, "airlock"), "serve", "--state-dir", state, "--socket", filepath.Join(t.TempDir(), "api.sock"))
@@ -77,7 +91,12 @@ func TestDaemonVerbsRunInAirlockd(t *testing.T) {
 	if _, err := os.Lstat(state); err == nil {
 		t.Errorf("serve without airlockd made its state directory")
 	}
-	if out, code := run(t, filepath.Join(dir, "airlock"), "serve", "--help"); code != 0 || !strings.Contains(out, "usage: airlock serve") {
-		t.Errorf("serve --help without airlockd: exit %d, %q; want the usage", code, out)
+	if out, code := run(t, filepath.Join(dir, "airlock"), "agent", "--workdir", "/"); code != 1 || !strings.Contains(out, "airlock-agent") {
+		t.Errorf("agent without airlock-agent: exit %d, %q; want exit 1 naming airlock-agent", code, out)
+	}
+	for _, verb := range []string{"serve", "agent"} {
+		if out, code := run(t, filepath.Join(dir, "airlock"), verb, "--help"); code != 0 || !strings.Contains(out, "usage: airlock "+verb) {
+			t.Errorf("%s --help without its binary: exit %d, %q; want the usage", verb, code, out)
+		}
 	}
 }

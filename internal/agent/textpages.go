@@ -9,10 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dropTextPages shrinks what the agent's resident set counts of the airlock binary.
-// The agent is the whole binary, and the kernel maps file pages around each one
-// touched (fault-around), so code the agent never runs again (start-up, other verbs'
-// init) stays resident. For each read-only mapping of the executable it asks for no
+// dropTextPages shrinks what the agent's resident set counts of its binary. The kernel
+// maps file pages around each one touched (fault-around), so code the agent never runs
+// again (start-up, package initialisation) stays resident. For each read-only mapping of the executable it asks for no
 // read-around from now on (MADV_RANDOM) and lets go of the pages mapped so far
 // (MADV_DONTNEED): they are clean copies of the file, so what the agent uses again
 // comes back from the page cache one page at a time. Writable mappings are left

@@ -37,8 +37,8 @@ type Options struct {
 	Log *slog.Logger
 	// Version is what /v1/status reports (default: this build's version).
 	Version string
-	// AgentBinary is the airlock binary sandboxes run as their agent (default: the
-	// running binary, installed into the state directory).
+	// AgentBinary is the binary sandboxes run as their agent (default: the airlock-agent
+	// beside the running binary, installed into the state directory).
 	AgentBinary string
 	// Driver, if set, makes the default runtime's driver in place of runc (a fake
 	// runtime, which needs no root); the node then has no runsc.

@@ -102,7 +102,7 @@ network:
 	readable := map[string]string{
 		"network/ca-bundle.pem":              "public CA certificates every sandbox reads",
 		"network/netns/" + resp.Sandbox.ID:   "a network namespace's nsfs file: its mode is the kernel's, and opening it grants nothing",
-		"bin/airlock":                        "the public airlock binary, which gVisor's kernel reads to load it",
+		"bin/airlock":                        "the public agent binary (airlock-agent), which gVisor's kernel reads to load it",
 		"network/ca-public/ca-bundle.pem":    "the CA certificates' copy the sandboxes' view shows",
 		"network/ca-view/view/ca-bundle.pem": "the view sandboxes bind the CA certificates from",
 		"sandboxes-agent/view/airlock":       "the view sandboxes bind the agent binary from",

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/runtime/oci"
+	"github.com/airlockhq/airlock/internal/version"
 )
 
 // openRuntimes makes the default runtime's driver (runc, or Options.Driver) and runsc.
@@ -117,15 +118,20 @@ func probeRunsc(ctx context.Context) (runtime.Check, bool) {
 	return gvisor.Check(ctx, p), true
 }
 
-// installAgent copies the running binary into dir (unless an identical copy is there),
-// so every sandbox binds a stable file that a rebuild elsewhere does not change.
+// installAgent copies the agent's binary (airlock-agent, beside the running one) into dir
+// (unless an identical copy is there), so every sandbox binds a stable file that a
+// rebuild elsewhere does not change.
 func installAgent(dir string) (string, error) {
-	self, err := os.Executable()
+	exe, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
+	bin := filepath.Join(filepath.Dir(exe), version.AgentBinary)
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("the agent's binary %s is not beside %s (make install puts them side by side): %w", version.AgentBinary, exe, err)
+	}
 	dst := filepath.Join(dir, "airlock")
-	want, err := fileHash(self)
+	want, err := fileHash(bin)
 	if err != nil {
 		return "", err
 	}
@@ -135,7 +141,7 @@ func installAgent(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err
 	}
-	src, err := os.Open(self)
+	src, err := os.Open(bin)
 	if err != nil {
 		return "", err
 	}

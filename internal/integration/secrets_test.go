@@ -234,9 +234,18 @@ func TestSecretsAndSessionCredential(t *testing.T) {
 		if who := whoami(deny.Name, "--noproxy '*'"); who.User != "local" {
 			t.Errorf("whoami transparently from deny_all: %+v, want local", who)
 		}
-		// The airlock binary itself (the agent's) finds the API and the credential on its own.
+		// The airlock CLI, copied in, finds the API and the credential on its own.
+		cli, err := os.Open(testenv.Binary(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = n.Client.Upload(background, deny.Name, "/root/airlock", 0o755, cli)
+		cli.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var cliWho api.WhoAmI
-		if out := exec(deny.Name, `/.airlock/agent whoami -o json`); json.Unmarshal([]byte(out), &cliWho) != nil || cliWho.Sandbox != deny.ID {
+		if out := exec(deny.Name, `/root/airlock whoami -o json`); json.Unmarshal([]byte(out), &cliWho) != nil || cliWho.Sandbox != deny.ID {
 			t.Errorf("airlock whoami inside the sandbox: %q", out)
 		}
 		if who := whoami(viewer.Name, ""); !slices.Equal(who.Roles, []string{"viewer"}) {

@@ -38,11 +38,13 @@ var forbidden = map[string][]string{
 	// ("os" and "net" rule out their trees: os/exec, os/user, net/http and the rest.)
 	"internal/router": {"airlock:internal/errdefs", "syscall", "golang.org/x/sys", "github.com/landlock-lsm/go-landlock",
 		"os", "net", "unsafe"},
-	"internal/fence":      {"airlock:internal/errdefs"},
-	"internal/mcp":        {"airlock:api,client,internal/errdefs"},
-	"internal/portproxy":  {"airlock:"},
-	"internal/bindsource": {"airlock:internal/durable"},
-	"internal/jsonbody":   {"airlock:internal/errdefs"},
+	"internal/fence": {"airlock:internal/errdefs"},
+	// The sidecars run from the agent's binary, which links nothing of the driver.
+	"internal/runtime/oci/sidecar": {"airlock:"},
+	"internal/mcp":                 {"airlock:api,client,internal/errdefs"},
+	"internal/portproxy":           {"airlock:"},
+	"internal/bindsource":          {"airlock:internal/durable"},
+	"internal/jsonbody":            {"airlock:internal/errdefs"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.
 	"internal/e2b/envdpb/processpb":    {"airlock:"},
 	"internal/e2b/envdpb/filesystempb": {"airlock:"},
@@ -151,33 +153,48 @@ func breaks(imp, rule string) bool {
 	return imp == rule || strings.HasPrefix(imp, rule+"/")
 }
 
-// cliMustNotLink are the packages, with everything under them, that the CLI's binary
-// (cmd/airlock) must not link, even indirectly: the daemon's own and the large libraries
-// only the daemon uses. A CLI call runs every linked package's initialisation and faults
-// in its pages, so each one costs every call; airlock hands the daemon's verbs to
-// airlockd instead.
-var cliMustNotLink = []string{
-	mod + "cmd/airlockd", mod + "internal/daemon", mod + "internal/manager", mod + "internal/server", mod + "internal/store",
-	mod + "internal/runtime", mod + "internal/agent", mod + "internal/e2b", mod + "internal/network", mod + "internal/egress",
-	mod + "internal/sandboxlink", mod + "internal/image", mod + "internal/snapshot", mod + "internal/secret", mod + "internal/auth",
-	mod + "internal/audit", mod + "internal/config",
-	"modernc.org/sqlite", "google.golang.org/protobuf", "github.com/google/go-containerregistry", "connectrpc.com/connect",
-	"github.com/miekg/dns", "gopkg.in/yaml.v3",
+// daemonPackages and daemonLibraries are the packages, with everything under them, that
+// only the daemon's binary (cmd/airlockd) may link: the daemon's own and the large
+// libraries only it uses.
+var (
+	daemonPackages = []string{
+		mod + "cmd/airlockd", mod + "internal/daemon", mod + "internal/manager", mod + "internal/server", mod + "internal/store",
+		mod + "internal/runtime", mod + "internal/e2b", mod + "internal/network", mod + "internal/egress", mod + "internal/sandboxlink",
+		mod + "internal/image", mod + "internal/snapshot", mod + "internal/secret", mod + "internal/auth", mod + "internal/audit",
+		mod + "internal/config", mod + "internal/agent",
+	}
+	daemonLibraries = []string{
+		"modernc.org/sqlite", "google.golang.org/protobuf", "github.com/google/go-containerregistry", "connectrpc.com/connect",
+		"github.com/miekg/dns", "gopkg.in/yaml.v3",
+	}
+)
+
+// mustNotLink lists, per binary, the packages it must not link, even indirectly. Every
+// CLI call and every sandbox's agent runs the initialisation of each package its binary
+// links and faults its pages in: the CLI hands the daemon's verbs to airlockd, and the
+// agent is a binary of its own.
+var mustNotLink = map[string][]string{
+	"cmd/airlock": append(append([]string{}, daemonPackages...), daemonLibraries...),
+	// Of Airlock, the agent, its wire format and the driver's sidecars; no HTTP.
+	"cmd/airlock-agent": append([]string{"airlock:cmd/airlock-agent,internal/agent,internal/agentproto,internal/errdefs,internal/clip," +
+		"internal/version,internal/runtime/oci/sidecar", "net/http", "crypto/tls"}, daemonLibraries...),
 }
 
-func TestCLILinksNoDaemon(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", mod+"cmd/airlock").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) == 0 {
-		t.Fatal("go list -deps listed nothing")
-	}
-	for _, dep := range deps {
-		for _, rule := range cliMustNotLink {
-			if breaks(dep, rule) {
-				t.Errorf("cmd/airlock links %s, which only the daemon's binary may (a chain of imports: go list -deps -f '{{.ImportPath}} {{.Imports}}' ./cmd/airlock)", dep)
+func TestBinariesLinkOnlyTheirOwn(t *testing.T) {
+	for bin, rules := range mustNotLink {
+		out, err := exec.Command("go", "list", "-deps", mod+bin).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) == 0 {
+			t.Fatalf("go list -deps %s listed nothing", bin)
+		}
+		for _, dep := range deps {
+			for _, rule := range rules {
+				if breaks(dep, rule) {
+					t.Errorf("%s links %s, which it must not (the chain: go list -deps -f '{{.ImportPath}} {{.Imports}}' ./%s)", bin, dep, bin)
+				}
 			}
 		}
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/sweep"
+	"github.com/airlockhq/airlock/internal/version"
 )
 
 // InCI reports whether the tests run in CI, where missing host parts are failures.
@@ -70,8 +71,9 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/airlock and cmd/airlockd (static) into one directory once per test
-// process and returns airlock's path: airlock serve runs the airlockd beside it.
+// Binary builds the binaries of cmd/ (static: airlock, airlockd, airlock-agent) into one
+// directory once per test process and returns airlock's path: airlock serve runs the
+// airlockd beside it, which installs the airlock-agent beside it into sandboxes.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -83,7 +85,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/airlock", "./cmd/airlockd")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -96,10 +98,10 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// AgentBinary is the binary a test's driver installs into sandboxes, as the daemon does
-// its own: airlockd, built beside Binary's airlock.
+// AgentBinary is the binary a test's driver installs into sandboxes, as the daemon does:
+// airlock-agent, built beside Binary's airlock.
 func AgentBinary(t testing.TB) string {
-	return filepath.Join(filepath.Dir(Binary(t)), "airlockd")
+	return filepath.Join(filepath.Dir(Binary(t)), version.AgentBinary)
 }
 
 // Main first removes what test processes that were killed left on the host (Sweep),

@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/runtime/oci/sidecar"
 )
 
 // The agent channel of an engine with its own kernel (gVisor's runsc). Its kernel cannot
@@ -24,42 +25,6 @@ import (
 // does, and the sandbox pays for it), and ends when the sandbox does (its end of the
 // pair reads end-of-file).
 
-// BrokerCommand is the hidden subcommand of the broker. cmd/airlock dispatches it to
-// Broker.
-const BrokerCommand = "_agent-broker"
-
-// Broker serves the broker: fd 3 is the bound agent socket, fd 4 the hand-off socket.
-func Broker() error {
-	const ln, handoff = 3, 4
-	if err := unix.Listen(ln, 128); err != nil {
-		return fmt.Errorf("agent broker: listen: %w", err)
-	}
-	go func() {
-		// The agent never writes: a read returns only when the sandbox's end is gone.
-		var b [1]byte
-		for {
-			_, err := unix.Read(handoff, b[:])
-			if !errors.Is(err, unix.EINTR) {
-				os.Exit(0)
-			}
-		}
-	}()
-	for {
-		c, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
-		switch {
-		case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED):
-			continue
-		case err != nil:
-			return fmt.Errorf("agent broker: accept: %w", err)
-		}
-		err = unix.Sendmsg(handoff, []byte{0}, unix.UnixRights(c), nil, 0)
-		unix.Close(c)
-		if err != nil {
-			return fmt.Errorf("agent broker: hand off: %w", err)
-		}
-	}
-}
-
 // startBroker starts the broker on the bound socket sock and returns the container's end
 // of the hand-off pair. The broker is its own session, so it outlives the daemon.
 func (d *Driver) startBroker(id string, sock, logf *os.File) (*os.File, error) {
@@ -69,7 +34,7 @@ func (d *Driver) startBroker(id string, sock, logf *os.File) (*os.File, error) {
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "handoff"), os.NewFile(uintptr(fds[1]), "handoff")
 	defer mine.Close()
-	cmd := exec.Command(d.opts.AgentBinary, BrokerCommand)
+	cmd := exec.Command(d.opts.AgentBinary, sidecar.BrokerCommand)
 	cmd.ExtraFiles = []*os.File{sock, mine}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -111,7 +76,7 @@ func (d *Driver) stopBroker(id string) {
 	}
 	defer unix.Close(pidfd)
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if !slices.Contains(strings.Split(string(cmdline), "\x00"), BrokerCommand) {
+	if !slices.Contains(strings.Split(string(cmdline), "\x00"), sidecar.BrokerCommand) {
 		return
 	}
 	if unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0) == nil {

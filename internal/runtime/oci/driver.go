@@ -37,6 +37,7 @@ import (
 	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/runtime/oci/sidecar"
 )
 
 var (
@@ -56,7 +57,8 @@ type Options struct {
 	Runc string
 	// Engine is the OCI runtime to run containers with (default: runc).
 	Engine *Engine
-	// AgentBinary is the static airlock binary bound into every sandbox as its PID 1.
+	// AgentBinary is the static agent binary (airlock-agent) bound into every sandbox as
+	// its PID 1; the driver also starts its sidecars (package sidecar) from it.
 	AgentBinary string
 	// Images resolves a spec's image digest to its layer directories and binds.
 	Images runtime.ImageSource
@@ -160,7 +162,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("oci: agent binary: %w", err)
 	}
 	d.agent = filepath.Join(view, filepath.Base(opts.AgentBinary))
-	d.userns = newUsernsCache([]string{opts.AgentBinary, HolderCommand}, usernsCacheSize)
+	d.userns = newUsernsCache([]string{opts.AgentBinary, sidecar.HolderCommand}, usernsCacheSize)
 	if opts.DiskPoolDir == "" {
 		opts.DiskPoolDir = filepath.Join(filepath.Dir(filepath.Clean(opts.Root)), "disk-pool")
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlockhq/airlock/internal/version"
 )
 
 // probeDir is the directory under the driver's root where Probe builds its container.
@@ -80,7 +82,7 @@ func (d *Driver) Probe(ctx context.Context) error {
 	out.max = 4 << 10
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	if err == nil && !bytes.Contains(out.buf.Bytes(), []byte("client:")) {
+	if err == nil && !bytes.Contains(out.buf.Bytes(), []byte(version.AgentBinary+" ")) {
 		err = errors.New("the agent's --version printed no version")
 	}
 	if err != nil {

@@ -3,7 +3,6 @@ package oci
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,16 +116,6 @@ func (c *usernsCache) close() {
 		unix.Close(fd)
 	}
 	c.fds, c.order = map[uint32]int{}, nil
-}
-
-// HolderCommand is the hidden subcommand that holds a user namespace open: it waits
-// for its standard input to close. cmd/airlock dispatches it to HoldUserns.
-const HolderCommand = "_userns-hold"
-
-// HoldUserns blocks until standard input closes.
-func HoldUserns() error {
-	_, err := io.Copy(io.Discard, os.Stdin)
-	return err
 }
 
 // idmapMount binds src at dst as an idmapped mount through the user namespace usFD.
