@@ -37,8 +37,8 @@ func run(t *testing.T, bin string, args ...string) (string, int) {
 	return string(out), 0
 }
 
-// TestVerbsOfOtherBinaries: airlock hands serve and check-config to the airlockd beside
-// it and agent to the airlock-agent beside it (also when airlock is reached through a
+// TestVerbsOfOtherBinaries: airlock hands serve, check-config and mcp to the airlockd
+// beside it and agent to the airlock-agent beside it (also when airlock is reached through a
 // symbolic link), answers their help itself, and says what is missing when the binary
 // is not there.
 func TestVerbsOfOtherBinaries(t *testing.T) {
@@ -90,6 +90,10 @@ func TestVerbsOfOtherBinaries(t *testing.T) {
 	}
 	if _, err := os.Lstat(state); err == nil {
 		t.Errorf("serve without airlockd made its state directory")
+	}
+	// The MCP server is airlockd's too: the CLI links no MCP.
+	if out, code := run(t, filepath.Join(dir, "airlock"), "--socket", filepath.Join(t.TempDir(), "none.sock"), "mcp"); code != 1 || !strings.Contains(out, "airlockd") {
+		t.Errorf("mcp without airlockd: exit %d, %q; want exit 1 naming airlockd", code, out)
 	}
 	if out, code := run(t, filepath.Join(dir, "airlock"), "agent", "--workdir", "/"); code != 1 || !strings.Contains(out, "airlock-agent") {
 		t.Errorf("agent without airlock-agent: exit %d, %q; want exit 1 naming airlock-agent", code, out)

@@ -1,18 +1,23 @@
-// Command airlockd is Airlock's daemon (serve, check-config), and the CLI's verbs too.
-// The airlock command beside it is the CLI alone and hands serve and check-config to
-// this binary (cmd/airlock), so that a CLI call does not load the daemon's code; the
+// Command airlockd is Airlock's daemon (serve, check-config), and the CLI's verbs too,
+// the MCP server (mcp) among them. The airlock command beside it is the CLI alone and
+// hands serve, check-config and mcp to this binary (cmd/airlock), so that a CLI call
+// does not load the daemon's code, nor the MCP SDK; the
 // agent is airlock-agent (cmd/airlock-agent), which the daemon installs into sandboxes.
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/fence"
+	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/version"
 )
 
@@ -25,10 +30,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "airlockd:", err)
 		os.Exit(1)
 	}
+	cli.ServeMCP = serveMCP
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:])
 	stop()
 	os.Exit(cli.ExitCode(err, os.Stderr))
+}
+
+// serveMCP is airlock mcp's server, which the CLI's binary does not link.
+func serveMCP(ctx context.Context, cl *client.Client, f cli.MCPFlags, in io.Reader, out io.Writer, log *slog.Logger) error {
+	return mcp.Serve(ctx, cl, mcp.Options{Version: version.String(), OutputLimit: f.MaxOutput, ReadLimit: f.MaxRead, Logger: log,
+		HostWorkspaces: f.HostWorkspaces}, mcp.Listener{Addr: f.Listen, Token: f.Token, In: in, Out: out})
 }
 
 // Run dispatches one invocation.

@@ -2,19 +2,12 @@ package cli
 
 import (
 	"context"
-	"crypto/subtle"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
 
-	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/airlockhq/airlock/internal/mcp"
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/version"
 )
 
@@ -38,6 +31,22 @@ clients send as "Authorization: Bearer T".`,
 
 // maxMCPCap bounds --max-output and --max-read: an answer is read by a model.
 const maxMCPCap = 16 << 20
+
+// MCPFlags are the flags of airlock mcp that ServeMCP needs: where to serve (Listen,
+// empty for stdio; Token), the caps on what a call returns, and whether host workspaces
+// may be offered (over stdio and the unix socket only).
+type MCPFlags struct {
+	Listen, Token      string
+	MaxOutput, MaxRead int
+	HostWorkspaces     bool
+}
+
+// ServeMCP serves Airlock's MCP tools over cl as f says, on in and out for stdio, until
+// ctx ends, logging to log. The daemon's binary (cmd/airlockd) sets it to package mcp's
+// server; the CLI's binary leaves it nil, so that it links no MCP, and runs the verb in
+// airlockd instead, as a process of its own (a server that runs until interrupted pays
+// that start-up once).
+var ServeMCP func(ctx context.Context, cl *client.Client, f MCPFlags, in io.Reader, out io.Writer, log *slog.Logger) error
 
 func runMCP(c *cmd, args []string) error {
 	listen := c.fs.String("listen", "", "serve streamable HTTP on `HOST:PORT` instead of stdio")
@@ -63,19 +72,12 @@ func runMCP(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
+	if ServeMCP == nil {
+		return ExecBeside(version.DaemonBinary, append([]string{"mcp"}, args...))
+	}
 	log := slog.New(slog.NewTextHandler(c.stderr, nil)).With("component", "mcp")
-	srv, err := mcp.New(cl, mcp.Options{Version: version.String(), OutputLimit: int(maxOutput), ReadLimit: int(maxRead), Logger: log,
-		HostWorkspaces: *listen == "" && cl.Local()})
-	if err != nil {
-		return err
-	}
-	if _, err := cl.Status(c.ctx); err != nil && c.ctx.Err() == nil {
-		log.Warn("the daemon is not reachable; tool calls fail until it is", "daemon", cl.Target(), "err", err)
-	}
-	if *listen == "" {
-		return serveMCPStdio(c, srv)
-	}
-	return serveMCPHTTP(c.ctx, srv, *listen, *token, log)
+	return ServeMCP(c.ctx, cl, MCPFlags{Listen: *listen, Token: *token, MaxOutput: int(maxOutput), MaxRead: int(maxRead),
+		HostWorkspaces: *listen == "" && cl.Local()}, c.stdin, c.stdout, log)
 }
 
 // checkListen refuses to serve a non-loopback address without a token.
@@ -91,59 +93,4 @@ func checkListen(addr, token string) error {
 		return nil
 	}
 	return usagef("--listen %s is not a loopback address: anyone who reaches it would act as you; set --listen-token (or $AIRLOCK_MCP_TOKEN)", addr)
-}
-
-// serveMCPStdio speaks MCP on the command's standard input and output until the client
-// closes its end (once every request read is answered) or the command is interrupted.
-func serveMCPStdio(c *cmd, srv *mcpsdk.Server) error {
-	err := srv.Run(c.ctx, mcp.Stdio(c.stdin, c.stdout))
-	if c.ctx.Err() != nil || errors.Is(err, io.EOF) {
-		return nil // interrupted, or the client went away: both are the normal end
-	}
-	return err
-}
-
-// serveMCPHTTP serves MCP over streamable HTTP at /mcp until ctx ends.
-func serveMCPHTTP(ctx context.Context, srv *mcpsdk.Server, addr, token string, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return srv },
-		&mcpsdk.StreamableHTTPOptions{SessionTimeout: time.Hour})
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", http.NewCrossOriginProtection().Handler(requireBearer(token, h)))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	log.Info("serving MCP over streamable HTTP", "url", fmt.Sprintf("http://%s/mcp", ln.Addr()), "token", token != "")
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close() // open event streams do not end by themselves
-	}
-	<-errc
-	return nil
-}
-
-// requireBearer passes only requests that carry "Authorization: Bearer token" (all of
-// them when token is empty).
-func requireBearer(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-mcp"`)
-			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -12,8 +13,18 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
+
+// The tests run airlock mcp in process, with the server airlockd gives the verb.
+func init() {
+	ServeMCP = func(ctx context.Context, cl *client.Client, f MCPFlags, in io.Reader, out io.Writer, log *slog.Logger) error {
+		return mcp.Serve(ctx, cl, mcp.Options{Version: "test", OutputLimit: f.MaxOutput, ReadLimit: f.MaxRead, Logger: log,
+			HostWorkspaces: f.HostWorkspaces}, mcp.Listener{Addr: f.Listen, Token: f.Token, In: in, Out: out})
+	}
+}
 
 // mcpCall calls a tool and fails the test unless it succeeds; it returns the text.
 func mcpCall(t *testing.T, cs *mcpsdk.ClientSession, tool string, args map[string]any) string {

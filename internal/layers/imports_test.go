@@ -174,7 +174,8 @@ var (
 // links and faults its pages in: the CLI hands the daemon's verbs to airlockd, and the
 // agent is a binary of its own.
 var mustNotLink = map[string][]string{
-	"cmd/airlock": append(append([]string{}, daemonPackages...), daemonLibraries...),
+	// The MCP server runs in airlockd too (airlock mcp): it is a long-lived process.
+	"cmd/airlock": append(append([]string{mod + "internal/mcp", "github.com/modelcontextprotocol/go-sdk"}, daemonPackages...), daemonLibraries...),
 	// Of Airlock, the agent, its wire format and the driver's sidecars; no HTTP.
 	"cmd/airlock-agent": append([]string{"airlock:cmd/airlock-agent,internal/agent,internal/agentproto,internal/errdefs,internal/clip," +
 		"internal/version,internal/runtime/oci/sidecar", "net/http", "crypto/tls"}, daemonLibraries...),
