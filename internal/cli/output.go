@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
@@ -15,9 +16,29 @@ import (
 // now is the clock ages are measured against; tests replace it.
 var now = time.Now
 
-// newTable writes aligned columns; what reaches w has passed termSafe.
-func newTable(w io.Writer) *tabwriter.Writer {
-	return tabwriter.NewWriter(safeWriter{w}, 0, 4, 2, ' ', 0)
+// table writes aligned columns; what reaches w has passed termSafe. Flush writes the
+// whole table at once: a tabwriter writes every cell and every gap on its own, a write
+// to the terminal each.
+type table struct {
+	*tabwriter.Writer
+	buf bytes.Buffer
+	w   io.Writer
+}
+
+func newTable(w io.Writer) *table {
+	t := &table{w: w}
+	t.Writer = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
+	return t
+}
+
+// Flush aligns what was written since the last Flush and writes it to w.
+func (t *table) Flush() error {
+	if err := t.Writer.Flush(); err != nil {
+		return err
+	}
+	_, err := safeWriter{t.w}.Write(t.buf.Bytes())
+	t.buf.Reset()
+	return err
 }
 
 // formatSize prints bytes in powers of 1024: 512MiB, 1.5GiB.

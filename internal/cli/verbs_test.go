@@ -749,3 +749,32 @@ func TestTokenCreateFormatE2B(t *testing.T) {
 	wantExit(t, Run(bg, []string{"token", "create", "--user", "carol", "--format", "xyz"}, nil, &stdout, &stderr), 2)
 	wantContains(t, "token create --format xyz", stderr.String(), "airlock or e2b")
 }
+
+// writeCounter counts the writes it is given.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+func (w *writeCounter) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+
+// TestTableIsOneWrite: a table reaches standard output in one write, not a write per
+// cell and gap (a system call each, on a terminal).
+func TestTableIsOneWrite(t *testing.T) {
+	n := newNode(t)
+	n.must(t, "create", "one")
+	n.must(t, "create", "two")
+	var out writeCounter
+	var errOut bytes.Buffer
+	if err := Run(bg, []string{"--socket", n.Socket, "ls"}, strings.NewReader(""), &out, &errOut); err != nil {
+		t.Fatalf("airlock ls: %v\n%s", err, errOut.String())
+	}
+	if lines := strings.Count(out.String(), "\n"); out.writes != 1 || lines != 3 {
+		t.Errorf("airlock ls: %d writes of %d lines, want 1 write of 3 lines:\n%s", out.writes, lines, out.String())
+	}
+}
