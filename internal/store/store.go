@@ -245,6 +245,28 @@ type Event struct {
 	Time       time.Time       `json:"time"`
 }
 
+// Pool is a warm pool: a target count of ready sandboxes of one image, runtime, limits
+// and network mode, kept started so that a create that matches them claims one instead
+// of building a container. Its members are sandboxes whose owner is PoolOwner(Name).
+type Pool struct {
+	Name        string    `json:"name"`
+	Image       string    `json:"image"`        // as it was named
+	ImageDigest string    `json:"image_digest"` // what members run
+	Runtime     string    `json:"runtime"`
+	Limits      Limits    `json:"limits"`
+	NetworkMode string    `json:"network_mode"`
+	Size        int       `json:"size"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// PoolOwnerPrefix starts the owner of every pool member; no identity's name can
+// hold its "@" (auth validates names).
+const PoolOwnerPrefix = "@pool:"
+
+// PoolOwner is the owner of pool name's members.
+func PoolOwner(name string) string { return PoolOwnerPrefix + name }
+
 // SandboxFilter selects sandboxes for ListSandboxes. Empty fields match everything.
 type SandboxFilter struct {
 	Owner  string
@@ -350,6 +372,13 @@ type Store interface {
 	PruneAudit(ctx context.Context, before int64) error
 	// AuditAnchor returns where the kept log starts (zero for a log never pruned).
 	AuditAnchor(ctx context.Context) (AuditAnchor, error)
+
+	// PutPool creates or replaces the pool of p.Name.
+	PutPool(ctx context.Context, p *Pool) error
+	// ListPools returns every pool, by name.
+	ListPools(ctx context.Context) ([]*Pool, error)
+	// DeletePool removes a pool's record (not its members); ErrNotFound if there is none.
+	DeletePool(ctx context.Context, name string) error
 
 	AppendEvent(ctx context.Context, ev *Event) error
 	// AppendEvents stores evs in one transaction, all or none, in their order, and sets

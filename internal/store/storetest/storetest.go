@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentIdempotencyKey", testConcurrentIdempotencyKey},
 		{"ConcurrentEvents", testConcurrentEvents},
 		{"Reopen", testReopen},
+		{"Pools", testPools},
 		{"Identities", testIdentities},
 		{"Secrets", testSecrets},
 	}
