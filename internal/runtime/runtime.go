@@ -136,6 +136,13 @@ type FileMounter interface {
 	MountFile(ctx context.Context, id, src, dst string) error
 }
 
+// Hostnamer is implemented by drivers that can rename a running container's host name
+// (a pooled sandbox takes its claimer's name); without it, a pool of the runtime is
+// never claimed.
+type Hostnamer interface {
+	SetHostname(ctx context.Context, id, name string) error
+}
+
 // WorkspaceMounter is implemented by drivers whose containers can bind a host
 // workspace: a directory the node mounts through an id mapping, which the container
 // must see as the host kernel shows it. MountsWorkspace says whether this driver's

@@ -43,6 +43,7 @@ var (
 	_ runtime.Storage       = (*Driver)(nil)
 	_ runtime.HealthChecker = (*Driver)(nil)
 	_ runtime.PortDialer    = (*Driver)(nil)
+	_ runtime.Hostnamer     = (*Driver)(nil)
 )
 
 // Driver runs fake sandboxes under one directory.
@@ -63,6 +64,7 @@ type box struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 	paused bool
+	host   string // the host name the container would have
 }
 
 // New returns a driver keeping its sandboxes under dir; images, if not nil, must know
@@ -159,7 +161,7 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) error {
 		env = append(env, j.Env...)
 	}
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b := &box{conns: make(chan net.Conn), stop: cancel, done: make(chan struct{})}
+	b := &box{conns: make(chan net.Conn), stop: cancel, done: make(chan struct{}), host: s.Hostname}
 	go func() {
 		defer close(b.done)
 		agent.Serve(actx, &listener{conns: b.conns, ctx: actx}, agent.Options{Root: upper, Workdir: upper, Env: env, KeepOwner: os.Geteuid() != 0})
@@ -168,6 +170,29 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) error {
 	d.boxes[s.ID] = b
 	d.mu.Unlock()
 	return nil
+}
+
+// SetHostname implements runtime.Hostnamer: the fake keeps the name, which Hostname
+// reads.
+func (d *Driver) SetHostname(ctx context.Context, id, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := d.boxes[id]
+	if b == nil {
+		return fmt.Errorf("fake: sandbox %s is not running", id)
+	}
+	b.host = name
+	return nil
+}
+
+// Hostname is the host name of a running sandbox ("" if it is not running).
+func (d *Driver) Hostname(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b := d.boxes[id]; b != nil {
+		return b.host
+	}
+	return ""
 }
 
 // stopFiles removes what a failed start made, keeping the upper layer.
