@@ -140,6 +140,12 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
 		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
 	}
+	if claimed, err := m.claimPooled(ctx, call, sb); err != nil { // pool_claim.go
+		return op, nil, m.finishOp(op, "", err)
+	} else if claimed {
+		return op, sb, m.finishOp(op, sb.ID, nil)
+	}
+	defer m.coldCreate()()
 	op.SandboxID = sb.ID
 	noteSandbox(ctx, sb.ID)
 	release, err := m.reserveLive(ctx, call.Owner, sb.ID)

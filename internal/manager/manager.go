@@ -154,6 +154,8 @@ type Manager struct {
 	pending  map[string]map[string]bool // owner -> sandbox ids of creates between the cap check and their record
 	retries  map[string]retry           // sandbox id -> backoff of a failed delete
 
+	pools poolSet // warm pools (pool.go)
+
 	auditW       *audit.Writer
 	lastAgePrune time.Time // touched only by the sweep loop
 

@@ -161,7 +161,13 @@ func (m *Manager) stopSecrets(id string) {
 // ProcessEnv is the environment of a new process in sb (an exec, a session, a
 // terminal): the variables its secret bindings deliver, then the caller's own, which
 // win over a binding's of the same name.
+//
+// The sandbox's own variables come first: its container started with them, but a
+// pooled sandbox's container started before its claimer gave them.
 func (m *Manager) ProcessEnv(ctx context.Context, sb *store.Sandbox, requested []string) ([]string, error) {
+	if len(sb.Env) > 0 {
+		requested = append(sortedEnv(sb.Env), requested...)
+	}
 	if m.delivery == nil {
 		return requested, nil
 	}

@@ -1,0 +1,138 @@
+package manager
+
+import (
+	"context"
+	"errors"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// A create claims a pool member when a pool has exactly what it asks for: the same
+// image digest, runtime, limits (after the node's defaults) and network mode. What the
+// member becomes is all applied at claim, in the record or from the host: its name
+// (record and host name), owner, role, labels, environment (given to every process the
+// sandbox starts, see ProcessEnv), lifetime, idle window and TTL, the caller's allow
+// rules and session credential (the network attachment is made again for the new owner
+// and role), and its secret bindings (none exist for the member's id yet). A create
+// that needs what a running container cannot take on — a workspace, a lifetime past the
+// member's own deadline, a runtime that cannot rename a container — is a cold create.
+//
+// Two claims never take the same member: a claim is a compare-and-swap of the member's
+// record on its version, which the store makes atomic; the loser tries the next member.
+// A drained pool is a miss, and the create goes on cold.
+
+// claimPooled lets sb, a create's record not yet stored, take a ready member of a pool
+// that matches it. On a claim sb becomes that member's record, stored and running.
+func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox) (claimed bool, err error) {
+	p := m.poolFor(sb)
+	if p == nil {
+		return false, nil
+	}
+	hn, ok := m.driver(sb).(runtime.Hostnamer)
+	if !ok || sb.Workspace != nil {
+		return false, nil
+	}
+	defer m.pools.wake()
+	release, err := m.reserveLive(ctx, call.Owner, sb.ID)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	members, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}})
+	if err != nil {
+		return false, err
+	}
+	for _, mem := range members {
+		if claimed, err = m.claimMember(ctx, hn, mem, sb); claimed || err != nil {
+			break
+		}
+	}
+	m.pools.mu.Lock()
+	if s := m.pools.stat(p.Name); claimed {
+		s.hits++
+	} else if err == nil {
+		s.misses++
+	}
+	m.pools.mu.Unlock()
+	if claimed {
+		m.event(sb, "created", "create", map[string]any{"pool": p.Name})
+	}
+	return claimed, err
+}
+
+// poolFor is the pool whose members sb could be, or nil.
+func (m *Manager) poolFor(sb *store.Sandbox) *store.Pool {
+	m.pools.mu.Lock()
+	defer m.pools.mu.Unlock()
+	for _, p := range m.pools.byName {
+		if p.Size > 0 && p.ImageDigest == sb.ImageDigest && p.Runtime == sb.Runtime && p.Limits == sb.Limits && p.NetworkMode == sb.Network.Mode {
+			return p
+		}
+	}
+	return nil
+}
+
+// claimMember makes mem, a member read a moment ago, the sandbox want describes, if it
+// is still an untouched member and nobody claimed it first.
+func (m *Manager) claimMember(ctx context.Context, hn runtime.Hostnamer, mem, want *store.Sandbox) (bool, error) {
+	if mem.ExpiresAt.Before(want.ExpiresAt) || !m.untouched(mem) {
+		return false, nil
+	}
+	unlock := m.locks.lock(mem.ID)
+	defer unlock()
+	c := *mem
+	c.Name, c.Owner, c.Role, c.CreatedBy = want.Name, want.Owner, want.Role, want.CreatedBy
+	c.Env, c.Labels, c.Network = want.Env, want.Labels, want.Network
+	c.CreatedAt, c.LastActivity, c.ExpiresAt = want.CreatedAt, want.LastActivity, want.ExpiresAt
+	c.IdleSuspend, c.TTL = want.IdleSuspend, want.TTL
+	switch err := m.store.UpdateSandbox(ctx, &c); {
+	case errors.Is(err, errdefs.ErrVersionConflict), errors.Is(err, errdefs.ErrNotFound):
+		return false, nil // claimed, retired or changed since it was read
+	case errors.Is(err, errdefs.ErrAlreadyExists):
+		return false, errdefs.Exists("a sandbox named %q already exists", want.Name)
+	case err != nil:
+		return false, err
+	}
+	// From here on the member is the caller's sandbox; one that cannot take its new
+	// identity goes, and the create is a cold one.
+	if err := m.takeIdentity(ctx, hn, &c); err != nil {
+		m.log.Warn("a claimed pool member could not take its identity; it is removed", "sandbox", c.ID, "err", err)
+		if err := m.terminate(ctx, &c, "pool_claim_failed"); err == nil {
+			m.store.DeleteSandbox(ctx, c.ID)
+		}
+		return false, nil
+	}
+	*want = c
+	noteSandbox(ctx, c.ID)
+	return true, nil
+}
+
+// takeIdentity applies to the running container of a claimed member what its record
+// now says: host name, secrets and network attachment (owner, role, policy).
+func (m *Manager) takeIdentity(ctx context.Context, hn runtime.Hostnamer, sb *store.Sandbox) error {
+	if err := hn.SetHostname(ctx, sb.ID, sb.Name); err != nil {
+		return err
+	}
+	m.stopSecrets(sb.ID)
+	files, err := m.deliverSecrets(ctx, sb, false)
+	if err != nil {
+		return err
+	}
+	if len(files) > 0 {
+		return errors.New("a new sandbox has secret files to mount")
+	}
+	if m.net == nil {
+		return nil
+	}
+	pol, err := parsePolicy(sb.Network)
+	if err != nil {
+		return err
+	}
+	if _, err := m.net.Attach(ctx, sb, pol); err != nil {
+		return err
+	}
+	m.net.SetPolicy(sb.ID, sb.Generation, pol)
+	return nil
+}

@@ -1,0 +1,231 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// fillPool sets a pool of the node's defaults and starts its members, one per tend.
+func fillPool(t *testing.T, m *Manager, name string, size int) []string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.SetPool(ctx, local, PoolRequest{Name: name, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	for range size {
+		m.tendPools(ctx)
+	}
+	return memberIDs(t, m, name)
+}
+
+func memberIDs(t *testing.T, m *Manager, name string) []string {
+	t.Helper()
+	list, err := m.store.ListSandboxes(context.Background(), store.SandboxFilter{Owner: store.PoolOwner(name), States: []store.State{Running}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, sb := range list {
+		ids = append(ids, sb.ID)
+	}
+	return ids
+}
+
+func poolInfo(t *testing.T, m *Manager, name string) PoolInfo {
+	t.Helper()
+	list, err := m.Pools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("pool %q is not listed", name)
+	return PoolInfo{}
+}
+
+func TestPoolClaimHandsOverIdentity(t *testing.T) {
+	m, fd, _ := newTestManager(t)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 2)
+	if len(members) != 2 {
+		t.Fatalf("members after two tends = %v, want 2", members)
+	}
+	if list, _ := m.List(ctx, store.SandboxFilter{Owner: "local"}); len(list) != 0 {
+		t.Fatalf("the owner's list shows %d sandboxes before any create; members must be hidden", len(list))
+	}
+	_, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a", Labels: map[string]string{"team": "x"}, Env: map[string]string{"GREETING": "hi"}, Role: "developer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(members, sb.ID) {
+		t.Fatalf("create with the node's defaults got %s, not a member of %v", sb.ID, members)
+	}
+	got, err := m.Resolve(ctx, "alice", "a")
+	if err != nil {
+		t.Fatalf("the claimed sandbox is not alice's: %v", err)
+	}
+	if got.ID != sb.ID || got.Owner != "alice" || got.Labels["team"] != "x" || got.Role != "developer" || got.State != Running {
+		t.Errorf("claimed record = %+v; want alice's sandbox a, running, with its labels and role", got)
+	}
+	if h := fd.Hostname(sb.ID); h != "a" {
+		t.Errorf("claimed container's host name = %q, want a", h)
+	}
+	env, err := m.ProcessEnv(ctx, got, []string{"X=1"})
+	if err != nil || !slices.Contains(env, "GREETING=hi") || !slices.Contains(env, "X=1") {
+		t.Errorf("process env of the claimed sandbox = %v (%v); want GREETING=hi and X=1", env, err)
+	}
+	if left := memberIDs(t, m, "warm"); len(left) != 1 || left[0] == sb.ID {
+		t.Errorf("members after a claim = %v; want the one other", left)
+	}
+	// Limits other than the pool's are a cold create, and count no miss.
+	_, cold, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "b", Limits: store.Limits{CPU: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(members, cold.ID) {
+		t.Errorf("a create with other limits claimed member %s", cold.ID)
+	}
+	if info := poolInfo(t, m, "warm"); info.Hits != 1 || info.Misses != 0 || info.Ready != 1 || info.Size != 2 {
+		t.Errorf("pool = %+v; want size 2, ready 1, 1 hit, 0 misses", info)
+	}
+}
+
+func TestPoolConcurrentClaimsTakeDistinctMembers(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 3)
+	const n = 8
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: fmt.Sprintf("c%d", i)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = sb.ID
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	claimed := 0
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("two creates got sandbox %s", id)
+		}
+		seen[id] = true
+		if slices.Contains(members, id) {
+			claimed++
+		}
+	}
+	if claimed != 3 {
+		t.Errorf("%d creates claimed a member, want all 3 members claimed once", claimed)
+	}
+	if info := poolInfo(t, m, "warm"); info.Hits != 3 || info.Misses != n-3 {
+		t.Errorf("pool = %+v; want 3 hits, %d misses", info, n-3)
+	}
+}
+
+func TestPoolNeverHandsOutAUsedMember(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 1)
+	m.touch(members[0]) // a call reached its agent
+	_, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID == members[0] {
+		t.Fatalf("create claimed a member that was used")
+	}
+	m.tendPools(ctx)
+	if _, err := m.store.GetSandbox(ctx, members[0]); err == nil {
+		t.Errorf("a used member is still kept after a tend")
+	}
+}
+
+func TestPoolRefillIsBounded(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	ctx := context.Background()
+	if _, err := m.SetPool(ctx, local, PoolRequest{Name: "warm", Size: 5}); err != nil {
+		t.Fatal(err)
+	}
+	done := m.coldCreate() // a caller's create under way
+	m.tendPools(ctx)
+	if got := len(memberIDs(t, m, "warm")); got != 0 {
+		t.Errorf("a tend during a caller's create started %d members, want 0", got)
+	}
+	done()
+	if more := m.tendPools(ctx); !more {
+		t.Errorf("tend says the pool is full after 1 of 5")
+	}
+	if got := len(memberIDs(t, m, "warm")); got != 1 {
+		t.Errorf("one tend started %d members, want 1", got)
+	}
+	if _, err := m.SetPool(ctx, local, PoolRequest{Name: "big", Size: MaxPoolSize + 1}); err == nil {
+		t.Errorf("a pool past the size cap was set")
+	}
+}
+
+func TestPoolMembersSurviveRestart(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	keep := fillPool(t, m, "keep", 1)
+	gone := fillPool(t, m, "gone", 1)
+	if err := st.DeletePool(ctx, "gone"); err != nil { // removed while the daemon was down
+		t.Fatal(err)
+	}
+	m.Close()
+
+	m2 := New(DefaultConfig(), st, fd, m.images, nil)
+	t.Cleanup(func() { m2.Close() })
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.StartPools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2.tendPools(ctx)
+	if _, err := st.GetSandbox(ctx, gone[0]); err == nil || fd.Running(gone[0]) {
+		t.Errorf("the member of a removed pool survived the restart")
+	}
+	if !fd.Running(keep[0]) {
+		t.Fatalf("the member of a kept pool is not running after the restart")
+	}
+	_, sb, err := m2.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != keep[0] {
+		t.Errorf("create after restart got %s, want the reattached member %s", sb.ID, keep[0])
+	}
+}
+
+func TestPoolRemoveTerminatesMembers(t *testing.T) {
+	m, fd, _ := newTestManager(t)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 2)
+	if err := m.DeletePool(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range members {
+		if fd.Running(id) {
+			t.Errorf("member %s still runs after pool rm", id)
+		}
+		if _, err := m.store.GetSandbox(ctx, id); err == nil {
+			t.Errorf("member %s still has a record after pool rm", id)
+		}
+	}
+	if err := m.DeletePool(ctx, "warm"); err == nil {
+		t.Errorf("removing a pool twice succeeded")
+	}
+}
