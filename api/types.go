@@ -478,6 +478,8 @@ type Status struct {
 	Runtimes []string `json:"runtimes,omitempty"`
 	// Router is the command router's state under the node's profile.
 	Router *RouterStatus `json:"router,omitempty"`
+	// Pools are the node's warm pools (for its administrators only).
+	Pools []Pool `json:"pools,omitempty"`
 }
 
 // RouterStatus says whether the router can contain what its profile contains: live (a

@@ -323,5 +323,9 @@ func (m *Manager) OwnerOf(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if _, member := poolOf(sb); member {
+		// A pool member is nobody's until a create claims it: no call may reach it.
+		return "", errdefs.NotFound("sandbox %q not found", id)
+	}
 	return sb.Owner, nil
 }

@@ -15,6 +15,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	out := api.Status{Version: s.opts.Version, Checks: []api.Check{}}
 	if admin {
 		out.StateDir = s.opts.StateDir
+		if pools, err := s.m.Pools(r.Context()); err == nil {
+			out.Pools = toAPIPools(pools)
+		}
 	}
 	h := s.m.Health(r.Context(), owner(r), visible(r))
 	out.Sandboxes, out.Runtimes = h.Sandboxes, s.m.Runtimes()
