@@ -84,6 +84,9 @@ func runStatus(c *cmd, args []string) error {
 				fmt.Fprintln(c.stdout, "no profile, so no matrix: each request names its own (airlock run --profile)")
 			}
 		}
+		for _, p := range st.Pools {
+			fmt.Fprintf(c.stdout, "pool %s: %d of %d ready, %d hits, %d misses, refill %.0fms\n", termSafe(p.Name), p.Ready, p.Size, p.Hits, p.Misses, p.RefillAvgMS)
+		}
 	}
 	if failed > 0 {
 		if !c.json() {
