@@ -211,6 +211,8 @@ type Config struct {
 	MemoryTarget string `yaml:"memory_target"`
 	// Router is the command router's defaults (POST /v1/route, airlock run --profile).
 	Router Router `yaml:"router"`
+	// Pools are warm pools the daemon sets at each start (pools.go).
+	Pools []Pool `yaml:"pools"`
 }
 
 // RouterProfiles and DefaultRouterThreshold are the router's profiles and default
@@ -332,6 +334,7 @@ type Settings struct {
 	AuditCoalesce, EventMaxAge            time.Duration
 	AuditLogMaxAge                        time.Duration
 	MemoryTarget                          int64 // 0: off
+	Pools                                 []PoolSetting
 }
 
 // Validate checks every field and says what is allowed.
@@ -570,6 +573,8 @@ func (c Config) Settings() (Settings, error) {
 	if t := c.Router.Threshold; math.IsNaN(t) || t <= 0 || t > 1 {
 		errs = append(errs, fmt.Errorf("router.threshold %v must be a risk score above 0 and at most 1, such as 0.5", t))
 	}
+	pools, perrs := c.poolSettings()
+	s.Pools, errs = pools, append(errs, perrs...)
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
 	}

@@ -124,7 +124,13 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"network: {extra_cas: [ca.pem]}\n", `network.extra_cas[0] "ca.pem" must be an absolute path`},
 		{"network: {new_connections_per_second: -1}\n", "network.new_connections_per_second -1 must be from 1 to 1000000 (0: 200)"},
 		{"network: {node_new_connections_per_second: 2000000}\n", "network.node_new_connections_per_second 2000000 must be from 1"},
+		{"pools: [{name: Py, size: 1}]\n", `pools[0]: name "Py" must be`},
+		{"pools: [{name: py, size: 65}]\n", "pools[0]: size 65 must be from 0 to 64"},
+		{"pools: [{name: py, size: 1}, {name: py, size: 2}]\n", `pools[1]: name "py" is given twice`},
+		{"pools: [{name: py, size: 1, network: open}]\n", `pools[0]: network "open" must be`},
+		{"pools: [{name: py, size: 1, limits: {memory: lots}}]\n", `pools[0]: limits.memory "lots"`},
 		// Fine:
+		{"pools: [{name: py, image: python, size: 4, network: none, limits: {cpu: 1, memory: 512MiB}}]\n", ""},
 		{"network: {new_connections_per_second: 50, node_new_connections_per_second: 500}\n", ""},
 		{"state_dir: /srv/al\nsecrets_dir: /srv/al..s\nrunsc: \"off\"\nrunc: /usr/sbin/runc\n", ""},
 		{"default_limits: {cpu: 0.5, memory: 16MiB, pids: 8, open_files: 64, disk: 64MiB}\ntmpfs_size: 1MiB\n", ""},

@@ -152,6 +152,10 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	}
 	n.Manager.Start()
 	n.closers = append(n.closers, func() { n.Manager.Close() })
+	setPools(ctx, n.Manager, set.Pools, log)
+	if err := n.Manager.StartPools(ctx); err != nil {
+		return nil, fmt.Errorf("pools: %w", err)
+	}
 	var pctx context.Context
 	pctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.wg.Go(func() { pruneAuditLog(pctx, n.AuditLog, set.AuditLogMaxAge, cfg.Audit.LogMaxRecords, log) })
