@@ -246,9 +246,13 @@ func (m *Manager) StartPools(ctx context.Context) error {
 				t.Stop()
 				return
 			case <-kick:
+				// A wake-up never shortens the pause between two starts, and a claim's
+				// caller has the pause to itself (its first exec comes next).
 				t.Stop()
-				if more { // a wake-up never shortens the pause between two starts
-					time.Sleep(refillPause)
+				select {
+				case <-m.ctx.Done():
+					return
+				case <-time.After(refillPause):
 				}
 			case <-t.C:
 			}

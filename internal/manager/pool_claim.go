@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -129,6 +130,9 @@ func (m *Manager) takeIdentity(ctx context.Context, hn runtime.Hostnamer, sb *st
 	pol, err := parsePolicy(sb.Network)
 	if err != nil {
 		return err
+	}
+	if r, ok := m.net.(netattach.Reassigner); ok && r.Reassign(sb.ID, sb.Owner, sb.Role, sb.Generation, pol) {
+		return nil
 	}
 	if _, err := m.net.Attach(ctx, sb, pol); err != nil {
 		return err

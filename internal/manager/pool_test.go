@@ -7,14 +7,21 @@ import (
 	"sync"
 	"testing"
 
+	fakenet "github.com/airlockhq/airlock/internal/netattach/fake"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
 // fillPool sets a pool of the node's defaults and starts its members, one per tend.
 func fillPool(t *testing.T, m *Manager, name string, size int) []string {
 	t.Helper()
+	return fillPoolWith(t, m, PoolRequest{Name: name, Size: size})
+}
+
+func fillPoolWith(t *testing.T, m *Manager, req PoolRequest) []string {
+	t.Helper()
 	ctx := context.Background()
-	if _, err := m.SetPool(ctx, local, PoolRequest{Name: name, Size: size}); err != nil {
+	name, size := req.Name, req.Size
+	if _, err := m.SetPool(ctx, local, req); err != nil {
 		t.Fatal(err)
 	}
 	for range size {
@@ -53,15 +60,18 @@ func poolInfo(t *testing.T, m *Manager, name string) PoolInfo {
 
 func TestPoolClaimHandsOverIdentity(t *testing.T) {
 	m, fd, _ := newTestManager(t)
+	net := fakenet.New()
+	m.SetNetwork(net)
 	ctx := context.Background()
-	members := fillPool(t, m, "warm", 2)
+	members := fillPoolWith(t, m, PoolRequest{Name: "warm", Size: 2, Network: "allowlist"})
 	if len(members) != 2 {
 		t.Fatalf("members after two tends = %v, want 2", members)
 	}
 	if list, _ := m.List(ctx, store.SandboxFilter{Owner: "local"}); len(list) != 0 {
 		t.Fatalf("the owner's list shows %d sandboxes before any create; members must be hidden", len(list))
 	}
-	_, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a", Labels: map[string]string{"team": "x"}, Env: map[string]string{"GREETING": "hi"}, Role: "developer"})
+	_, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a", Labels: map[string]string{"team": "x"}, Env: map[string]string{"GREETING": "hi"}, Role: "developer",
+		Network: &store.Network{Mode: "allowlist", Allow: []string{"example.com"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +85,9 @@ func TestPoolClaimHandsOverIdentity(t *testing.T) {
 	if got.ID != sb.ID || got.Owner != "alice" || got.Labels["team"] != "x" || got.Role != "developer" || got.State != Running {
 		t.Errorf("claimed record = %+v; want alice's sandbox a, running, with its labels and role", got)
 	}
+	if att, _ := net.Sandbox(sb.ID); att.Owner != "alice" || att.Role != "developer" || len(att.Policy.Rules) != 1 {
+		t.Errorf("network attachment of the claimed sandbox = %+v; want alice's, role developer, with the create's allow rule", att)
+	}
 	if h := fd.Hostname(sb.ID); h != "a" {
 		t.Errorf("claimed container's host name = %q, want a", h)
 	}
@@ -86,12 +99,20 @@ func TestPoolClaimHandsOverIdentity(t *testing.T) {
 		t.Errorf("members after a claim = %v; want the one other", left)
 	}
 	// Limits other than the pool's are a cold create, and count no miss.
-	_, cold, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "b", Limits: store.Limits{CPU: 0.5}})
+	_, cold, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "b", Limits: store.Limits{CPU: 0.5}, Network: &store.Network{Mode: "allowlist"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if slices.Contains(members, cold.ID) {
 		t.Errorf("a create with other limits claimed member %s", cold.ID)
+	}
+	// So is another network mode.
+	_, other, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(members, other.ID) {
+		t.Errorf("a create in network mode baseline claimed member %s of an allowlist pool", other.ID)
 	}
 	if info := poolInfo(t, m, "warm"); info.Hits != 1 || info.Misses != 0 || info.Ready != 1 || info.Size != 2 {
 		t.Errorf("pool = %+v; want size 2, ready 1, 1 hit, 0 misses", info)

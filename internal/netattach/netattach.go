@@ -32,6 +32,14 @@ type Network interface {
 	List() ([]string, error)
 }
 
+// Reassigner is implemented by networks that can hand an attached sandbox to another
+// owner and role in place, with a new policy (a claimed pool member): its session
+// credential is minted for them from then on, and its traffic counts as theirs. It
+// reports false when id is not attached, and changes nothing then.
+type Reassigner interface {
+	Reassign(id, owner, role string, generation int64, pol egress.Policy) bool
+}
+
 // SessionTokenPath is where every sandbox finds its session credential for the API: a
 // placeholder, which the egress proxy swaps for a short-lived token in requests to
 // egress.APIHost.

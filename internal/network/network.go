@@ -41,7 +41,10 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-var _ netattach.Network = (*Node)(nil)
+var (
+	_ netattach.Network    = (*Node)(nil)
+	_ netattach.Reassigner = (*Node)(nil)
+)
 
 // Options configure a node's network.
 type Options struct {
@@ -528,6 +531,21 @@ func (n *Node) SetPolicy(id string, generation int64, pol egress.Policy) {
 		info.Generation, info.Policy = generation, pol
 		n.info[id] = info
 	}
+}
+
+// Reassign implements netattach.Reassigner: the maps the proxy reads for the session
+// credential, connection limits and audit records take the new owner and role.
+func (n *Node) Reassign(id, owner, role string, generation int64, pol egress.Policy) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	info, ok := n.info[id]
+	if !ok {
+		return false
+	}
+	info.Generation, info.Policy = generation, pol
+	n.info[id] = info
+	n.owners[id], n.roles[id] = owner, role
+	return true
 }
 
 // List implements netattach.Network.

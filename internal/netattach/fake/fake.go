@@ -21,8 +21,9 @@ const ProxyURL = "http://proxy.invalid:3128"
 
 // Sandbox is what the network holds for one attached sandbox.
 type Sandbox struct {
-	Generation int64
-	Policy     egress.Policy
+	Generation  int64
+	Policy      egress.Policy
+	Owner, Role string
 	// Attaches counts the attaches of the sandbox since it was last detached, the
 	// first and any after a restart of the manager; Policies counts SetPolicy calls.
 	Attaches, Policies int
@@ -35,7 +36,10 @@ type Network struct {
 	failNext  error
 }
 
-var _ netattach.Network = (*Network)(nil)
+var (
+	_ netattach.Network    = (*Network)(nil)
+	_ netattach.Reassigner = (*Network)(nil)
+)
 
 // New returns a network with nothing attached.
 func New() *Network { return &Network{sandboxes: map[string]Sandbox{}} }
@@ -64,7 +68,7 @@ func (n *Network) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Poli
 		return nil, err
 	}
 	s := n.sandboxes[sb.ID]
-	s.Generation, s.Policy = sb.Generation, pol
+	s.Generation, s.Policy, s.Owner, s.Role = sb.Generation, pol, sb.Owner, sb.Role
 	s.Attaches++
 	n.sandboxes[sb.ID] = s
 	att := &netattach.Attachment{}
@@ -73,6 +77,18 @@ func (n *Network) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Poli
 			"AIRLOCK_API=http://" + egress.APIHost, "AIRLOCK_SESSION_TOKEN_FILE=" + netattach.SessionTokenPath}
 	}
 	return att, nil
+}
+
+// Reassign implements netattach.Reassigner.
+func (n *Network) Reassign(id, owner, role string, generation int64, pol egress.Policy) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, ok := n.sandboxes[id]
+	if ok {
+		s.Owner, s.Role, s.Generation, s.Policy = owner, role, generation, pol
+		n.sandboxes[id] = s
+	}
+	return ok
 }
 
 // Detach implements netattach.Network.
