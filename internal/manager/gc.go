@@ -26,7 +26,7 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return append(out, m.orphanMembers(ctx, dryRun)...), nil
 }
 
 // collect handles the leftovers among ids, which drv has resources for.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -381,6 +382,32 @@ func (m *Manager) startMember(ctx context.Context, p *store.Pool) error {
 		return err
 	}
 	return nil
+}
+
+// orphanMembers finds (and unless dryRun, retires) the members of pools that are gone,
+// for gc; the refill loop retires them too.
+func (m *Manager) orphanMembers(ctx context.Context, dryRun bool) []Leftover {
+	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		m.log.Warn("gc: list sandboxes", "err", err)
+		return nil
+	}
+	m.pools.mu.Lock()
+	m.pools.init()
+	pools := maps.Clone(m.pools.byName)
+	m.pools.mu.Unlock()
+	var out []Leftover
+	for _, sb := range all {
+		if name, ok := poolOf(sb); ok && pools[name] == nil && sb.State != Terminated {
+			out = append(out, Leftover{SandboxID: sb.ID, Reason: "a member of pool " + name + ", which is gone"})
+			if !dryRun {
+				if err := m.retireMember(ctx, sb.ID, "pool_removed"); err != nil {
+					m.log.Warn("gc: retire a member", "sandbox", sb.ID, "err", err)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // retireMember terminates a member that is still one and removes its record: nobody

@@ -250,3 +250,64 @@ func TestPoolRemoveTerminatesMembers(t *testing.T) {
 		t.Errorf("removing a pool twice succeeded")
 	}
 }
+
+func TestGCRetiresOrphanedMembers(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 1)
+	if err := st.DeletePool(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	m.pools.mu.Lock()
+	delete(m.pools.byName, "warm") // as a restart would find it
+	m.pools.mu.Unlock()
+	left, err := m.GC(ctx, true)
+	if err != nil || len(left) != 1 || left[0].SandboxID != members[0] || !fd.Running(members[0]) {
+		t.Fatalf("gc --dry-run = %+v (%v); want the orphaned member listed and kept", left, err)
+	}
+	if _, err := m.GC(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if fd.Running(members[0]) {
+		t.Errorf("gc left the orphaned member %s running", members[0])
+	}
+	if _, err := st.GetSandbox(ctx, members[0]); err == nil {
+		t.Errorf("gc left the orphaned member's record")
+	}
+}
+
+// TestPoolClaimIsAtomic: claims racing for one member, each from the same read of it,
+// leave it to exactly one of them.
+func TestPoolClaimIsAtomic(t *testing.T) {
+	m, fd, st := newTestManager(t)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 1)
+	mem, err := st.GetSandbox(ctx, members[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	won := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			want := *mem
+			want.Name, want.Owner = fmt.Sprintf("c%d", i), fmt.Sprintf("owner%d", i)
+			ok, err := m.claimMember(ctx, fd, mem, &want)
+			if err != nil {
+				t.Error(err)
+			}
+			won[i] = ok
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for _, w := range won {
+		if w {
+			winners++
+		}
+	}
+	if winners != 1 {
+		t.Errorf("%d of %d racing claims of one member succeeded, want exactly 1", winners, n)
+	}
+}
