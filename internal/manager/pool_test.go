@@ -95,6 +95,9 @@ func TestPoolClaimHandsOverIdentity(t *testing.T) {
 	if err != nil || !slices.Contains(env, "GREETING=hi") || !slices.Contains(env, "X=1") {
 		t.Errorf("process env of the claimed sandbox = %v (%v); want GREETING=hi and X=1", env, err)
 	}
+	if env, _ := m.ProcessEnv(ctx, got, []string{"GREETING=bye"}); slices.Contains(env, "GREETING=hi") || !slices.Contains(env, "GREETING=bye") {
+		t.Errorf("process env with the caller's GREETING = %v; the caller's must win over the sandbox's", env)
+	}
 	if left := memberIDs(t, m, "warm"); len(left) != 1 || left[0] == sb.ID {
 		t.Errorf("members after a claim = %v; want the one other", left)
 	}

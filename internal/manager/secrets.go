@@ -159,15 +159,29 @@ func (m *Manager) stopSecrets(id string) {
 }
 
 // ProcessEnv is the environment of a new process in sb (an exec, a session, a
-// terminal): the variables its secret bindings deliver, then the caller's own, which
-// win over a binding's of the same name.
-//
-// The sandbox's own variables come first: its container started with them, but a
-// pooled sandbox's container started before its claimer gave them.
+// terminal): the sandbox's own variables (its container started with them, but a pooled
+// sandbox's container started before its claimer gave them), then the variables its
+// secret bindings deliver, then the caller's own; a later one wins over an earlier one of
+// the same name.
 func (m *Manager) ProcessEnv(ctx context.Context, sb *store.Sandbox, requested []string) ([]string, error) {
-	if len(sb.Env) > 0 {
-		requested = append(sortedEnv(sb.Env), requested...)
+	env, err := m.secretEnv(ctx, sb, requested)
+	if err != nil {
+		return nil, err
 	}
+	return append(dropNamed(sortedEnv(sb.Env), env), env...), nil
+}
+
+// dropNamed removes from env the variables that by names too.
+func dropNamed(env, by []string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(by, func(r string) bool { return strings.HasPrefix(r, k+"=") })
+	})
+}
+
+// secretEnv is what sb's secret bindings deliver, less the names requested names, then
+// requested.
+func (m *Manager) secretEnv(ctx context.Context, sb *store.Sandbox, requested []string) ([]string, error) {
 	if m.delivery == nil {
 		return requested, nil
 	}
@@ -178,9 +192,5 @@ func (m *Manager) ProcessEnv(ctx context.Context, sb *store.Sandbox, requested [
 	if len(env) == 0 {
 		return requested, nil
 	}
-	env = slices.DeleteFunc(env, func(kv string) bool {
-		k, _, _ := strings.Cut(kv, "=")
-		return slices.ContainsFunc(requested, func(r string) bool { return strings.HasPrefix(r, k+"=") })
-	})
-	return append(env, requested...), nil
+	return append(dropNamed(env, requested), requested...), nil
 }
