@@ -144,6 +144,9 @@ func printGroupUsage(w io.Writer, group string) {
 			fmt.Fprintf(w, "  %-31s %s\n", listName(v), v.short)
 		}
 	}
+	if about := groupAbout[group]; about != "" {
+		fmt.Fprintf(w, "\n%s\n", about)
+	}
 }
 
 // runHelp answers "airlock help [COMMAND]" (and no command at all, which is a usage error).

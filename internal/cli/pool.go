@@ -17,6 +17,9 @@ node's capacity, not an owner's quota, are hidden from owners' listings, and sur
 daemon restart. Pools are kept in the daemon's store; the configuration's pools: are set
 at each start. Admin only.`
 
+// groupAbout is what airlock help GROUP says after the group's subcommands.
+var groupAbout = map[string]string{"pool": poolHelp}
+
 var poolSetVerb = &verb{
 	name:  "pool set",
 	args:  "NAME --image IMG --size N [--runtime NAME] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE]",
@@ -38,7 +41,7 @@ var poolRmVerb = &verb{name: "pool rm", args: "NAME", short: "remove a warm pool
 func runPoolSet(c *cmd, args []string) error {
 	var memory, disk sizeFlag
 	img := c.fs.String("image", "", "image `IMG` of the members, already on the node (default host)")
-	size := c.fs.Int("size", -1, "how many members to keep ready: `N`, 0 to 64")
+	size := c.fs.Int("size", -1, "how many members to keep ready: `N`, 0 to 64 (required)")
 	rt := c.fs.String("runtime", "", "runtime `NAME` (default the node's)")
 	cpu := c.fs.Float64("cpu", 0, "CPU limit in cores: `N`")
 	c.fs.Var(&memory, "memory", "memory limit: `SIZE`")

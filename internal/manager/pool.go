@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -130,6 +131,10 @@ func (m *Manager) SetPool(ctx context.Context, call Call, req PoolRequest) (*Poo
 	if err := m.checkRuntime(req.Runtime); err != nil {
 		return nil, err
 	}
+	rt := cmp.Or(req.Runtime, m.defaultRuntime)
+	if hn, ok := m.drivers[rt].(runtime.Hostnamer); !ok || !hn.RenamesHost() {
+		return nil, errdefs.Invalid("runtime %q cannot rename a running sandbox, which a claim of a pool member needs; pool another runtime", rt)
+	}
 	limits, err := m.resolveLimits(req.Limits)
 	if err != nil {
 		return nil, err
@@ -146,7 +151,7 @@ func (m *Manager) SetPool(ctx context.Context, call Call, req PoolRequest) (*Poo
 		return nil, err
 	}
 	now := m.now()
-	p := &store.Pool{Name: req.Name, Image: req.Image, ImageDigest: img.Digest, Runtime: cmp.Or(req.Runtime, m.defaultRuntime),
+	p := &store.Pool{Name: req.Name, Image: req.Image, ImageDigest: img.Digest, Runtime: rt,
 		Limits: limits, NetworkMode: net.Mode, Size: req.Size, CreatedAt: now, UpdatedAt: now}
 	m.pools.mu.Lock()
 	m.pools.init()
@@ -308,7 +313,7 @@ func (m *Manager) tendPools(ctx context.Context) (short bool) {
 	start := time.Now()
 	if err := m.startMember(ctx, next); err != nil {
 		m.log.Warn("pools: start a member", "pool", next.Name, "err", err)
-		return true
+		return false // look again after refillIdle, not at once
 	}
 	took := time.Since(start)
 	m.pools.mu.Lock()

@@ -32,7 +32,7 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox)
 		return false, nil
 	}
 	hn, ok := m.driver(sb).(runtime.Hostnamer)
-	if !ok || sb.Workspace != nil {
+	if !ok || !hn.RenamesHost() || sb.Workspace != nil {
 		return false, nil
 	}
 	defer m.pools.wake()

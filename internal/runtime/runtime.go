@@ -140,6 +140,9 @@ type FileMounter interface {
 // (a pooled sandbox takes its claimer's name); without it, a pool of the runtime is
 // never claimed.
 type Hostnamer interface {
+	// RenamesHost says whether this driver's containers can take a new host name while
+	// they run (an engine with a kernel of its own cannot).
+	RenamesHost() bool
 	SetHostname(ctx context.Context, id, name string) error
 }
 

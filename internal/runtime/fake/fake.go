@@ -172,6 +172,9 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) error {
 	return nil
 }
 
+// RenamesHost implements runtime.Hostnamer.
+func (d *Driver) RenamesHost() bool { return true }
+
 // SetHostname implements runtime.Hostnamer: the fake keeps the name, which Hostname
 // reads.
 func (d *Driver) SetHostname(ctx context.Context, id, name string) error {

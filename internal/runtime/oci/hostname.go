@@ -13,6 +13,9 @@ import (
 
 var _ airlockrt.Hostnamer = (*Driver)(nil)
 
+// RenamesHost implements runtime.Hostnamer.
+func (d *Driver) RenamesHost() bool { return !d.opts.Engine.Sentry }
+
 // SetHostname implements runtime.Hostnamer: it sets the host name of the running
 // container's UTS namespace, entered through a pidfd of its init (checked to be in the
 // sandbox's cgroup). An engine with a kernel of its own has no namespace on the host to
