@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,5 +132,49 @@ func TestPoolClaim(t *testing.T) {
 	pools, err := n.Client.Pools(ctx)
 	if err != nil || len(pools) != 1 || pools[0].Hits < 3 || pools[0].Size != 2 {
 		t.Errorf("pool ls = %+v (%v); want warm of size 2 with at least 3 hits", pools, err)
+	}
+}
+
+// TestPoolSurvivesDaemonRestart: a pool set with the CLI is kept in the store, and its
+// members, running when the daemon is killed, are reattached by the next daemon (the
+// same containers, none rebuilt) and claimed by its creates.
+func TestPoolSurvivesDaemonRestart(t *testing.T) {
+	d := startDaemonB(t)
+	d.must("pool", "set", "warm", "--size", "2")
+	t.Cleanup(func() { d.airlock("pool", "rm", "warm") })
+	ready := func() api.Pool {
+		var pools []api.Pool
+		if err := json.Unmarshal([]byte(d.must("pool", "ls", "-o", "json")), &pools); err != nil || len(pools) != 1 {
+			t.Fatalf("pool ls: %v %+v", err, pools)
+		}
+		return pools[0]
+	}
+	if err := retry(2*time.Minute, func() error {
+		if p := ready(); p.Ready < 2 {
+			return fmt.Errorf("%d of 2 members ready", p.Ready)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := d.runcContainers()
+	if len(before) != 2 {
+		t.Fatalf("containers with a full pool of 2: %v", before)
+	}
+	d.stop(syscall.SIGKILL)
+	d.start()
+	if p := ready(); p.Ready != 2 || p.Size != 2 {
+		t.Errorf("pool after a restart = %+v; want size 2, both members ready", p)
+	}
+	if after := d.runcContainers(); !slices.Equal(slices.Sorted(slices.Values(after)), slices.Sorted(slices.Values(before))) {
+		t.Errorf("containers after a restart = %v; want the members reattached, %v", after, before)
+	}
+	d.must("create", "x", "--label", "k=v")
+	sb := d.get("x")
+	if !slices.Contains(before, "airlock-"+sb.ID) {
+		t.Errorf("create after the restart got %s, not one of the reattached members %v", sb.ID, before)
+	}
+	if p := ready(); p.Hits != 1 {
+		t.Errorf("pool after a claim = %+v; want 1 hit", p)
 	}
 }
