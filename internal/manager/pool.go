@@ -66,11 +66,12 @@ type PoolInfo struct {
 
 // poolSet is the manager's pools, as the store keeps them, and their counters.
 type poolSet struct {
-	mu     sync.Mutex
-	byName map[string]*store.Pool
-	stats  map[string]*poolStats
-	cold   int           // creates of callers under way (no pool served them)
-	kick   chan struct{} // wakes the refill loop
+	mu      sync.Mutex
+	byName  map[string]*store.Pool
+	stats   map[string]*poolStats
+	cold    int           // creates of callers under way (no pool served them)
+	scanned time.Time     // the refill loop's last look through every sandbox
+	kick    chan struct{} // wakes the refill loop
 }
 
 type poolStats struct {
@@ -192,19 +193,20 @@ func (m *Manager) DeletePool(ctx context.Context, name string) error {
 
 // Pools lists the node's pools with their counters.
 func (m *Manager) Pools(ctx context.Context) ([]PoolInfo, error) {
+	m.pools.mu.Lock()
+	m.pools.init()
+	names := slices.Collect(maps.Keys(m.pools.byName))
+	m.pools.mu.Unlock()
 	ready := map[string]int{}
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{Running}})
-	if err != nil {
-		return nil, err
-	}
-	for _, sb := range list {
-		if name, ok := poolOf(sb); ok {
-			ready[name]++
+	for _, name := range names {
+		list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(name), States: []store.State{Running}})
+		if err != nil {
+			return nil, err
 		}
+		ready[name] = len(list)
 	}
 	m.pools.mu.Lock()
 	defer m.pools.mu.Unlock()
-	m.pools.init()
 	out := make([]PoolInfo, 0, len(m.pools.byName))
 	for _, p := range m.pools.byName {
 		s := m.pools.stat(p.Name)
@@ -270,24 +272,25 @@ func (m *Manager) StartPools(ctx context.Context) error {
 // tendPools retires members that no longer fit and starts at most one, for the pool
 // furthest below its size; it says whether a pool is still short.
 func (m *Manager) tendPools(ctx context.Context) (short bool) {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
-	if err != nil {
-		m.log.Warn("pools: list sandboxes", "err", err)
-		return false
-	}
 	m.pools.mu.Lock()
 	pools := make(map[string]store.Pool, len(m.pools.byName))
 	for name, p := range m.pools.byName {
 		pools[name] = *p
 	}
 	busy := m.pools.cold > 0
+	full := m.now().Sub(m.pools.scanned) >= orphanScanEvery
+	if full {
+		m.pools.scanned = m.now()
+	}
 	m.pools.mu.Unlock()
+	all, err := m.members(ctx, slices.Collect(maps.Keys(pools)), full)
+	if err != nil {
+		m.log.Warn("pools: list members", "err", err)
+		return false
+	}
 	count := map[string]int{}
 	for _, sb := range all {
-		name, ok := poolOf(sb)
-		if !ok || sb.State == Terminated {
-			continue
-		}
+		name, _ := poolOf(sb)
 		p, exists := pools[name]
 		why := m.misfit(sb, p, exists, count[name])
 		if why == "" {
@@ -322,6 +325,29 @@ func (m *Manager) tendPools(ctx context.Context) (short bool) {
 	s.refillLast, s.refillSum = took, s.refillSum+took
 	m.pools.mu.Unlock()
 	return count[next.Name]+1 < next.Size
+}
+
+// orphanScanEvery is how often the refill loop looks through every live sandbox for
+// members of pools that are gone (removing a pool retires its members at once; this
+// finds those a restart or a crash left).
+const orphanScanEvery = time.Minute
+
+// members lists the live members of the pools named, or with full, of any pool.
+func (m *Manager) members(ctx context.Context, names []string, full bool) ([]*store.Sandbox, error) {
+	live := slices.DeleteFunc(slices.Clone(states), func(s State) bool { return s == Terminated })
+	if full {
+		all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: live})
+		return slices.DeleteFunc(all, func(sb *store.Sandbox) bool { _, ok := poolOf(sb); return !ok }), err
+	}
+	var out []*store.Sandbox
+	for _, name := range names {
+		list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(name), States: live})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, list...)
+	}
+	return out, nil
 }
 
 // misfit says why a member must go ("": it stays); have is how many of its pool's
@@ -392,9 +418,9 @@ func (m *Manager) startMember(ctx context.Context, p *store.Pool) error {
 // orphanMembers finds (and unless dryRun, retires) the members of pools that are gone,
 // for gc; the refill loop retires them too.
 func (m *Manager) orphanMembers(ctx context.Context, dryRun bool) []Leftover {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	all, err := m.members(ctx, nil, true)
 	if err != nil {
-		m.log.Warn("gc: list sandboxes", "err", err)
+		m.log.Warn("gc: list pool members", "err", err)
 		return nil
 	}
 	m.pools.mu.Lock()
@@ -403,7 +429,7 @@ func (m *Manager) orphanMembers(ctx context.Context, dryRun bool) []Leftover {
 	m.pools.mu.Unlock()
 	var out []Leftover
 	for _, sb := range all {
-		if name, ok := poolOf(sb); ok && pools[name] == nil && sb.State != Terminated {
+		if name, _ := poolOf(sb); pools[name] == nil {
 			out = append(out, Leftover{SandboxID: sb.ID, Reason: "a member of pool " + name + ", which is gone"})
 			if !dryRun {
 				if err := m.retireMember(ctx, sb.ID, "pool_removed"); err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	fakenet "github.com/airlockhq/airlock/internal/netattach/fake"
 	"github.com/airlockhq/airlock/internal/store"
@@ -218,7 +219,11 @@ func TestPoolMembersSurviveRestart(t *testing.T) {
 	if err := m2.StartPools(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m2.tendPools(ctx)
+	// The refill loop's first look goes through every sandbox.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := st.GetSandbox(ctx, gone[0]); err == nil && time.Now().Before(deadline); _, err = st.GetSandbox(ctx, gone[0]) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if _, err := st.GetSandbox(ctx, gone[0]); err == nil || fd.Running(gone[0]) {
 		t.Errorf("the member of a removed pool survived the restart")
 	}
