@@ -6,7 +6,6 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) error {
@@ -26,7 +25,7 @@ func (s *Server) putPool(w http.ResponseWriter, r *http.Request) error {
 	l := req.Limits
 	p, err := s.m.SetPool(r.Context(), manager.Call{Owner: owner(r), Admin: isAdmin(r)}, manager.PoolRequest{
 		Name: r.PathValue("name"), Image: req.Image, Runtime: req.Runtime, Network: req.Network, Size: req.Size,
-		Limits: store.Limits{CPU: l.CPU, Memory: l.Memory, PIDs: l.PIDs, OpenFiles: l.OpenFiles, Disk: l.Disk}})
+		Limits: manager.Limits{CPU: l.CPU, Memory: l.Memory, PIDs: l.PIDs, OpenFiles: l.OpenFiles, Disk: l.Disk}})
 	if err != nil {
 		return err
 	}
