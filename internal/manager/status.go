@@ -28,7 +28,7 @@ func (m *Manager) Health(ctx context.Context, owner string, keep func(*Sandbox) 
 	if err != nil {
 		c.Degrades = "the daemon cannot read or write its records: " + err.Error()
 	}
-	h := Health{Sandboxes: len(list), Checks: []runtime.Check{c}}
+	h := Health{Sandboxes: len(list), Checks: []runtime.Check{c, m.cleanupCheck(ctx)}}
 	m.eachDriver(func(drv runtime.Driver) {
 		if hc, ok := drv.(runtime.HealthChecker); ok {
 			h.Checks = append(h.Checks, hc.Health(ctx)...)
