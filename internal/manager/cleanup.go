@@ -88,32 +88,15 @@ func (m *Manager) startCleanup(id string, op *store.Operation) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		err := m.ctx.Err() // closed before its turn: the next start resumes it
-		if m.acquireCleanup() {
-			// A run that started finishes even if the manager closes meanwhile.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), opTimeout)
-			err = m.cleanup(ctx, id, op)
-			cancel()
-			<-m.cleanSem
-		}
+		// A cleanup asked for runs even if the manager closes meanwhile: Close waits
+		// for it (a daemon killed instead resumes it at its next start).
+		m.cleanSem <- struct{}{}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), opTimeout)
+		err := m.cleanup(ctx, id, op)
+		cancel()
+		<-m.cleanSem
 		m.endCleanup(id, op, err)
 	}()
-}
-
-// acquireCleanup waits for a cleanup worker's token; false when the manager closes
-// first.
-func (m *Manager) acquireCleanup() bool {
-	select {
-	case m.cleanSem <- struct{}{}:
-		return true
-	default:
-	}
-	select {
-	case m.cleanSem <- struct{}{}:
-		return true
-	case <-m.ctx.Done():
-		return false
-	}
 }
 
 // claimCleanup marks the cleanup of sandbox id as running, unless it is already.
@@ -187,8 +170,7 @@ func (m *Manager) closeCleanup(op *store.Operation, err error) error {
 // operation (still running) and retried by the sweep after a backoff. The run counts
 // as running until all of that is recorded.
 func (m *Manager) endCleanup(id string, op *store.Operation, err error) {
-	failed := err != nil && m.ctx.Err() == nil
-	if failed {
+	if err != nil {
 		m.log.Warn("clean up a terminated sandbox; it will be retried", "sandbox", id, "op", op.ID, "err", err)
 		op.ErrorCode = "unavailable"
 		op.ErrorMessage = "removing the terminated sandbox's resources failed; it is retried, and the daemon's log says what failed"
@@ -203,7 +185,7 @@ func (m *Manager) endCleanup(id string, op *store.Operation, err error) {
 	defer m.mu.Unlock()
 	if err == nil {
 		delete(m.retries, id)
-	} else if failed {
+	} else {
 		r := m.retries[id]
 		r.wait = min(max(r.wait*2, sweepEvery), 10*time.Minute)
 		r.next = m.now().Add(r.wait)

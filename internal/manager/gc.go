@@ -37,12 +37,17 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
 	return out, nil
 }
 
-// collectCleanups reports the pending cleanups and, unless dryRun, runs each that is
-// not running already; pending holds their sandboxes' ids.
+// collectCleanups reports the pending cleanups and, unless dryRun, waits for the
+// running ones and runs the others now; pending holds their sandboxes' ids.
 func (m *Manager) collectCleanups(ctx context.Context, dryRun bool) (out []Leftover, pending map[string]bool, err error) {
 	list, err := m.Cleanups(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !dryRun {
+		if err := m.WaitCleanups(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	pending = map[string]bool{}
 	for _, cl := range list {
@@ -52,20 +57,31 @@ func (m *Manager) collectCleanups(ctx context.Context, dryRun bool) (out []Lefto
 			reason += fmt.Sprintf(" (%d failed attempts, the last: %s)", cl.Attempts, cl.LastError)
 		}
 		if !dryRun {
-			op, gerr := m.store.GetOperation(ctx, cl.Operation)
-			if gerr == nil {
-				var running bool
-				if running, gerr = m.cleanupNow(ctx, cl.SandboxID, op); running {
-					reason += "; it is running now"
-				}
-			}
-			if gerr != nil {
-				reason += "; it failed again: " + gerr.Error()
-			}
+			reason += m.finishCleanup(ctx, cl)
 		}
 		out = append(out, Leftover{SandboxID: cl.SandboxID, Reason: reason})
 	}
 	return out, pending, nil
+}
+
+// finishCleanup runs a pending cleanup now, unless it finished or runs meanwhile, and
+// says how that went.
+func (m *Manager) finishCleanup(ctx context.Context, cl Cleanup) string {
+	op, err := m.store.GetOperation(ctx, cl.Operation)
+	if err == nil && op.State != store.OpRunning {
+		return "; it has finished"
+	}
+	running := false
+	if err == nil {
+		running, err = m.cleanupNow(ctx, cl.SandboxID, op)
+	}
+	switch {
+	case err != nil:
+		return "; it failed again: " + err.Error()
+	case running:
+		return "; it is running"
+	}
+	return "; it has finished"
 }
 
 // collect handles the leftovers among ids, which drv has resources for.

@@ -218,8 +218,9 @@ func (m *Manager) Start() {
 	}()
 }
 
-// Close stops the background loops and stores the audit records still queued.
-// Sandboxes keep running.
+// Close stops the background loops, waits for the cleanups of terminated sandboxes
+// that were asked for, and stores the audit records still queued. Sandboxes keep
+// running.
 func (m *Manager) Close() error {
 	m.cancel()
 	m.wg.Wait()
