@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockhq/airlock/client"
+)
+
+// runTerminate is -terminate: in rounds, so that drift in the machine's load touches
+// every contender alike, it times
+//
+//   - terminate's answer for a running sandbox (create and first exec untimed), against
+//     `runc kill KILL` + wait + `runc delete` of a running bare container;
+//   - `airlock run -- true` (the CLI process: create, exec, terminate) against
+//     `runc run` of `true` in the minimal root filesystem and in the sandbox's own
+//     (skeleton + /usr), which is what run runs in.
+//
+// The CLI is the daemon's own binary (/proc/PID/exe). Terminate's cleanup runs in the
+// daemon's background and is not part of either answer; the table says how many were
+// still pending at the end and how long the daemon took to finish them.
+func (b *bench) runTerminate(ctx context.Context, stdout io.Writer) error {
+	var err error
+	if b.c, err = client.New(client.Options{Socket: b.o.socket}); err != nil {
+		return err
+	}
+	st, err := b.c.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("no daemon at %s (start one: bash bench/run.sh does): %w", b.o.socket, err)
+	}
+	stateDir := b.o.stateDir
+	if stateDir == "" {
+		stateDir = st.StateDir
+	}
+	pid := b.o.daemonPID
+	if pid == 0 {
+		if pid, err = daemonPID(b.o.socket); err != nil {
+			return fmt.Errorf("find the daemon's pid: %w", err)
+		}
+	}
+	bin, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return fmt.Errorf("find the daemon's binary: %w", err)
+	}
+	b.o.skipPodman = true // not a contender here
+	warmID, p, err := b.prepare(ctx, stateDir)
+	if err != nil {
+		return err
+	}
+	if _, err := terminate(ctx, b.c, warmID); err != nil {
+		return err
+	}
+
+	ack := &series{Name: "airlock terminate: answer (API)", Unit: "ms"}
+	runcStop := &series{Name: "runc kill KILL + wait + delete", Unit: "ms"}
+	run := &series{Name: "airlock run -- true (CLI process)", Unit: "ms"}
+	runcMin := &series{Name: "runc run true (minimal rootfs)", Unit: "ms"}
+	runcUsr := &series{Name: "runc run true (skeleton + /usr)", Unit: "ms"}
+	b.rounds(ctx, []contender{
+		{ack, func(ctx context.Context, round int) (time.Duration, error) {
+			id, _, err := createExec(ctx, b.c, b.request(fmt.Sprintf("bench-%s-term-%d", b.runID, round+b.o.warmup), ""), []string{"true"}, "")
+			b.track(id)
+			if err != nil {
+				return 0, err
+			}
+			return terminate(ctx, b.c, id)
+		}},
+		{runcStop, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.killWaitDelete(ctx) }},
+		{run, func(ctx context.Context, _ int) (time.Duration, error) { return cliRun(ctx, bin, b.o.socket) }},
+		{runcMin, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcMin.run(ctx) }},
+		{runcUsr, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcUsr.run(ctx) }},
+	}, b.o.n)
+
+	pending, drain := b.drainCleanups(ctx)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "series\tn\tp50\tp90\tmin\tmax\terrors")
+	for _, s := range []*series{ack, runcStop, run, runcMin, runcUsr} {
+		m := s.summary()
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d %s\n", m.Name, m.N, fmtNum(m.P50), fmtNum(m.P90), fmtNum(m.Min), fmtNum(m.Max), m.Errors, m.Error)
+	}
+	tw.Flush()
+	for _, r := range []ratio{
+		p50Ratio("terminate answer / runc kill+delete", ack.summary(), runcStop.summary()),
+		p50Ratio("airlock run / runc run (minimal)", run.summary(), runcMin.summary()),
+		p50Ratio("airlock run / runc run (skeleton + /usr)", run.summary(), runcUsr.summary()),
+	} {
+		fmt.Fprintf(stdout, "%s: %s\n", r.Name, fmtNum(r.Value))
+	}
+	fmt.Fprintf(stdout, "cleanups pending after the last round: %d, all finished %s later\n", pending, drain.Round(time.Millisecond))
+	return nil
+}
+
+// cliRun times one `airlock run -- true` process against the daemon at socket.
+func cliRun(ctx context.Context, bin, socket string) (time.Duration, error) {
+	return timeCommand(ctx, "airlock run", bin, "--socket", socket, "run", "--", "true")
+}
+
+// drainCleanups reads how many terminated sandboxes' cleanups the daemon has pending
+// (its status's "cleanups" line) and waits, up to a minute, until none is.
+func (b *bench) drainCleanups(ctx context.Context) (first int, took time.Duration) {
+	start := time.Now()
+	first = -1
+	for time.Since(start) < time.Minute {
+		st, err := b.c.Status(ctx)
+		if err != nil {
+			break
+		}
+		n := 0
+		for _, c := range st.Checks {
+			if c.Name == "cleanups" {
+				fmt.Sscanf(c.Detail, "%d pending", &n)
+			}
+		}
+		if first < 0 {
+			first = n
+		}
+		if n == 0 {
+			return first, time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return first, time.Since(start)
+}
