@@ -163,7 +163,8 @@ func TestTerminateAcksBeforeCleanup(t *testing.T) {
 }
 
 // TestCleanupFailureIsVisibleAndResumedAfterRestart: a cleanup that fails stays on
-// record (the operation says so, health is not OK, gc shows why), keeps the uid range
+// record (the operation says so, health is not OK, gc shows why), keeps its image in
+// use and the uid range
 // taken across a restart, and the next start finishes it; a terminate the daemon died
 // in the middle of (recorded, not yet killed) is finished by the next start too.
 func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
@@ -171,10 +172,6 @@ func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
 	m, st := newManagerWith(t, DefaultConfig(), drv)
 	ctx := context.Background()
 	_, failing, err := m.Create(ctx, local, CreateRequest{Name: "failing"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, half, err := m.Create(ctx, local, CreateRequest{Name: "half"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +190,13 @@ func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
 	}
 	if h := m.Health(ctx, "", nil); !slices.ContainsFunc(h.Checks, func(c runtime.Check) bool { return c.Name == "cleanups" && !c.OK }) {
 		t.Errorf("node health is OK about a failed cleanup: %+v", h.Checks)
+	}
+	if users := m.ImageUsers(ctx, "someone")(failing.ImageDigest); !slices.Contains(users, local.Owner) {
+		t.Errorf("the image of a sandbox whose cleanup is pending has users %v; want its owner (its root may still be mounted on it)", users)
+	}
+	_, half, err := m.Create(ctx, local, CreateRequest{Name: "half"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The daemon dies in the middle of terminating "half": the cleanup is recorded,
 	// nothing else is done.
