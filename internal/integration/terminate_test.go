@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/runtime/gvisor"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -47,26 +49,56 @@ func stillRunning(fds map[int]int) []int {
 	return out
 }
 
-// leftOf lists what the host still has of sandbox id: a runc container, a mount, a
-// cgroup or a directory named by it, under stateDir (its sandboxes in sbDir, its runc
-// root in runcRoot) and the cgroup parent.
-func leftOf(id, stateDir, sbDir, runcRoot, cgroupParent string) []string {
-	var out []string
-	if err := exec.Command("runc", "--root", runcRoot, "state", "airlock-"+id).Run(); err == nil {
-		out = append(out, "runc container airlock-"+id)
+// procsOf lists the processes in sandbox id's cgroup under parent, in any hierarchy.
+func procsOf(parent, id string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, dir := range testenv.CgroupDirs(parent) {
+		b, _ := os.ReadFile(filepath.Join(dir, id, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
 	}
-	for _, m := range testenv.MountsUnder(stateDir) {
+	return out
+}
+
+// host says where a node keeps a runtime's sandboxes: its state directory, the
+// directory of the sandboxes, the engine and its root, the cgroup parent.
+type host struct {
+	state, sandboxes, engine, engineRoot, cgroupParent string
+}
+
+// nodeHost is host for a testenv node's default runtime.
+func nodeHost(n *testenv.Node) host {
+	if n.Runsc != nil {
+		path, _ := gvisor.Find()
+		return host{n.Dir, filepath.Join(n.Dir, "sb-runsc"), path, filepath.Join(n.Dir, "runsc"), n.CgroupParent + "-runsc"}
+	}
+	return host{n.Dir, filepath.Join(n.Dir, "sb"), "runc", filepath.Join(n.Dir, "runc"), n.CgroupParent}
+}
+
+// leftOf lists what h still has of sandbox id: a container of the engine, a mount, a
+// cgroup or a directory named by it.
+func (h host) leftOf(id string) []string {
+	var out []string
+	if err := exec.Command(h.engine, "--root", h.engineRoot, "state", "airlock-"+id).Run(); err == nil {
+		out = append(out, "container airlock-"+id)
+	}
+	for _, m := range testenv.MountsUnder(h.state) {
 		if strings.Contains(m, id) {
 			out = append(out, "mount "+m)
 		}
 	}
-	for _, d := range testenv.CgroupDirs(cgroupParent) {
+	for _, d := range testenv.CgroupDirs(h.cgroupParent) {
 		if _, err := os.Stat(filepath.Join(d, id)); err == nil {
 			out = append(out, "cgroup "+filepath.Join(d, id))
 		}
 	}
-	if _, err := os.Stat(filepath.Join(sbDir, id)); err == nil {
-		out = append(out, "directory "+filepath.Join(sbDir, id))
+	if _, err := os.Stat(filepath.Join(h.sandboxes, id)); err == nil {
+		out = append(out, "directory "+filepath.Join(h.sandboxes, id))
 	}
 	return out
 }
@@ -78,10 +110,11 @@ func leftOf(id, stateDir, sbDir, runcRoot, cgroupParent string) []string {
 func TestTerminateAnswersThenCleansUp(t *testing.T) {
 	n := testenv.NewNode(t, testenv.Options{Network: true})
 	old := n.Create(t, api.CreateSandboxRequest{Name: "again"})
+	h := nodeHost(n)
 	mustRun(t, n, "again", "setsid sleep 1000 </dev/null >/dev/null 2>&1 &")
-	pids := cgroupPIDs(t, n, old.ID)
-	if len(pids) < 2 {
-		t.Fatalf("the sandbox's cgroup holds %v; want its agent and the sleep", pids)
+	pids := procsOf(h.cgroupParent, old.ID)
+	if len(pids) == 0 {
+		t.Fatalf("the sandbox's cgroup holds no process")
 	}
 	fds := pidfds(t, pids)
 
@@ -103,7 +136,7 @@ func TestTerminateAnswersThenCleansUp(t *testing.T) {
 	if err := n.Manager.WaitCleanups(n.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := leftOf(old.ID, n.Dir, filepath.Join(n.Dir, "sb"), filepath.Join(n.Dir, "runc"), n.CgroupParent); len(left) > 0 {
+	if left := h.leftOf(old.ID); len(left) > 0 {
 		t.Errorf("after its cleanup the terminated sandbox left %v", left)
 	}
 	if ids, _ := n.Network.List(); strings.Contains(fmt.Sprint(ids), old.ID) {
@@ -164,20 +197,13 @@ func TestTerminateCleanupSurvivesAKilledDaemon(t *testing.T) {
 	}
 	unmount := func() { unix.Unmount(hold, unix.MNT_DETACH) }
 	defer unmount()
-	cgroupProcs := func() []string {
-		var out []string
-		for _, dir := range testenv.CgroupDirs(d.cgroup) {
-			b, _ := os.ReadFile(filepath.Join(dir, id, "cgroup.procs"))
-			out = append(out, strings.Fields(string(b))...)
-		}
-		return out
-	}
-	if len(cgroupProcs()) == 0 {
+	h := host{state, filepath.Join(state, "sandboxes"), "runc", filepath.Join(state, "runc"), d.cgroup}
+	if len(procsOf(h.cgroupParent, id)) == 0 {
 		t.Fatalf("the sandbox's cgroup holds no process before terminate")
 	}
 
 	d.must("rm", "held")
-	if procs := cgroupProcs(); len(procs) > 0 {
+	if procs := procsOf(h.cgroupParent, id); len(procs) > 0 {
 		t.Errorf("processes %v are still in the sandbox's cgroup when rm returned", procs)
 	}
 	err := retry(30*time.Second, func() error {
@@ -197,7 +223,7 @@ func TestTerminateCleanupSurvivesAKilledDaemon(t *testing.T) {
 	unmount()
 	d.start()
 	d.waitCleanups()
-	if left := leftOf(id, state, filepath.Join(state, "sandboxes"), filepath.Join(state, "runc"), d.cgroup); len(left) > 0 {
+	if left := h.leftOf(id); len(left) > 0 {
 		t.Errorf("after the restart finished its cleanup, the terminated sandbox left %v", left)
 	}
 	if out := d.must("exec", "held", "--", "echo", "ok"); out != "ok\n" {
