@@ -21,9 +21,11 @@ import (
 //     `runc run` of `true` in the minimal root filesystem and in the sandbox's own
 //     (skeleton + /usr), which is what run runs in.
 //
-// The CLI is the daemon's own binary (/proc/PID/exe). Terminate's cleanup runs in the
-// daemon's background and is not part of either answer; the table says how many were
-// still pending at the end and how long the daemon took to finish them.
+// The CLI is the daemon's own binary (/proc/PID/exe). With -before-socket, the second
+// daemon's terminate and `airlock run` (with its own binary) take turns with the first's.
+// Terminate's cleanup runs in the daemon's background and is not part of either answer;
+// the table says how many were still pending at the end and how long the daemon took to
+// finish them.
 func (b *bench) runTerminate(ctx context.Context, stdout io.Writer) error {
 	var err error
 	if b.c, err = client.New(client.Options{Socket: b.o.socket}); err != nil {
@@ -47,6 +49,11 @@ func (b *bench) runTerminate(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("find the daemon's binary: %w", err)
 	}
+	if b.o.beforeSocket != "" {
+		if b.before, err = connectBefore(ctx, b.o); err != nil {
+			return err
+		}
+	}
 	b.o.skipPodman = true // not a contender here
 	warmID, p, err := b.prepare(ctx, stateDir)
 	if err != nil {
@@ -61,38 +68,67 @@ func (b *bench) runTerminate(ctx context.Context, stdout io.Writer) error {
 	run := &series{Name: "airlock run -- true (CLI process)", Unit: "ms"}
 	runcMin := &series{Name: "runc run true (minimal rootfs)", Unit: "ms"}
 	runcUsr := &series{Name: "runc run true (skeleton + /usr)", Unit: "ms"}
-	b.rounds(ctx, []contender{
-		{ack, func(ctx context.Context, round int) (time.Duration, error) {
-			id, _, err := createExec(ctx, b.c, b.request(fmt.Sprintf("bench-%s-term-%d", b.runID, round+b.o.warmup), ""), []string{"true"}, "")
-			b.track(id)
-			if err != nil {
-				return 0, err
-			}
-			return terminate(ctx, b.c, id)
-		}},
+	contenders := []contender{
+		{ack, b.terminateAnswer(b.c)},
 		{runcStop, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcSleep.killWaitDelete(ctx) }},
 		{run, func(ctx context.Context, _ int) (time.Duration, error) { return cliRun(ctx, bin, b.o.socket) }},
 		{runcMin, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcMin.run(ctx) }},
 		{runcUsr, func(ctx context.Context, _ int) (time.Duration, error) { return p.runcUsr.run(ctx) }},
-	}, b.o.n)
+	}
+	shown := []*series{ack, runcStop, run, runcMin, runcUsr}
+	var beforeAck, beforeRun *series
+	if b.before != nil {
+		beforeBin, err := os.Readlink("/proc/" + strconv.Itoa(b.before.pid) + "/exe")
+		if err != nil {
+			return fmt.Errorf("find the second daemon's binary: %w", err)
+		}
+		beforeAck = &series{Name: "before: airlock terminate: answer (API)", Unit: "ms"}
+		beforeRun = &series{Name: "before: airlock run -- true (CLI process)", Unit: "ms"}
+		contenders = append(contenders,
+			contender{beforeAck, b.terminateAnswer(b.before.c)},
+			contender{beforeRun, func(ctx context.Context, _ int) (time.Duration, error) {
+				return cliRun(ctx, beforeBin, b.o.beforeSocket)
+			}})
+		shown = append(shown, beforeAck, beforeRun)
+	}
+	b.rounds(ctx, contenders, b.o.n)
 
 	pending, drain := b.drainCleanups(ctx)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "series\tn\tp50\tp90\tmin\tmax\terrors")
-	for _, s := range []*series{ack, runcStop, run, runcMin, runcUsr} {
+	for _, s := range shown {
 		m := s.summary()
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d %s\n", m.Name, m.N, fmtNum(m.P50), fmtNum(m.P90), fmtNum(m.Min), fmtNum(m.Max), m.Errors, m.Error)
 	}
 	tw.Flush()
-	for _, r := range []ratio{
+	ratios := []ratio{
 		p50Ratio("terminate answer / runc kill+delete", ack.summary(), runcStop.summary()),
 		p50Ratio("airlock run / runc run (minimal)", run.summary(), runcMin.summary()),
 		p50Ratio("airlock run / runc run (skeleton + /usr)", run.summary(), runcUsr.summary()),
-	} {
+	}
+	if b.before != nil {
+		ratios = append(ratios,
+			p50Ratio("before: terminate answer / runc kill+delete", beforeAck.summary(), runcStop.summary()),
+			p50Ratio("before: airlock run / runc run (minimal)", beforeRun.summary(), runcMin.summary()))
+	}
+	for _, r := range ratios {
 		fmt.Fprintf(stdout, "%s: %s\n", r.Name, fmtNum(r.Value))
 	}
 	fmt.Fprintf(stdout, "cleanups pending after the last round: %d, all finished %s later\n", pending, drain.Round(time.Millisecond))
 	return nil
+}
+
+// terminateAnswer times, each round, the answer to a terminate of a sandbox of c's
+// daemon that was just created and ran `true` (untimed).
+func (b *bench) terminateAnswer(c *client.Client) func(context.Context, int) (time.Duration, error) {
+	return func(ctx context.Context, round int) (time.Duration, error) {
+		id, _, err := createExec(ctx, c, b.request(fmt.Sprintf("bench-%s-term-%d", b.runID, round+b.o.warmup), ""), []string{"true"}, "")
+		b.track(id)
+		if err != nil {
+			return 0, err
+		}
+		return terminate(ctx, c, id)
+	}
 }
 
 // cliRun times one `airlock run -- true` process against the daemon at socket.
