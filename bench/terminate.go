@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -21,7 +22,7 @@ import (
 //     `runc run` of `true` in the minimal root filesystem and in the sandbox's own
 //     (skeleton + /usr), which is what run runs in.
 //
-// The CLI is the daemon's own binary (/proc/PID/exe). With -before-socket, the second
+// The CLI is the one beside the daemon's binary (cliBinary). With -before-socket, the second
 // daemon's terminate and `airlock run` (with its own binary) take turns with the first's.
 // Terminate's cleanup runs in the daemon's background and is not part of either answer;
 // the table says how many were still pending at the end and how long the daemon took to
@@ -45,9 +46,9 @@ func (b *bench) runTerminate(ctx context.Context, stdout io.Writer) error {
 			return fmt.Errorf("find the daemon's pid: %w", err)
 		}
 	}
-	bin, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	bin, err := cliBinary(pid)
 	if err != nil {
-		return fmt.Errorf("find the daemon's binary: %w", err)
+		return err
 	}
 	if b.o.beforeSocket != "" {
 		if b.before, err = connectBefore(ctx, b.o); err != nil {
@@ -78,9 +79,9 @@ func (b *bench) runTerminate(ctx context.Context, stdout io.Writer) error {
 	shown := []*series{ack, runcStop, run, runcMin, runcUsr}
 	var beforeAck, beforeRun *series
 	if b.before != nil {
-		beforeBin, err := os.Readlink("/proc/" + strconv.Itoa(b.before.pid) + "/exe")
+		beforeBin, err := cliBinary(b.before.pid)
 		if err != nil {
-			return fmt.Errorf("find the second daemon's binary: %w", err)
+			return err
 		}
 		beforeAck = &series{Name: "before: airlock terminate: answer (API)", Unit: "ms"}
 		beforeRun = &series{Name: "before: airlock run -- true (CLI process)", Unit: "ms"}
@@ -129,6 +130,20 @@ func (b *bench) terminateAnswer(c *client.Client) func(context.Context, int) (ti
 		}
 		return terminate(ctx, c, id)
 	}
+}
+
+// cliBinary is the CLI of the daemon of pid: the airlock beside its binary (airlockd),
+// or that binary itself where it is airlock (a tree from before the two were split).
+func cliBinary(pid int) (string, error) {
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return "", fmt.Errorf("find the daemon's binary: %w", err)
+	}
+	cli := filepath.Join(filepath.Dir(exe), "airlock")
+	if _, err := os.Stat(cli); err != nil {
+		return exe, nil
+	}
+	return cli, nil
 }
 
 // cliRun times one `airlock run -- true` process against the daemon at socket.
