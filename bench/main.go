@@ -64,6 +64,7 @@ type options struct {
 	daemonPID          int
 	flood              int
 	skipPodman, strict bool
+	terminate          bool
 	// before is a second daemon (the code before a change) timed beside the first,
 	// interleaved: its socket, state directory and cgroup parent.
 	beforeSocket, beforeState, beforeCgroup string
@@ -86,6 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.daemonPID, "daemon-pid", 0, "the daemon's pid (default: the peer of the socket)")
 	fs.BoolVar(&o.skipPodman, "skip-podman", false, "do not measure podman")
 	fs.IntVar(&o.flood, "flood", 0, "instead of the table: flood the daemon from one sandbox for this many seconds and measure a second one (DNS, proxy connections and output at once)")
+	fs.BoolVar(&o.terminate, "terminate", false, "instead of the table: time terminate's answer against runc kill + delete, and `airlock run -- true` against `runc run`, -n rounds (bench/terminate.go)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.beforeSocket, "before-socket", "", "unix socket of a second daemon (the code before a change) to time beside the first: its creates take turns with the first's, and its burst runs after the first's")
 	fs.StringVar(&o.beforeState, "before-state-dir", "", "the second daemon's state directory (default: what it reports)")
@@ -118,6 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer b.close()
 	if o.flood > 0 {
 		return b.runFlood(ctx, stdout)
+	}
+	if o.terminate {
+		return b.runTerminate(ctx, stdout)
 	}
 	rep, err := b.measure(ctx)
 	if err != nil {
@@ -220,6 +225,33 @@ func (b *bench) close() {
 // benchCgroup is the cgroup parent of the bare runc containers.
 const benchCgroup = "airlock-bench-runc"
 
+// prepare makes the bench's work directory, a warm sandbox (returned) whose bundle is
+// the template of the bare runc bundles, and those bundles.
+func (b *bench) prepare(ctx context.Context, stateDir string) (warmID string, p *peers, err error) {
+	skeleton, err := hostSkeleton(ctx, b.c, stateDir)
+	if err != nil {
+		return "", nil, err
+	}
+	if b.work, err = os.MkdirTemp("", "airlock-bench-"); err != nil {
+		return "", nil, err
+	}
+	if err := os.Chmod(b.work, 0o711); err != nil { // the containers' root walks through it
+		return "", nil, err
+	}
+	b.logf("creating the warm sandbox")
+	warmID, _, err = createExec(ctx, b.c, b.request("bench-"+b.runID+"-warm", ""), []string{"true"}, "")
+	b.track(warmID)
+	if err != nil {
+		return warmID, nil, err
+	}
+	tmpl, err := readBundleConfig(filepath.Join(stateDir, "sandboxes", warmID, "bundle", "config.json"))
+	if err != nil {
+		return warmID, nil, err
+	}
+	p, err = b.preparePeers(ctx, skeleton, stateDir, tmpl)
+	return warmID, p, err
+}
+
 // measure runs every measurement and assembles the report.
 func (b *bench) measure(ctx context.Context) (*report, error) {
 	o := b.o
@@ -262,30 +294,9 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 		idleStart.fail(err)
 	}
 
-	skeleton, err := hostSkeleton(ctx, b.c, stateDir)
-	if err != nil {
-		return nil, err
-	}
-	if b.work, err = os.MkdirTemp("", "airlock-bench-"); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(b.work, 0o711); err != nil { // the containers' root walks through it
-		return nil, err
-	}
-
 	// A warm sandbox: the template of the runc bundles, the target of the exec test and
 	// the agent whose memory is read.
-	b.logf("creating the warm sandbox")
-	warmID, _, err := createExec(ctx, b.c, b.request("bench-"+b.runID+"-warm", ""), []string{"true"}, "")
-	b.track(warmID)
-	if err != nil {
-		return nil, err
-	}
-	tmpl, err := readBundleConfig(filepath.Join(stateDir, "sandboxes", warmID, "bundle", "config.json"))
-	if err != nil {
-		return nil, err
-	}
-	peers, err := b.preparePeers(ctx, skeleton, stateDir, tmpl)
+	warmID, peers, err := b.prepare(ctx, stateDir)
 	if err != nil {
 		return nil, err
 	}

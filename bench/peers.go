@@ -264,14 +264,20 @@ func runcDelete(runc, root, id string) {
 // runcExec times one `runc exec` of `true` into the container named container in the
 // runc root root.
 func runcExec(ctx context.Context, runc, root, container string) (time.Duration, error) {
+	return timeCommand(ctx, "runc exec", runc, "--root", root, "exec", container, "true")
+}
+
+// timeCommand times one run of a command to its exit; what names it in the error of a
+// run that fails, with the command's output.
+func timeCommand(ctx context.Context, what, name string, args ...string) (time.Duration, error) {
 	var out bytes.Buffer
-	cmd := command(ctx, runc, "--root", root, "exec", container, "true")
+	cmd := command(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err := cmd.Run()
 	d := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("runc exec: %w: %s", err, strings.TrimSpace(out.String()))
+		return 0, fmt.Errorf("%s: %w: %s", what, err, strings.TrimSpace(out.String()))
 	}
 	return d, nil
 }

@@ -12,6 +12,8 @@
 # and state); its creates take turns with the first's, so a change is measured against
 # the code before it in one run:
 #   AIRLOCK_BENCH_BEFORE=main bash bench/run.sh -skip-podman
+# or, for terminate's answer and `airlock run -- true` against runc (bench/terminate.go):
+#   AIRLOCK_BENCH_BEFORE=main bash bench/run.sh -terminate -skip-podman -n 30
 #
 # The socket's directory must be root's and writable by root alone (the daemon refuses
 # one under /tmp), hence /run/airlock-bench.

@@ -11,8 +11,9 @@ var gcVerb = &verb{
 	args:  "[--dry-run] [--state-dir DIR]",
 	short: "remove leftover host resources that no live sandbox owns",
 	long: `Asks the daemon to remove the host resources (containers, mounts, cgroups,
-network namespaces, veths) that carry Airlock's names but no live sandbox's record.
-Needs the unix socket.
+network namespaces, veths) that carry Airlock's names but no live sandbox's record, and
+to finish now the pending cleanups of terminated sandboxes (each listed with its failed
+attempts, if any). Needs the unix socket.
 
 With --state-dir DIR, it needs no daemon: it cleans up after the daemon of the state
 directory DIR, which must be gone (it refuses while one holds DIR's lock). It stops

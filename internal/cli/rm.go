@@ -10,8 +10,10 @@ var rmVerb = &verb{
 	name:  "rm",
 	args:  "NAME... [-v] [--if-match VERSION] [--idempotency-key K]",
 	short: "terminate sandboxes",
-	long: `Terminating deletes the container, its writable layer and what it owns; the name
-stays as a tombstone (shown by "airlock ls -a"). Prints one line a sandbox, or with -v
+	long: `Terminating kills every process of the sandbox and makes it a tombstone (shown by
+"airlock ls -a"); rm returns then, and the name can be used again at once. Its
+container, writable layer and what it owns are removed right after, in the daemon's
+background ("airlock status" counts the pending ones). Prints one line a sandbox, or with -v
 each operation. A name that cannot be terminated is reported and the others still are;
 the exit status is then 1. --if-match (one NAME only) refuses (version_conflict) if the
 sandbox changed since you read VERSION (see "airlock get").`,

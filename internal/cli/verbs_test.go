@@ -498,7 +498,7 @@ func TestHostileTextIsEscaped(t *testing.T) {
 func TestStatus(t *testing.T) {
 	n := newNode(t)
 	out := n.must(t, "status")
-	wantContains(t, "status", out, "airlock 1.2.3", "OK", "fake runtime", "store")
+	wantContains(t, "status", out, "airlock 1.2.3", "OK", "fake runtime", "store", "cleanups", "0 pending")
 
 	n.Manager.AddProbe(func(context.Context) (runtime.Check, bool) {
 		return runtime.Check{Name: "cgroup memory", OK: false, Detail: "controller not mounted", Degrades: "memory limits are not enforced"}, true

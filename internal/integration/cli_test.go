@@ -293,6 +293,7 @@ func TestCLI(t *testing.T) {
 	if _, errOut, code := d.airlock("exec", "e2e", "--", "true"); code != 1 || !strings.Contains(errOut, "failed_precondition") {
 		t.Errorf("exec in a terminated sandbox: exit %d stderr %q; want 1 and failed_precondition", code, errOut)
 	}
+	d.waitCleanups() // rm and run answer before the containers go
 	if c := d.runcContainers(); len(c) != 0 {
 		t.Errorf("containers left after rm and run: %v", c)
 	}
@@ -419,6 +420,7 @@ func TestLifetimeWhileDaemonStopped(t *testing.T) {
 	if sb.State != api.StateTerminated || !strings.Contains(sb.Failure, "maximum lifetime") {
 		t.Errorf("after restart: state %s failure %q; want terminated for its maximum lifetime", sb.State, sb.Failure)
 	}
+	d.waitCleanups()
 	if c := d.runcContainers(); len(c) != 0 {
 		t.Errorf("containers left: %v", c)
 	}

@@ -61,6 +61,9 @@ for d in /tmp /run /dev/shm; do echo wiped > $d/matrix; done`)
 		if _, err := n.Client.Terminate(background, sb.Name); err != nil {
 			t.Fatal(err)
 		}
+		if err := n.Manager.WaitCleanups(background); err != nil { // the rest goes after the answer
+			t.Fatal(err)
+		}
 		if left := testenv.SandboxMountsUnder(n.Dir); len(left) > 0 {
 			t.Errorf("mounts left after terminate: %v", left)
 		}

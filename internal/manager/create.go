@@ -202,7 +202,7 @@ func (m *Manager) insertSandbox(ctx context.Context, sb *store.Sandbox, release 
 	}
 	sb.UIDBase = base
 	if err := m.store.CreateSandbox(ctx, sb); err != nil {
-		m.freeSlot(base)
+		m.freeSlot(base, sb.ID)
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			return errdefs.Exists("a sandbox named %q already exists", sb.Name)
 		}
@@ -267,11 +267,12 @@ func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 	if err := m.store.DeleteSandbox(ctx, sb.ID); err != nil {
 		m.log.Error("roll back create record", "sandbox", sb.ID, "err", err)
 	}
-	m.freeSlot(sb.UIDBase)
+	m.freeSlot(sb.UIDBase, sb.ID)
 }
 
-// Terminate ends a sandbox and deletes its container, upper layer and owned resources;
-// the record stays as a tombstone.
+// Terminate ends a sandbox: it returns once every process of it is killed and its
+// record is a tombstone (its name free again); its container, upper layer and owned
+// resources are removed afterwards, in the background (cleanup.go).
 func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.Operation, *store.Sandbox, error) {
 	sb, err := m.Resolve(ctx, call.Owner, ref)
 	if err != nil {
@@ -299,30 +300,22 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	return op, sb, m.finishOp(op, sb.ID, err)
 }
 
-// terminate does the work of ending sb; the caller holds its lock.
+// terminate ends sb and returns once it is a tombstone whose processes are all
+// killed; the rest of its resources go in the background (cleanup.go). The caller
+// holds its lock.
 func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string) error {
 	if sb.State == Terminated {
 		return nil
 	}
-	if sb.State != Terminating {
-		if err := m.setState(ctx, sb, Terminating, cause); err != nil {
-			return err
-		}
+	op, err := m.recordCleanup(ctx, sb)
+	if err != nil {
+		return err
 	}
-	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
-		return unavailable(err, "sandbox %q could not be removed yet; it will be retried", sb.Name)
+	if err := m.tombstone(ctx, sb, cause); err != nil {
+		return err
 	}
-	m.detach(ctx, sb.ID)
-	if m.secrets != nil {
-		if err := m.secrets.Forget(ctx, sb.Owner, sb.ID); err != nil {
-			m.log.Warn("remove a terminated sandbox's secret bindings", "sandbox", sb.ID, "err", err)
-		}
-	}
-	m.freeSlot(sb.UIDBase)
-	m.mu.Lock()
-	delete(m.activity, sb.ID)
-	m.mu.Unlock()
-	return m.setState(ctx, sb, Terminated, cause)
+	m.startCleanup(sb.ID, op)
+	return nil
 }
 
 // reserveLive holds one of owner's live-sandbox slots for the sandbox id until its

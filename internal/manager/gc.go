@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -16,10 +18,16 @@ type Leftover struct {
 }
 
 // GC finds (and unless dryRun, removes) sandbox resources on the host that no live
-// record owns: what a crash or a failed delete left behind.
+// record owns: what a crash or a failed delete left behind, and the resources of
+// terminated sandboxes whose cleanup is pending (which it runs now, unless it is
+// running already).
 func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
-	var out []Leftover
-	err := m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
+	out, pending, err := m.collectCleanups(ctx, dryRun)
+	if err != nil {
+		return nil, err
+	}
+	err = m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
+		ids = slices.DeleteFunc(ids, func(id string) bool { return pending[id] })
 		sort.Strings(ids)
 		out = append(out, m.collect(ctx, drv, ids, dryRun)...)
 	})
@@ -27,6 +35,53 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
 		return nil, err
 	}
 	return append(out, m.orphanMembers(ctx, dryRun)...), nil
+}
+
+// collectCleanups reports the pending cleanups and, unless dryRun, waits for the
+// running ones and runs the others now; pending holds their sandboxes' ids.
+func (m *Manager) collectCleanups(ctx context.Context, dryRun bool) (out []Leftover, pending map[string]bool, err error) {
+	list, err := m.Cleanups(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !dryRun {
+		if err := m.WaitCleanups(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	pending = map[string]bool{}
+	for _, cl := range list {
+		pending[cl.SandboxID] = true
+		reason := "the sandbox is terminated and its cleanup is pending"
+		if cl.Attempts > 0 {
+			reason += fmt.Sprintf(" (%d failed attempts, the last: %s)", cl.Attempts, cl.LastError)
+		}
+		if !dryRun {
+			reason += m.finishCleanup(ctx, cl)
+		}
+		out = append(out, Leftover{SandboxID: cl.SandboxID, Reason: reason})
+	}
+	return out, pending, nil
+}
+
+// finishCleanup runs a pending cleanup now, unless it finished or runs meanwhile, and
+// says how that went.
+func (m *Manager) finishCleanup(ctx context.Context, cl Cleanup) string {
+	op, err := m.store.GetOperation(ctx, cl.Operation)
+	if err == nil && op.State != store.OpRunning {
+		return "; it has finished"
+	}
+	running := false
+	if err == nil {
+		running, err = m.cleanupNow(ctx, cl.SandboxID, op)
+	}
+	switch {
+	case err != nil:
+		return "; it failed again: " + err.Error()
+	case running:
+		return "; it is running"
+	}
+	return "; it has finished"
 }
 
 // collect handles the leftovers among ids, which drv has resources for.
@@ -87,6 +142,8 @@ func (m *Manager) retryDeletes(ctx context.Context) {
 }
 
 type retry struct {
-	wait time.Duration
-	next time.Time
+	wait     time.Duration
+	next     time.Time
+	attempts int    // failed so far (cleanups)
+	err      string // the last failure (cleanups)
 }

@@ -152,6 +152,7 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 // work in progress (a running exec, an open PTY, a session's reply).
 func (m *Manager) sweep(ctx context.Context) {
 	m.retryDeletes(ctx)
+	m.retryCleanups(ctx)
 	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{Running, Suspended}})
 	if err != nil {
 		m.log.Warn("sweep", "err", err)

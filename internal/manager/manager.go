@@ -152,7 +152,11 @@ type Manager struct {
 	activity map[string]time.Time       // sandbox id -> last inbound traffic not yet stored
 	working  map[string]int             // sandbox id -> agent calls in progress
 	pending  map[string]map[string]bool // owner -> sandbox ids of creates between the cap check and their record
-	retries  map[string]retry           // sandbox id -> backoff of a failed delete
+	retries  map[string]retry           // sandbox id -> backoff of a failed delete or cleanup
+	cleaning map[string]bool            // sandbox id -> its cleanup runs (cleanup.go)
+
+	cleanDone chan struct{} // closed and replaced (under mu) whenever a cleanup run ends
+	cleanSem  chan struct{} // one token per running cleanup
 
 	pools poolSet // warm pools (pool.go)
 
@@ -185,6 +189,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, retries: map[string]retry{},
+		cleaning: map[string]bool{}, cleanDone: make(chan struct{}), cleanSem: make(chan struct{}, cleanupWorkers),
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})
@@ -215,8 +220,9 @@ func (m *Manager) Start() {
 	}()
 }
 
-// Close stops the background loops and stores the audit records still queued.
-// Sandboxes keep running.
+// Close stops the background loops, waits for the cleanups of terminated sandboxes
+// that were asked for, and stores the audit records still queued. Sandboxes keep
+// running.
 func (m *Manager) Close() error {
 	m.cancel()
 	m.wg.Wait()
@@ -440,9 +446,12 @@ func (m *Manager) allocSlot(id string) (uint32, error) {
 	return 0, errdefs.Quota("no free uid range left on this node (%d sandboxes)", m.cfg.UIDSlots)
 }
 
-func (m *Manager) freeSlot(base uint32) {
+// freeSlot gives back the uid range at base, if sandbox id holds it.
+func (m *Manager) freeSlot(base uint32, id string) {
 	m.mu.Lock()
-	delete(m.slots, base)
+	if m.slots[base] == id {
+		delete(m.slots, base)
+	}
 	m.mu.Unlock()
 }
 

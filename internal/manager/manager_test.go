@@ -186,6 +186,7 @@ func TestRecover(t *testing.T) {
 	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
+	m2.WaitCleanups(ctx)
 	if got, _ := st.GetSandbox(ctx, keep.ID); got.State != Running {
 		t.Errorf("live sandbox state = %s; want running (reattached)", got.State)
 	}
@@ -218,7 +219,7 @@ func TestTransitions(t *testing.T) {
 		ok       bool
 	}{
 		{Creating, Running, true}, {Running, Terminating, true}, {Terminating, Terminated, true},
-		{Running, Suspending, true}, {Suspended, Resuming, true},
+		{Running, Suspending, true}, {Suspended, Resuming, true}, {Suspended, Terminated, true}, {Running, Terminated, true},
 		{Terminated, Running, false}, {Suspended, Running, false}, {Creating, Suspended, false},
 	}
 	for _, c := range cases {

@@ -106,15 +106,18 @@ func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.S
 	return wait, nil
 }
 
-func (m *Manager) detach(ctx context.Context, id string) {
+// detach ends a sandbox's secret delivery, workspace mount and network.
+func (m *Manager) detach(ctx context.Context, id string) error {
 	m.stopSecrets(id)
 	m.unmountWorkspace(id)
 	if m.net == nil {
-		return
+		return nil
 	}
 	if err := m.net.Detach(ctx, id); err != nil {
 		m.log.Warn("remove sandbox network", "sandbox", id, "err", err)
+		return err
 	}
+	return nil
 }
 
 // SetNetworkPolicy changes a sandbox's egress policy; new connections follow it at

@@ -57,6 +57,7 @@ func TestNetworkAttachAndPolicyChange(t *testing.T) {
 	}
 
 	m.Terminate(ctx, local, "n")
+	m.WaitCleanups(ctx)
 	if ids, _ := net.List(); len(ids) != 0 {
 		t.Errorf("terminate left the network of %v", ids)
 	}

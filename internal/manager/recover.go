@@ -9,23 +9,34 @@ import (
 
 // Recover makes the store and the host agree after a (re)start: running sandboxes whose
 // containers live are kept as they are, ones that ended are recorded and cleaned, creates
-// and terminates that were in flight are finished or rolled back, operations left
-// running are closed, and any host resource with Airlock's name but no live record is
-// removed.
+// and terminates that were in flight are finished or rolled back, the cleanups of
+// terminated sandboxes that were pending start again (in the background), operations
+// left running are closed, and any host resource with Airlock's name but no live
+// record is removed.
 func (m *Manager) Recover(ctx context.Context) error {
 	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		return err
 	}
+	cleanups, err := m.pendingCleanups(ctx)
+	if err != nil {
+		return err
+	}
+	cleaning := map[string]bool{}
+	for _, op := range cleanups {
+		cleaning[op.SandboxID] = true
+	}
 	live := map[string]bool{}
 	for _, sb := range all {
-		if sb.State == Terminated {
-			continue
+		if sb.State != Terminated || cleaning[sb.ID] {
+			// A uid range is free only once its sandbox's cleanup has run.
+			m.mu.Lock()
+			m.slots[sb.UIDBase] = sb.ID
+			m.mu.Unlock()
 		}
-		live[sb.ID] = true
-		m.mu.Lock()
-		m.slots[sb.UIDBase] = sb.ID
-		m.mu.Unlock()
+		if sb.State != Terminated {
+			live[sb.ID] = true
+		}
 	}
 	for _, sb := range all {
 		if !live[sb.ID] {
@@ -38,6 +49,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, op := range ops {
+		if op.Kind == cleanupKind {
+			continue
+		}
 		m.releaseInterrupted(ctx, op)
 		op.State = store.OpFailed
 		op.ErrorCode = "unavailable"
@@ -47,18 +61,25 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("close interrupted operation", "op", op.ID, "err", err)
 		}
 	}
+	m.retryCleanups(ctx) // their sandboxes' resources are theirs, not leftovers
 	for _, id := range m.networkLeftovers(ctx) {
+		if cleaning[id] {
+			continue
+		}
 		m.log.Info("remove leftover sandbox network", "sandbox", id)
 		m.detach(ctx, id)
 	}
 	for _, id := range m.workspaceLeftovers(ctx) {
+		if cleaning[id] {
+			continue
+		}
 		m.log.Info("remove leftover workspace mount", "sandbox", id)
 		m.unmountWorkspace(id)
 	}
 	return m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
 		for _, id := range ids {
 			sb, err := m.store.GetSandbox(ctx, id)
-			if err == nil && sb.State != Terminated {
+			if err == nil && (sb.State != Terminated || cleaning[id]) {
 				continue
 			}
 			m.log.Info("remove leftover sandbox resources", "sandbox", id)

@@ -30,9 +30,9 @@ var states = []State{Creating, Running, Suspending, Suspended, Resuming, Termina
 var transitions = map[State][]State{
 	Creating:    {Running, Failed, Terminating, Terminated},
 	Running:     {Suspending, Terminating, Failed, Terminated},
-	Suspending:  {Suspended, Running, Failed, Terminating},
-	Suspended:   {Resuming, Terminating},
-	Resuming:    {Running, Suspended, Failed, Terminating},
+	Suspending:  {Suspended, Running, Failed, Terminating, Terminated},
+	Suspended:   {Resuming, Terminating, Terminated},
+	Resuming:    {Running, Suspended, Failed, Terminating, Terminated},
 	Terminating: {Terminated, Failed},
 	Failed:      {Terminating, Terminated},
 	Terminated:  {},

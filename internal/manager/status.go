@@ -28,7 +28,7 @@ func (m *Manager) Health(ctx context.Context, owner string, keep func(*Sandbox) 
 	if err != nil {
 		c.Degrades = "the daemon cannot read or write its records: " + err.Error()
 	}
-	h := Health{Sandboxes: len(list), Checks: []runtime.Check{c}}
+	h := Health{Sandboxes: len(list), Checks: []runtime.Check{c, m.cleanupCheck(ctx)}}
 	m.eachDriver(func(drv runtime.Driver) {
 		if hc, ok := drv.(runtime.HealthChecker); ok {
 			h.Checks = append(h.Checks, hc.Health(ctx)...)
@@ -45,21 +45,29 @@ func (m *Manager) Health(ctx context.Context, owner string, keep func(*Sandbox) 
 	return h
 }
 
-// ImageUsers reports the owners of the sandboxes not terminated on each image, from one
-// read of the sandboxes made on first use. When that read fails every image counts as
-// used, by caller too: when in doubt, keep it.
+// ImageUsers reports the owners of the sandboxes not terminated on each image, and of
+// the terminated ones whose cleanup is pending (their root filesystems may still be
+// mounted on its layers), from one read of the sandboxes made on first use, after the
+// cleanups running then have ended. When a read fails every image counts as used, by
+// caller too: when in doubt, keep it.
 func (m *Manager) ImageUsers(ctx context.Context, caller string) image.Users {
 	var byDigest map[string][]string
 	var failed bool
 	return func(digest string) []string {
 		if byDigest == nil && !failed {
+			m.WaitCleanups(ctx)
 			list, err := m.List(ctx, store.SandboxFilter{})
-			if err != nil {
+			pending, perr := m.pendingCleanups(ctx)
+			if err != nil || perr != nil {
 				failed = true
 			} else {
+				cleaning := map[string]bool{}
+				for _, op := range pending {
+					cleaning[op.SandboxID] = true
+				}
 				byDigest = map[string][]string{}
 				for _, sb := range list {
-					if sb.State != Terminated && !slices.Contains(byDigest[sb.ImageDigest], sb.Owner) {
+					if (sb.State != Terminated || cleaning[sb.ID]) && !slices.Contains(byDigest[sb.ImageDigest], sb.Owner) {
 						byDigest[sb.ImageDigest] = append(byDigest[sb.ImageDigest], sb.Owner)
 					}
 				}

@@ -168,6 +168,7 @@ func TestWorkspaceMountedAndUnmounted(t *testing.T) {
 	if _, _, err := m.Terminate(ctx, local, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	m.WaitCleanups(ctx)
 	if _, err := os.Lstat(filepath.Dir(target)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the mount point's directory outlived the sandbox: %v", err)
 	}

@@ -117,6 +117,16 @@ type Driver interface {
 	List(ctx context.Context) ([]string, error)
 }
 
+// Killer is implemented by drivers that can end a container's processes ahead of
+// Delete, so that a terminate is acknowledged once nothing of the sandbox runs and the
+// slow part (mounts, storage, cgroups) is removed afterwards. Kill sends SIGKILL to every
+// process of the container and returns once none of them runs (a frozen container is
+// thawed so that it can die); it removes nothing, and Delete still works after it. A
+// container that is not there is not an error.
+type Killer interface {
+	Kill(ctx context.Context, id string) error
+}
+
 // Freezer is implemented by drivers that can pause a container in place.
 type Freezer interface {
 	Freeze(ctx context.Context, id string) error

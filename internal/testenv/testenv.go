@@ -461,7 +461,8 @@ func serve(t testing.TB, node *daemon.Node, socket string, tcp bool) (*http.Serv
 	return hs, addr, c
 }
 
-// terminateAll terminates every sandbox the store holds that is not terminated yet.
+// terminateAll terminates every sandbox the store holds that is not terminated yet, and
+// waits until their resources are removed.
 func terminateAll(ctx context.Context, t testing.TB, st store.Store, m *manager.Manager) {
 	list, _ := st.ListSandboxes(ctx, store.SandboxFilter{})
 	for _, sb := range list {
@@ -470,6 +471,9 @@ func terminateAll(ctx context.Context, t testing.TB, st store.Store, m *manager.
 				t.Errorf("terminate %s: %v", sb.Name, err)
 			}
 		}
+	}
+	if err := m.WaitCleanups(ctx); err != nil {
+		t.Errorf("wait for the cleanups of terminated sandboxes: %v", err)
 	}
 }
 

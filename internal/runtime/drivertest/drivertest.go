@@ -1,6 +1,7 @@
 // Package drivertest is the conformance suite every runtime.Driver runs: start, agent
 // reachability, stats, stop keeping the upper layer, restart, delete, failed starts that
-// leave nothing, the network hook, listing and (when supported) freezing (Run), and for
+// leave nothing, the network hook, listing and (when supported) killing ahead of Delete
+// and freezing (Run), and for
 // every driver that isolates sandboxes, the hostile suite (RunHostile). It must not
 // depend on any one driver's internals.
 package drivertest
@@ -253,6 +254,54 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("Delete of an unknown id: %v", err)
 		}
 	})
+
+	if k, ok := d.(runtime.Killer); ok {
+		for _, frozen := range []bool{false, true} {
+			fz, canFreeze := d.(runtime.Freezer)
+			if frozen && !canFreeze {
+				continue
+			}
+			t.Run(fmt.Sprintf("KillEndsTheProcessesAndDeleteTheRest/frozen=%v", frozen), func(t *testing.T) {
+				id := newID(t)
+				run(t, id)
+				exec(t, id, "sleep 1000 </dev/null >/dev/null 2>&1 &")
+				if frozen { // a frozen container dies too
+					if err := fz.Freeze(ctx, id); err != nil {
+						t.Fatalf("Freeze: %v", err)
+					}
+				}
+				if err := k.Kill(ctx, id); err != nil {
+					t.Fatalf("Kill: %v", err)
+				}
+				if frozen {
+					fz.Thaw(ctx, id) // whatever Kill left frozen would run again now
+				}
+				// An engine's record may go on saying running or paused while the dead
+				// are not reaped yet (runsc's does), and the pids controller counts them
+				// until then: what counts is that the agent, PID 1, does not answer.
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				if err := (&agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}).Ping(pctx); err == nil {
+					t.Fatalf("the agent answers after Kill")
+				}
+				if err := k.Kill(ctx, id); err != nil {
+					t.Fatalf("Kill again: %v", err)
+				}
+				if err := d.Delete(ctx, id); err != nil {
+					t.Fatalf("Delete after Kill: %v", err)
+				}
+				if ids, _ := d.List(ctx); slices.Contains(ids, id) {
+					t.Fatalf("List after Kill and Delete still has %s", id)
+				}
+				if left := h.Leftovers(id); len(left) > 0 {
+					t.Fatalf("left after Kill and Delete: %v", left)
+				}
+				if err := k.Kill(ctx, newID(t)); err != nil {
+					t.Fatalf("Kill of an unknown id: %v", err)
+				}
+			})
+		}
+	}
 
 	if fz, ok := d.(runtime.Freezer); ok {
 		t.Run("FreezeThaw", func(t *testing.T) {

@@ -44,6 +44,7 @@ var (
 	_ runtime.HealthChecker = (*Driver)(nil)
 	_ runtime.PortDialer    = (*Driver)(nil)
 	_ runtime.Hostnamer     = (*Driver)(nil)
+	_ runtime.Killer        = (*Driver)(nil)
 )
 
 // Driver runs fake sandboxes under one directory.
@@ -204,9 +205,17 @@ func (d *Driver) stopFiles(id string) { os.RemoveAll(filepath.Join(d.upper(id), 
 // Stop implements runtime.Driver.
 func (d *Driver) Stop(ctx context.Context, id string) error {
 	d.mu.Lock()
+	delete(d.leftover, id)
+	d.mu.Unlock()
+	return d.Kill(ctx, id)
+}
+
+// Kill implements runtime.Killer: the sandbox's agent and its processes end; its
+// directory stays for Delete.
+func (d *Driver) Kill(ctx context.Context, id string) error {
+	d.mu.Lock()
 	b := d.boxes[id]
 	delete(d.boxes, id)
-	delete(d.leftover, id)
 	d.mu.Unlock()
 	if b != nil {
 		b.stop()
