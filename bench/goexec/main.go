@@ -2,7 +2,8 @@
 // and bench/e2b_exec.sh: it runs `true` (as {"shell": "true"}, what the Python SDK's
 // exec("true") sends; with -login as /bin/bash -l -c true, what E2B's SDKs send) in one
 // running sandbox -warmup times untimed and -n times timed, and prints each timed round
-// trip in microseconds, one per line.
+// trip in microseconds, one per line. -direct runs /bin/true without a shell; -get times
+// GET of the sandbox instead, the API's floor.
 package main
 
 import (
@@ -29,6 +30,8 @@ func run() error {
 	n := flag.Int("n", 200, "timed round trips")
 	warmup := flag.Int("warmup", 20, "untimed round trips first")
 	login := flag.Bool("login", false, "run /bin/bash -l -c true instead of sh -c true")
+	direct := flag.Bool("direct", false, "run /bin/true itself, without a shell")
+	get := flag.Bool("get", false, "time GET of the sandbox instead (the API floor)")
 	flag.Parse()
 	c, err := client.New(client.Options{Socket: *socket})
 	if err != nil {
@@ -39,14 +42,23 @@ func run() error {
 	if *login {
 		req = api.ExecRequest{Argv: []string{"/bin/bash", "-l", "-c", "true"}}
 	}
+	if *direct {
+		req = api.ExecRequest{Argv: []string{"/bin/true"}}
+	}
 	for i := -*warmup; i < *n; i++ {
 		start := time.Now()
-		res, err := c.Exec(ctx, *sandbox, req)
+		var err error
+		var res *api.ExecResult
+		if *get {
+			_, err = c.Get(ctx, *sandbox)
+		} else {
+			res, err = c.Exec(ctx, *sandbox, req)
+		}
 		d := time.Since(start)
 		if err != nil {
 			return err
 		}
-		if res.State != api.ExecSucceeded {
+		if res != nil && res.State != api.ExecSucceeded {
 			return fmt.Errorf("exec true: state %s exit %d", res.State, res.ExitCode)
 		}
 		if i >= 0 {

@@ -62,9 +62,9 @@ type server struct {
 	table      procTable      // processes that outlive their calls (proc.go)
 	wg         sync.WaitGroup // connection handlers, session watchers and table processes
 
-	calls    atomic.Int64 // connections accepted, each one call
 	lastDone atomic.Int64 // when the last call ended, in unix nanoseconds
 	parked   atomic.Int64 // open calls that only wait for a session to end: not work
+	trim     *time.Timer  // armed by every call's end or wait: idleTrim later, trimIfIdle
 }
 
 // Main is the entry point of the hidden `airlock agent` subcommand. It serves until
@@ -225,6 +225,9 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 		conns:    make(map[net.Conn]struct{}),
 		sessions: make(map[string]*session),
 	}
+	s.trim = time.AfterFunc(time.Hour, s.trimIfIdle) // armed by the end of the first call
+	s.trim.Stop()
+	defer s.trim.Stop()
 	acceptErr := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
@@ -244,17 +247,8 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 			s.conns[c] = struct{}{}
 			s.wg.Add(1)
 			s.mu.Unlock()
-			s.calls.Add(1)
 			go s.serveConn(c)
 		}
-	}()
-
-	trimCtx, stopTrim := context.WithCancel(ctx)
-	defer stopTrim()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.trimWhenIdle(trimCtx)
 	}()
 
 	var serveErr error
@@ -264,7 +258,6 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 		serveErr = fmt.Errorf("agent: accept: %w", serveErr)
 	}
 	s.log.Info("shutting down", "reason", context.Cause(ctx))
-	stopTrim()
 	ln.Close()
 	s.shutdown()
 	return serveErr
@@ -344,36 +337,33 @@ func (s *server) shutdown() {
 // freeOSMemory is debug.FreeOSMemory; tests count the calls.
 var freeOSMemory = debug.FreeOSMemory
 
+// trimChecks counts the runs of trimIfIdle; tests check that an idle agent makes none.
+var trimChecks atomic.Int32
+
 // idleTrim is how long the agent waits after its last call before it gives the memory
 // the calls grew its heap by back to the system.
 const idleTrim = time.Second
 
-// trimWhenIdle returns freed heap to the system once no call has been open for
-// idleTrim since calls were last made: a burst of execs grows the heap, and a sandbox
-// sitting idle should not keep it. It never runs while calls are coming in.
-func (s *server) trimWhenIdle(ctx context.Context) {
-	tick := time.NewTicker(idleTrim / 2)
-	defer tick.Stop()
-	trimmedAt := s.calls.Load()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		calls := s.calls.Load()
-		if calls == trimmedAt || time.Since(time.Unix(0, s.lastDone.Load())) < idleTrim {
-			continue
-		}
-		s.mu.Lock()
-		open := len(s.conns) - int(s.parked.Load())
-		s.mu.Unlock()
-		if open <= 0 {
-			freeOSMemory()
-			dropTextPages()
-			trimmedAt = calls
-		}
+// trimIfIdle returns freed heap to the system once no call has been open for idleTrim:
+// a burst of execs grows the heap, and a sandbox sitting idle should not keep it. The
+// end of every call arms it, so an agent nobody calls wakes for nothing (a ticker in
+// each of thousands of idle sandboxes would keep the host's CPUs busy); a call still
+// open re-arms it when it ends or starts to wait (a call that only waits for a
+// session's end is no work).
+func (s *server) trimIfIdle() {
+	trimChecks.Add(1)
+	s.mu.Lock()
+	open, closing := len(s.conns)-int(s.parked.Load()), s.closing
+	s.mu.Unlock()
+	if open > 0 || closing {
+		return
 	}
+	if quiet := time.Since(time.Unix(0, s.lastDone.Load())); quiet < idleTrim {
+		s.trim.Reset(idleTrim - quiet) // a call ended since the timer was armed
+		return
+	}
+	freeOSMemory()
+	dropTextPages()
 }
 
 func (s *server) serveConn(c net.Conn) {
@@ -382,8 +372,12 @@ func (s *server) serveConn(c net.Conn) {
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
+		closing := s.closing
 		s.mu.Unlock()
 		s.lastDone.Store(time.Now().UnixNano())
+		if !closing {
+			s.trim.Reset(idleTrim)
+		}
 	}()
 	fw := &frameWriter{w: c}
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))

@@ -150,7 +150,7 @@ func TestAgentProcess(t *testing.T) {
 }
 
 // TestIdleTrim: the agent gives memory back once after a burst of calls, when it has
-// been idle for idleTrim, and not again until there were new calls.
+// been idle for idleTrim, and neither trims nor wakes again until there were new calls.
 func TestIdleTrim(t *testing.T) {
 	var trims atomic.Int32
 	freeOSMemory = func() { trims.Add(1) }
@@ -175,6 +175,13 @@ func TestIdleTrim(t *testing.T) {
 	time.Sleep(2 * idleTrim)
 	if n := trims.Load(); n != 1 {
 		t.Fatalf("trimmed %d times after the burst and a quiet spell, want 1", n)
+	}
+	// Idle, the agent does not even wake to check: thousands of idle sandboxes would
+	// otherwise keep the host's CPUs busy.
+	checks := trimChecks.Load()
+	time.Sleep(3 * idleTrim)
+	if n := trimChecks.Load() - checks; n != 0 {
+		t.Errorf("an idle agent checked whether to trim %d times in %v, want 0", n, 3*idleTrim)
 	}
 }
 

@@ -45,7 +45,7 @@ func require(t *testing.T, cond bool, why string) {
 }
 
 // shortDir is a temporary directory with a path short enough for a unix socket.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ag")
 	if err != nil {
@@ -57,7 +57,7 @@ func shortDir(t *testing.T) string {
 
 // startAgent serves opts in-process on a fresh socket until the test ends. An empty
 // Root becomes a fresh temporary directory, returned as root.
-func startAgent(t *testing.T, opts Options) (c *Client, root string) {
+func startAgent(t testing.TB, opts Options) (c *Client, root string) {
 	t.Helper()
 	if opts.Root == "" {
 		opts.Root = t.TempDir()

@@ -152,6 +152,7 @@ func (s *server) waitSession(c net.Conn, fw *frameWriter, ss *session) error {
 	ctl := watch(c, func(agentproto.FrameType, []byte) error { return nil })
 	defer func() { c.Close(); <-ctl.done }()
 	s.parked.Add(1) // a wait is no work: the agent trims its memory as when idle
+	s.trim.Reset(idleTrim)
 	gone := false
 	select {
 	case <-ss.p.done:

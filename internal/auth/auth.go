@@ -55,6 +55,8 @@ type Service struct {
 	opts Options
 	now  func() time.Time
 
+	cache principals // identities' principals, kept until an identity or role changes
+
 	mu       sync.Mutex
 	sessions map[string]*session // by token hash
 	current  map[string]string   // sandbox id -> the token its proxy swaps in now
@@ -83,7 +85,9 @@ func (s *Service) Bootstrap(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	admin := &store.Identity{Name: s.opts.Admin, Kind: store.IdentityUser, Roles: []string{"admin"}, CreatedAt: s.now().UTC()}
-	if err := s.st.CreateIdentity(ctx, admin); err != nil {
+	err = s.st.CreateIdentity(ctx, admin)
+	s.cache.invalidate()
+	if err != nil {
 		return "", err
 	}
 	secret, _, err := s.CreateToken(ctx, s.opts.Admin, "first start", 0)
@@ -163,7 +167,9 @@ func (s *Service) CreateTokenFormat(ctx context.Context, identity, name, format 
 func (s *Service) AddStaticToken(ctx context.Context, secret, owner string) error {
 	if _, err := s.st.GetIdentity(ctx, owner); errors.Is(err, errdefs.ErrNotFound) {
 		id := &store.Identity{Name: owner, Kind: store.IdentityService, Roles: []string{"developer"}, CreatedAt: s.now().UTC()}
-		if err := s.st.CreateIdentity(ctx, id); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+		err := s.st.CreateIdentity(ctx, id)
+		s.cache.invalidate()
+		if err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
 			return err
 		}
 	} else if err != nil {
@@ -259,6 +265,10 @@ func (s *Service) LiveTokens(ctx context.Context, identity string) ([]string, er
 func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
 	name, ok := s.opts.UnixUsers[uid]
 	if !ok {
+		name, ok = s.cache.uid(uid)
+	}
+	if !ok {
+		gen := s.cache.generation()
 		ids, err := s.st.ListIdentities(ctx)
 		if err != nil {
 			return nil, err
@@ -266,6 +276,7 @@ func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
 		for _, id := range ids {
 			if slices.Contains(id.UIDs, uid) {
 				name, ok = id.Name, true
+				s.cache.putUID(gen, uid, name)
 				break
 			}
 		}
@@ -283,7 +294,7 @@ func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
 // principal resolves an identity's roles to permissions. A role that no longer exists
 // grants nothing.
 func (s *Service) principal(ctx context.Context, name string) (*Principal, error) {
-	return s.principalAs(ctx, name, nil)
+	return s.cachedPrincipal(ctx, name)
 }
 
 // principalAs is principal with the given roles in place of the identity's own (nil:

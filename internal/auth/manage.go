@@ -53,6 +53,7 @@ func (s *Service) CreateIdentity(ctx context.Context, name, kind string, roles [
 		}
 	}
 	id := &store.Identity{Name: name, Kind: kind, Roles: roles, UIDs: uids, CreatedAt: s.now().UTC()}
+	defer s.cache.invalidate()
 	return id, s.st.CreateIdentity(ctx, id)
 }
 
@@ -78,6 +79,7 @@ func (s *Service) SetRoles(ctx context.Context, name string, roles []string) (*s
 		return nil, errdefs.Precondition("%q is the node's administrator and keeps the admin role", name)
 	}
 	id.Roles = roles
+	defer s.cache.invalidate()
 	return id, s.st.UpdateIdentity(ctx, id)
 }
 
@@ -86,6 +88,7 @@ func (s *Service) DeleteIdentity(ctx context.Context, name string) error {
 	if name == s.opts.Admin {
 		return errdefs.Precondition("%q is the node's administrator and cannot be removed", name)
 	}
+	defer s.cache.invalidate()
 	return s.st.DeleteIdentity(ctx, name)
 }
 
@@ -127,6 +130,7 @@ func (s *Service) PutRole(ctx context.Context, name string, perms []string) (*st
 		return nil, errdefs.Invalid("role %q: %v", name, err)
 	}
 	r := &store.Role{Name: name, Permissions: perms, CreatedAt: s.now().UTC()}
+	defer s.cache.invalidate()
 	return r, s.st.PutRole(ctx, r)
 }
 
@@ -144,6 +148,7 @@ func (s *Service) DeleteRole(ctx context.Context, name string) error {
 			return errdefs.Precondition("role %q is held by %q; take it away first", name, id.Name)
 		}
 	}
+	defer s.cache.invalidate()
 	return s.st.DeleteRole(ctx, name)
 }
 

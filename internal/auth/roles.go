@@ -6,8 +6,10 @@
 //
 // Hostile surfaces it guards: a bearer token is compared only through its hash, and a
 // wrong, expired or revoked one, or one whose identity is gone, is refused the same
-// way; a revocation is effective on the next request (nothing is cached); a uid the
-// node does not map is refused, never guessed.
+// way; a revocation is effective on the next request (tokens are never cached; an
+// identity's principal is, and every change to identities or roles, all made through
+// this package, drops it before the change returns); a uid the node does not map is
+// refused, never guessed.
 //
 // It must not import the manager, the server or the runtime.
 package auth

@@ -27,7 +27,8 @@ func (a RequestAudit) Ready(changes bool) error {
 
 // Record records one answered request: the plane says who, what and on what in e; the
 // edge adds the result (unless e has one), the duration, and clips the action (part of
-// it may be the caller's choice).
+// it may be the caller's choice). What the call's own work held back (audit.Hold) is
+// written in the same write, first.
 func (a RequestAudit) Record(r *http.Request, e audit.Entry, status int, err error, start time.Time) {
 	if a.Log == nil {
 		return
@@ -37,7 +38,7 @@ func (a RequestAudit) Record(r *http.Request, e audit.Entry, status int, err err
 	}
 	e.Action = audit.Clip(e.Action)
 	e.Detail = map[string]any{"duration_ms": time.Since(start).Milliseconds()}
-	if aerr := a.Log.Append(r.Context(), e); aerr != nil {
+	if aerr := a.Log.Release(r.Context(), e); aerr != nil {
 		a.Logger.Error("audit log", "err", aerr)
 	}
 }

@@ -134,7 +134,7 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 		UID: req.UID, GID: req.GID, TimeoutMS: timeout.Milliseconds(), Stdin: req.Stdin != nil,
 	}
 	cl.MaxRead = req.MaxRead
-	before, _ := m.driver(sb).Stats(ctx, sb.ID)
+	before, berr := m.limitCounts(ctx, sb)
 	sum := sha256.New() // the audit log keeps a checksum of the output, never the output
 	start := m.now()
 	res, err := cl.Exec(ctx, spec, req.Stdin, io.MultiWriter(stdout, sum), io.MultiWriter(stderr, sum))
@@ -143,14 +143,14 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 		m.auditExec(ctx, owner, sb, req, nil, start, sum, err)
 		return nil, err
 	}
-	if res.State == agentproto.StateKilled && res.Signal == "SIGKILL" {
-		if after, err := m.driver(sb).Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.OOMKills > before.OOMKills {
+	if after, err := m.limitCounts(context.WithoutCancel(ctx), sb); err == nil && berr == nil {
+		if res.State == agentproto.StateKilled && res.Signal == "SIGKILL" && after.OOMKills > before.OOMKills {
 			res.State = "oom_killed"
 			res.Error = "the sandbox's memory limit was reached"
 		}
-	}
-	if after, err := m.driver(sb).Stats(context.WithoutCancel(ctx), sb.ID); err == nil && after.PIDsLimited > before.PIDsLimited {
-		m.event(sb, "limit", "pids", map[string]any{"limit": sb.Limits.PIDs, "refused_forks": after.PIDsLimited - before.PIDsLimited})
+		if after.PIDsLimited > before.PIDsLimited {
+			m.event(sb, "limit", "pids", map[string]any{"limit": sb.Limits.PIDs, "refused_forks": after.PIDsLimited - before.PIDsLimited})
+		}
 	}
 	switch res.State {
 	case "oom_killed":
@@ -160,6 +160,15 @@ func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, 
 	}
 	m.auditExec(ctx, owner, sb, req, res, start, sum, nil)
 	return res, nil
+}
+
+// limitCounts reads sb's limit counters, with the driver's cheaper read where it has one.
+func (m *Manager) limitCounts(ctx context.Context, sb *store.Sandbox) (runtime.Stats, error) {
+	drv := m.driver(sb)
+	if lc, ok := drv.(runtime.LimitCounter); ok {
+		return lc.LimitCounts(ctx, sb.ID)
+	}
+	return drv.Stats(ctx, sb.ID)
 }
 
 // auditExec records an exec in the audit log.

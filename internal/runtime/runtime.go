@@ -95,6 +95,13 @@ type Stats struct {
 	PIDsLimited int64 // forks refused because the PIDs limit was reached
 }
 
+// LimitCounter is a Driver that reads a sandbox's limit counters (Stats' OOMKills and
+// PIDsLimited) for less than all of Stats costs: every exec reads them before and after
+// its command, to tell an out-of-memory kill and refused forks apart.
+type LimitCounter interface {
+	LimitCounts(ctx context.Context, id string) (Stats, error)
+}
+
 // Driver runs sandbox containers on one node. Every method is safe for concurrent use on
 // different ids; calls for one id are serialised by the caller.
 type Driver interface {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/agentproto"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
 )
@@ -38,6 +39,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	defer stdout.release()
 	defer stderr.release()
 	mreq.MaxRead = s.maxRead()
+	audit.Holding(r.Context()) // nothing is answered before the end: one write with the request's record
 	res, err := s.m.Exec(r.Context(), s.scope(r), ref, mreq, stdout, stderr)
 	if err != nil {
 		return err

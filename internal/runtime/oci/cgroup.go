@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -114,6 +113,27 @@ func (c cgroups) stats(path string) (runtime.Stats, error) {
 	return s, nil
 }
 
+// counters reads the limit counters of stats alone: two small files where stats reads
+// four. A missing memory counter is an error (the cgroup is gone), so that a caller
+// comparing two reads never compares against a zero it did not read.
+func (c cgroups) counters(path string) (runtime.Stats, error) {
+	var s runtime.Stats
+	var err error
+	if c.v2 {
+		dir := filepath.Join(cgroupRoot, path)
+		if s.OOMKills, err = readKeyErr(filepath.Join(dir, "memory.events"), "oom_kill"); err != nil {
+			return s, err
+		}
+		s.PIDsLimited = readKey(filepath.Join(dir, "pids.events"), "max")
+		return s, nil
+	}
+	if s.OOMKills, err = readKeyErr(filepath.Join(cgroupRoot, "memory", path, "memory.oom_control"), "oom_kill"); err != nil {
+		return s, err
+	}
+	s.PIDsLimited = readKey(filepath.Join(cgroupRoot, "pids", path, "pids.events"), "max")
+	return s, nil
+}
+
 func readInt(p string) (int64, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -122,20 +142,25 @@ func readInt(p string) (int64, error) {
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
-// readKey reads "key value" from a flat-keyed cgroup file.
+// readKey reads "key value" from a flat-keyed cgroup file (0: no such file or key).
 func readKey(p, key string) int64 {
-	f, err := os.Open(p)
+	n, _ := readKeyErr(p, key)
+	return n
+}
+
+// readKeyErr is readKey that says when the file could not be read; a file without the
+// key reads as 0.
+func readKeyErr(p, key string) (int64, error) {
+	b, err := os.ReadFile(p)
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
 		if ok && k == key {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+			return n, nil
 		}
 	}
-	return 0
+	return 0, nil
 }

@@ -451,6 +451,13 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return d.cg.stats(d.cgroupPath(id))
 }
 
+var _ runtime.LimitCounter = (*Driver)(nil)
+
+// LimitCounts implements runtime.LimitCounter.
+func (d *Driver) LimitCounts(ctx context.Context, id string) (runtime.Stats, error) {
+	return d.cg.counters(d.cgroupPath(id))
+}
+
 // Freeze implements runtime.Freezer.
 func (d *Driver) Freeze(ctx context.Context, id string) error {
 	_, err := d.runc(ctx, "pause", d.containerID(id))

@@ -12,16 +12,18 @@ import (
 
 // AppendAudit implements store.Store.
 func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
+	// Prepared before the transaction takes the writer pool's only connection.
+	ins, err := s.prepared(ctx, s.w, `INSERT INTO audit_log (seq, time, identity, action, sandbox, doc, prev, hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit_log (seq, time, identity, action, sandbox, doc, prev, hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return err
-	}
+	stmt := tx.StmtContext(ctx, ins)
 	defer stmt.Close()
 	for _, r := range recs {
 		if _, err := stmt.ExecContext(ctx, r.Seq, formatTime(r.Time), r.Identity, r.Action, r.Sandbox, string(r.Doc), r.Prev, r.Hash); err != nil {

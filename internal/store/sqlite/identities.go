@@ -154,7 +154,7 @@ func (s *Store) affectOne(ctx context.Context, what, q string, args ...any) erro
 // getDoc reads one JSON document into v; none is ErrNotFound.
 func (s *Store) getDoc(ctx context.Context, what string, v any, q string, args ...any) error {
 	var doc string
-	err := s.r.QueryRowContext(ctx, q, args...).Scan(&doc)
+	err := s.queryRow(ctx, s.r, q, args...).Scan(&doc)
 	if errors.Is(err, sql.ErrNoRows) {
 		return errdefs.NotFound("%s not found", what)
 	}

@@ -73,7 +73,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
-	sb, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT doc FROM sandboxes WHERE id = ?`, id))
+	sb, err := scanSandbox(s.queryRow(ctx, s.r, `SELECT doc FROM sandboxes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("sandbox %s not found", id)
 	}
@@ -88,7 +88,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*store.Sandbox, erro
 func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*store.Sandbox, error) {
 	const q = `SELECT doc FROM sandboxes WHERE owner = ? AND name = ?
 		ORDER BY state = ? ASC, created_at DESC, rowid DESC LIMIT 1`
-	sb, err := scanSandbox(s.r.QueryRowContext(ctx, q, owner, name, store.Terminated))
+	sb, err := scanSandbox(s.queryRow(ctx, s.r, q, owner, name, store.Terminated))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("no sandbox named %q for owner %q", name, owner)
 	}
@@ -120,7 +120,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 			WHERE l.key = ? AND l.type = 'text' AND l.value = ?)`)
 		args = append(args, k, v)
 	}
-	q := "SELECT doc FROM sandboxes"
+	q := "SELECT id, version, doc FROM sandboxes"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -133,9 +133,19 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 	defer rows.Close()
 	var out []*store.Sandbox
 	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
+		var id string
+		var version int64
+		var doc sql.RawBytes // read only when the kept record is stale
+		if err := rows.Scan(&id, &version, &doc); err != nil {
 			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		sb := s.decoded.get(id, version)
+		if sb == nil {
+			sb = new(store.Sandbox)
+			if err := json.Unmarshal(doc, sb); err != nil {
+				return nil, fmt.Errorf("list sandboxes: decode stored sandbox: %w", err)
+			}
+			s.decoded.put(sb)
 		}
 		out = append(out, sb)
 	}
@@ -205,5 +215,6 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if n == 0 {
 		return errdefs.NotFound("sandbox %s not found", id)
 	}
+	s.decoded.forget(id)
 	return nil
 }

@@ -43,6 +43,9 @@ type Store struct {
 	w *sql.DB // exactly one connection; every write and every read-modify-write
 	r *sql.DB // read-only connections
 
+	stmts   stmts   // the hot queries, prepared once
+	decoded decoded // sandbox records a list decoded, by id and version
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -131,7 +134,7 @@ func openPool(path string, writer bool) (*sql.DB, error) {
 // Close closes both pools. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+		s.closeErr = errors.Join(s.closeStmts(), s.r.Close(), s.w.Close())
 	})
 	return s.closeErr
 }

@@ -1,0 +1,73 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// seedSandboxes stores n suspended sandboxes of owner, each a record like a default
+// sandbox's, in a fresh database on disk.
+func seedSandboxes(b *testing.B, n int, owner string) *Store {
+	b.Helper()
+	st, err := Open(filepath.Join(b.TempDir(), "airlock.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for i := range n {
+		t := t0.Add(time.Duration(i) * time.Second)
+		sb := &store.Sandbox{
+			ID: fmt.Sprintf("sb_%016d", i), Name: fmt.Sprintf("box-%d", i), Owner: owner, State: "suspended",
+			Image: "host", ImageDigest: "sha256:0f9263e7a5856f5a19cec58457cd1d4b259ec4d0905ef0d7812a851c53e5ec2b", Runtime: "runc",
+			Limits:     store.Limits{CPU: 1, Memory: 1 << 30, PIDs: 1024, OpenFiles: 20000, Disk: 10 << 30},
+			Labels:     map[string]string{"team": "a", "job": fmt.Sprint(i % 50)},
+			Generation: 1, UIDBase: uint32(1<<20 + i<<16), CreatedAt: t, LastActivity: t, SuspendedAt: t,
+			ExpiresAt: t.Add(8 * time.Hour), IdleSuspend: 10 * time.Minute, TTL: 7 * 24 * time.Hour,
+			Network: store.Network{Mode: "baseline"},
+		}
+		if err := st.CreateSandbox(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return st
+}
+
+// BenchmarkListSuspended lists 20,000 suspended sandboxes of one owner, as `airlock ls`
+// asks the store for them (target: the whole ls under 100 ms). BenchmarkGetByName finds
+// one sandbox by name among them, as every exec does.
+//
+//	go test -run '^$' -bench 'ListSuspended|GetByName' ./internal/store/sqlite/
+func BenchmarkListSuspended(b *testing.B) {
+	st := seedSandboxes(b, 20_000, "alice")
+	ctx := context.Background()
+	f := store.SandboxFilter{Owner: "alice", States: []store.State{"suspended"}}
+	for b.Loop() {
+		list, err := st.ListSandboxes(ctx, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(list) != 20_000 {
+			b.Fatalf("listed %d sandboxes, want 20000", len(list))
+		}
+	}
+}
+
+func BenchmarkGetByName(b *testing.B) {
+	st := seedSandboxes(b, 20_000, "alice")
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		name := fmt.Sprintf("box-%d", i%20_000)
+		if _, err := st.GetSandboxByName(ctx, "alice", name); err != nil {
+			b.Fatal(err)
+		}
+		i += 7919
+	}
+}

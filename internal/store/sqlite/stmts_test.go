@@ -1,0 +1,32 @@
+package sqlite
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// The audit insert is prepared once and run inside a transaction on the writer pool's
+// only connection: preparing it must not wait for that connection while the
+// transaction holds it.
+func TestAppendAuditPreparedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := Open(filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for seq := int64(1); seq <= 3; seq++ {
+		r := &store.AuditRecord{Seq: seq, Time: time.Now(), Identity: "alice", Action: "exec", Doc: []byte("{}"), Hash: "h"}
+		if err := st.AppendAudit(ctx, []*store.AuditRecord{r}); err != nil {
+			t.Fatalf("append %d: %v", seq, err)
+		}
+	}
+	if last, err := st.LastAudit(ctx); err != nil || last == nil || last.Seq != 3 {
+		t.Errorf("last record: %+v, %v; want seq 3", last, err)
+	}
+}
