@@ -5,12 +5,9 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // migrationFS holds the schema migrations, named NNNN_what.sql and numbered from 1
@@ -19,49 +16,15 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// loadMigrations reads the embedded migrations in version order and checks that
-// they are numbered 1, 2, 3, ...
-func loadMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, _, ok := strings.Cut(base, "_")
-		if !ok {
-			return nil, fmt.Errorf("migration %s: name is not NNNN_what.sql", base)
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: name is not NNNN_what.sql", base)
-		}
-		b, err := migrationFS.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: version %d, want %d", m.name, m.version, i+1)
-		}
-	}
-	return ms, nil
+// loadMigrations reads the embedded migrations in version order.
+func loadMigrations() ([]store.Migration, error) {
+	return store.LoadMigrations(migrationFS, "migrations")
 }
 
 // migrate applies, each in its own transaction, every migration whose version is not
 // yet in schema_version. It refuses a database that a newer Airlock has migrated past
 // what this binary knows.
-func migrate(ctx context.Context, db *sql.DB, ms []migration) error {
+func migrate(ctx context.Context, db *sql.DB, ms []store.Migration) error {
 	const create = `CREATE TABLE IF NOT EXISTS schema_version (
 		version    INTEGER PRIMARY KEY,
 		applied_at TEXT NOT NULL
@@ -78,7 +41,7 @@ func migrate(ctx context.Context, db *sql.DB, ms []migration) error {
 	}
 	for _, m := range ms[cur:] {
 		if err := apply(ctx, db, m); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
 	return nil
@@ -87,7 +50,7 @@ func migrate(ctx context.Context, db *sql.DB, ms []migration) error {
 // apply runs one migration and records it, all or nothing. The transaction is
 // BEGIN IMMEDIATE, so a second process migrating the same file waits and then finds
 // the version already recorded.
-func apply(ctx context.Context, db *sql.DB, m migration) error {
+func apply(ctx context.Context, db *sql.DB, m store.Migration) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -95,17 +58,17 @@ func apply(ctx context.Context, db *sql.DB, m migration) error {
 	defer tx.Rollback()
 
 	var seen int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_version WHERE version = ?`, m.version).Scan(&seen); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_version WHERE version = ?`, m.Version).Scan(&seen); err != nil {
 		return err
 	}
 	if seen > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES (?, ?)`,
-		m.version, formatTime(time.Now())); err != nil {
+		m.Version, formatTime(time.Now())); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -180,7 +180,7 @@ func TestMigrations(t *testing.T) {
 	}
 
 	// A later release adds a migration: only it is applied.
-	next := append(ms, migration{version: len(ms) + 1, name: "next.sql", sql: `
+	next := append(ms, store.Migration{Version: len(ms) + 1, Name: "next.sql", SQL: `
 		CREATE TABLE volumes (id TEXT PRIMARY KEY);
 		CREATE INDEX volumes_id ON volumes (id);`})
 	for range 2 {
@@ -196,7 +196,7 @@ func TestMigrations(t *testing.T) {
 	}
 
 	// A migration that fails leaves nothing behind.
-	bad := append(next, migration{version: len(next) + 1, name: "bad.sql", sql: `
+	bad := append(next, store.Migration{Version: len(next) + 1, Name: "bad.sql", SQL: `
 		CREATE TABLE half (id TEXT);
 		THIS IS NOT SQL;`})
 	if err := migrate(ctx, s.w, bad); err == nil {
