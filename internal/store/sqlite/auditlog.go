@@ -8,12 +8,13 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // AppendAudit implements store.Store.
 func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
 	// Prepared before the transaction takes the writer pool's only connection.
-	ins, err := s.prepared(ctx, s.w, `INSERT INTO audit_log (seq, time, identity, action, sandbox, doc, prev, hash)
+	ins, err := s.prepared(ctx, s.w, `INSERT INTO audit_log (`+records.AuditColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return err
@@ -26,32 +27,16 @@ func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) erro
 	stmt := tx.StmtContext(ctx, ins)
 	defer stmt.Close()
 	for _, r := range recs {
-		if _, err := stmt.ExecContext(ctx, r.Seq, formatTime(r.Time), r.Identity, r.Action, r.Sandbox, string(r.Doc), r.Prev, r.Hash); err != nil {
+		if _, err := stmt.ExecContext(ctx, records.AuditArgs(r, string(r.Doc))...); err != nil {
 			return fmt.Errorf("append audit record %d: %w", r.Seq, err)
 		}
 	}
 	return tx.Commit()
 }
 
-const auditColumns = `seq, time, identity, action, sandbox, doc, prev, hash`
-
-func scanAudit(row scanner) (*store.AuditRecord, error) {
-	var r store.AuditRecord
-	var t, doc string
-	if err := row.Scan(&r.Seq, &t, &r.Identity, &r.Action, &r.Sandbox, &doc, &r.Prev, &r.Hash); err != nil {
-		return nil, err
-	}
-	var err error
-	if r.Time, err = parseTime(t); err != nil {
-		return nil, err
-	}
-	r.Doc = []byte(doc)
-	return &r, nil
-}
-
 // LastAudit implements store.Store.
 func (s *Store) LastAudit(ctx context.Context) (*store.AuditRecord, error) {
-	r, err := scanAudit(s.w.QueryRowContext(ctx, `SELECT `+auditColumns+` FROM audit_log ORDER BY seq DESC LIMIT 1`))
+	r, err := records.ScanAudit(s.w.QueryRowContext(ctx, `SELECT `+records.AuditColumns+` FROM audit_log ORDER BY seq DESC LIMIT 1`))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -71,13 +56,13 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]*store.Au
 		where, args = append(where, "sandbox = ?"), append(args, f.Sandbox)
 	}
 	if !f.Since.IsZero() {
-		where, args = append(where, "time >= ?"), append(args, formatTime(f.Since))
+		where, args = append(where, "time >= ?"), append(args, records.FormatTime(f.Since))
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit_log WHERE `+strings.Join(where, " AND ")+
+	rows, err := s.r.QueryContext(ctx, `SELECT `+records.AuditColumns+` FROM audit_log WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY seq LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, err
@@ -85,7 +70,7 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]*store.Au
 	defer rows.Close()
 	var out []*store.AuditRecord
 	for rows.Next() {
-		r, err := scanAudit(rows)
+		r, err := records.ScanAudit(rows)
 		if err != nil {
 			return nil, err
 		}

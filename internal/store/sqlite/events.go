@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // defaultEventLimit is the page size of ListEvents when the filter gives none.
@@ -26,7 +27,7 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	data := make([]any, len(evs))
 	for i, ev := range evs {
 		var err error
-		if data[i], err = nullJSON("event data", ev.Data); err != nil {
+		if data[i], err = records.NullJSON("event data", ev.Data); err != nil {
 			return err
 		}
 	}
@@ -43,7 +44,7 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	defer st.Close()
 	seqs := make([]int64, len(evs))
 	for i, ev := range evs {
-		res, err := st.ExecContext(ctx, ev.SandboxID, ev.Generation, ev.Type, ev.Cause, data[i], formatTime(ev.Time))
+		res, err := st.ExecContext(ctx, ev.SandboxID, ev.Generation, ev.Type, ev.Cause, data[i], records.FormatTime(ev.Time))
 		if err != nil {
 			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
 		}
@@ -77,7 +78,7 @@ func (s *Store) PruneEvents(ctx context.Context, r store.EventRetention) (int64,
 	if !r.Before.IsZero() {
 		var first sql.NullInt64
 		err := s.w.QueryRowContext(ctx, `SELECT seq FROM events WHERE time >= ? ORDER BY seq LIMIT 1`,
-			formatTime(r.Before)).Scan(&first)
+			records.FormatTime(r.Before)).Scan(&first)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			err = exec(`DELETE FROM events`)
@@ -142,7 +143,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]*store.E
 	if limit <= 0 {
 		limit = defaultEventLimit
 	}
-	q := `SELECT seq, sandbox_id, generation, type, cause, data, time FROM events WHERE seq > ?`
+	q := `SELECT ` + records.EventColumns + ` FROM events WHERE seq > ?`
 	args := []any{f.AfterSeq}
 	if f.SandboxID != "" {
 		q += ` AND sandbox_id = ?`
@@ -162,19 +163,11 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]*store.E
 	defer rows.Close()
 	var out []*store.Event
 	for rows.Next() {
-		var (
-			ev   store.Event
-			data sql.NullString
-			t    string
-		)
-		if err := rows.Scan(&ev.Seq, &ev.SandboxID, &ev.Generation, &ev.Type, &ev.Cause, &data, &t); err != nil {
+		ev, err := records.ScanEvent(rows)
+		if err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
 		}
-		ev.Data = rawJSON(data)
-		if ev.Time, err = parseTime(t); err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
-		}
-		out = append(out, &ev)
+		out = append(out, ev)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list events: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // migrationFS holds the schema migrations, named NNNN_what.sql and numbered from 1
@@ -68,7 +69,7 @@ func apply(ctx context.Context, db *sql.DB, m store.Migration) error {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES (?, ?)`,
-		m.Version, formatTime(time.Now())); err != nil {
+		m.Version, records.FormatTime(time.Now())); err != nil {
 		return err
 	}
 	return tx.Commit()

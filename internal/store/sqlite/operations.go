@@ -11,41 +11,8 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
-
-const opColumns = `id, kind, owner, sandbox_id, state, idempotency_key, request_hash,
-	result, error_code, error_message, created_at, updated_at`
-
-// opArgs returns op's values in the order of opColumns.
-func opArgs(op *store.Operation) ([]any, error) {
-	result, err := nullJSON("operation result", op.Result)
-	if err != nil {
-		return nil, err
-	}
-	return []any{op.ID, op.Kind, op.Owner, op.SandboxID, op.State, op.IdempotencyKey, op.RequestHash,
-		result, op.ErrorCode, op.ErrorMessage, formatTime(op.CreatedAt), formatTime(op.UpdatedAt)}, nil
-}
-
-func scanOperation(row scanner) (*store.Operation, error) {
-	var (
-		op               store.Operation
-		result           sql.NullString
-		created, updated string
-	)
-	err := row.Scan(&op.ID, &op.Kind, &op.Owner, &op.SandboxID, &op.State, &op.IdempotencyKey,
-		&op.RequestHash, &result, &op.ErrorCode, &op.ErrorMessage, &created, &updated)
-	if err != nil {
-		return nil, err
-	}
-	op.Result = rawJSON(result)
-	if op.CreatedAt, err = parseTime(created); err != nil {
-		return nil, err
-	}
-	if op.UpdatedAt, err = parseTime(updated); err != nil {
-		return nil, err
-	}
-	return &op, nil
-}
 
 // operationConflict turns a constraint violation on the operations table into
 // ErrAlreadyExists; any other error is returned wrapped with what was being done.
@@ -63,7 +30,7 @@ func operationConflict(err error, op *store.Operation, doing string) error {
 // insert share one write transaction, so two requests with the same key cannot both
 // insert.
 func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*store.Operation, error) {
-	args, err := opArgs(op)
+	args, err := records.OperationArgs(op)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +41,8 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 	defer tx.Rollback()
 
 	if op.IdempotencyKey != "" {
-		prev, err := scanOperation(tx.QueryRowContext(ctx,
-			`SELECT `+opColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
+		prev, err := records.ScanOperation(tx.QueryRowContext(ctx,
+			`SELECT `+records.OperationColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
 			op.Owner, op.IdempotencyKey))
 		switch {
 		case err == nil:
@@ -86,7 +53,7 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 		}
 	}
 	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO operations (`+opColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
+		`INSERT INTO operations (`+records.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
 		return nil, operationConflict(err, op, "create")
 	}
 	if err := tx.Commit(); err != nil {
@@ -98,7 +65,7 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 // UpdateOperation implements store.Store; an operation that is not there is
 // ErrNotFound.
 func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error {
-	args, err := opArgs(op)
+	args, err := records.OperationArgs(op)
 	if err != nil {
 		return err
 	}
@@ -121,7 +88,7 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 
 // GetOperation implements store.Store.
 func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, error) {
-	op, err := scanOperation(s.r.QueryRowContext(ctx, `SELECT `+opColumns+` FROM operations WHERE id = ?`, id))
+	op, err := records.ScanOperation(s.r.QueryRowContext(ctx, `SELECT `+records.OperationColumns+` FROM operations WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("operation %s not found", id)
 	}
@@ -133,7 +100,7 @@ func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, 
 
 // ListOperations implements store.Store, oldest first.
 func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.Operation, error) {
-	q := `SELECT ` + opColumns + ` FROM operations`
+	q := `SELECT ` + records.OperationColumns + ` FROM operations`
 	var args []any
 	if len(states) > 0 {
 		q += " WHERE state IN (?" + strings.Repeat(", ?", len(states)-1) + ")"
@@ -150,7 +117,7 @@ func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.
 	defer rows.Close()
 	var out []*store.Operation
 	for rows.Next() {
-		op, err := scanOperation(rows)
+		op, err := records.ScanOperation(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list operations: %w", err)
 		}

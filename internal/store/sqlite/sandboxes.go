@@ -13,33 +13,8 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
-
-// encodeSandbox returns sb as the stored JSON document, its times in UTC.
-func encodeSandbox(sb *store.Sandbox) (string, error) {
-	c := *sb
-	c.CreatedAt = c.CreatedAt.UTC()
-	c.UpdatedAt = c.UpdatedAt.UTC()
-	c.LastActivity = c.LastActivity.UTC()
-	c.ExpiresAt = c.ExpiresAt.UTC()
-	b, err := json.Marshal(&c)
-	if err != nil {
-		return "", errdefs.Invalid("sandbox %s cannot be stored: %v", sb.ID, err)
-	}
-	return string(b), nil
-}
-
-func scanSandbox(row scanner) (*store.Sandbox, error) {
-	var doc string
-	if err := row.Scan(&doc); err != nil {
-		return nil, err
-	}
-	sb := new(store.Sandbox)
-	if err := json.Unmarshal([]byte(doc), sb); err != nil {
-		return nil, fmt.Errorf("decode stored sandbox: %w", err)
-	}
-	return sb, nil
-}
 
 // sandboxConflict turns a constraint violation on the sandboxes table into
 // ErrAlreadyExists; any other error is returned wrapped with what was being done.
@@ -57,13 +32,13 @@ func sandboxConflict(err error, sb *store.Sandbox, doing string) error {
 func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	c := *sb
 	c.Version = 1
-	doc, err := encodeSandbox(&c)
+	doc, err := records.EncodeSandbox(&c)
 	if err != nil {
 		return err
 	}
 	_, err = s.w.ExecContext(ctx,
 		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		c.ID, c.Owner, c.Name, c.State, c.Version, formatTime(c.CreatedAt), doc)
+		c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc)
 	if err != nil {
 		return sandboxConflict(err, sb, "create")
 	}
@@ -73,7 +48,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
-	sb, err := scanSandbox(s.queryRow(ctx, s.r, `SELECT doc FROM sandboxes WHERE id = ?`, id))
+	sb, err := records.ScanSandbox(s.queryRow(ctx, s.r, `SELECT doc FROM sandboxes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("sandbox %s not found", id)
 	}
@@ -88,7 +63,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*store.Sandbox, erro
 func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*store.Sandbox, error) {
 	const q = `SELECT doc FROM sandboxes WHERE owner = ? AND name = ?
 		ORDER BY state = ? ASC, created_at DESC, rowid DESC LIMIT 1`
-	sb, err := scanSandbox(s.queryRow(ctx, s.r, q, owner, name, store.Terminated))
+	sb, err := records.ScanSandbox(s.queryRow(ctx, s.r, q, owner, name, store.Terminated))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("no sandbox named %q for owner %q", name, owner)
 	}
@@ -161,7 +136,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	c := *sb
 	c.Version = sb.Version + 1
 	c.UpdatedAt = time.Now().UTC()
-	doc, err := encodeSandbox(&c)
+	doc, err := records.EncodeSandbox(&c)
 	if err != nil {
 		return err
 	}
@@ -175,7 +150,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	res, err := tx.ExecContext(ctx,
 		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?
 		WHERE id = ? AND version = ?`,
-		c.Owner, c.Name, c.State, c.Version, formatTime(c.CreatedAt), doc, sb.ID, sb.Version)
+		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, sb.ID, sb.Version)
 	if err != nil {
 		return sandboxConflict(err, sb, "update")
 	}

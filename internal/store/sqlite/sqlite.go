@@ -11,7 +11,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -139,19 +138,6 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// timeLayout is fixed-width, so stored times sort as text in the order they compare.
-const timeLayout = "2006-01-02T15:04:05.000000000Z"
-
-func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(timeLayout, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
-	}
-	return t, nil
-}
-
 // constraintCode returns the extended SQLite result code of a constraint violation
 // (SQLITE_CONSTRAINT_UNIQUE, ..._PRIMARYKEY, ...), or 0 when err is something else.
 func constraintCode(err error) int {
@@ -162,32 +148,7 @@ func constraintCode(err error) int {
 	return 0
 }
 
-// nullJSON returns raw for storage as TEXT (NULL when empty), or an invalid-argument
-// error naming field when it is not valid JSON.
-func nullJSON(field string, raw []byte) (any, error) {
-	if len(raw) == 0 {
-		return nil, nil
-	}
-	if !json.Valid(raw) {
-		return nil, errdefs.Invalid("%s is not valid JSON", field)
-	}
-	return string(raw), nil
-}
-
-// rawJSON turns a stored nullable TEXT back into a json.RawMessage (nil for NULL).
-func rawJSON(s sql.NullString) []byte {
-	if !s.Valid || s.String == "" {
-		return nil
-	}
-	return []byte(s.String)
-}
-
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// scanner is what *sql.Row and *sql.Rows have in common.
-type scanner interface {
-	Scan(dest ...any) error
 }

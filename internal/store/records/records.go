@@ -1,0 +1,163 @@
+// Package records encodes store.Store's records the way the SQL implementations keep
+// them (store/sqlite, store/postgres): times as fixed-width UTC text, sandboxes as JSON
+// documents, operations, events and audit records as columns. It owns that encoding
+// and nothing else: no SQL dialect, no connection, no rule about what a record means.
+package records
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Scanner is what a row of database/sql and of pgx have in common.
+type Scanner interface {
+	Scan(dest ...any) error
+}
+
+// timeLayout is fixed-width, so stored times sort as text (bytewise) in the order
+// they compare, and keep their nanoseconds.
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+// FormatTime returns t as stored.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// ParseTime reads a stored time.
+func ParseTime(s string) (time.Time, error) {
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// NullJSON returns raw for storage as a nullable text column (nil for NULL when
+// empty), or an invalid-argument error naming field when it is not valid JSON.
+func NullJSON(field string, raw []byte) (any, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(raw) {
+		return nil, errdefs.Invalid("%s is not valid JSON", field)
+	}
+	return string(raw), nil
+}
+
+// RawJSON turns a stored nullable text back into a json.RawMessage (nil for NULL).
+func RawJSON(s sql.NullString) []byte {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	return []byte(s.String)
+}
+
+// EncodeSandbox returns sb as the stored JSON document, its times in UTC.
+func EncodeSandbox(sb *store.Sandbox) (string, error) {
+	c := *sb
+	c.CreatedAt = c.CreatedAt.UTC()
+	c.UpdatedAt = c.UpdatedAt.UTC()
+	c.LastActivity = c.LastActivity.UTC()
+	c.ExpiresAt = c.ExpiresAt.UTC()
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", errdefs.Invalid("sandbox %s cannot be stored: %v", sb.ID, err)
+	}
+	return string(b), nil
+}
+
+// ScanSandbox reads a row of one column, a stored sandbox document.
+func ScanSandbox(row Scanner) (*store.Sandbox, error) {
+	var doc string
+	if err := row.Scan(&doc); err != nil {
+		return nil, err
+	}
+	sb := new(store.Sandbox)
+	if err := json.Unmarshal([]byte(doc), sb); err != nil {
+		return nil, fmt.Errorf("decode stored sandbox: %w", err)
+	}
+	return sb, nil
+}
+
+// OperationColumns are the columns of an operation, in the order of OperationArgs and
+// ScanOperation.
+const OperationColumns = `id, kind, owner, sandbox_id, state, idempotency_key, request_hash,
+	result, error_code, error_message, created_at, updated_at`
+
+// OperationArgs returns op's values in the order of OperationColumns.
+func OperationArgs(op *store.Operation) ([]any, error) {
+	result, err := NullJSON("operation result", op.Result)
+	if err != nil {
+		return nil, err
+	}
+	return []any{op.ID, op.Kind, op.Owner, op.SandboxID, op.State, op.IdempotencyKey, op.RequestHash,
+		result, op.ErrorCode, op.ErrorMessage, FormatTime(op.CreatedAt), FormatTime(op.UpdatedAt)}, nil
+}
+
+// ScanOperation reads a row of OperationColumns.
+func ScanOperation(row Scanner) (*store.Operation, error) {
+	var (
+		op               store.Operation
+		result           sql.NullString
+		created, updated string
+	)
+	err := row.Scan(&op.ID, &op.Kind, &op.Owner, &op.SandboxID, &op.State, &op.IdempotencyKey,
+		&op.RequestHash, &result, &op.ErrorCode, &op.ErrorMessage, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	op.Result = RawJSON(result)
+	if op.CreatedAt, err = ParseTime(created); err != nil {
+		return nil, err
+	}
+	if op.UpdatedAt, err = ParseTime(updated); err != nil {
+		return nil, err
+	}
+	return &op, nil
+}
+
+// EventColumns are the columns of a stored event, in the order of ScanEvent.
+const EventColumns = `seq, sandbox_id, generation, type, cause, data, time`
+
+// ScanEvent reads a row of EventColumns.
+func ScanEvent(row Scanner) (*store.Event, error) {
+	var (
+		ev   store.Event
+		data sql.NullString
+		t    string
+	)
+	err := row.Scan(&ev.Seq, &ev.SandboxID, &ev.Generation, &ev.Type, &ev.Cause, &data, &t)
+	if err != nil {
+		return nil, err
+	}
+	ev.Data = RawJSON(data)
+	if ev.Time, err = ParseTime(t); err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}
+
+// AuditColumns are the columns of an audit record, in the order of AuditArgs and
+// ScanAudit.
+const AuditColumns = `seq, time, identity, action, sandbox, doc, prev, hash`
+
+// AuditArgs returns r's values in the order of AuditColumns; doc goes as docValue (the
+// column type each implementation keeps it in).
+func AuditArgs(r *store.AuditRecord, docValue any) []any {
+	return []any{r.Seq, FormatTime(r.Time), r.Identity, r.Action, r.Sandbox, docValue, r.Prev, r.Hash}
+}
+
+// ScanAudit reads a row of AuditColumns.
+func ScanAudit(row Scanner) (*store.AuditRecord, error) {
+	var r store.AuditRecord
+	var t string
+	if err := row.Scan(&r.Seq, &t, &r.Identity, &r.Action, &r.Sandbox, &r.Doc, &r.Prev, &r.Hash); err != nil {
+		return nil, err
+	}
+	var err error
+	r.Time, err = ParseTime(t)
+	return &r, err
+}
