@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
+)
+
+// operationConflict turns a unique violation on the operations table into
+// ErrAlreadyExists; any other error is returned wrapped with what was being done.
+func operationConflict(err error, op *store.Operation, doing string) error {
+	switch code, constraint := pgCode(err); {
+	case code == uniqueViolation && constraint == "operations_pkey":
+		return errdefs.Exists("operation %s already exists", op.ID)
+	case code == uniqueViolation:
+		return errdefs.Exists("an operation with idempotency key %q already exists for owner %q", op.IdempotencyKey, op.Owner)
+	}
+	return fmt.Errorf("%s operation %s: %w", doing, op.ID, err)
+}
+
+// CreateOperation implements store.Store. An insert whose (owner, key) is taken does
+// nothing (ON CONFLICT on the partial unique index; it waits for an insert of the same
+// key still in flight to commit or roll back), and the operation that holds the key is
+// read back. Should that one vanish in between, the insert is tried again.
+func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*store.Operation, error) {
+	a, err := records.OperationArgs(op)
+	if err != nil {
+		return nil, err
+	}
+	const insert = `INSERT INTO operations (` + records.OperationColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	if op.IdempotencyKey == "" {
+		if _, err := s.pool.Exec(ctx, insert, a...); err != nil {
+			return nil, operationConflict(err, op, "create")
+		}
+		return op, nil
+	}
+	for range 3 {
+		tag, err := s.pool.Exec(ctx, insert+` ON CONFLICT (owner, idempotency_key) WHERE idempotency_key <> '' DO NOTHING`, a...)
+		if err != nil {
+			return nil, operationConflict(err, op, "create")
+		}
+		if tag.RowsAffected() == 1 {
+			return op, nil
+		}
+		prev, err := records.ScanOperation(s.pool.QueryRow(ctx,
+			`SELECT `+records.OperationColumns+` FROM operations WHERE owner = $1 AND idempotency_key = $2`, op.Owner, op.IdempotencyKey))
+		switch {
+		case err == nil:
+			return prev, errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
+				op.IdempotencyKey, op.Owner)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+		}
+	}
+	return nil, errdefs.Unavailable("create operation %s: the operation holding idempotency key %q kept changing; try again", op.ID, op.IdempotencyKey)
+}
+
+// UpdateOperation implements store.Store; an operation that is not there is
+// ErrNotFound.
+func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error {
+	a, err := records.OperationArgs(op)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx,
+		`UPDATE operations SET kind = $2, owner = $3, sandbox_id = $4, state = $5, idempotency_key = $6,
+		request_hash = $7, result = $8, error_code = $9, error_message = $10, created_at = $11, updated_at = $12
+		WHERE id = $1`, a...)
+	if err != nil {
+		return operationConflict(err, op, "update")
+	}
+	if tag.RowsAffected() == 0 {
+		return errdefs.NotFound("operation %s not found", op.ID)
+	}
+	return nil
+}
+
+// GetOperation implements store.Store.
+func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, error) {
+	op, err := records.ScanOperation(s.pool.QueryRow(ctx, `SELECT `+records.OperationColumns+` FROM operations WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errdefs.NotFound("operation %s not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get operation %s: %w", id, err)
+	}
+	return op, nil
+}
+
+// ListOperations implements store.Store, oldest first.
+func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.Operation, error) {
+	q := `SELECT ` + records.OperationColumns + ` FROM operations`
+	var a args
+	if len(states) > 0 {
+		q += " WHERE state = ANY(" + a.add(states) + ")"
+	}
+	q += " ORDER BY created_at, ord"
+	out, err := queryRows(ctx, s, records.ScanOperation, q, a...)
+	if err != nil {
+		return nil, fmt.Errorf("list operations: %w", err)
+	}
+	return out, nil
+}
