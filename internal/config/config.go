@@ -5,16 +5,19 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -213,6 +216,52 @@ type Config struct {
 	Router Router `yaml:"router"`
 	// Pools are warm pools the daemon sets at each start (pools.go).
 	Pools []Pool `yaml:"pools"`
+	// Store says where the node keeps its records.
+	Store Store `yaml:"store"`
+}
+
+// Store says where the node keeps its records: in SQLite in state_dir (the embedded
+// default, one node), or in a PostgreSQL database that several nodes share.
+type Store struct {
+	// DSN, if set, is the PostgreSQL database's URL,
+	// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS] (PARAMS as libpq reads
+	// them: sslmode, pool_max_conns, ...). Without a password in it, PGPASSWORD or
+	// ~/.pgpass supply one, as with libpq.
+	DSN DSN `yaml:"dsn"`
+}
+
+// DSN is a database URL that may hold a password: it prints, and marshals, with the
+// password replaced by "xxxxx".
+type DSN string
+
+// Redacted returns the URL with its password replaced by "xxxxx" (validated DSNs carry
+// one only in the user part).
+func (d DSN) Redacted() string {
+	u, err := url.Parse(string(d))
+	if err != nil {
+		return "(an unreadable URL)"
+	}
+	return u.Redacted()
+}
+
+func (d DSN) String() string               { return d.Redacted() }
+func (d DSN) GoString() string             { return strconv.Quote(d.Redacted()) }
+func (d DSN) MarshalJSON() ([]byte, error) { return json.Marshal(d.Redacted()) }
+func (d DSN) MarshalText() ([]byte, error) { return []byte(d.Redacted()), nil }
+
+// checkDSN says what is wrong with a store.dsn, without repeating it (it may hold a
+// password).
+func checkDSN(d DSN) error {
+	u, err := url.Parse(string(d))
+	switch {
+	case err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql"):
+		return errors.New("store.dsn must be a PostgreSQL URL such as postgres://airlock@db.example.com:5432/airlock (or empty: SQLite in state_dir)")
+	case u.Host == "":
+		return errors.New("store.dsn must name the database's host, as in postgres://airlock@db.example.com:5432/airlock")
+	case u.Query().Has("password"):
+		return errors.New("store.dsn must carry its password in the user part (postgres://USER:PASSWORD@HOST/DB), not as a password parameter, or leave it to PGPASSWORD or ~/.pgpass")
+	}
+	return nil
 }
 
 // RouterProfiles and DefaultRouterThreshold are the router's profiles and default
@@ -575,6 +624,11 @@ func (c Config) Settings() (Settings, error) {
 	}
 	pools, perrs := c.poolSettings()
 	s.Pools, errs = pools, append(errs, perrs...)
+	if c.Store.DSN != "" {
+		if err := checkDSN(c.Store.DSN); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
 	}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -144,6 +146,46 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		_, err := Load(path)
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%q: Load: %v; want %q", tc.yaml, err, tc.wantErr)
+		}
+	}
+}
+
+// TestStoreDSN: store.dsn is empty (SQLite) or a PostgreSQL URL; a wrong one is refused
+// with what is allowed, and neither the refusal nor the configuration printed in any
+// way shows its password.
+func TestStoreDSN(t *testing.T) {
+	const pw = "Pa55-word"
+	for _, tc := range []struct{ dsn, wantErr string }{
+		{"", ""},
+		{"postgres://airlock:" + pw + "@db.example.com:5432/airlock?sslmode=verify-full", ""},
+		{"postgresql://airlock@db.example.com/airlock", ""},
+		{"mysql://airlock:" + pw + "@db.example.com/airlock", "must be a PostgreSQL URL"},
+		{"host=db.example.com password=" + pw, "must be a PostgreSQL URL"},
+		{"postgres://airlock:" + pw + "@/airlock", "must name the database's host"},
+		{"postgres://airlock@db.example.com/airlock?password=" + pw, "password in the user part"},
+	} {
+		c := Default()
+		c.Store.DSN = DSN(tc.dsn)
+		err := c.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("store.dsn %q: got error %v, want none", tc.dsn, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("store.dsn %q: got error %v, want one saying %q", tc.dsn, err, tc.wantErr)
+		case err != nil && strings.Contains(err.Error(), pw):
+			t.Errorf("store.dsn %q: got error %q, which holds the password", tc.dsn, err)
+		}
+	}
+
+	c := Default()
+	c.Store.DSN = DSN("postgres://airlock:" + pw + "@db.example.com/airlock")
+	js, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), string(js)} {
+		if strings.Contains(out, pw) || !strings.Contains(out, "airlock:xxxxx@db.example.com") {
+			t.Errorf("the configuration printed: %s; want its DSN with the password replaced by xxxxx", out)
 		}
 	}
 }

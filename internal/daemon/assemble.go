@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/server"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/version"
 )
@@ -107,8 +108,8 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 			n.Close()
 		}
 	}()
-	if n.Store, err = sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db")); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if n.Store, err = OpenStore(ctx, cfg); err != nil {
+		return nil, err
 	}
 	n.closers = append(n.closers, func() { n.Store.Close() })
 	if n.Images, err = image.Open(filepath.Join(cfg.StateDir, "images")); err != nil {
@@ -160,6 +161,24 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	pctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.wg.Go(func() { pruneAuditLog(pctx, n.AuditLog, set.AuditLogMaxAge, cfg.Audit.LogMaxRecords, log) })
 	return n, nil
+}
+
+// OpenStore opens the store cfg names: the PostgreSQL database of store.dsn, shared
+// with the other nodes that name it, or else SQLite in the state directory. Its errors
+// never hold the DSN's password.
+func OpenStore(ctx context.Context, cfg config.Config) (store.Store, error) {
+	if cfg.Store.DSN != "" {
+		s, err := postgres.Open(ctx, string(cfg.Store.DSN))
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		return s, nil
+	}
+	s, err := sqlite.Open(filepath.Join(cfg.StateDir, "airlock.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return s, nil
 }
 
 // managerConfig is the manager's configuration from the file's.

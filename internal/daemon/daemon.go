@@ -212,7 +212,7 @@ func serve(ctx context.Context, cfg config.Config, node *Node, certs *certFiles,
 		}()
 		log.Info("listening", "e2b", el.Addr().String(), "tls", certs != nil)
 	}
-	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "version", version.String())
+	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "store", fmt.Sprint(node.Store), "version", version.String())
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

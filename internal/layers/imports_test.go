@@ -26,14 +26,16 @@ var forbidden = map[string][]string{
 	"internal/httpedge":   {"airlock:internal/errdefs,internal/httpstatus,internal/audit"},
 	"internal/httpstatus": {"airlock:internal/errdefs,internal/jsonbody"},
 	"internal/store":      {"airlock:"},
-	"internal/runtime":    {"airlock:"},
-	"internal/config":     {"airlock:api,internal/units"},
-	"internal/units":      {"airlock:"},
-	"internal/clip":       {"airlock:"},
-	"internal/durable":    {"airlock:"},
-	"internal/version":    {"airlock:"},
-	"internal/failpoint":  {"airlock:"},
-	"internal/idmap":      {"airlock:internal/errdefs"},
+	// The SQL encoding of records knows the contract and its error classes, no store.
+	"internal/store/records": {"airlock:internal/store,internal/errdefs"},
+	"internal/runtime":       {"airlock:"},
+	"internal/config":        {"airlock:api,internal/units"},
+	"internal/units":         {"airlock:"},
+	"internal/clip":          {"airlock:"},
+	"internal/durable":       {"airlock:"},
+	"internal/version":       {"airlock:"},
+	"internal/failpoint":     {"airlock:"},
+	"internal/idmap":         {"airlock:internal/errdefs"},
 	// The router only decides: nothing that reaches the kernel, and not the fence.
 	// ("os" and "net" rule out their trees: os/exec, os/user, net/http and the rest.)
 	"internal/router": {"airlock:internal/errdefs", "syscall", "golang.org/x/sys", "github.com/landlock-lsm/go-landlock",
@@ -50,7 +52,7 @@ var forbidden = map[string][]string{
 	"internal/e2b/envdpb/filesystempb": {"airlock:"},
 	"internal/server": {mod + "internal/store", mod + "internal/runtime", mod + "internal/sandboxlink", mod + "internal/network",
 		mod + "internal/snapshot", mod + "internal/image", mod + "internal/agent", mod + "internal/daemon", mod + "internal/fence", "golang.org/x/sys/unix"},
-	"internal/manager": {mod + "internal/server", "net/http", mod + "internal/runtime/oci", mod + "internal/store/sqlite",
+	"internal/manager": {mod + "internal/server", "net/http", mod + "internal/runtime/oci", mod + "internal/store/sqlite", mod + "internal/store/postgres",
 		mod + "internal/sandboxlink", mod + "internal/network", mod + "internal/daemon", mod + "internal/cli", mod + "internal/fence"},
 	"internal/netattach":    {mod + "internal/manager", mod + "internal/network", mod + "internal/server", "net/http", "golang.org/x/sys"},
 	"internal/network":      {mod + "internal/manager", mod + "internal/server"},
@@ -64,7 +66,7 @@ var forbidden = map[string][]string{
 		mod + "internal/agent", mod + "internal/image", mod + "internal/snapshot"},
 	// The test harness builds its nodes with daemon.Assemble, as airlock serve does: it
 	// opens none of a node's stores, identities, planes or networks itself.
-	"internal/testenv": {mod + "internal/store/sqlite", mod + "internal/audit", mod + "internal/auth", mod + "internal/server",
+	"internal/testenv": {mod + "internal/store/sqlite", mod + "internal/store/postgres", mod + "internal/audit", mod + "internal/auth", mod + "internal/server",
 		mod + "internal/e2b", mod + "internal/network", mod + "internal/snapshot", mod + "internal/portproxy"},
 	"internal/cli": {mod + "internal/manager", mod + "internal/store", mod + "internal/server", mod + "internal/runtime", mod + "internal/daemon", mod + "internal/agent"},
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/image"
@@ -24,7 +25,10 @@ func (m *Manager) Health(ctx context.Context, owner string, keep func(*Sandbox) 
 	if keep != nil {
 		list = slices.DeleteFunc(list, func(sb *Sandbox) bool { return !keep(sb) })
 	}
-	c := runtime.Check{Name: "store", OK: err == nil, Detail: "SQLite"}
+	c := runtime.Check{Name: "store", OK: err == nil, Detail: "the store"}
+	if d, ok := m.store.(fmt.Stringer); ok {
+		c.Detail = d.String() // which store, and where; never a password
+	}
 	if err != nil {
 		c.Degrades = "the daemon cannot read or write its records: " + err.Error()
 	}

@@ -54,6 +54,9 @@ type FakeOptions struct {
 	// E2BDomain as its e2b_domain.
 	E2B       bool
 	E2BDomain string
+	// StoreDSN, if set, keeps the node's records in this PostgreSQL database (store.dsn)
+	// instead of SQLite in its state directory.
+	StoreDSN string
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -71,6 +74,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	n.Config = nodeConfig(dir, secretsDir, n.Socket)
+	n.Config.Store.DSN = config.DSN(opts.StoreDSN)
 	if opts.E2B {
 		n.Config.E2BListen, n.Config.E2BDomain = "127.0.0.1:0", opts.E2BDomain // served below, on a listener of the test's
 	}

@@ -39,8 +39,9 @@ const busyTimeout = 10 * time.Second
 // SQLITE_BUSY; reads use a separate pool of read-only connections, which WAL lets run
 // beside the writer.
 type Store struct {
-	w *sql.DB // exactly one connection; every write and every read-modify-write
-	r *sql.DB // read-only connections
+	w    *sql.DB // exactly one connection; every write and every read-modify-write
+	r    *sql.DB // read-only connections
+	path string
 
 	stmts   stmts   // the hot queries, prepared once
 	decoded decoded // sandbox records a list decoded, by id and version
@@ -101,7 +102,7 @@ func Open(path string) (*Store, error) {
 	n := max(4, runtime.GOMAXPROCS(0))
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
-	return &Store{w: w, r: r}, nil
+	return &Store{w: w, r: r, path: path}, nil
 }
 
 // openPool opens a connection pool on path. The writer pool turns on WAL, makes every
@@ -129,6 +130,9 @@ func openPool(path string, writer bool) (*sql.DB, error) {
 	}
 	return db, nil
 }
+
+// String says what the store is, for the node's administrators.
+func (s *Store) String() string { return "SQLite " + s.path }
 
 // Close closes both pools. It is safe to call more than once.
 func (s *Store) Close() error {
