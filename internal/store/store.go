@@ -1,6 +1,6 @@
 // Package store owns the persistence contract of Airlock: the records it keeps
 // (sandboxes, operations, idempotency keys, events) and the Store interface that an
-// embedded SQLite store (store/sqlite) and, later, a Postgres store implement. It knows
+// embedded SQLite store (store/sqlite) and a PostgreSQL store (store/postgres) implement. It knows
 // nothing about HTTP, runc or the sandbox state machine; it only keeps what it is given.
 //
 // Hostile surface: events are the records a sandbox can cause in bulk (each DNS query and

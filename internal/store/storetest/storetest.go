@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite for store.Store. Every implementation
-// (store/sqlite now, a Postgres store later) runs Run and must pass all of it, so the
+// (store/sqlite, store/postgres) runs Run and must pass all of it, so the
 // rules in the interface's doc comments hold the same way everywhere. It owns only
 // tests and their helpers; it must not import any implementation, nor assume anything
 // the interface does not document.
