@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -147,5 +149,55 @@ func TestPasswordNeverInErrors(t *testing.T) {
 	s := openTest(t, good)
 	if got := s.String(); strings.Contains(got, srv.Password()) || !strings.Contains(got, "xxxxx") {
 		t.Errorf("String(): got %q, want the DSN with its password replaced by xxxxx", got)
+	}
+}
+
+// TestEventsVisibleInSeqOrder: a reader that pages through events by seq while writers
+// append sees every event; none becomes visible below a seq already read.
+func TestEventsVisibleInSeqOrder(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := openTest(t, srv.CreateDatabase(t))
+	ctx := t.Context()
+	const writers, each = 8, 150
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				ev := &store.Event{SandboxID: fmt.Sprintf("sb_%d", w), Type: "tick", Time: time.Now(), Generation: int64(i)}
+				if errs[w] = s.AppendEvents(ctx, []*store.Event{ev, {SandboxID: ev.SandboxID, Type: "tock", Time: ev.Time}}); errs[w] != nil {
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	seen, after := 0, int64(0)
+	for finished := false; ; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		page, err := s.ListEvents(ctx, store.EventFilter{AfterSeq: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range page {
+			seen++
+			after = ev.Seq
+		}
+		if finished && len(page) == 0 {
+			break
+		}
+	}
+	for w, err := range errs {
+		if err != nil {
+			t.Errorf("writer %d: %v", w, err)
+		}
+	}
+	if want := writers * each * 2; seen != want {
+		t.Errorf("a reader paging by seq during appends saw %d events, want all %d", seen, want)
 	}
 }
