@@ -218,7 +218,10 @@ const (
 	OpFailed    = "failed"
 )
 
-// Operation is the durable record of one mutating request.
+// Operation is the durable record of one mutating request. Its error code and message,
+// like an event's type and cause, are kept as valid UTF-8: a NUL, or a run of invalid
+// bytes, in them reads back as U+FFFD (they may carry text from outside the daemon, and
+// no store may refuse the record for it).
 type Operation struct {
 	ID             string          `json:"id"`
 	Kind           string          `json:"kind"` // create, terminate, suspend, ...

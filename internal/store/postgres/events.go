@@ -26,20 +26,16 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	data := make([]any, len(evs))
-	for i, ev := range evs {
-		var err error
-		if data[i], err = records.NullJSON("event data", ev.Data); err != nil {
-			return err
-		}
+	rows, err := records.EventArgs(evs)
+	if err != nil {
+		return err
 	}
 	seqs := make([]int64, len(evs))
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, eventsLock)
-		for i, ev := range evs {
-			b.Queue(`INSERT INTO events (sandbox_id, generation, type, cause, data, time) VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq`,
-				ev.SandboxID, ev.Generation, ev.Type, ev.Cause, data[i], records.FormatTime(ev.Time))
+		for i := range evs {
+			b.Queue(`INSERT INTO events (`+records.NewEventColumns+`) VALUES ($1, $2, $3, $4, $5, $6) RETURNING seq`, rows[i]...)
 		}
 		res := tx.SendBatch(ctx, b)
 		if _, err := res.Exec(); err != nil {

@@ -8,7 +8,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
@@ -33,6 +35,18 @@ func ParseTime(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
 	}
 	return t, nil
+}
+
+// Text returns s as a text column keeps it: valid UTF-8 without NUL (PostgreSQL's text
+// refuses both), each NUL and each run of invalid bytes replaced by U+FFFD, as
+// encoding/json does in the stored documents. Free text that may come from outside the daemon (an error
+// a sandbox's agent reported, an event's cause) goes through it, so every store keeps
+// it alike and none refuses the record.
+func Text(s string) string {
+	if utf8.ValidString(s) && !strings.Contains(s, "\x00") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // NullJSON returns raw for storage as a nullable text column (nil for NULL when
@@ -94,7 +108,7 @@ func OperationArgs(op *store.Operation) ([]any, error) {
 		return nil, err
 	}
 	return []any{op.ID, op.Kind, op.Owner, op.SandboxID, op.State, op.IdempotencyKey, op.RequestHash,
-		result, op.ErrorCode, op.ErrorMessage, FormatTime(op.CreatedAt), FormatTime(op.UpdatedAt)}, nil
+		result, Text(op.ErrorCode), Text(op.ErrorMessage), FormatTime(op.CreatedAt), FormatTime(op.UpdatedAt)}, nil
 }
 
 // ScanOperation reads a row of OperationColumns.
@@ -119,8 +133,26 @@ func ScanOperation(row Scanner) (*store.Operation, error) {
 	return &op, nil
 }
 
-// EventColumns are the columns of a stored event, in the order of ScanEvent.
-const EventColumns = `seq, sandbox_id, generation, type, cause, data, time`
+// EventColumns are the columns of a stored event, in the order of ScanEvent; the
+// store assigns seq, the rest (NewEventColumns) are EventArgs.
+const (
+	EventColumns    = `seq, ` + NewEventColumns
+	NewEventColumns = `sandbox_id, generation, type, cause, data, time`
+)
+
+// EventArgs returns the values of each of evs in the order of NewEventColumns, or an
+// invalid-argument error when one's data is not valid JSON.
+func EventArgs(evs []*store.Event) ([][]any, error) {
+	out := make([][]any, len(evs))
+	for i, ev := range evs {
+		data, err := NullJSON("event data", ev.Data)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = []any{Text(ev.SandboxID), ev.Generation, Text(ev.Type), Text(ev.Cause), data, FormatTime(ev.Time)}
+	}
+	return out, nil
+}
 
 // ScanEvent reads a row of EventColumns.
 func ScanEvent(row Scanner) (*store.Event, error) {

@@ -24,12 +24,9 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	data := make([]any, len(evs))
-	for i, ev := range evs {
-		var err error
-		if data[i], err = records.NullJSON("event data", ev.Data); err != nil {
-			return err
-		}
+	rows, err := records.EventArgs(evs)
+	if err != nil {
+		return err
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -37,14 +34,14 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	}
 	defer tx.Rollback()
 	st, err := tx.PrepareContext(ctx,
-		`INSERT INTO events (sandbox_id, generation, type, cause, data, time) VALUES (?, ?, ?, ?, ?, ?)`)
+		`INSERT INTO events (`+records.NewEventColumns+`) VALUES (?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	defer st.Close()
 	seqs := make([]int64, len(evs))
 	for i, ev := range evs {
-		res, err := st.ExecContext(ctx, ev.SandboxID, ev.Generation, ev.Type, ev.Cause, data[i], records.FormatTime(ev.Time))
+		res, err := st.ExecContext(ctx, rows[i]...)
 		if err != nil {
 			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
 		}

@@ -227,3 +227,30 @@ func testListEventsDefaultLimit(t *testing.T, open func(t *testing.T) store.Stor
 		t.Errorf("ListEvents after the first page: got %d events, want 1", len(rest))
 	}
 }
+
+// testForeignText: text from outside the daemon with NUL and invalid UTF-8 in it (an
+// error a sandbox's agent reported) is stored, and reads back with U+FFFD in their place.
+func testForeignText(t *testing.T, open func(t *testing.T) store.Store) {
+	s, ctx := open(t), t.Context()
+	const foreign, kept = "exit\x00ed \xff\xfeok", "exit\uFFFDed \uFFFDok"
+	op := newOperation("op_1", "alice", "", 0)
+	op.State, op.ErrorCode, op.ErrorMessage = store.OpFailed, "failed_precondition", foreign
+	_, err := s.CreateOperation(ctx, op)
+	ok(t, err, "CreateOperation with foreign text")
+	op.ErrorCode = "internal\x00"
+	ok(t, s.UpdateOperation(ctx, op), "UpdateOperation with foreign text")
+	got, err := s.GetOperation(ctx, "op_1")
+	ok(t, err, "GetOperation")
+	if got.ErrorMessage != kept || got.ErrorCode != "internal\uFFFD" {
+		t.Errorf("GetOperation: got error code %q, message %q; want %q, %q", got.ErrorCode, got.ErrorMessage, "internal\uFFFD", kept)
+	}
+
+	ev := newEvent("sb_1", "exec\x00", 1)
+	ev.Cause = foreign
+	ok(t, s.AppendEvent(ctx, ev), "AppendEvent with foreign text")
+	evs, err := s.ListEvents(ctx, store.EventFilter{SandboxID: "sb_1"})
+	ok(t, err, "ListEvents")
+	if len(evs) != 1 || evs[0].Cause != kept || evs[0].Type != "exec\uFFFD" {
+		t.Fatalf("ListEvents: got %+v; want one event of type %q with cause %q", evs, "exec\uFFFD", kept)
+	}
+}

@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Pools", testPools},
 		{"Identities", testIdentities},
 		{"Secrets", testSecrets},
+		{"ForeignText", testForeignText},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
