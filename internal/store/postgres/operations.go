@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -24,12 +25,42 @@ func operationConflict(err error, op *store.Operation, doing string) error {
 	return fmt.Errorf("%s operation %s: %w", doing, op.ID, err)
 }
 
+// An idempotency key is whatever bytes its maker chose (the manager's own keys start
+// with a NUL, which no HTTP header can carry), and PostgreSQL's text refuses NUL and
+// invalid UTF-8: the column keeps the key hex-encoded, which is exact and keeps keys
+// apart exactly as they were.
+
+// opArgs returns op's values in the order of records.OperationColumns, its key
+// hex-encoded.
+func opArgs(op *store.Operation) ([]any, error) {
+	a, err := records.OperationArgs(op)
+	if err != nil {
+		return nil, err
+	}
+	a[5] = hex.EncodeToString([]byte(op.IdempotencyKey))
+	return a, nil
+}
+
+// scanOperation reads a row of records.OperationColumns, decoding its key.
+func scanOperation(row records.Scanner) (*store.Operation, error) {
+	op, err := records.ScanOperation(row)
+	if err != nil {
+		return nil, err
+	}
+	key, err := hex.DecodeString(op.IdempotencyKey)
+	if err != nil {
+		return nil, fmt.Errorf("operation %s: stored idempotency key is not hex: %w", op.ID, err)
+	}
+	op.IdempotencyKey = string(key)
+	return op, nil
+}
+
 // CreateOperation implements store.Store. An insert whose (owner, key) is taken does
 // nothing (ON CONFLICT on the partial unique index; it waits for an insert of the same
 // key still in flight to commit or roll back), and the operation that holds the key is
 // read back. Should that one vanish in between, the insert is tried again.
 func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*store.Operation, error) {
-	a, err := records.OperationArgs(op)
+	a, err := opArgs(op)
 	if err != nil {
 		return nil, err
 	}
@@ -48,8 +79,8 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 		if tag.RowsAffected() == 1 {
 			return op, nil
 		}
-		prev, err := records.ScanOperation(s.pool.QueryRow(ctx,
-			`SELECT `+records.OperationColumns+` FROM operations WHERE owner = $1 AND idempotency_key = $2`, op.Owner, op.IdempotencyKey))
+		prev, err := scanOperation(s.pool.QueryRow(ctx,
+			`SELECT `+records.OperationColumns+` FROM operations WHERE owner = $1 AND idempotency_key = $2`, op.Owner, a[5]))
 		switch {
 		case err == nil:
 			return prev, errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
@@ -64,7 +95,7 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 // UpdateOperation implements store.Store; an operation that is not there is
 // ErrNotFound.
 func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error {
-	a, err := records.OperationArgs(op)
+	a, err := opArgs(op)
 	if err != nil {
 		return err
 	}
@@ -83,7 +114,7 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 
 // GetOperation implements store.Store.
 func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, error) {
-	op, err := records.ScanOperation(s.pool.QueryRow(ctx, `SELECT `+records.OperationColumns+` FROM operations WHERE id = $1`, id))
+	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+records.OperationColumns+` FROM operations WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errdefs.NotFound("operation %s not found", id)
 	}
@@ -101,7 +132,7 @@ func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.
 		q += " WHERE state = ANY(" + a.add(states) + ")"
 	}
 	q += " ORDER BY created_at, ord"
-	out, err := queryRows(ctx, s, records.ScanOperation, q, a...)
+	out, err := queryRows(ctx, s, scanOperation, q, a...)
 	if err != nil {
 		return nil, fmt.Errorf("list operations: %w", err)
 	}

@@ -254,3 +254,27 @@ func testForeignText(t *testing.T, open func(t *testing.T) store.Store) {
 		t.Fatalf("ListEvents: got %+v; want one event of type %q with cause %q", evs, "exec\uFFFD", kept)
 	}
 }
+
+// testIdempotencyKeyBytes: a key is kept byte for byte, whatever bytes it holds (the
+// manager's own keys start with a NUL, which no client can send): it replays, and keys
+// that differ only in bytes that are not valid UTF-8 are different keys.
+func testIdempotencyKeyBytes(t *testing.T, open func(t *testing.T) store.Store) {
+	s, ctx := open(t), t.Context()
+	keys := []string{"\x00cleanup/sb_1", "k\xff", "k\xfe", "k\uFFFD"}
+	for i, key := range keys {
+		_, err := s.CreateOperation(ctx, newOperation(fmt.Sprintf("op_%d", i), "alice", key, i))
+		ok(t, err, fmt.Sprintf("CreateOperation with key %q", key))
+	}
+	for i, key := range keys {
+		got, err := s.CreateOperation(ctx, newOperation(fmt.Sprintf("op_again_%d", i), "alice", key, 10+i))
+		isErr(t, err, errdefs.ErrAlreadyExists, fmt.Sprintf("CreateOperation with key %q again", key))
+		if want := fmt.Sprintf("op_%d", i); got == nil || got.ID != want || got.IdempotencyKey != key {
+			t.Errorf("CreateOperation with key %q again: got %+v, want operation %s with that key", key, got, want)
+		}
+	}
+	got, err := s.GetOperation(ctx, "op_0")
+	ok(t, err, "GetOperation")
+	if got.IdempotencyKey != keys[0] {
+		t.Errorf("GetOperation: got key %q, want %q", got.IdempotencyKey, keys[0])
+	}
+}

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Identities", testIdentities},
 		{"Secrets", testSecrets},
 		{"ForeignText", testForeignText},
+		{"IdempotencyKeyBytes", testIdempotencyKeyBytes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -22,6 +22,7 @@ CREATE INDEX sandboxes_owner_name ON sandboxes (owner, name, created_at);
 CREATE INDEX sandboxes_created ON sandboxes (created_at, ord);
 CREATE INDEX sandboxes_state ON sandboxes (state);
 
+-- idempotency_key is the key hex-encoded: a key may hold any bytes, NUL included.
 CREATE TABLE operations (
 	id              TEXT PRIMARY KEY,
 	kind            TEXT NOT NULL,
