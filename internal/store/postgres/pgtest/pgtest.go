@@ -38,6 +38,7 @@ const User = "airlock"
 // Server is one running test server.
 type Server struct {
 	dir      string
+	lock     *os.File // held while the test process lives; see sweep
 	port     int
 	password string
 	cmd      *exec.Cmd
@@ -95,16 +96,23 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		skip(tb, err.Error())
 	}
-	dir, err := os.MkdirTemp("", "airlock-pgtest-")
+	sweep()
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	s := &Server{dir: dir, password: rand.Text()}
 	tb.Cleanup(func() {
 		if err := os.RemoveAll(dir); err != nil {
 			tb.Errorf("remove the test server's directory: %v", err)
 		}
+		if s.lock != nil {
+			s.lock.Close()
+		}
 	})
-	s := &Server{dir: dir, password: rand.Text()}
+	if s.lock, err = lockDir(dir); err != nil {
+		tb.Fatal(err)
+	}
 	pwfile := filepath.Join(dir, "pw")
 	if err := os.WriteFile(pwfile, []byte(s.password+"\n"), 0o600); err != nil {
 		tb.Fatal(err)
@@ -132,6 +140,51 @@ func Start(tb testing.TB) *Server {
 		if attempt == 3 {
 			tb.Fatalf("start the test PostgreSQL server: %v\n%s", err, s.logTail())
 		}
+	}
+}
+
+// dirPrefix starts the name of every test server's directory in the temporary directory.
+const dirPrefix = "airlock-pgtest-"
+
+// lockName is a file in a server's directory that its test process holds an flock on
+// for as long as it lives: a test process killed without its cleanups (go test's
+// -timeout) leaves the directory unlocked, and the next Start removes it. (Its server
+// died with it: SIGKILL on the parent's death.)
+const lockName = "owner.lock"
+
+// lockDir takes the lock of dir for this process. The file is locked under another
+// name and then renamed, so a sweep never finds it unlocked.
+func lockDir(dir string) (*os.File, error) {
+	tmp := filepath.Join(dir, lockName+".new")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, lockName)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// sweep removes the directories of test servers whose test process is gone: those
+// whose lock file nobody holds. A directory without a lock file (one being made right
+// now) is left alone.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			os.RemoveAll(dir)
+		}
+		f.Close()
 	}
 }
 
