@@ -138,6 +138,21 @@ func (c *checked) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// finish checks, once the reader's consumer is done, that exactly size bytes matching
+// the digest were read and that r has nothing more.
+func (c *checked) finish() error {
+	if c.n == c.size {
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			return fmt.Errorf("%w: more than %d bytes", errMismatch, c.size)
+		}
+	}
+	if c.n != c.size {
+		return fmt.Errorf("%w: %d bytes, not %d", errMismatch, c.n, c.size)
+	}
+	return c.verify()
+}
+
 func (c *checked) verify() error {
 	if got := hex.EncodeToString(c.h.Sum(nil)); got != c.sum {
 		return fmt.Errorf("%w: sha256 %s, not %s", errMismatch, got, c.sum)

@@ -135,6 +135,13 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64, sum s
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
+	// The client stops at size bytes and may drop an error that came with the last
+	// ones: check what it read, and that nothing was left, after the fact, and take
+	// back an object that does not match (readers check content anyway).
+	if err := c.finish(); err != nil {
+		s.client.RemoveObject(context.WithoutCancel(ctx), s.bucket, k, minio.RemoveObjectOptions{})
+		return fmt.Errorf("put %s: %w", key, err)
+	}
 	return nil
 }
 
