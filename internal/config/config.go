@@ -117,6 +117,28 @@ type Images struct {
 	KeepPulledBlobs bool `yaml:"keep_pulled_blobs"`
 }
 
+// Objects is the S3-compatible object store the nodes of a cluster share: with it, every
+// snapshot is kept there too (content-addressed chunks, then its manifest), so any node
+// restores or forks it. Without an endpoint snapshots stay in the state directory.
+type Objects struct {
+	// Endpoint is https://HOST[:PORT]; http:// only on a trusted network (the daemon
+	// warns: contents travel in the clear).
+	Endpoint string `yaml:"endpoint"`
+	// Bucket is made at start when it does not exist.
+	Bucket string `yaml:"bucket"`
+	Region string `yaml:"region"`
+	// AccessKeyEnv and SecretKeyEnv name the environment variables that hold the keys;
+	// or CredentialsFile is an AWS shared credentials file (its default profile).
+	// Credentials are never in this file, and never logged.
+	AccessKeyEnv    string `yaml:"access_key_env"`
+	SecretKeyEnv    string `yaml:"secret_key_env"`
+	CredentialsFile string `yaml:"credentials_file"`
+	// CAFile is a PEM bundle trusted for the endpoint instead of the system's.
+	CAFile string `yaml:"ca_file"`
+	// Prefix, ending in "/", is put before every key ("airlock/").
+	Prefix string `yaml:"prefix"`
+}
+
 // Files bounds what the file calls of every plane (the native API's and the E2B
 // plane's) may cost the host.
 type Files struct {
@@ -218,6 +240,8 @@ type Config struct {
 	Pools []Pool `yaml:"pools"`
 	// Store says where the node keeps its records.
 	Store Store `yaml:"store"`
+	// Objects is the object store nodes share (default: none).
+	Objects Objects `yaml:"objects"`
 }
 
 // Store says where the node keeps its records: in SQLite in state_dir (the embedded
@@ -629,8 +653,50 @@ func (c Config) Settings() (Settings, error) {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.Objects.check()...)
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+var (
+	bucketRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`) })
+	envNameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	keyPrefixRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([A-Za-z0-9_-][A-Za-z0-9._-]*/)*$`) })
+)
+
+// check says what is wrong with the objects section.
+func (o Objects) check() []error {
+	if o == (Objects{}) {
+		return nil
+	}
+	var errs []error
+	u, err := url.Parse(o.Endpoint)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.User != nil || u.RawQuery != "" {
+		errs = append(errs, fmt.Errorf("objects.endpoint %q must be https://HOST[:PORT] (or http:// on a trusted network)", o.Endpoint))
+	} else if u.Scheme == "http" && o.CAFile != "" {
+		errs = append(errs, fmt.Errorf("objects.ca_file is for an https:// endpoint, not %q", o.Endpoint))
+	}
+	if !bucketRE().MatchString(o.Bucket) {
+		errs = append(errs, fmt.Errorf("objects.bucket %q must be 3 to 63 lowercase letters, digits, '.' or '-'", o.Bucket))
+	}
+	if o.Prefix != "" && (len(o.Prefix) > 256 || !keyPrefixRE().MatchString(o.Prefix)) {
+		errs = append(errs, fmt.Errorf("objects.prefix %q must be path segments of letters, digits, '.', '_' or '-', each ending in '/', such as airlock/", o.Prefix))
+	}
+	envs := o.AccessKeyEnv != "" || o.SecretKeyEnv != ""
+	switch {
+	case envs && o.CredentialsFile != "":
+		errs = append(errs, errors.New("objects: set access_key_env and secret_key_env, or credentials_file, not both"))
+	case envs && (!envNameRE().MatchString(o.AccessKeyEnv) || !envNameRE().MatchString(o.SecretKeyEnv)):
+		errs = append(errs, fmt.Errorf("objects.access_key_env %q and secret_key_env %q must both name environment variables", o.AccessKeyEnv, o.SecretKeyEnv))
+	case !envs && o.CredentialsFile == "":
+		errs = append(errs, errors.New("objects needs credentials: access_key_env and secret_key_env, or credentials_file"))
+	}
+	for _, f := range []struct{ name, v string }{{"objects.credentials_file", o.CredentialsFile}, {"objects.ca_file", o.CAFile}} {
+		if f.v != "" && !filepath.IsAbs(f.v) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", f.name, f.v))
+		}
+	}
+	return errs
 }

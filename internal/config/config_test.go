@@ -73,15 +73,12 @@ func TestRouterConfig(t *testing.T) {
 	}
 }
 
-func TestE2BConfig(t *testing.T) {
+// loadCase is a configuration file and what Load says of it ("": no error).
+type loadCase struct{ name, yaml, wantErr string }
+
+func checkLoads(t *testing.T, cases []loadCase) {
 	dir := t.TempDir()
-	for _, tc := range []struct{ name, yaml, wantErr string }{
-		{"listen and domain", "e2b_listen: 127.0.0.1:3000\ne2b_domain: sandboxes.example.com\n", ""},
-		{"one-label domain", "e2b_domain: localhost\n", ""},
-		{"domain with a port", "e2b_domain: example.com:80\n", `e2b_domain "example.com:80" must be a DNS name`},
-		{"domain with a leading dot", "e2b_domain: .example.com\n", `e2b_domain ".example.com" must be a DNS name`},
-		{"listen without a port", "e2b_listen: 127.0.0.1\n", `e2b_listen "127.0.0.1" must be HOST:PORT`},
-	} {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
 			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
@@ -93,6 +90,39 @@ func TestE2BConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestE2BConfig(t *testing.T) {
+	checkLoads(t, []loadCase{
+		{"listen and domain", "e2b_listen: 127.0.0.1:3000\ne2b_domain: sandboxes.example.com\n", ""},
+		{"one-label domain", "e2b_domain: localhost\n", ""},
+		{"domain with a port", "e2b_domain: example.com:80\n", `e2b_domain "example.com:80" must be a DNS name`},
+		{"domain with a leading dot", "e2b_domain: .example.com\n", `e2b_domain ".example.com" must be a DNS name`},
+		{"listen without a port", "e2b_listen: 127.0.0.1\n", `e2b_listen "127.0.0.1" must be HOST:PORT`},
+	})
+}
+
+func TestObjectsConfig(t *testing.T) {
+	const ok = "objects: {endpoint: https://s3.example.com, bucket: airlock, access_key_env: AK, secret_key_env: SK"
+	checkLoads(t, []loadCase{
+		{"none", "", ""},
+		{"keys from the environment", ok + ", prefix: cluster/a/}\n", ""},
+		{"credentials file and CA", "objects: {endpoint: https://s3.example.com:9000, bucket: my.bucket, credentials_file: /etc/airlock/s3, ca_file: /etc/airlock/ca.pem}\n", ""},
+		{"plain http", "objects: {endpoint: http://10.0.0.5:8333, bucket: airlock, credentials_file: /etc/airlock/s3}\n", ""},
+		{"no endpoint", "objects: {bucket: airlock, credentials_file: /etc/airlock/s3}\n", `objects.endpoint "" must be https://`},
+		{"endpoint with a path", "objects: {endpoint: https://s3.example.com/x, bucket: airlock, credentials_file: /etc/s3}\n", `objects.endpoint "https://s3.example.com/x"`},
+		{"endpoint with keys", "objects: {endpoint: https://a:b@s3.example.com, bucket: airlock, credentials_file: /etc/s3}\n", `objects.endpoint`},
+		{"other scheme", "objects: {endpoint: ftp://s3.example.com, bucket: airlock, credentials_file: /etc/s3}\n", `objects.endpoint "ftp://s3.example.com"`},
+		{"CA over http", "objects: {endpoint: http://s3.example.com, bucket: airlock, credentials_file: /etc/s3, ca_file: /etc/ca.pem}\n", "objects.ca_file is for an https://"},
+		{"bad bucket", "objects: {endpoint: https://s3.example.com, bucket: Air_Lock, credentials_file: /etc/s3}\n", `objects.bucket "Air_Lock"`},
+		{"no credentials", "objects: {endpoint: https://s3.example.com, bucket: airlock}\n", "objects needs credentials"},
+		{"both credentials", ok + ", credentials_file: /etc/s3}\n", "not both"},
+		{"half the keys", "objects: {endpoint: https://s3.example.com, bucket: airlock, access_key_env: AK}\n", `objects.access_key_env "AK" and secret_key_env ""`},
+		{"relative credentials file", "objects: {endpoint: https://s3.example.com, bucket: airlock, credentials_file: s3}\n", `objects.credentials_file "s3" must be an absolute path`},
+		{"prefix without a slash", ok + ", prefix: cluster}\n", `objects.prefix "cluster"`},
+		{"prefix escaping", ok + ", prefix: ../}\n", `objects.prefix "../"`},
+		{"unknown key", ok + ", secret_key: x}\n", "field secret_key not found"},
+	})
 }
 
 // TestLimitsAndPathsAreChecked: values the API would refuse of a create (or that mean

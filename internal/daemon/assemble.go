@@ -133,6 +133,13 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	if n.Snapshots, err = snapshot.Open(filepath.Join(cfg.StateDir, "snapshots")); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
+	if cfg.Objects.Endpoint != "" {
+		objs, err := openObjects(ctx, cfg.Objects, log)
+		if err != nil {
+			return nil, err
+		}
+		n.Snapshots.UseObjects(objs, 0)
+	}
 	n.Manager = manager.New(mcfg, n.Store, n.Driver, n.Images, log)
 	if cfg.DefaultRuntime == "runsc" && n.Runc != nil {
 		n.Manager.AddRuntime("runc", n.Runc)

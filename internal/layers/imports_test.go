@@ -47,6 +47,8 @@ var forbidden = map[string][]string{
 	"internal/portproxy":           {"airlock:"},
 	"internal/bindsource":          {"airlock:internal/durable"},
 	"internal/jsonbody":            {"airlock:internal/errdefs"},
+	// The object store knows nothing of what its objects mean.
+	"internal/objstore": {"airlock:internal/errdefs,internal/durable"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.
 	"internal/e2b/envdpb/processpb":    {"airlock:"},
 	"internal/e2b/envdpb/filesystempb": {"airlock:"},

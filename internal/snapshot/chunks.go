@@ -159,8 +159,9 @@ func (s *Store) checkPresent(m *Manifest) error {
 	return nil
 }
 
-// Verify checks that every chunk of snapshot id exists and hashes to its digest. A bad
-// chunk is reported with ErrCorrupt, naming it and a path that uses it.
+// Verify checks that every chunk of snapshot id exists and hashes to its digest,
+// fetching from the object store those this node lacks. A bad chunk is reported with
+// ErrCorrupt, naming it and a path that uses it.
 func (s *Store) Verify(ctx context.Context, id string) error {
 	s.gc.RLock()
 	defer s.gc.RUnlock()
@@ -169,6 +170,9 @@ func (s *Store) Verify(ctx context.Context, id string) error {
 		return err
 	}
 	if err := validate(m); err != nil {
+		return err
+	}
+	if err := s.fetch(ctx, m); err != nil {
 		return err
 	}
 	uses := chunkUses(m)

@@ -22,7 +22,7 @@ import (
 // Create snapshots the upper layer upperDir, whose ids are host ids of the range that
 // starts at uidBase. From meta it takes SandboxID, ImageDigest, Parent, Consistency and
 // Labels. The manifest is recorded "creating" first and "ready" once every chunk is on
-// disk; on error it is left "failed" and the chunks it added are removed. The layer must
+// disk (and, with an object store, its chunks and then its manifest are there too); on error it is left "failed" and the chunks it added are removed. The layer must
 // not change meanwhile (the sandbox is frozen or stopped).
 func (s *Store) Create(ctx context.Context, upperDir string, uidBase uint32, meta Manifest) (*Manifest, error) {
 	if meta.SandboxID == "" {
@@ -66,7 +66,13 @@ func (s *Store) Create(ctx context.Context, upperDir string, uidBase uint32, met
 		}
 		m.StoredSize = w.stored
 		m.State = StateReady
-		if err = s.writeManifest(m); err == nil {
+		if s.objs != nil {
+			err = s.upload(ctx, m)
+		}
+		if err == nil {
+			err = s.writeManifest(m)
+		}
+		if err == nil {
 			s.addRefs(m)
 		}
 	}

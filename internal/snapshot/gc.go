@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,7 +19,23 @@ import (
 // dependents (which may be nil) names anything that depends on the snapshot, or while it
 // is being created. dependents must not call back into the store's Create, Verify,
 // Restore or Delete. A chunk file that cannot be removed is left for the next Open.
+//
+// With an object store, the snapshot's manifest there goes first (a failure to remove
+// it changes nothing), then the objects nothing uses any more (see remote.go); a failure
+// there leaves them for the next Delete.
 func (s *Store) Delete(id string, dependents func(id string) []string) error {
+	if err := s.delete(id, dependents); err != nil {
+		return err
+	}
+	if s.objs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
+		defer cancel()
+		_ = s.collectObjects(ctx) // best effort: garbage is collected by a later Delete
+	}
+	return nil
+}
+
+func (s *Store) delete(id string, dependents func(id string) []string) error {
 	if !validID(id) {
 		return errdefs.NotFound("snapshot %q not found", id)
 	}
@@ -37,6 +54,11 @@ func (s *Store) Delete(id string, dependents func(id string) []string) error {
 		if deps := dependents(id); len(deps) > 0 {
 			return errdefs.Precondition("snapshot %s is still used by %s", id, strings.Join(deps, ", ")).
 				WithDetails(map[string]any{"snapshot_id": id, "dependents": deps})
+		}
+	}
+	if s.objs != nil && h.Location != "" {
+		if err := s.deleteRemote(id); err != nil {
+			return err
 		}
 	}
 	var chunks []string

@@ -24,7 +24,8 @@ const zeroChunk = "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fc
 
 // Restore rebuilds snapshot id as the upper layer dstUpper (absent or an empty
 // directory) for a sandbox whose ids start at uidBase. The manifest is validated and
-// every chunk checked present before anything is written, and each chunk is hashed as it
+// every chunk checked present (fetched from the object store when this node lacks it)
+// before anything is written, and each chunk is hashed as it
 // is copied; the layer is built in dstUpper+".tmp" and renamed into place only when
 // whole, so a failure (ErrCorrupt for a bad chunk) leaves nothing behind.
 func (s *Store) Restore(ctx context.Context, id string, dstUpper string, uidBase uint32) (retErr error) {
@@ -38,6 +39,9 @@ func (s *Store) Restore(ctx context.Context, id string, dstUpper string, uidBase
 		return err
 	}
 	if err := validate(m); err != nil {
+		return err
+	}
+	if err := s.fetch(ctx, m); err != nil {
 		return err
 	}
 	if err := s.checkPresent(m); err != nil {

@@ -42,6 +42,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/durable"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/objstore"
 )
 
 // Snapshot states.
@@ -94,6 +95,9 @@ type Manifest struct {
 	Entries     []Entry           `json:"entries,omitempty"`
 	Created     time.Time         `json:"created"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// Location is the object store that holds the snapshot too ("s3://bucket/prefix"),
+	// so any node can restore it; empty: this node's state directory only.
+	Location string `json:"location,omitempty"`
 }
 
 // Entry is one path of the upper layer ("." is its root), with container-native ids.
@@ -138,6 +142,10 @@ type Store struct {
 	mu    sync.Mutex
 	refs  map[string]int       // chunk hex -> number of ready snapshots using it
 	heads map[string]*Manifest // id -> manifest without entries
+
+	objs     objstore.Store // nil: snapshots stay on this node
+	grace    time.Duration  // how old an unreferenced object must be before it is removed
+	importMu sync.Mutex     // one import of a manifest from the object store at a time
 }
 
 // Open opens (making it if needed) the store in dir. Snapshots left "creating" by a
@@ -204,6 +212,9 @@ func (s *Store) Get(id string) (*Manifest, error) {
 	s.mu.Lock()
 	h, ok := s.heads[id]
 	s.mu.Unlock()
+	if !ok && s.objs != nil {
+		return s.importManifest(id)
+	}
 	if !ok {
 		return nil, errdefs.NotFound("snapshot %s not found", id)
 	}
