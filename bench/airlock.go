@@ -381,6 +381,7 @@ type concurrencyResult struct {
 	Parallel         int       `json:"parallel"`
 	CreateExecWallMS float64   `json:"create_exec_wall_ms"`
 	TerminateWallMS  float64   `json:"terminate_wall_ms"`
+	CleanupWallMS    float64   `json:"cleanup_wall_ms"` // until the last background cleanup ended
 	Succeeded        int       `json:"succeeded"`
 	Failed           int       `json:"failed"`
 	Errors           []string  `json:"errors,omitempty"`
@@ -453,6 +454,14 @@ func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label strin
 	}
 	wg.Wait()
 	r.TerminateWallMS = ms(time.Since(start))
+	// Terminate answers once the processes are dead; the rest (mounts, disk, cgroups,
+	// network) is a background cleanup. The leak check waits for it, as gc would, but
+	// without gc's removal of leftovers, which would hide a leak.
+	if err := waitCleanups(ctx, c, 2*time.Minute); err != nil {
+		r.Failed++
+		r.Errors = append(r.Errors, err.Error())
+	}
+	r.CleanupWallMS = ms(time.Since(start))
 	for _, err := range errs {
 		if err != nil {
 			r.Failed++
@@ -464,6 +473,30 @@ func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label strin
 	r.Succeeded = n - r.Failed
 	r.Leaks, r.Foreign = leaks(ctx, b.o.runc, stateDir, cg, b.ours)
 	return r
+}
+
+// waitCleanups waits until the node's health line "cleanups" reports none pending.
+func waitCleanups(ctx context.Context, c *client.Client, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err
+		}
+		pending := ""
+		for _, ch := range st.Checks {
+			if ch.Name == "cleanups" {
+				pending = ch.Detail
+			}
+		}
+		if pending == "" || strings.HasPrefix(pending, "0 ") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("background cleanups still pending after %s: %s", limit, pending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

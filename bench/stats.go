@@ -169,8 +169,8 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	c := r.Concurrency
-	fmt.Fprintf(w, "concurrency: %d sandboxes, at most %d calls in flight: create+exec wall %s ms, terminate wall %s ms, %d failed, leaks: %s\n",
-		c.Sandboxes, c.Parallel, fmtNum(c.CreateExecWallMS), fmtNum(c.TerminateWallMS), c.Failed, leakText(c.Leaks))
+	fmt.Fprintf(w, "concurrency: %d sandboxes, at most %d calls in flight: create+exec wall %s ms, terminate wall %s ms (cleanups ended at %s ms), %d failed, leaks: %s\n",
+		c.Sandboxes, c.Parallel, fmtNum(c.CreateExecWallMS), fmtNum(c.TerminateWallMS), fmtNum(c.CleanupWallMS), c.Failed, leakText(c.Leaks))
 	for _, e := range c.Errors {
 		fmt.Fprintf(w, "  error: %s\n", e)
 	}
