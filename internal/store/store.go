@@ -148,6 +148,8 @@ type Sandbox struct {
 	State       State  `json:"state"`
 	Image       string `json:"image"`
 	ImageDigest string `json:"image_digest"`
+	// Node names the node the sandbox lives on (its upper layer, its container).
+	Node string `json:"node,omitempty"`
 	// Runtime names the driver that runs the sandbox; "" is the node's default.
 	Runtime string `json:"runtime,omitempty"`
 	// Role is the one role the sandbox acts with, narrower than its owner's ("": the
@@ -392,6 +394,8 @@ type Store interface {
 	// PruneEvents removes what r says is past retention and returns how many events it
 	// removed.
 	PruneEvents(ctx context.Context, r EventRetention) (int64, error)
+
+	Nodes // nodes.go
 
 	Close() error
 }

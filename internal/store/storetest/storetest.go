@@ -63,6 +63,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Secrets", testSecrets},
 		{"ForeignText", testForeignText},
 		{"IdempotencyKeyBytes", testIdempotencyKeyBytes},
+		{"NodeLease", testNodeLease},
+		{"NodeNameHeld", testNodeNameHeld},
+		{"ConcurrentNodes", testConcurrentNodes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// changeNode reads name's record (nil: none) under a row lock, asks change what to
+// store instead, and stores it, in one transaction. Two nodes inserting one new name
+// at once: the loser's insert violates the key, and it runs again to find the winner's
+// record.
+func (s *Store) changeNode(ctx context.Context, name string, change func(old *store.Node) (*store.Node, error)) (*store.Node, error) {
+	var out *store.Node
+	for attempt := 1; ; attempt++ {
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			old, err := scanDoc[store.Node](tx.QueryRow(ctx, `SELECT doc FROM nodes WHERE name = $1 FOR UPDATE`, name))
+			if errors.Is(err, pgx.ErrNoRows) {
+				old = nil
+			} else if err != nil {
+				return err
+			}
+			n, err := change(old)
+			if err != nil {
+				return err
+			}
+			c := *n
+			c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
+			doc, err := json.Marshal(&c)
+			if err != nil {
+				return err
+			}
+			if old == nil {
+				_, err = tx.Exec(ctx, `INSERT INTO nodes (name, epoch, doc) VALUES ($1, $2, $3)`, n.Name, n.Epoch, string(doc))
+			} else {
+				_, err = tx.Exec(ctx, `UPDATE nodes SET epoch = $2, doc = $3 WHERE name = $1`, n.Name, n.Epoch, string(doc))
+			}
+			out = n
+			return err
+		})
+		if code, _ := pgCode(err); code == uniqueViolation && attempt < 3 {
+			continue
+		}
+		if err != nil && errdefs.Code(err) == "internal" {
+			return nil, fmt.Errorf("node %s: %w", name, err)
+		}
+		return out, err
+	}
+}
+
+// missing is ErrNotFound for a node name.
+func missing(name string) error { return errdefs.NotFound("no node is named %q", name) }
+
+// AcquireNode implements store.Store.
+func (s *Store) AcquireNode(ctx context.Context, n *store.Node, now time.Time) error {
+	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) { return store.AcquiredNode(old, n, now) })
+	if err != nil {
+		return err
+	}
+	*n = *got
+	return nil
+}
+
+// RenewNode implements store.Store.
+func (s *Store) RenewNode(ctx context.Context, n *store.Node) error {
+	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) {
+		if old == nil {
+			return nil, missing(n.Name)
+		}
+		return store.RenewedNode(old, n)
+	})
+	if err != nil {
+		return err
+	}
+	n.Draining = got.Draining
+	return nil
+}
+
+// ReleaseNode implements store.Store.
+func (s *Store) ReleaseNode(ctx context.Context, name string, epoch int64) error {
+	_, err := s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
+		if old == nil {
+			return nil, missing(name)
+		}
+		return store.ReleasedNode(old, epoch)
+	})
+	return err
+}
+
+// SetNodeDraining implements store.Store.
+func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool) (*store.Node, error) {
+	return s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
+		if old == nil {
+			return nil, missing(name)
+		}
+		c := *old
+		c.Draining = draining
+		return &c, nil
+	})
+}
+
+// GetNode implements store.Store.
+func (s *Store) GetNode(ctx context.Context, name string) (*store.Node, error) {
+	n, err := scanDoc[store.Node](s.pool.QueryRow(ctx, `SELECT doc FROM nodes WHERE name = $1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, missing(name)
+	}
+	return n, err
+}
+
+// ListNodes implements store.Store.
+func (s *Store) ListNodes(ctx context.Context) ([]*store.Node, error) {
+	out, err := queryRows(ctx, s, scanDoc[store.Node], `SELECT doc FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,143 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// changeNode reads name's record (nil: none), asks change what to store instead, and
+// stores it, in one transaction on the one writer connection.
+func (s *Store) changeNode(ctx context.Context, name string, change func(old *store.Node) (*store.Node, error)) (*store.Node, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	defer tx.Rollback()
+	old, err := scanNode(tx.QueryRowContext(ctx, `SELECT doc FROM nodes WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		old = nil
+	} else if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	n, err := change(old)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := encodeNode(n)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO nodes (name, epoch, doc) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch, doc = excluded.doc`, n.Name, n.Epoch, doc); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// encodeNode is n as stored: JSON, its times in UTC.
+func encodeNode(n *store.Node) (string, error) {
+	c := *n
+	c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
+	b, err := json.Marshal(&c)
+	return string(b), err
+}
+
+func scanNode(row interface{ Scan(...any) error }) (*store.Node, error) {
+	var doc string
+	if err := row.Scan(&doc); err != nil {
+		return nil, err // sql.ErrNoRows: none
+	}
+	n := new(store.Node)
+	if err := json.Unmarshal([]byte(doc), n); err != nil {
+		return nil, fmt.Errorf("decode stored node: %w", err)
+	}
+	return n, nil
+}
+
+// missing is ErrNotFound for a node name.
+func missing(name string) error { return errdefs.NotFound("no node is named %q", name) }
+
+// AcquireNode implements store.Store.
+func (s *Store) AcquireNode(ctx context.Context, n *store.Node, now time.Time) error {
+	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) { return store.AcquiredNode(old, n, now) })
+	if err != nil {
+		return err
+	}
+	*n = *got
+	return nil
+}
+
+// RenewNode implements store.Store.
+func (s *Store) RenewNode(ctx context.Context, n *store.Node) error {
+	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) {
+		if old == nil {
+			return nil, missing(n.Name)
+		}
+		return store.RenewedNode(old, n)
+	})
+	if err != nil {
+		return err
+	}
+	n.Draining = got.Draining
+	return nil
+}
+
+// ReleaseNode implements store.Store.
+func (s *Store) ReleaseNode(ctx context.Context, name string, epoch int64) error {
+	_, err := s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
+		if old == nil {
+			return nil, missing(name)
+		}
+		return store.ReleasedNode(old, epoch)
+	})
+	return err
+}
+
+// SetNodeDraining implements store.Store.
+func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool) (*store.Node, error) {
+	return s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
+		if old == nil {
+			return nil, missing(name)
+		}
+		c := *old
+		c.Draining = draining
+		return &c, nil
+	})
+}
+
+// GetNode implements store.Store.
+func (s *Store) GetNode(ctx context.Context, name string) (*store.Node, error) {
+	n, err := scanNode(s.r.QueryRowContext(ctx, `SELECT doc FROM nodes WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, missing(name)
+	}
+	return n, err
+}
+
+// ListNodes implements store.Store.
+func (s *Store) ListNodes(ctx context.Context) ([]*store.Node, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT doc FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}

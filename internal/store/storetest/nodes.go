@@ -1,0 +1,178 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// newNode is a node of instance inst acquiring name with a lease until at(expires).
+func newNode(name, inst, addr string, expires int) *store.Node {
+	return &store.Node{Name: name, Instance: inst, Address: addr,
+		Capacity:     store.Resources{Memory: 8 << 30, CPUs: 4, Sandboxes: 4096},
+		LeaseExpires: at(expires), StartedAt: at(0), RenewedAt: at(0)}
+}
+
+// testNodeLease: a node acquires its name, renews it, is lost once its lease lapses,
+// and a drain outlasts its restart; records survive a re-open.
+func testNodeLease(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	n := newNode("n1", "i1", "10.0.0.1:7443", 10)
+	if err := s.AcquireNode(ctx, n, at(0)); err != nil {
+		t.Fatalf("AcquireNode: %v", err)
+	}
+	if n.Epoch != 1 {
+		t.Fatalf("first acquire: epoch %d, want 1", n.Epoch)
+	}
+	n.LeaseExpires, n.RenewedAt, n.Reserved = at(15), at(5), store.Resources{Memory: 1 << 30, CPUs: 1, Sandboxes: 1}
+	if err := s.RenewNode(ctx, n); err != nil {
+		t.Fatalf("RenewNode: %v", err)
+	}
+	got, err := s.GetNode(ctx, "n1")
+	if err != nil {
+		t.Fatalf("GetNode: %v", err)
+	}
+	if !got.LeaseExpires.Equal(at(15)) || got.Reserved.Memory != 1<<30 || got.Address != "10.0.0.1:7443" || got.Capacity.CPUs != 4 {
+		t.Fatalf("after renew: %+v, want lease to at(15), 1GiB reserved, the address and capacity kept", got)
+	}
+	for _, c := range []struct {
+		now  int
+		want store.NodeState
+	}{{14, store.NodeReady}, {15, store.NodeLost}, {100, store.NodeLost}} {
+		if st := got.StateAt(at(c.now)); st != c.want {
+			t.Errorf("StateAt(at(%d)) = %s, want %s", c.now, st, c.want)
+		}
+	}
+	if d, err := s.SetNodeDraining(ctx, "n1", true); err != nil || !d.Draining || d.StateAt(at(6)) != store.NodeDraining {
+		t.Fatalf("SetNodeDraining = %+v, %v; want draining", d, err)
+	}
+	if err := s.RenewNode(ctx, n); err != nil || !n.Draining {
+		t.Fatalf("RenewNode after drain: %v, draining %v; want the renewal to learn of the drain", err, n.Draining)
+	}
+	if err := s.ReleaseNode(ctx, "n1", n.Epoch); err != nil {
+		t.Fatalf("ReleaseNode: %v", err)
+	}
+	s.Close()
+	s = open(t)
+	got, err = s.GetNode(ctx, "n1")
+	if err != nil || got.StateAt(at(6)) != store.NodeStopped {
+		t.Fatalf("after release and re-open: %+v, %v; want stopped", got, err)
+	}
+	again := newNode("n1", "i1", "10.0.0.1:7443", 30)
+	if err := s.AcquireNode(ctx, again, at(20)); err != nil || again.Epoch != 2 || !again.Draining {
+		t.Fatalf("re-acquire = epoch %d draining %v, %v; want epoch 2, still draining", again.Epoch, again.Draining, err)
+	}
+	if _, err := s.SetNodeDraining(ctx, "nope", true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("SetNodeDraining of an unknown node: %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetNode(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("GetNode of an unknown node: %v, want ErrNotFound", err)
+	}
+	if err := s.RenewNode(ctx, newNode("nope", "i9", "", 10)); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("RenewNode of an unknown node: %v, want ErrNotFound", err)
+	}
+}
+
+// testNodeNameHeld: a node cannot take the name of another live node (the error names
+// the holder and when its lease ends); once that lease lapses it can, and the old
+// holder's renewals and release are then refused.
+func testNodeNameHeld(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	a := newNode("n1", "ia", "10.0.0.1:7443", 10)
+	if err := s.AcquireNode(ctx, a, at(0)); err != nil {
+		t.Fatalf("AcquireNode a: %v", err)
+	}
+	b := newNode("n1", "ib", "10.0.0.2:7443", 15)
+	err := s.AcquireNode(ctx, b, at(5))
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("AcquireNode of a live node's name: %v, want ErrFailedPrecondition", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "10.0.0.1:7443") || !strings.Contains(msg, at(10).UTC().Format(time.RFC3339)) {
+		t.Errorf("refusal %q does not name the holder's address and when its lease ends", msg)
+	}
+	// The same instance (a restart on the same state) takes its own name back at once.
+	a2 := newNode("n1", "ia", "10.0.0.1:7443", 15)
+	if err := s.AcquireNode(ctx, a2, at(5)); err != nil || a2.Epoch != 2 {
+		t.Fatalf("AcquireNode by the holder's own instance = epoch %d, %v; want epoch 2", a2.Epoch, err)
+	}
+	// Lapsed: another instance takes it; the old holder is fenced off.
+	b.LeaseExpires = at(30)
+	if err := s.AcquireNode(ctx, b, at(15)); err != nil || b.Epoch != 3 {
+		t.Fatalf("AcquireNode after the lease lapsed = epoch %d, %v; want epoch 3", b.Epoch, err)
+	}
+	a2.LeaseExpires = at(40)
+	if err := s.RenewNode(ctx, a2); !errors.Is(err, errdefs.ErrVersionConflict) {
+		t.Fatalf("RenewNode by the lapsed holder: %v, want ErrVersionConflict", err)
+	}
+	if err := s.ReleaseNode(ctx, "n1", a2.Epoch); !errors.Is(err, errdefs.ErrVersionConflict) {
+		t.Fatalf("ReleaseNode by the lapsed holder: %v, want ErrVersionConflict", err)
+	}
+	got, _ := s.GetNode(ctx, "n1")
+	if got == nil || got.Instance != "ib" || !got.LeaseExpires.Equal(at(30)) {
+		t.Fatalf("record after the takeover = %+v, want ib's lease to at(30)", got)
+	}
+}
+
+// testConcurrentNodes: two nodes renewing at once each keep their own lease, and of
+// many instances acquiring one free name at once exactly one wins.
+func testConcurrentNodes(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	nodes := []*store.Node{newNode("a", "ia", "10.0.0.1:1", 10), newNode("b", "ib", "10.0.0.2:1", 10)}
+	for _, n := range nodes {
+		if err := s.AcquireNode(ctx, n, at(0)); err != nil {
+			t.Fatalf("AcquireNode %s: %v", n.Name, err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for _, n := range nodes {
+		wg.Go(func() {
+			c := *n
+			for i := 1; i <= 20; i++ {
+				c.LeaseExpires, c.Reserved.Sandboxes = at(10+i), i
+				if err := s.RenewNode(ctx, &c); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	const racers = 8
+	won := make(chan int64, racers)
+	for i := range racers {
+		wg.Go(func() {
+			n := newNode("c", string(rune('a'+i)), "", 10)
+			if err := s.AcquireNode(ctx, n, at(0)); err == nil {
+				won <- n.Epoch
+			} else if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	close(won)
+	for err := range errs {
+		t.Errorf("concurrent node calls: %v", err)
+	}
+	if n := len(won); n != 1 {
+		t.Fatalf("%d of %d instances acquired one free name at once, want 1", n, racers)
+	}
+	list, err := s.ListNodes(ctx)
+	if err != nil || len(list) != 3 {
+		t.Fatalf("ListNodes = %d nodes, %v; want 3", len(list), err)
+	}
+	for _, n := range list[:2] {
+		if !n.LeaseExpires.Equal(at(30)) || n.Reserved.Sandboxes != 20 || n.Epoch != 1 {
+			t.Errorf("node %s after concurrent renewals: lease %v, reserved %d, epoch %d; want at(30), 20, 1", n.Name, n.LeaseExpires, n.Reserved.Sandboxes, n.Epoch)
+		}
+	}
+}
