@@ -61,6 +61,7 @@ func serve(ctx context.Context, args []string) error {
 	if f.E2BDomain != "" {
 		cfg.E2BDomain = f.E2BDomain
 	}
+	cfg.ApplyEnv()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

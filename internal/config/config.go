@@ -242,6 +242,9 @@ type Config struct {
 	Store Store `yaml:"store"`
 	// Objects is the object store nodes share (default: none).
 	Objects Objects `yaml:"objects"`
+	// Node and Cluster are the node's membership of a cluster (node.go).
+	Node    Node    `yaml:"node"`
+	Cluster Cluster `yaml:"cluster"`
 }
 
 // Store says where the node keeps its records: in SQLite in state_dir (the embedded
@@ -382,6 +385,7 @@ func Load(path string) (Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return c, fmt.Errorf("%s: %w", path, err)
 	}
+	c.ApplyEnv()
 	return c, c.Validate()
 }
 
@@ -408,6 +412,7 @@ type Settings struct {
 	AuditLogMaxAge                        time.Duration
 	MemoryTarget                          int64 // 0: off
 	Pools                                 []PoolSetting
+	Node                                  NodeSetting
 }
 
 // Validate checks every field and says what is allowed.
@@ -654,6 +659,8 @@ func (c Config) Settings() (Settings, error) {
 		}
 	}
 	errs = append(errs, c.Objects.check()...)
+	node, nerrs := c.nodeSetting()
+	s.Node, errs = node, append(errs, nerrs...)
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
 	}
