@@ -25,7 +25,10 @@ var forbidden = map[string][]string{
 	// The HTTP edge knows the error classes and bodies, nothing of what the planes serve.
 	"internal/httpedge":   {"airlock:internal/errdefs,internal/httpstatus,internal/audit"},
 	"internal/httpstatus": {"airlock:internal/errdefs,internal/jsonbody"},
-	"internal/store":      {"airlock:"},
+	// The store keeps records and says which error class a refusal is (node leases).
+	"internal/store": {"airlock:internal/errdefs"},
+	// Membership keeps a lease in the store: nothing of sandboxes or the host.
+	"internal/membership": {"airlock:internal/store,internal/errdefs"},
 	// The SQL encoding of records knows the contract and its error classes, no store.
 	"internal/store/records": {"airlock:internal/store,internal/errdefs"},
 	"internal/runtime":       {"airlock:"},
