@@ -153,6 +153,7 @@ type Sandbox struct {
 	State        string            `json:"state"`
 	Image        string            `json:"image"`
 	ImageDigest  string            `json:"image_digest"`
+	Node         string            `json:"node,omitempty"` // the node it lives on
 	Runtime      string            `json:"runtime,omitempty"`
 	Role         string            `json:"role,omitempty"`
 	Limits       Limits            `json:"limits"`

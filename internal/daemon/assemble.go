@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/membership"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -73,6 +74,8 @@ type Node struct {
 	Secrets  *secret.Service
 	Delivery *secret.Delivery // nil: secrets are not delivered
 	Network  *network.Node    // nil without sandbox networking
+	// Lease is the node's membership of its cluster (alone, a cluster of one).
+	Lease *membership.Lease
 	// Ports forwards exposed ports' traffic for every plane.
 	Ports  *portproxy.Proxy
 	Server *server.Server
@@ -112,6 +115,10 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 		return nil, err
 	}
 	n.closers = append(n.closers, func() { n.Store.Close() })
+	// The node's name first: a node whose name another live node holds starts nothing.
+	if err := n.joinCluster(ctx, cfg, set); err != nil {
+		return nil, err
+	}
 	if n.Images, err = image.Open(filepath.Join(cfg.StateDir, "images")); err != nil {
 		return nil, fmt.Errorf("open images: %w", err)
 	}
@@ -141,6 +148,7 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 		n.Snapshots.UseObjects(objs, 0)
 	}
 	n.Manager = manager.New(mcfg, n.Store, n.Driver, n.Images, log)
+	n.Manager.SetMembership(n.Lease)
 	if cfg.DefaultRuntime == "runsc" && n.Runc != nil {
 		n.Manager.AddRuntime("runc", n.Runc)
 	} else if n.Runsc != nil {
@@ -160,6 +168,7 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	}
 	n.Manager.Start()
 	n.closers = append(n.closers, func() { n.Manager.Close() })
+	n.Lease.Start()
 	setPools(ctx, n.Manager, set.Pools, log)
 	if err := n.Manager.StartPools(ctx); err != nil {
 		return nil, fmt.Errorf("pools: %w", err)
@@ -211,6 +220,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
 	mcfg.EventMaxAge = set.EventMaxAge
 	mcfg.DefaultRuntime = cfg.DefaultRuntime
+	mcfg.NodeName = set.Node.Name
 	return mcfg
 }
 

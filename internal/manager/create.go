@@ -110,6 +110,9 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err := m.roomToStart(); err != nil {
 		return nil, nil, err
 	}
+	if err := m.placeHere(); err != nil {
+		return nil, nil, err
+	}
 	op, replay, err := m.beginOp(ctx, call, "create", "", req)
 	if err != nil {
 		return nil, nil, err
@@ -200,7 +203,7 @@ func (m *Manager) insertSandbox(ctx context.Context, sb *store.Sandbox, release 
 	if err != nil {
 		return err
 	}
-	sb.UIDBase = base
+	sb.UIDBase, sb.Node = base, m.cfg.NodeName
 	if err := m.store.CreateSandbox(ctx, sb); err != nil {
 		m.freeSlot(base, sb.ID)
 		if errors.Is(err, errdefs.ErrAlreadyExists) {

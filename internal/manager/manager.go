@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/membership"
 	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/secret"
@@ -97,6 +98,9 @@ type Config struct {
 	// MaxFileUpload is the most bytes one file uploaded to a sandbox may have, through
 	// any plane (0: DefaultMaxFileUpload).
 	MaxFileUpload int64
+	// NodeName is the node's name, which each of its sandboxes' records carries
+	// (nodes.go).
+	NodeName string
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
@@ -128,7 +132,8 @@ func DefaultConfig() Config {
 
 // Manager runs the sandboxes of one node.
 type Manager struct {
-	auditLog       *audit.Chain // nil: no audit log
+	auditLog       *audit.Chain      // nil: no audit log
+	member         *membership.Lease // nil: a node alone (nodes.go)
 	cfg            Config
 	store          store.Store
 	drivers        map[string]runtime.Driver // by runtime name

@@ -310,7 +310,7 @@ func (m *Manager) tendPools(ctx context.Context) (short bool) {
 	if next == nil {
 		return false
 	}
-	if busy || m.roomToStart() != nil {
+	if busy || m.roomToStart() != nil || m.placeHere() != nil {
 		return true
 	}
 	start := time.Now()

@@ -14,7 +14,7 @@ import (
 // left running are closed, and any host resource with Airlock's name but no live
 // record is removed.
 func (m *Manager) Recover(ctx context.Context) error {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	all, err := m.ownSandboxes(ctx)
 	if err != nil {
 		return err
 	}

@@ -265,6 +265,9 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	if err := m.roomToStart(); err != nil {
 		return nil, nil, err
 	}
+	if err := m.placeHere(); err != nil {
+		return nil, nil, err
+	}
 	op, replay, err := m.beginOp(ctx, call, "fork", "", map[string]any{"src": src, "req": req})
 	if err != nil {
 		return nil, nil, err

@@ -209,3 +209,10 @@ func (l *Lease) SetDraining(ctx context.Context, name string, draining bool) (No
 	}
 	return l.info(n), nil
 }
+
+// Epoch is the epoch the node acquired its name at.
+func (l *Lease) Epoch() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec.Epoch
+}

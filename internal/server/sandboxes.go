@@ -13,7 +13,7 @@ import (
 
 func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 	out := &api.Sandbox{
-		ID: sb.ID, Name: sb.Name, Owner: sb.Owner, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Runtime: sb.Runtime, Role: sb.Role,
+		ID: sb.ID, Name: sb.Name, Owner: sb.Owner, State: string(sb.State), Image: sb.Image, ImageDigest: sb.ImageDigest, Node: sb.Node, Runtime: sb.Runtime, Role: sb.Role,
 		Limits: api.Limits{CPU: sb.Limits.CPU, Memory: sb.Limits.Memory, PIDs: sb.Limits.PIDs, OpenFiles: sb.Limits.OpenFiles, Disk: sb.Limits.Disk},
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,

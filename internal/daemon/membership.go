@@ -1,0 +1,71 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/membership"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// instanceFile holds the identity of the state directory a node runs on: a node that
+// restarts on it takes its own lease back at once.
+const instanceFile = "node.instance"
+
+// joinCluster takes the node's membership lease in its store, which a clean Close gives
+// back. Renewals start with the manager (Assemble).
+func (n *Node) joinCluster(ctx context.Context, cfg config.Config, set config.Settings) error {
+	inst, err := stateInstance(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	mcfg := manager.DefaultConfig()
+	cpus, mem := manager.HostSize()
+	mc := membership.Config{Name: set.Node.Name, Instance: inst, Address: set.Node.Advertise, Period: set.Node.LeasePeriod,
+		Capacity: store.Resources{Memory: mem, CPUs: cpus, Sandboxes: mcfg.UIDSlots}}
+	reserved := func(ctx context.Context) (store.Resources, error) {
+		if n.Manager == nil {
+			return store.Resources{}, nil
+		}
+		return n.Manager.Reserved(ctx)
+	}
+	if n.Lease, err = membership.Acquire(ctx, n.Store, mc, reserved, n.log); err != nil {
+		return err
+	}
+	n.closers = append(n.closers, func() {
+		if err := n.Lease.Close(); err != nil {
+			n.log.Warn("membership lease not given back; the node reads as lost until it lapses", "err", err)
+		}
+	})
+	n.log.Info("node joined", "node", mc.Name, "address", mc.Address, "epoch", n.Lease.Epoch())
+	return nil
+}
+
+// stateInstance reads the state directory's instance identity, making it the first
+// time.
+func stateInstance(stateDir string) (string, error) {
+	path := filepath.Join(stateDir, instanceFile)
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read the node's instance: %w", err)
+	}
+	id := make([]byte, 16)
+	rand.Read(id)
+	s := hex.EncodeToString(id)
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the node's instance: %w", err)
+	}
+	return s, nil
+}

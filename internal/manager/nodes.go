@@ -1,0 +1,97 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/membership"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// SetMembership gives the manager the node's lease in its cluster: new sandboxes are
+// placed on this node only while the lease says it is ready, and the nodes routes
+// answer from it. Without one the node is alone and always places.
+func (m *Manager) SetMembership(l *membership.Lease) { m.member = l }
+
+// NodeName is the node's name, which each of its sandboxes' records carries.
+func (m *Manager) NodeName() string { return m.cfg.NodeName }
+
+// placeHere says why a new sandbox may not be placed on this node (nil: it may): a
+// drained node, or one that no longer holds its lease, takes none. Sandboxes it has
+// go on, resume and restore as before.
+func (m *Manager) placeHere() error {
+	if m.member == nil {
+		return nil
+	}
+	return m.member.Placeable()
+}
+
+// ownRecord says whether sb is this node's: records from before nodes were named
+// (Node "") are.
+func (m *Manager) ownRecord(sb *store.Sandbox) bool {
+	return sb.Node == "" || sb.Node == m.cfg.NodeName
+}
+
+// reserving are the states in which a sandbox holds its memory and CPU on its node.
+var reserving = []store.State{Creating, Running, Resuming, Suspending}
+
+// Reserved is what this node's sandboxes reserve now: their memory and CPU limits, and
+// how many there are, counting those whose container exists or is being made.
+func (m *Manager) Reserved(ctx context.Context) (store.Resources, error) {
+	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: reserving})
+	if err != nil {
+		return store.Resources{}, err
+	}
+	var r store.Resources
+	for _, sb := range list {
+		if !m.ownRecord(sb) {
+			continue
+		}
+		r.Memory += sb.Limits.Memory
+		r.CPUs += sb.Limits.CPU
+		r.Sandboxes++
+	}
+	return r, nil
+}
+
+// Nodes lists the nodes of the cluster (administrators only: the caller's edge checks).
+func (m *Manager) Nodes(ctx context.Context) ([]membership.NodeInfo, error) {
+	if m.member == nil {
+		return nil, errdefs.Unavailable("this node keeps no membership lease")
+	}
+	return m.member.Nodes(ctx)
+}
+
+// SetNodeDraining drains node name (no new sandbox is placed on it; its sandboxes go
+// on) or makes it ready again.
+func (m *Manager) SetNodeDraining(ctx context.Context, name string, draining bool) (membership.NodeInfo, error) {
+	if m.member == nil {
+		return membership.NodeInfo{}, errdefs.Unavailable("this node keeps no membership lease")
+	}
+	return m.member.SetDraining(ctx, name, draining)
+}
+
+// ownSandboxes lists every record of this node's sandboxes, and names this node in
+// those from before nodes were named: what recovery reconciles with the host. Other
+// nodes' sandboxes are theirs to recover.
+func (m *Manager) ownSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
+	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return nil, err
+	}
+	own := all[:0]
+	for _, sb := range all {
+		if !m.ownRecord(sb) {
+			continue
+		}
+		if sb.Node == "" && m.cfg.NodeName != "" && sb.State != Terminated {
+			sb.Node = m.cfg.NodeName
+			if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+				return nil, fmt.Errorf("name the node of sandbox %s: %w", sb.ID, err)
+			}
+		}
+		own = append(own, sb)
+	}
+	return own, nil
+}
