@@ -25,6 +25,7 @@ var verbList = []*verb{
 	createVerb, lsVerb, getVerb, execVerb, runVerb, runCodeVerb, logsVerb, shellVerb, cpVerb, rmVerb,
 	suspendVerb, resumeVerb, eventsVerb,
 	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb, poolSetVerb, poolLsVerb, poolRmVerb,
+	nodeLsVerb, nodeDrainVerb, nodeReadyVerb,
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
 	opsGetVerb, imageImportVerb, imagePullVerb, imagePrewarmVerb, imageLsVerb, imageInspectVerb, imageExportVerb, imageRmVerb, imagePruneVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
@@ -43,7 +44,7 @@ var verbs = func() map[string]*verb {
 
 // groups are the verbs that take a subcommand.
 var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true,
-	"user": true, "role": true, "token": true, "audit": true, "secret": true, "registry": true, "pool": true}
+	"user": true, "role": true, "token": true, "audit": true, "secret": true, "registry": true, "pool": true, "node": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

@@ -18,7 +18,7 @@ daemon restart. Pools are kept in the daemon's store; the configuration's pools:
 at each start. Admin only.`
 
 // groupAbout is what airlock help GROUP says after the group's subcommands.
-var groupAbout = map[string]string{"pool": poolHelp}
+var groupAbout = map[string]string{"pool": poolHelp, "node": nodeHelp}
 
 var poolSetVerb = &verb{
 	name:  "pool set",
