@@ -57,6 +57,9 @@ type FakeOptions struct {
 	// StoreDSN, if set, keeps the node's records in this PostgreSQL database (store.dsn)
 	// instead of SQLite in its state directory.
 	StoreDSN string
+	// NodeName is the node's name (node.name; default node-1): nodes that share a
+	// StoreDSN need one each.
+	NodeName string
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -75,6 +78,9 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	}
 	n.Config = nodeConfig(dir, secretsDir, n.Socket)
 	n.Config.Store.DSN = config.DSN(opts.StoreDSN)
+	if opts.NodeName != "" {
+		n.Config.Node.Name = opts.NodeName
+	}
 	if opts.E2B {
 		n.Config.E2BListen, n.Config.E2BDomain = "127.0.0.1:0", opts.E2BDomain // served below, on a listener of the test's
 	}
