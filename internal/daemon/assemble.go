@@ -300,7 +300,7 @@ func (n *Node) openNetwork(ctx context.Context, cfg config.Config) error {
 	n.closers = append(n.closers, func() { nn.Close() })
 	n.Manager.SetNetwork(nn)
 	n.Manager.AddProbe(nn.Probe)
-	if c, _ := nn.Probe(ctx); !c.OK {
+	if c := nn.ProbeNow(ctx); !c.OK {
 		n.log.Error("sandbox networking does not work", "reason", c.Detail, "means", c.Degrades)
 	}
 	return nil

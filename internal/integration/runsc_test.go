@@ -200,7 +200,7 @@ func TestRunscStatusStartsASandbox(t *testing.T) {
 		t.Fatalf("a working runsc: %+v; want OK, a test sandbox started", c)
 	}
 	// The sandboxes' uids can no longer reach their roots: every start fails.
-	root := filepath.Join(n.Dir, "sb-runsc")
+	root := filepath.Join(n.Dir, "sandboxes-runsc")
 	if err := os.Chmod(root, 0o700); err != nil {
 		t.Fatal(err)
 	}

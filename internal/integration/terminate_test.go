@@ -75,9 +75,9 @@ type host struct {
 func nodeHost(n *testenv.Node) host {
 	if n.Runsc != nil {
 		path, _ := gvisor.Find()
-		return host{n.Dir, filepath.Join(n.Dir, "sb-runsc"), path, filepath.Join(n.Dir, "runsc"), n.CgroupParent + "-runsc"}
+		return host{n.Dir, filepath.Join(n.Dir, "sandboxes-runsc"), path, filepath.Join(n.Dir, "runsc"), n.CgroupParent + "-runsc"}
 	}
-	return host{n.Dir, filepath.Join(n.Dir, "sb"), "runc", filepath.Join(n.Dir, "runc"), n.CgroupParent}
+	return host{n.Dir, filepath.Join(n.Dir, "sandboxes"), "runc", filepath.Join(n.Dir, "runc"), n.CgroupParent}
 }
 
 // leftOf lists what h still has of sandbox id: a container of the engine, a mount, a

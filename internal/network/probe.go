@@ -40,6 +40,16 @@ func (n *Node) Probe(ctx context.Context) (runtime.Check, bool) {
 	if !n.probe.at.IsZero() && time.Since(n.probe.at) < probeEvery {
 		return n.probe.last, true
 	}
+	c := n.ProbeNow(ctx)
+	if ctx.Err() == nil { // a caller that gave up does not decide for the next one
+		n.probe.at, n.probe.last = time.Now(), c
+	}
+	return c, true
+}
+
+// ProbeNow probes at once and keeps no result: the check at the node's start, which
+// must not answer for the status calls of the next probeEvery.
+func (n *Node) ProbeNow(ctx context.Context) runtime.Check {
 	c := runtime.Check{Name: "network", OK: true}
 	proxy, dns, err := n.probeLink(ctx)
 	if err != nil {
@@ -51,10 +61,7 @@ func (n *Node) Probe(ctx context.Context) (runtime.Check, bool) {
 		c.Detail = fmt.Sprintf("a probe link reached the proxy (%s) and DNS (%s) through nftables table inet %s",
 			proxy, dns, n.nm.TableName())
 	}
-	if ctx.Err() == nil { // a caller that gave up does not decide for the next one
-		n.probe.at, n.probe.last = time.Now(), c
-	}
-	return c, true
+	return c
 }
 
 // probeLink makes a sandbox link, connects from it to the proxy and DNS ports of its

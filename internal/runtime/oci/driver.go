@@ -483,9 +483,19 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 			seen[e.Name()] = true
 		}
 	}
-	out, err := d.runc(ctx, "list", "--format", "json")
-	if err != nil {
-		return nil, err
+	// The engine reads its root's entries, then each one's state: a container deleted
+	// in between (a cleanup running, or a delete the last daemon left running when it
+	// was killed) fails the whole list. It is read again; the race does not last.
+	var out []byte
+	for try := 0; ; try++ {
+		out, err = d.runc(ctx, "list", "--format", "json")
+		if err == nil {
+			break
+		}
+		if try == 4 || ctx.Err() != nil {
+			return nil, err
+		}
+		time.Sleep(time.Duration(try+1) * 50 * time.Millisecond)
 	}
 	var list []struct {
 		ID string `json:"id"`
