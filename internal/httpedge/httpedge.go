@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -42,10 +43,14 @@ func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (sta
 }
 
 // WriteJSON answers v as JSON with status (EncodeJSON).
+// The length goes with it, so that a flushed answer is whole at the client before the
+// handler returns.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b := EncodeJSON(v)
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	w.Write(EncodeJSON(v))
+	w.Write(b)
 }
 
 // EncodeJSON is v as JSON, without escaping HTML, ending in a newline: for an answer

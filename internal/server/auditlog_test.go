@@ -249,3 +249,40 @@ func ends(got map[string][]auditEntry) int {
 	}
 	return n
 }
+
+// A read is answered before its audit record is written: a list does not wait on the
+// database's writer, which a create may be holding.
+func TestReadAnsweredBeforeItsAuditRecord(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	if _, err := n.Client.Create(bg, api.CreateSandboxRequest{Name: "box"}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(n.Dir, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil { // holds the writer
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 3*time.Second)
+	list, err := n.Client.List(ctx, client.ListOptions{})
+	cancel()
+	conn.ExecContext(bg, "ROLLBACK")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("a list while its audit record waits for the writer: %v, %d sandboxes", err, len(list))
+	}
+	// Its record is written once the writer is free.
+	deadline := time.Now().Add(15 * time.Second)
+	for !slices.ContainsFunc(auditEntries(t, n.Client, client.AuditFilter{}), func(e auditEntry) bool { return e.Action == "GET /v1/sandboxes" }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the list's audit record was never written")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

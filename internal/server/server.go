@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -69,6 +70,10 @@ type Server struct {
 
 	ports     *portproxy.Proxy
 	outBudget *outputBudget
+	// readAudits is held shared by each read from its answer until its audit record
+	// is written; a mutating call waits for those before it checks that the log can be
+	// written, so a read's failed record still stops the next change.
+	readAudits sync.RWMutex
 }
 
 type ctxKey int
@@ -140,12 +145,23 @@ func (s *Server) adapt(rt route) http.HandlerFunc {
 			if err := s.confine(r, rt.perm, rt.inside); err != nil {
 				return err
 			}
+			if mutating(r) { // waits for the records of the reads answered before it
+				s.readAudits.Lock()
+				s.readAudits.Unlock()
+			}
 			if err := s.requestAudit().Ready(mutating(r)); err != nil {
 				return err
 			}
 			return rt.handler(w, r)
 		})
 		if principal(r) != nil { // the exposed ports' traffic is no API request
+			if !mutating(r) {
+				// A read's answer does not wait for its audit record: the record
+				// is written next, while the caller reads.
+				s.readAudits.RLock()
+				defer s.readAudits.RUnlock()
+				http.NewResponseController(w).Flush()
+			}
 			s.auditRequest(r, rt.pattern, noted(), status, err, start)
 		}
 	}

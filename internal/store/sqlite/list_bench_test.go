@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,32 @@ func BenchmarkGetByName(b *testing.B) {
 			b.Fatal(err)
 		}
 		i += 7919
+	}
+}
+
+// An owner's list walks an index in creation order: no sort of every matching row.
+func TestListSandboxesNeedsNoSort(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q, args := listQuery(store.SandboxFilter{Owner: "alice", States: []store.State{"suspended", "running"}})
+	rows, err := st.r.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if p := strings.Join(plan, "; "); strings.Contains(p, "TEMP B-TREE") {
+		t.Errorf("an owner's list sorts its rows: %s", p)
 	}
 }

@@ -76,31 +76,7 @@ func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*stor
 // ListSandboxes implements store.Store. Labels are matched in SQL against the labels
 // object of the stored document, one EXISTS per pair.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if f.Owner != "" {
-		where = append(where, "owner = ?")
-		args = append(args, f.Owner)
-	}
-	if len(f.States) > 0 {
-		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
-		for _, st := range f.States {
-			args = append(args, st)
-		}
-	}
-	for k, v := range f.Labels {
-		where = append(where, `EXISTS (SELECT 1 FROM json_each(sandboxes.doc, '$.labels') AS l
-			WHERE l.key = ? AND l.type = 'text' AND l.value = ?)`)
-		args = append(args, k, v)
-	}
-	q := "SELECT id, version, doc FROM sandboxes"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY created_at, rowid"
-
+	q, args := listQuery(f)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -128,6 +104,35 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	return out, nil
+}
+
+// listQuery is ListSandboxes's query and its arguments.
+func listQuery(f store.SandboxFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Owner != "" {
+		where = append(where, "owner = ?")
+		args = append(args, f.Owner)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	for k, v := range f.Labels {
+		where = append(where, `EXISTS (SELECT 1 FROM json_each(sandboxes.doc, '$.labels') AS l
+			WHERE l.key = ? AND l.type = 'text' AND l.value = ?)`)
+		args = append(args, k, v)
+	}
+	q := "SELECT id, version, doc FROM sandboxes"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at, rowid"
+	return q, args
 }
 
 // UpdateSandbox implements store.Store as a compare-and-swap on version. On success
