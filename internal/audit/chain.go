@@ -24,7 +24,10 @@ import (
 // Entry; each stored record's hash (an HMAC-SHA256 under the node's audit key, a file
 // outside the database) covers its columns, its body and the hash of the record before
 // it, so Verify finds the first record that was edited, inserted or deleted, and one
-// who can write the database but not read the key cannot forge a replacement. Appends are serialised here (one writer per node) and synchronous: a record
+// who can write the database but not read the key cannot forge a replacement. Each append
+// is numbered and chained inside the store's transaction, after the newest record any
+// node wrote, so several nodes on one store write one chain (under one key). Appends are
+// synchronous: a record
 // that cannot be written makes the log unhealthy, and the HTTP edge then refuses
 // mutating calls until a write succeeds again, rather than act without a record.
 
@@ -49,8 +52,8 @@ type Chain struct {
 	now func() time.Time
 
 	mu     sync.Mutex
-	seq    int64
-	last   string
+	seq    int64  // the newest record this chain wrote or started from
+	last   string // its hash
 	failed error
 }
 
@@ -117,23 +120,33 @@ func (c *Chain) AppendBatch(ctx context.Context, entries []Entry) error {
 		}
 		docs[i] = doc
 	}
+	recs := make([]*store.AuditRecord, len(entries))
+	for i, e := range entries {
+		recs[i] = &store.AuditRecord{Time: e.Time, Identity: e.Identity, Action: e.Action, Sandbox: e.Sandbox, Doc: docs[i]}
+	}
+	// The store reads the head inside its transaction, so every node writing the same
+	// store continues one chain; c.mu keeps this node's own appends in order.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	recs := make([]*store.AuditRecord, len(entries))
-	seq, prev := c.seq, c.last
-	for i, e := range entries {
-		seq++
-		r := &store.AuditRecord{Seq: seq, Time: e.Time, Identity: e.Identity, Action: e.Action, Sandbox: e.Sandbox,
-			Doc: docs[i], Prev: prev}
-		r.Hash = hashOf(c.key, r.Prev, r.Seq, r.Time, r.Identity, r.Action, r.Sandbox, r.Doc)
-		recs[i], prev = r, r.Hash
-	}
-	if err := c.st.AppendAudit(context.WithoutCancel(ctx), recs); err != nil {
+	err := c.st.AppendAudit(context.WithoutCancel(ctx), recs, c.seal)
+	if err != nil {
 		c.failed = err
 		return fmt.Errorf("audit log: %w", err)
 	}
-	c.seq, c.last, c.failed = seq, prev, nil
+	last := recs[len(recs)-1]
+	c.seq, c.last, c.failed = last.Seq, last.Hash, nil
 	return nil
+}
+
+// seal numbers and hashes recs to follow head.
+func (c *Chain) seal(head store.AuditAnchor, recs []*store.AuditRecord) {
+	seq, prev := head.Seq, head.Hash
+	for _, r := range recs {
+		seq++
+		r.Seq, r.Prev = seq, prev
+		r.Hash = hashOf(c.key, r.Prev, r.Seq, r.Time, r.Identity, r.Action, r.Sandbox, r.Doc)
+		prev = r.Hash
+	}
 }
 
 // Healthy says whether the log can be written; a mutating call is refused while not.

@@ -33,7 +33,7 @@ func BenchmarkVerifyMillion(b *testing.B) {
 			prev = r.Hash
 			recs = append(recs, r)
 		}
-		if err := st.AppendAudit(ctx, recs); err != nil {
+		if err := st.AppendAudit(ctx, recs, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -150,11 +150,11 @@ type failingStore struct {
 	fail bool
 }
 
-func (f *failingStore) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
+func (f *failingStore) AppendAudit(ctx context.Context, recs []*store.AuditRecord, seal store.AuditSeal) error {
 	if f.fail {
 		return errors.New("database or disk is full")
 	}
-	return f.Store.AppendAudit(ctx, recs)
+	return f.Store.AppendAudit(ctx, recs, seal)
 }
 
 // TestChainHealsOnceItCanWrite: a log that could not be written refuses mutating calls

@@ -16,13 +16,13 @@ type writeCounter struct {
 	writes [][]string // the actions of each write
 }
 
-func (w *writeCounter) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
+func (w *writeCounter) AppendAudit(ctx context.Context, recs []*store.AuditRecord, seal store.AuditSeal) error {
 	var actions []string
 	for _, r := range recs {
 		actions = append(actions, r.Action)
 	}
 	w.writes = append(w.writes, actions)
-	return w.Store.AppendAudit(ctx, recs)
+	return w.Store.AppendAudit(ctx, recs, seal)
 }
 
 // A request's context holds nothing until its handler says so; then its records wait

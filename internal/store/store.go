@@ -96,6 +96,10 @@ type AuditAnchor struct {
 	Hash string
 }
 
+// AuditSeal sets recs' Seq, Prev and Hash so that they follow head: the log's newest
+// record, or its anchor when it has none (zero for a log never written).
+type AuditSeal func(head AuditAnchor, recs []*AuditRecord)
+
 // Secret is an owner's named secret: its metadata and every version's value, sealed
 // (the secret package seals and opens them; the store never sees a plaintext).
 type Secret struct {
@@ -365,9 +369,11 @@ type Store interface {
 	// there is none.
 	DeleteSecret(ctx context.Context, owner, name string) error
 
-	// AppendAudit appends records whose Seq, Prev and Hash the caller set, in one
-	// transaction; a Seq already taken is an error.
-	AppendAudit(ctx context.Context, recs []*AuditRecord) error
+	// AppendAudit appends recs in one transaction. With seal, the store reads the log's
+	// head inside that transaction, holding off every other writer of the log (another
+	// node's too) until it commits, and seal numbers and hashes recs to follow it; with
+	// nil, the caller set Seq, Prev and Hash. A Seq already taken is an error.
+	AppendAudit(ctx context.Context, recs []*AuditRecord, seal AuditSeal) error
 	// LastAudit returns the newest audit record, or nil for an empty log.
 	LastAudit(ctx context.Context) (*AuditRecord, error)
 	// ListAudit returns matching audit records in Seq order.

@@ -12,12 +12,21 @@ import (
 	"github.com/airlockhq/airlock/internal/store/records"
 )
 
-// AppendAudit implements store.Store, in one transaction and one round trip.
-func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
+// AppendAudit implements store.Store, in one transaction. A sealed append takes
+// auditAppendLock and reads the head in one round trip, then inserts in another: the
+// lock is held until commit, so two nodes' appends follow each other in one chain.
+func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord, seal store.AuditSeal) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if seal != nil {
+			head, err := s.lockedAuditHead(ctx, tx)
+			if err != nil {
+				return err
+			}
+			seal(head, recs)
+		}
 		b := &pgx.Batch{}
 		for _, r := range recs {
 			b.Queue(`INSERT INTO audit_log (`+records.AuditColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -32,6 +41,23 @@ func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) erro
 		}
 		return res.Close()
 	})
+}
+
+// lockedAuditHead takes auditAppendLock for tx and then reads the log's head.
+func (s *Store) lockedAuditHead(ctx context.Context, tx pgx.Tx) (store.AuditAnchor, error) {
+	var head store.AuditAnchor
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, auditAppendLock)
+	b.Queue(records.AuditHead)
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return head, fmt.Errorf("lock the audit log: %w", err)
+	}
+	if err := res.QueryRow().Scan(&head.Seq, &head.Hash); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return head, fmt.Errorf("read the audit log's head: %w", err)
+	}
+	return head, res.Close()
 }
 
 // LastAudit implements store.Store.

@@ -53,9 +53,10 @@ const connectTimeout = 10 * time.Second
 // Advisory lock keys (one int64 space per database): migration holds migrateLock for
 // the whole session that migrates; appends and prunes take theirs per transaction.
 const (
-	migrateLock    int64 = 0x6169726c6f636b01 // "airlock" 1
-	eventsLock     int64 = 0x6169726c6f636b02
-	auditPruneLock int64 = 0x6169726c6f636b03
+	migrateLock     int64 = 0x6169726c6f636b01 // "airlock" 1
+	eventsLock      int64 = 0x6169726c6f636b02
+	auditPruneLock  int64 = 0x6169726c6f636b03
+	auditAppendLock int64 = 0x6169726c6f636b04
 )
 
 // Store is a store.Store kept in a PostgreSQL database.

@@ -176,6 +176,13 @@ func ScanEvent(row Scanner) (*store.Event, error) {
 // ScanAudit.
 const AuditColumns = `seq, time, identity, action, sandbox, doc, prev, hash`
 
+// AuditHead reads the audit log's head, as seq and hash: its newest record, or its
+// anchor when it has none (no row: a log never written). One statement, so one
+// snapshot: a prune that runs meanwhile is seen whole or not at all.
+const AuditHead = `SELECT seq, hash FROM (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) AS newest
+	UNION ALL SELECT seq, hash FROM audit_anchor WHERE id = 1
+	ORDER BY seq DESC LIMIT 1`
+
 // AuditArgs returns r's values in the order of AuditColumns; doc goes as docValue (the
 // column type each implementation keeps it in).
 func AuditArgs(r *store.AuditRecord, docValue any) []any {

@@ -11,11 +11,16 @@ import (
 	"github.com/airlockhq/airlock/internal/store/records"
 )
 
-// AppendAudit implements store.Store.
-func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) error {
+// AppendAudit implements store.Store. The writer pool's one connection serialises
+// appends; the head is read in the same transaction as the inserts.
+func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord, seal store.AuditSeal) error {
 	// Prepared before the transaction takes the writer pool's only connection.
 	ins, err := s.prepared(ctx, s.w, `INSERT INTO audit_log (`+records.AuditColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	head, err := s.prepared(ctx, s.w, records.AuditHead)
 	if err != nil {
 		return err
 	}
@@ -24,6 +29,13 @@ func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord) erro
 		return err
 	}
 	defer tx.Rollback()
+	if seal != nil {
+		var h store.AuditAnchor
+		if err := tx.StmtContext(ctx, head).QueryRowContext(ctx).Scan(&h.Seq, &h.Hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read the audit log's head: %w", err)
+		}
+		seal(h, recs)
+	}
 	stmt := tx.StmtContext(ctx, ins)
 	defer stmt.Close()
 	for _, r := range recs {

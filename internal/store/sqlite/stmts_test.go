@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
-// The audit insert is prepared once and run inside a transaction on the writer pool's
+// The audit insert and head read are prepared once and run inside a transaction on the writer pool's
 // only connection: preparing it must not wait for that connection while the
 // transaction holds it.
 func TestAppendAuditPreparedOnce(t *testing.T) {
@@ -21,12 +22,15 @@ func TestAppendAuditPreparedOnce(t *testing.T) {
 	}
 	defer st.Close()
 	for seq := int64(1); seq <= 3; seq++ {
-		r := &store.AuditRecord{Seq: seq, Time: time.Now(), Identity: "alice", Action: "exec", Doc: []byte("{}"), Hash: "h"}
-		if err := st.AppendAudit(ctx, []*store.AuditRecord{r}); err != nil {
+		r := &store.AuditRecord{Time: time.Now(), Identity: "alice", Action: "exec", Doc: []byte("{}")}
+		seal := func(head store.AuditAnchor, recs []*store.AuditRecord) {
+			recs[0].Seq, recs[0].Prev, recs[0].Hash = head.Seq+1, head.Hash, fmt.Sprint("h", head.Seq+1)
+		}
+		if err := st.AppendAudit(ctx, []*store.AuditRecord{r}, seal); err != nil {
 			t.Fatalf("append %d: %v", seq, err)
 		}
 	}
-	if last, err := st.LastAudit(ctx); err != nil || last == nil || last.Seq != 3 {
-		t.Errorf("last record: %+v, %v; want seq 3", last, err)
+	if last, err := st.LastAudit(ctx); err != nil || last == nil || last.Seq != 3 || last.Prev != "h2" {
+		t.Errorf("last record: %+v, %v; want seq 3 after h2", last, err)
 	}
 }

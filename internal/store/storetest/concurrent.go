@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -206,5 +207,46 @@ func testReopen(t *testing.T, open func(t *testing.T) store.Store) {
 	ok(t, s.AppendEvent(ctx, next), "AppendEvent after re-open")
 	if next.Seq <= ev.Seq {
 		t.Errorf("AppendEvent after re-open: got Seq %d, want more than %d", next.Seq, ev.Seq)
+	}
+}
+
+// testConcurrentAuditAppends: sealed appends from many writers at once (as from several
+// nodes) each read the head inside their transaction, so they form one unbroken chain:
+// every seq once, each record naming the one before it.
+func testConcurrentAuditAppends(t *testing.T, open func(t *testing.T) store.Store) {
+	s, bg := open(t), context.Background()
+	seal := func(head store.AuditAnchor, recs []*store.AuditRecord) {
+		for _, r := range recs {
+			r.Seq, r.Prev = head.Seq+1, head.Hash
+			r.Hash = fmt.Sprintf("h%d", r.Seq)
+			head = store.AuditAnchor{Seq: r.Seq, Hash: r.Hash}
+		}
+	}
+	errs := parallel(func(i int) error {
+		recs := []*store.AuditRecord{
+			{Time: at(i), Identity: fmt.Sprint("w", i), Action: "exec", Doc: []byte("{}")},
+			{Time: at(i), Identity: fmt.Sprint("w", i), Action: "request", Doc: []byte("{}")},
+		}
+		return s.AppendAudit(bg, recs, seal)
+	})
+	if nils, _ := countErrs(t, errs, errdefs.ErrAlreadyExists, "append"); nils != workers {
+		t.Fatalf("%d of %d appends went in", nils, workers)
+	}
+	list, err := s.ListAudit(bg, store.AuditFilter{Limit: 10 * workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2*workers {
+		t.Fatalf("%d records; want %d", len(list), 2*workers)
+	}
+	prev := ""
+	for i, r := range list {
+		if r.Seq != int64(i+1) || r.Prev != prev || r.Hash != fmt.Sprintf("h%d", r.Seq) {
+			t.Fatalf("record %d: seq %d prev %q hash %q; want seq %d after %q", i, r.Seq, r.Prev, r.Hash, i+1, prev)
+		}
+		if i%2 == 1 && (r.Identity != list[i-1].Identity || r.Action != "request") {
+			t.Fatalf("record %d (%s %s) does not follow its batch's first (%s)", r.Seq, r.Identity, r.Action, list[i-1].Identity)
+		}
+		prev = r.Hash
 	}
 }

@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeLease", testNodeLease},
 		{"NodeNameHeld", testNodeNameHeld},
 		{"ConcurrentNodes", testConcurrentNodes},
+		{"ConcurrentAuditAppends", testConcurrentAuditAppends},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
