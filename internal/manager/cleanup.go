@@ -206,7 +206,7 @@ func (m *Manager) pendingCleanups(ctx context.Context) ([]*store.Operation, erro
 	}
 	out := ops[:0]
 	for _, op := range ops {
-		if op.Kind == cleanupKind {
+		if op.Kind == cleanupKind && m.opHere(ctx, op) {
 			out = append(out, op)
 		}
 	}

@@ -113,7 +113,7 @@ func (m *Manager) collect(ctx context.Context, drv runtime.Driver, ids []string,
 // retryDeletes retries terminates that failed, with exponential backoff per sandbox;
 // the record stays (terminating or failed) until the delete succeeds.
 func (m *Manager) retryDeletes(ctx context.Context) {
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{Terminating, Failed}})
+	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: []store.State{Terminating, Failed}}))
 	if err != nil {
 		return
 	}

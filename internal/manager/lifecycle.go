@@ -153,7 +153,7 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 func (m *Manager) sweep(ctx context.Context) {
 	m.retryDeletes(ctx)
 	m.retryCleanups(ctx)
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{Running, Suspended}})
+	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: []store.State{Running, Suspended}}))
 	if err != nil {
 		m.log.Warn("sweep", "err", err)
 		return

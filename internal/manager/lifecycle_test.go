@@ -239,3 +239,51 @@ func TestLiveCapCountsACreateInFlightOnce(t *testing.T) {
 		t.Fatalf("a third create under a cap of 2: err = %v; want quota exceeded", err)
 	}
 }
+
+// TestLoopsLeaveOtherNodesSandboxes: on a store shared with node-b, node-a's sweep
+// (idle suspension, lifetime, TTL, retried deletes) and its recovery act on its own
+// sandboxes only; node-b's record is left exactly as it was.
+func TestLoopsLeaveOtherNodesSandboxes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName = "node-a"
+	m, st := newManagerWith(t, cfg, newFake(t))
+	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m.SetClock(c.now)
+	for _, name := range []string{"mine", "theirs", "theirs-failed"} {
+		if _, _, err := m.Create(ctx, local, CreateRequest{Name: name, IdleSuspend: "2m", MaxLifetime: "5m"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before []*store.Sandbox
+	for _, name := range []string{"theirs", "theirs-failed"} {
+		sb, err := st.GetSandboxByName(ctx, "local", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Node = "node-b"
+		if name == "theirs-failed" {
+			sb.State = Failed // a delete node-b has yet to retry
+		}
+		if err := st.UpdateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, sb)
+	}
+	c.add(3 * time.Minute) // past idle_suspend
+	m.Sweep(ctx)
+	c.add(3 * time.Minute) // past the lifetime
+	m.Sweep(ctx)
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := st.GetSandboxByName(ctx, "local", "mine"); sb.State != Terminated {
+		t.Errorf("node-a's own sandbox past its lifetime = %s; want terminated", sb.State)
+	}
+	for _, b := range before {
+		sb, err := st.GetSandbox(ctx, b.ID)
+		if err != nil || sb.State != b.State || sb.Version != b.Version || sb.Node != "node-b" {
+			t.Errorf("node-b's %s after node-a's loops: %+v, %v; want untouched (%s, version %d)", b.Name, sb, err, b.State, b.Version)
+		}
+	}
+}

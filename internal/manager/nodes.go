@@ -33,21 +33,35 @@ func (m *Manager) ownRecord(sb *store.Sandbox) bool {
 	return sb.Node == "" || sb.Node == m.cfg.NodeName
 }
 
+// opHere says whether op is this node's to finish: it is unless its sandbox's record
+// names another node (a record already gone, or none, leaves it here).
+func (m *Manager) opHere(ctx context.Context, op *store.Operation) bool {
+	if op.SandboxID == "" || m.cfg.NodeName == "" {
+		return true
+	}
+	sb, err := m.store.GetSandbox(ctx, op.SandboxID)
+	return err != nil || m.ownRecord(sb)
+}
+
+// here narrows f to this node's sandboxes (ownRecord), the only ones its loops act on:
+// another node's containers, upper layers and pool members are that node's to manage.
+func (m *Manager) here(f store.SandboxFilter) store.SandboxFilter {
+	f.Node = m.cfg.NodeName
+	return f
+}
+
 // reserving are the states in which a sandbox holds its memory and CPU on its node.
 var reserving = []store.State{Creating, Running, Resuming, Suspending}
 
 // Reserved is what this node's sandboxes reserve now: their memory and CPU limits, and
 // how many there are, counting those whose container exists or is being made.
 func (m *Manager) Reserved(ctx context.Context) (store.Resources, error) {
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: reserving})
+	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: reserving}))
 	if err != nil {
 		return store.Resources{}, err
 	}
 	var r store.Resources
 	for _, sb := range list {
-		if !m.ownRecord(sb) {
-			continue
-		}
 		r.Memory += sb.Limits.Memory
 		r.CPUs += sb.Limits.CPU
 		r.Sandboxes++
@@ -76,22 +90,17 @@ func (m *Manager) SetNodeDraining(ctx context.Context, name string, draining boo
 // those from before nodes were named: what recovery reconciles with the host. Other
 // nodes' sandboxes are theirs to recover.
 func (m *Manager) ownSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
-	all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{})
+	own, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{}))
 	if err != nil {
 		return nil, err
 	}
-	own := all[:0]
-	for _, sb := range all {
-		if !m.ownRecord(sb) {
-			continue
-		}
+	for _, sb := range own {
 		if sb.Node == "" && m.cfg.NodeName != "" && sb.State != Terminated {
 			sb.Node = m.cfg.NodeName
 			if err := m.store.UpdateSandbox(ctx, sb); err != nil {
 				return nil, fmt.Errorf("name the node of sandbox %s: %w", sb.ID, err)
 			}
 		}
-		own = append(own, sb)
 	}
 	return own, nil
 }

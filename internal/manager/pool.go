@@ -180,7 +180,7 @@ func (m *Manager) DeletePool(ctx context.Context, name string) error {
 	delete(m.pools.byName, name)
 	delete(m.pools.stats, name)
 	m.pools.mu.Unlock()
-	members, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(name)})
+	members, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(name)}))
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (m *Manager) Pools(ctx context.Context) ([]PoolInfo, error) {
 	m.pools.mu.Unlock()
 	ready := map[string]int{}
 	for _, name := range names {
-		list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(name), States: []store.State{Running}})
+		list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(name), States: []store.State{Running}}))
 		if err != nil {
 			return nil, err
 		}
@@ -336,12 +336,12 @@ const orphanScanEvery = time.Minute
 func (m *Manager) members(ctx context.Context, names []string, full bool) ([]*store.Sandbox, error) {
 	live := slices.DeleteFunc(slices.Clone(states), func(s State) bool { return s == Terminated })
 	if full {
-		all, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: live})
+		all, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: live}))
 		return slices.DeleteFunc(all, func(sb *store.Sandbox) bool { _, ok := poolOf(sb); return !ok }), err
 	}
 	var out []*store.Sandbox
 	for _, name := range names {
-		list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(name), States: live})
+		list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(name), States: live}))
 		if err != nil {
 			return nil, err
 		}

@@ -41,7 +41,7 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox)
 		return false, err
 	}
 	defer release()
-	members, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}})
+	members, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}}))
 	if err != nil {
 		return false, err
 	}

@@ -49,7 +49,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, op := range ops {
-		if op.Kind == cleanupKind {
+		if op.Kind == cleanupKind || !m.opHere(ctx, op) {
 			continue
 		}
 		m.releaseInterrupted(ctx, op)

@@ -281,6 +281,9 @@ type SandboxFilter struct {
 	Owner  string
 	States []State
 	Labels map[string]string // every pair must match
+	// Node keeps the sandboxes of this node, and those from before nodes were named
+	// (node ""): the ones a node's own loops act on.
+	Node string
 }
 
 // EventFilter selects events for ListEvents.

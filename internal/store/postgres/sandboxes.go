@@ -35,8 +35,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	_, err = s.pool.Exec(ctx,
-		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		c.ID, c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc)
+		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		c.ID, c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, c.Node)
 	if err != nil {
 		return sandboxConflict(err, sb, "create")
 	}
@@ -84,6 +84,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 	if f.Owner != "" {
 		where = append(where, "owner = "+a.add(f.Owner))
 	}
+	if f.Node != "" {
+		where = append(where, "node IN ("+a.add(f.Node)+", '')")
+	}
 	if len(f.States) > 0 {
 		states := make([]string, len(f.States))
 		for i, st := range f.States {
@@ -119,9 +122,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx,
-		`UPDATE sandboxes SET owner = $1, name = $2, state = $3, version = $4, created_at = $5, doc = $6
-		WHERE id = $7 AND version = $8`,
-		c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, sb.ID, sb.Version)
+		`UPDATE sandboxes SET owner = $1, name = $2, state = $3, version = $4, created_at = $5, doc = $6, node = $7
+		WHERE id = $8 AND version = $9`,
+		c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, sb.ID, sb.Version)
 	if err != nil {
 		return sandboxConflict(err, sb, "update")
 	}

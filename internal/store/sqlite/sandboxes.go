@@ -37,8 +37,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	_, err = s.w.ExecContext(ctx,
-		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc)
+		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node)
 	if err != nil {
 		return sandboxConflict(err, sb, "create")
 	}
@@ -116,6 +116,10 @@ func listQuery(f store.SandboxFilter) (string, []any) {
 		where = append(where, "owner = ?")
 		args = append(args, f.Owner)
 	}
+	if f.Node != "" {
+		where = append(where, "node IN (?, '')")
+		args = append(args, f.Node)
+	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
 		for _, st := range f.States {
@@ -153,9 +157,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	defer tx.Rollback()
 
 	res, err := tx.ExecContext(ctx,
-		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?
+		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?
 		WHERE id = ? AND version = ?`,
-		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, sb.ID, sb.Version)
+		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, sb.ID, sb.Version)
 	if err != nil {
 		return sandboxConflict(err, sb, "update")
 	}

@@ -178,8 +178,14 @@ func testListSandboxes(t *testing.T, open func(t *testing.T) store.Store) {
 	} {
 		rec := newSandbox(sb.id, sb.owner, sb.id, sb.created)
 		rec.State, rec.Labels = sb.state, sb.labels
+		rec.Node = map[string]string{"sb_a": "node-a", "sb_b": "node-b", "sb_d": "node-a"}[sb.id]
 		ok(t, s.CreateSandbox(ctx, rec), "CreateSandbox("+sb.id+")")
 	}
+	// A record that moves to another node is listed under that node only.
+	moved, err := s.GetSandbox(ctx, "sb_e")
+	ok(t, err, "GetSandbox(sb_e)")
+	moved.Node = "node-b"
+	ok(t, s.UpdateSandbox(ctx, moved), "UpdateSandbox(sb_e)")
 
 	tests := []struct {
 		name   string
@@ -197,6 +203,9 @@ func testListSandboxes(t *testing.T, open func(t *testing.T) store.Store) {
 		{"label key with quotes and dots", store.SandboxFilter{Labels: map[string]string{`we"ird $.key`: "v"}}, []string{"sb_d"}},
 		{"label value differs", store.SandboxFilter{Labels: map[string]string{"team": "Red"}}, nil},
 		{"empty label value needs the key", store.SandboxFilter{Labels: map[string]string{"team": ""}}, nil},
+		{"node, with records from before nodes were named", store.SandboxFilter{Node: "node-a"}, []string{"sb_d", "sb_c", "sb_a"}},
+		{"other node", store.SandboxFilter{Node: "node-b"}, []string{"sb_b", "sb_c", "sb_e"}},
+		{"node and state", store.SandboxFilter{Node: "node-b", States: []store.State{"failed"}}, []string{"sb_e"}},
 		{"label and state and owner", store.SandboxFilter{
 			Owner: "alice", States: []store.State{"running", terminated}, Labels: map[string]string{"team": "red"},
 		}, []string{"sb_c", "sb_a"}},
