@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ type Cluster struct {
 	// JoinToken is the secret the nodes prove to each other (default: the environment's
 	// AIRLOCK_JOIN_TOKEN). It never prints.
 	JoinToken JoinToken `yaml:"join_token"`
+	// KeysDir holds the key files every node of the cluster shares (audit.key,
+	// secret.key, e2b-token.key), instead of each node's state directory: a directory
+	// only root may read. Nodes on one store must share them to read each other's
+	// secrets and verify one audit chain.
+	KeysDir string `yaml:"keys_dir"`
 }
 
 // JoinToken is a cluster's shared secret: it prints, and marshals, as "xxxxx".
@@ -130,6 +136,9 @@ func (c Config) nodeSetting() (NodeSetting, []error) {
 		if err != nil || host == "" || port == "" || port == "0" || (ierr == nil && ip.IsUnspecified()) {
 			errs = append(errs, fmt.Errorf("node.advertise %q must be HOST:PORT that the other nodes can dial (not 0.0.0.0, ::, or port 0)", s.Advertise))
 		}
+	}
+	if d := c.Cluster.KeysDir; d != "" && !filepath.IsAbs(d) {
+		errs = append(errs, fmt.Errorf("cluster.keys_dir %q must be an absolute path, such as /etc/airlock/keys", d))
 	}
 	if t := c.Cluster.JoinToken; t != "" && len(t) < MinJoinToken {
 		// Never the token itself: only its length.

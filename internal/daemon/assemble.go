@@ -232,7 +232,11 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 	if n.Auth, err = openAuth(ctx, cfg, n.Store, log); err != nil {
 		return err
 	}
-	key, err := audit.LoadKey(filepath.Join(cfg.StateDir, "audit.key"))
+	keys, err := keysDir(cfg)
+	if err != nil {
+		return err
+	}
+	key, err := audit.LoadKey(filepath.Join(keys, "audit.key"))
 	if err != nil {
 		return err
 	}
@@ -240,7 +244,7 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		return err
 	}
 	m.SetAuditLog(n.AuditLog)
-	if n.Secrets, err = secret.Open(n.Store, filepath.Join(cfg.StateDir, "secret.key")); err != nil {
+	if n.Secrets, err = secret.Open(n.Store, filepath.Join(keys, "secret.key")); err != nil {
 		return err
 	}
 	if opts.SecretDelivery != nil {
@@ -272,7 +276,7 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		}
 	}
 	if cfg.E2BListen != "" {
-		key, err := e2bTokenKey(cfg.StateDir)
+		key, err := e2bTokenKey(keys)
 		if err != nil {
 			return err
 		}

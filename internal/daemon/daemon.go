@@ -384,6 +384,40 @@ func pruneAuditLog(ctx context.Context, chain *audit.Chain, maxAge time.Duration
 	}
 }
 
+// keysDir is where the node's keys are: cluster.keys_dir, shared by the nodes of a
+// cluster, or the state directory. A shared directory must exist and be closed to every
+// user but its owner, and so must each key file in it, as tls_key must.
+func keysDir(cfg config.Config) (string, error) {
+	dir := cfg.Cluster.KeysDir
+	if dir == "" {
+		return cfg.StateDir, nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("cluster.keys_dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("cluster.keys_dir %s is not a directory", dir)
+	}
+	if mode := fi.Mode().Perm(); mode&0o077 != 0 {
+		return "", fmt.Errorf("cluster.keys_dir %s has mode %o: users other than root may read the keys (chmod 700 %s)", dir, mode, dir)
+	}
+	for _, name := range []string{"audit.key", "secret.key", "e2b-token.key"} {
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the first node makes it
+		}
+		if err != nil {
+			return "", fmt.Errorf("cluster.keys_dir: %w", err)
+		}
+		if mode := fi.Mode().Perm(); mode&0o077 != 0 {
+			return "", fmt.Errorf("key %s has mode %o: users other than root may read it (chmod 600 %s)", p, mode, p)
+		}
+	}
+	return dir, nil
+}
+
 // e2bTokenKey is the node's key for the E2B-compatible plane's sandbox access tokens:
 // 32 random bytes in the state directory, made on first use, so tokens stay valid
 // across restarts.
