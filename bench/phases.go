@@ -140,7 +140,7 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 				}
 			}
 			if id != "" {
-				d, terr := terminate(ctx, b.c, id)
+				d, terr := terminateSettled(ctx, b.c, id)
 				if round >= 0 && terr == nil && err == nil {
 					r.terminate.addDuration(d)
 				}
@@ -159,7 +159,7 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 			id, t, err := createExec(ctx, b.c, b.request(name, "none"), []string{"true"}, "")
 			b.track(id)
 			if id != "" {
-				if _, terr := terminate(ctx, b.c, id); err == nil {
+				if _, terr := terminateSettled(ctx, b.c, id); err == nil {
 					err = terr
 				}
 			}
@@ -198,7 +198,7 @@ func (b *bench) createPhase(ctx context.Context, p *peers) createResults {
 			id, t, err := createExec(ctx, b.c, b.request(name, ""), []string{"true"}, "")
 			b.track(id)
 			if id != "" {
-				if _, terr := terminate(ctx, b.c, id); err == nil {
+				if _, terr := terminateSettled(ctx, b.c, id); err == nil {
 					err = terr
 				}
 			}
