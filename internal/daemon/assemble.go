@@ -115,7 +115,15 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 		return nil, err
 	}
 	n.closers = append(n.closers, func() { n.Store.Close() })
-	// The node's name first: a node whose name another live node holds starts nothing.
+	// The keys next: a node whose keys are not the cluster's starts nothing.
+	keys, err := loadKeys(cfg, n.Store)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClusterKeys(ctx, n.Store, cfg, keys); err != nil {
+		return nil, err
+	}
+	// The node's name then: a node whose name another live node holds starts nothing.
 	if err := n.joinCluster(ctx, cfg, set); err != nil {
 		return nil, err
 	}
@@ -160,7 +168,7 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	n.FenceSocket, n.FenceNote = fenceSocket(cfg.Socket)
 	n.Manager.AddProbe(func(context.Context) (runtime.Check, bool) { return fenceCheck(n.FenceSocket, n.FenceNote), true })
 	n.Manager.SetSnapshots(n.Snapshots)
-	if err := n.openPlanes(ctx, cfg, set, opts); err != nil {
+	if err := n.openPlanes(ctx, cfg, set, keys, opts); err != nil {
 		return nil, err
 	}
 	if err := n.Manager.Recover(ctx); err != nil {
@@ -226,27 +234,17 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 
 // openPlanes opens identities, the audit chain and secrets, and builds what serves
 // them: the HTTP API, sandbox networking and the E2B plane.
-func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Settings, opts Options) error {
+func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Settings, keys *nodeKeys, opts Options) error {
 	var err error
 	log, m := n.log, n.Manager
 	if n.Auth, err = openAuth(ctx, cfg, n.Store, log); err != nil {
 		return err
 	}
-	keys, err := keysDir(cfg)
-	if err != nil {
-		return err
-	}
-	key, err := audit.LoadKey(filepath.Join(keys, "audit.key"))
-	if err != nil {
-		return err
-	}
-	if n.AuditLog, err = audit.OpenChain(ctx, n.Store, key); err != nil {
+	if n.AuditLog, err = audit.OpenChain(ctx, n.Store, keys.audit); err != nil {
 		return err
 	}
 	m.SetAuditLog(n.AuditLog)
-	if n.Secrets, err = secret.Open(n.Store, filepath.Join(keys, "secret.key")); err != nil {
-		return err
-	}
+	n.Secrets = keys.secrets
 	if opts.SecretDelivery != nil {
 		n.Delivery, err = opts.SecretDelivery(n.Secrets, log)
 	} else {
@@ -276,12 +274,8 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		}
 	}
 	if cfg.E2BListen != "" {
-		key, err := e2bTokenKey(keys)
-		if err != nil {
-			return err
-		}
 		n.E2B = e2b.NewControl(m, e2b.Options{Ports: n.Ports, Auth: n.Auth, Log: log, AuditLog: n.AuditLog,
-			TokenKey: key, Domain: cfg.E2BDomain})
+			TokenKey: keys.e2b, Domain: cfg.E2BDomain})
 		n.closers = append(n.closers, n.E2B.Close)
 	}
 	return nil

@@ -404,7 +404,8 @@ type Store interface {
 	// removed.
 	PruneEvents(ctx context.Context, r EventRetention) (int64, error)
 
-	Nodes // nodes.go
+	Nodes       // nodes.go
+	ClusterKeys // keys.go
 
 	Close() error
 }

@@ -67,6 +67,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeNameHeld", testNodeNameHeld},
 		{"ConcurrentNodes", testConcurrentNodes},
 		{"ConcurrentAuditAppends", testConcurrentAuditAppends},
+		{"ClusterKeys", testClusterKeys},
+		{"ConcurrentClusterKeys", testConcurrentClusterKeys},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
