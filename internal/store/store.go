@@ -284,7 +284,22 @@ type SandboxFilter struct {
 	// Node keeps the sandboxes of this node, and those from before nodes were named
 	// (node ""): the ones a node's own loops act on.
 	Node string
+	// After keeps only the sandboxes that come after this place in list order: where
+	// the previous page ended. A place stays valid while sandboxes are created and
+	// deleted, the one it names included.
+	After *ListPlace
+	// Limit caps how many are returned; 0 means no cap.
+	Limit int
 }
+
+// ListPlace is a place in ListSandboxes's order: by CreatedAt, then by ID.
+type ListPlace struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// PlaceOf is the place of sb in ListSandboxes's order.
+func PlaceOf(sb *Sandbox) *ListPlace { return &ListPlace{CreatedAt: sb.CreatedAt, ID: sb.ID} }
 
 // EventFilter selects events for ListEvents.
 type EventFilter struct {
@@ -319,7 +334,8 @@ type Store interface {
 	// GetSandboxByName returns the live sandbox of owner with this name; when none is
 	// live, the most recent terminated one; otherwise ErrNotFound.
 	GetSandboxByName(ctx context.Context, owner, name string) (*Sandbox, error)
-	// ListSandboxes returns matching sandboxes ordered by creation time.
+	// ListSandboxes returns matching sandboxes ordered by creation time, then by id,
+	// from f.After on and at most f.Limit of them.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
 	// UpdateSandbox writes sb if the stored version equals sb.Version, then bumps
 	// sb.Version by one; otherwise ErrVersionConflict (ErrNotFound if it is gone).
