@@ -290,6 +290,8 @@ type SandboxFilter struct {
 	After *ListPlace
 	// Limit caps how many are returned; 0 means no cap.
 	Limit int
+	// Desc lists newest first: the order turned around, After included.
+	Desc bool
 }
 
 // ListPlace is a place in ListSandboxes's order: by CreatedAt, then by ID.
@@ -334,8 +336,8 @@ type Store interface {
 	// GetSandboxByName returns the live sandbox of owner with this name; when none is
 	// live, the most recent terminated one; otherwise ErrNotFound.
 	GetSandboxByName(ctx context.Context, owner, name string) (*Sandbox, error)
-	// ListSandboxes returns matching sandboxes ordered by creation time, then by id,
-	// from f.After on and at most f.Limit of them.
+	// ListSandboxes returns matching sandboxes ordered by creation time, then by id
+	// (or the other way round, f.Desc), after f.After and at most f.Limit of them.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
 	// UpdateSandbox writes sb if the stored version equals sb.Version, then bumps
 	// sb.Version by one; otherwise ErrVersionConflict (ErrNotFound if it is gone).

@@ -133,6 +133,7 @@ func TestListSandboxesNeedsNoSort(t *testing.T) {
 		{Owner: "alice", States: []store.State{"suspended", "running"}},
 		{Owner: "alice", States: []store.State{"suspended"}, After: after, Limit: 1000},
 		{After: after, Limit: 1000},
+		{Owner: "alice", States: []store.State{"running"}, After: after, Limit: 101, Desc: true},
 	} {
 		if p := queryPlan(t, st, f); strings.Contains(p, "TEMP B-TREE") {
 			t.Errorf("list %+v sorts its rows: %s", f, p)
