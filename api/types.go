@@ -178,6 +178,8 @@ type Sandbox struct {
 // SandboxList is the body of GET /v1/sandboxes.
 type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+	// Next, when set, is the after= of the next page: more sandboxes may follow.
+	Next string `json:"next,omitempty"`
 }
 
 // Operation is the durable record of a mutating request.

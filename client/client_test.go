@@ -245,8 +245,38 @@ func TestListQuery(t *testing.T) {
 	if len(got) != 2 || got[1].Name != "b" {
 		t.Errorf("List = %+v, want a, b", got)
 	}
-	if want := "label=app%3Dy%3Dz&label=team%3Dx&state=running&state=suspended"; gotQuery != want {
+	if want := "label=app%3Dy%3Dz&label=team%3Dx&limit=1000&state=running&state=suspended"; gotQuery != want {
 		t.Errorf("query = %q, want %q", gotQuery, want)
+	}
+}
+
+// List follows next from page to page and returns every page's sandboxes in order.
+func TestListFollowsPages(t *testing.T) {
+	var queries []string
+	c := serveUnix(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries = append(queries, r.URL.RawQuery)
+		switch r.URL.Query().Get("after") {
+		case "":
+			writeJSON(w, 200, api.SandboxList{Sandboxes: []api.Sandbox{{Name: "a"}, {Name: "b"}}, Next: "c1"})
+		case "c1":
+			writeJSON(w, 200, api.SandboxList{Sandboxes: []api.Sandbox{{Name: "c"}, {Name: "d"}}, Next: "c2"})
+		default:
+			writeJSON(w, 200, api.SandboxList{Sandboxes: []api.Sandbox{{Name: "e"}}})
+		}
+	}))
+	got, err := c.List(context.Background(), ListOptions{PageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sb := range got {
+		names = append(names, sb.Name)
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("List = %v, want %v", names, want)
+	}
+	if want := []string{"limit=2", "after=c1&limit=2", "after=c2&limit=2"}; !reflect.DeepEqual(queries, want) {
+		t.Errorf("queries = %q, want %q", queries, want)
 	}
 }
 

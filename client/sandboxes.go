@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -62,10 +63,37 @@ type ListOptions struct {
 	// AllOwners lists every owner's sandboxes, not only the caller's; it needs the
 	// admin permission. Another owner's sandbox is reached by its id.
 	AllOwners bool
+	// PageSize is how many sandboxes List asks for per request: 1 to 5000, 0 means
+	// 1000.
+	PageSize int
 }
 
-// List returns the sandboxes that match opts.
+// List returns the sandboxes that match opts, reading page after page until the last.
+// A sandbox that exists from the first page to the last is listed exactly once; one
+// created or terminated meanwhile may or may not be.
 func (c *Client) List(ctx context.Context, opts ListOptions) ([]api.Sandbox, error) {
+	var all []api.Sandbox
+	after := ""
+	for {
+		page, next, err := c.ListPage(ctx, opts, after)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = page
+		} else {
+			all = append(all, page...)
+		}
+		if next == "" {
+			return all, nil
+		}
+		after = next
+	}
+}
+
+// ListPage returns one page of the sandboxes that match opts, from after on (the
+// start, if ""), and the after of the next page ("" after the last).
+func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) ([]api.Sandbox, string, error) {
 	q := url.Values{}
 	for _, s := range opts.States {
 		q.Add("state", s)
@@ -81,11 +109,19 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]api.Sandbox, err
 	if opts.AllOwners {
 		q.Set("all_owners", "true")
 	}
+	size := opts.PageSize
+	if size == 0 {
+		size = 1000
+	}
+	q.Set("limit", strconv.Itoa(size))
+	if after != "" {
+		q.Set("after", after)
+	}
 	var out api.SandboxList
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q}, &out); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return out.Sandboxes, nil
+	return out.Sandboxes, out.Next, nil
 }
 
 // Terminate ends a sandbox and deletes what it owns; the handle remains as a tombstone.

@@ -383,6 +383,17 @@ func TestControlPlaneListOrder(t *testing.T) {
 	if got := list("?limit=2&nextToken=" + h.Get("X-Next-Token")); !slices.Equal(got, ids[:1]) {
 		t.Errorf("page 2 = %v, want %v", got, ids[:1])
 	}
+
+	// A filter the store does not apply still fills each page and ends where it should.
+	after := "&startedAfter=" + url.QueryEscape(started[0].Format(time.RFC3339Nano))
+	st, body, h = f.do("GET", "/v2/sandboxes?order=asc&limit=1"+after, alice, "")
+	f.want("filtered page 1", st, body, 200)
+	if !strings.Contains(string(body), ids[1]) || h.Get("X-Next-Token") == "" {
+		t.Fatalf("filtered page 1: %s (next %q), want %s and a next token", body, h.Get("X-Next-Token"), ids[1])
+	}
+	if got := list("?order=asc&limit=1" + after + "&nextToken=" + h.Get("X-Next-Token")); !slices.Equal(got, ids[2:3]) {
+		t.Errorf("filtered page 2 = %v, want %v", got, ids[2:3])
+	}
 }
 
 // TestControlPlaneAutoPause: a sandbox created with autoPause is paused, not ended,

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"cmp"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // BaseTemplate is E2B's default template; here it is the host image.
@@ -457,20 +457,17 @@ func (c *Control) listV2(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	if err != nil {
 		return err
 	}
-	var cur *cursor
+	lq.limit = limit
 	if v := q.Get("nextToken"); v != "" {
-		if cur, err = cursorOf(v); err != nil {
+		// The page starts after the cursor's sandbox, wherever it now is: sandboxes
+		// made or ended between pages move no other one to another page.
+		if lq.cur, err = cursorOf(v); err != nil {
 			return err
 		}
 	}
 	list, err := c.list(r, p, lq)
 	if err != nil {
 		return err
-	}
-	if cur != nil {
-		// The page starts after the cursor's sandbox, wherever it now is: sandboxes
-		// made or ended between pages move no other one to another page.
-		list = slices.DeleteFunc(list, func(sb *manager.Sandbox) bool { return lq.compare(sb, cur.at, cur.id) <= 0 })
 	}
 	if len(list) > limit {
 		list = list[:limit]
@@ -558,15 +555,10 @@ type listQuery struct {
 	template      string
 	after, before time.Time
 	asc           bool
-}
-
-// compare orders sandboxes as q lists them: by creation, then id.
-func (q listQuery) compare(sb *manager.Sandbox, at time.Time, id string) int {
-	c := cmp.Or(sb.CreatedAt.Compare(at), strings.Compare(sb.ID, id))
-	if q.asc {
-		return c
-	}
-	return -c
+	// cur, when set, starts the list after its sandbox; limit, when not 0, lists
+	// at most limit+1 (the one more says another page follows).
+	cur   *cursor
+	limit int
 }
 
 // list returns p's sandboxes that q and the request's metadata query ("k1=v1&k2=v2",
@@ -591,17 +583,33 @@ func (c *Control) list(r *http.Request, p *auth.Principal, q listQuery) ([]*mana
 			f.States = append(f.States, s)
 		}
 	}
-	all, err := c.m.List(r.Context(), f)
-	if err != nil {
-		return nil, err
+	// The store lists in q's order, a page at a time from the cursor on, until
+	// enough pass the filters it does not apply.
+	f.Desc = !q.asc
+	if q.cur != nil {
+		f.After = &store.ListPlace{CreatedAt: q.cur.at, ID: q.cur.id}
 	}
-	all = slices.DeleteFunc(all, func(sb *manager.Sandbox) bool {
-		return (q.template != "" && templateOf(sb) != q.template) ||
-			(!q.after.IsZero() && !sb.CreatedAt.After(q.after)) ||
-			(!q.before.IsZero() && !sb.CreatedAt.Before(q.before))
-	})
-	slices.SortFunc(all, func(a, b *manager.Sandbox) int { return q.compare(a, b.CreatedAt, b.ID) })
-	return all, nil
+	if q.limit > 0 {
+		f.Limit = q.limit + 1
+	}
+	var out []*manager.Sandbox
+	for {
+		page, err := c.m.List(r.Context(), f)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range page {
+			if (q.template == "" || templateOf(sb) == q.template) &&
+				(q.after.IsZero() || sb.CreatedAt.After(q.after)) &&
+				(q.before.IsZero() || sb.CreatedAt.Before(q.before)) {
+				out = append(out, sb)
+			}
+		}
+		if f.Limit == 0 || len(out) > q.limit || len(page) < f.Limit {
+			return out, nil
+		}
+		f.After = store.PlaceOf(page[len(page)-1])
+	}
 }
 
 func toListedAll(list []*manager.Sandbox) []listedSandbox {

@@ -1,14 +1,19 @@
 package server
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
@@ -145,8 +150,59 @@ func acceptsNDJSON(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
 }
 
+// The pages of GET /v1/sandboxes: limit=N (at most maxListLimit) answers at most N
+// sandboxes and a next cursor while more may follow; after=CURSOR starts after the
+// place a next names. Without limit, a request with after gets defaultListLimit,
+// and one without either gets the whole list, as clients from before pages expect.
+const (
+	defaultListLimit = 1000
+	maxListLimit     = 5000
+)
+
+// listCursor is the opaque after= of a place in list order.
+func listCursor(p *store.ListPlace) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(records.FormatTime(p.CreatedAt) + " " + p.ID))
+}
+
+// parseListCursor reads an after= that listCursor made.
+func parseListCursor(c string) (*store.ListPlace, error) {
+	bad := errdefs.Invalid("invalid after %q: pass the next of a previous page, unchanged", c)
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, bad
+	}
+	ts, id, ok := strings.Cut(string(raw), " ")
+	if !ok || id == "" {
+		return nil, bad
+	}
+	t, err := records.ParseTime(ts)
+	if err != nil {
+		return nil, bad
+	}
+	return &store.ListPlace{CreatedAt: t, ID: id}, nil
+}
+
+// listPage reads limit and after into f.
+func listPage(q url.Values, f *manager.SandboxFilter) error {
+	if a, ok := q["after"]; ok {
+		p, err := parseListCursor(a[0])
+		if err != nil {
+			return err
+		}
+		f.After, f.Limit = p, defaultListLimit
+	}
+	if l, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(l[0])
+		if err != nil || n < 1 || n > maxListLimit {
+			return errdefs.Invalid("invalid limit %q: a whole number from 1 to %d", l[0], maxListLimit)
+		}
+		f.Limit = n
+	}
+	return nil
+}
+
 // listSandboxes lists the caller's sandboxes, or with all_owners=true, for a caller
-// with the admin permission, every owner's.
+// with the admin permission, every owner's; a page of them with limit and after.
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := manager.SandboxFilter{Owner: owner(r)}
@@ -154,9 +210,12 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		f.States = append(f.States, manager.State(st))
 	}
 	for k := range q {
-		if k != "state" && k != "label" && k != "all_owners" {
-			return errdefs.Invalid("unknown query parameter %q; use state, label and all_owners", k)
+		if k != "state" && k != "label" && k != "all_owners" && k != "limit" && k != "after" {
+			return errdefs.Invalid("unknown query parameter %q; use state, label, all_owners, limit and after", k)
 		}
+	}
+	if err := listPage(q, &f); err != nil {
+		return err
 	}
 	switch all := q.Get("all_owners"); all {
 	case "", "false":
@@ -178,11 +237,22 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Labels[k] = v
 	}
+	limit := f.Limit
+	if limit > 0 {
+		f.Limit++ // one more says whether another page follows
+	}
 	list, err := s.m.List(r.Context(), f)
 	if err != nil {
 		return err
 	}
-	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list))}
+	var next string
+	if limit > 0 && len(list) > limit {
+		list = list[:limit]
+		// The place of the last one the store listed, even if the caller does not
+		// see it, so the next page does not list it again.
+		next = listCursor(store.PlaceOf(list[limit-1]))
+	}
+	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list)), Next: next}
 	keep := visible(r)
 	for _, sb := range list {
 		if keep == nil || keep(sb) {

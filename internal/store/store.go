@@ -284,7 +284,24 @@ type SandboxFilter struct {
 	// Node keeps the sandboxes of this node, and those from before nodes were named
 	// (node ""): the ones a node's own loops act on.
 	Node string
+	// After keeps only the sandboxes that come after this place in list order: where
+	// the previous page ended. A place stays valid while sandboxes are created and
+	// deleted, the one it names included.
+	After *ListPlace
+	// Limit caps how many are returned; 0 means no cap.
+	Limit int
+	// Desc lists newest first: the order turned around, After included.
+	Desc bool
 }
+
+// ListPlace is a place in ListSandboxes's order: by CreatedAt, then by ID.
+type ListPlace struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// PlaceOf is the place of sb in ListSandboxes's order.
+func PlaceOf(sb *Sandbox) *ListPlace { return &ListPlace{CreatedAt: sb.CreatedAt, ID: sb.ID} }
 
 // EventFilter selects events for ListEvents.
 type EventFilter struct {
@@ -319,7 +336,8 @@ type Store interface {
 	// GetSandboxByName returns the live sandbox of owner with this name; when none is
 	// live, the most recent terminated one; otherwise ErrNotFound.
 	GetSandboxByName(ctx context.Context, owner, name string) (*Sandbox, error)
-	// ListSandboxes returns matching sandboxes ordered by creation time.
+	// ListSandboxes returns matching sandboxes ordered by creation time, then by id
+	// (or the other way round, f.Desc), after f.After and at most f.Limit of them.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
 	// UpdateSandbox writes sb if the stored version equals sb.Version, then bumps
 	// sb.Version by one; otherwise ErrVersionConflict (ErrNotFound if it is gone).

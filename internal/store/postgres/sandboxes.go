@@ -97,11 +97,21 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 	for k, v := range f.Labels {
 		where = append(where, "(doc::json -> 'labels' ->> "+a.add(k)+") = "+a.add(v))
 	}
+	cmp, order := ">", "created_at, id"
+	if f.Desc {
+		cmp, order = "<", "created_at DESC, id DESC"
+	}
+	if f.After != nil {
+		where = append(where, "(created_at, id) "+cmp+" ("+a.add(records.FormatTime(f.After.CreatedAt))+", "+a.add(f.After.ID)+")")
+	}
 	q := "SELECT doc FROM sandboxes"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at, ord"
+	q += " ORDER BY " + order
+	if f.Limit > 0 {
+		q += " LIMIT " + a.add(f.Limit)
+	}
 	out, err := queryRows(ctx, s, records.ScanSandbox, q, a...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)

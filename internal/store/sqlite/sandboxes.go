@@ -131,11 +131,23 @@ func listQuery(f store.SandboxFilter) (string, []any) {
 			WHERE l.key = ? AND l.type = 'text' AND l.value = ?)`)
 		args = append(args, k, v)
 	}
+	cmp, order := ">", "created_at, id"
+	if f.Desc {
+		cmp, order = "<", "created_at DESC, id DESC"
+	}
+	if f.After != nil {
+		where = append(where, "(created_at, id) "+cmp+" (?, ?)")
+		args = append(args, records.FormatTime(f.After.CreatedAt), f.After.ID)
+	}
 	q := "SELECT id, version, doc FROM sandboxes"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at, rowid"
+	q += " ORDER BY " + order
+	if f.Limit > 0 {
+		q += " LIMIT ?"
+		args = append(args, f.Limit)
+	}
 	return q, args
 }
 

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -296,4 +298,83 @@ func testDeleteSandbox(t *testing.T, open func(t *testing.T) store.Store) {
 
 	isErr(t, s.DeleteSandbox(ctx, "sb_1"), errdefs.ErrNotFound, "DeleteSandbox twice")
 	ok(t, s.CreateSandbox(ctx, newSandbox("sb_3", "alice", "web", 2)), "CreateSandbox with the deleted one's name")
+}
+
+// A list read page by page, oldest or newest first, while sandboxes are created and
+// deleted between pages, never repeats one and never skips one that existed throughout.
+func testListSandboxesPaged(t *testing.T, open func(t *testing.T) store.Store) {
+	for _, desc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("desc=%v", desc), func(t *testing.T) { listPaged(t, open(t), desc) })
+	}
+}
+
+func listPaged(t *testing.T, s store.Store, desc bool) {
+	ctx := t.Context()
+	// Pairs share a creation time, so the order within them comes from ids; ids are
+	// inserted out of order.
+	throughout := map[string]bool{}
+	for i := 29; i >= 0; i-- {
+		id := fmt.Sprintf("sb_%02d", i)
+		ok(t, s.CreateSandbox(ctx, newSandbox(id, "alice", id, i/2)), "CreateSandbox("+id+")")
+		throughout[id] = true
+		other := fmt.Sprintf("sb_bob_%02d", i)
+		ok(t, s.CreateSandbox(ctx, newSandbox(other, "bob", other, i/2)), "CreateSandbox("+other+")")
+	}
+	f := store.SandboxFilter{Owner: "alice", Limit: 4, Desc: desc}
+	seen := map[string]bool{}
+	dir := 1
+	if desc {
+		dir = -1
+	}
+	var last *store.Sandbox
+	for page := 0; ; page++ {
+		list, err := s.ListSandboxes(ctx, f)
+		ok(t, err, "ListSandboxes(page)")
+		if len(list) > f.Limit {
+			t.Fatalf("page %d: got %d sandboxes, limit %d", page, len(list), f.Limit)
+		}
+		for _, sb := range list {
+			if sb.Owner != "alice" {
+				t.Errorf("page %d lists %s of %s", page, sb.ID, sb.Owner)
+			}
+			if seen[sb.ID] {
+				t.Errorf("page %d repeats %s", page, sb.ID)
+			}
+			seen[sb.ID] = true
+			if last != nil && (sb.CreatedAt.Compare(last.CreatedAt)*dir < 0 || sb.CreatedAt.Equal(last.CreatedAt) && strings.Compare(sb.ID, last.ID)*dir <= 0) {
+				t.Errorf("page %d: %s comes after %s", page, sb.ID, last.ID)
+			}
+			last = sb
+		}
+		if len(list) < f.Limit {
+			break
+		}
+		if page > 20 {
+			t.Fatal("paging does not end")
+		}
+		// Between pages: the place's own sandbox goes, one not yet listed goes, and
+		// new ones come both before and after the place.
+		end := list[len(list)-1]
+		ok(t, s.DeleteSandbox(ctx, end.ID), "DeleteSandbox("+end.ID+")")
+		later := fmt.Sprintf("sb_%02d", 29-page)
+		if desc {
+			later = fmt.Sprintf("sb_%02d", page)
+		}
+		if !seen[later] {
+			if _, err := s.GetSandbox(ctx, later); err == nil {
+				ok(t, s.DeleteSandbox(ctx, later), "DeleteSandbox("+later+")")
+			}
+			delete(throughout, later)
+		}
+		for _, n := range []int{-1, 20 + page} {
+			id := fmt.Sprintf("sb_new_%d_%d", page, n)
+			ok(t, s.CreateSandbox(ctx, newSandbox(id, "alice", id, n)), "CreateSandbox("+id+")")
+		}
+		f.After = store.PlaceOf(end)
+	}
+	for id := range throughout {
+		if !seen[id] {
+			t.Errorf("paging skipped %s, which existed throughout", id)
+		}
+	}
 }

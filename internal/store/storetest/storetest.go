@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"GetSandboxByName", testGetSandboxByName},
 		{"GetSandboxNotFound", testGetSandboxNotFound},
 		{"ListSandboxes", testListSandboxes},
+		{"ListSandboxesPaged", testListSandboxesPaged},
 		{"UpdateSandbox", testUpdateSandbox},
 		{"UpdateSandboxVersionConflict", testUpdateSandboxVersionConflict},
 		{"UpdateSandboxNotFound", testUpdateSandboxNotFound},

@@ -99,9 +99,16 @@ def get(ref: str) -> Request[SandboxInfo]:
     return Request("GET", sandbox_path(v.ref(ref)), parse=SandboxInfo.from_json)
 
 
+LIST_PAGE_SIZE = 1000
+
+
 def list_sandboxes(
-    states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None, all_owners: bool = False
-) -> Request[List[SandboxInfo]]:
+    states: Optional[Sequence[str]] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    all_owners: bool = False,
+    after: Optional[str] = None,
+) -> Request[Tuple[List[SandboxInfo], Optional[str]]]:
+    """One page of sandboxes from after on, and the after of the next page (None after the last)."""
     q: List[Tuple[str, str]] = []
     for s in [states] if isinstance(states, str) else (states or []):
         if not isinstance(s, str) or not s:
@@ -111,7 +118,15 @@ def list_sandboxes(
         q.append(("label", f"{k}={val}"))
     if all_owners:
         q.append(("all_owners", "true"))
-    return Request("GET", "/v1/sandboxes", query=q, parse=lambda d: [SandboxInfo.from_json(s) for s in d.get("sandboxes") or []])
+    q.append(("limit", str(LIST_PAGE_SIZE)))
+    if after:
+        q.append(("after", after))
+    return Request(
+        "GET",
+        "/v1/sandboxes",
+        query=q,
+        parse=lambda d: ([SandboxInfo.from_json(s) for s in d.get("sandboxes") or []], d.get("next") or None),
+    )
 
 
 def terminate(ref: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> Request[SandboxInfo]:

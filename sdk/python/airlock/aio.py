@@ -179,7 +179,13 @@ class AsyncClient:
     async def list(
         self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None, all_owners: bool = False
     ) -> List[SandboxInfo]:
-        return await self._do(_calls.list_sandboxes(states, labels, all_owners))
+        out: List[SandboxInfo] = []
+        after: Optional[str] = None
+        while True:
+            page, after = await self._do(_calls.list_sandboxes(states, labels, all_owners, after))
+            out.extend(page)
+            if not after:
+                return out
 
     async def terminate(self, ref: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> SandboxInfo:
         return await self._do(_calls.terminate(ref, if_match=if_match, idempotency_key=idempotency_key))

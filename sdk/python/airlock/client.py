@@ -198,8 +198,16 @@ class Client:
 
         ``all_owners=True`` lists every owner's (each names its ``owner``), for a caller
         with the admin permission; another owner's sandbox is reached by its id.
+        The list is read page by page; a sandbox that exists from the first page to the
+        last is listed exactly once.
         """
-        return self._do(_calls.list_sandboxes(states, labels, all_owners))
+        out: List[SandboxInfo] = []
+        after: Optional[str] = None
+        while True:
+            page, after = self._do(_calls.list_sandboxes(states, labels, all_owners, after))
+            out.extend(page)
+            if not after:
+                return out
 
     def terminate(self, ref: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> SandboxInfo:
         """End a sandbox and delete what it owns; its handle remains as a tombstone."""

@@ -298,5 +298,16 @@ def test_list_all_owners_asks_for_every_owner():
     from airlock import _calls
     assert ("all_owners", "true") in _calls.list_sandboxes(all_owners=True).query
     assert not any(k == "all_owners" for k, _ in _calls.list_sandboxes(["running"]).query)
+
+
+def test_list_sandboxes_pages():
+    """List asks for pages of 1000 and reads next from each answer."""
+    from airlock import _calls
+    first = _calls.list_sandboxes()
+    assert ("limit", "1000") in first.query and not any(k == "after" for k, _ in first.query)
+    assert ("after", "c1") in _calls.list_sandboxes(after="c1").query
+    page, nxt = first.parse({"sandboxes": [], "next": "c1"})
+    assert page == [] and nxt == "c1"
+    assert first.parse({"sandboxes": []}) == ([], None)
     info = airlock.SandboxInfo.from_json({"id": "sb_1", "name": "box", "owner": "alice"})
     assert info.owner == "alice"
