@@ -16,7 +16,6 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
 )
 
 // BaseTemplate is E2B's default template; here it is the host image.
@@ -587,7 +586,7 @@ func (c *Control) list(r *http.Request, p *auth.Principal, q listQuery) ([]*mana
 	// enough pass the filters it does not apply.
 	f.Desc = !q.asc
 	if q.cur != nil {
-		f.After = &store.ListPlace{CreatedAt: q.cur.at, ID: q.cur.id}
+		f.After = &manager.ListPlace{CreatedAt: q.cur.at, ID: q.cur.id}
 	}
 	if q.limit > 0 {
 		f.Limit = q.limit + 1
@@ -608,7 +607,7 @@ func (c *Control) list(r *http.Request, p *auth.Principal, q listQuery) ([]*mana
 		if f.Limit == 0 || len(out) > q.limit || len(page) < f.Limit {
 			return out, nil
 		}
-		f.After = store.PlaceOf(page[len(page)-1])
+		f.After = manager.PlaceOf(page[len(page)-1])
 	}
 }
 

@@ -29,3 +29,9 @@ const (
 	// SnapshotReady is the state of a snapshot whose files are complete and checksummed.
 	SnapshotReady = snapshot.StateReady
 )
+
+// ListPlace is a place in list order, after which a page of sandboxes starts.
+type ListPlace = store.ListPlace
+
+// PlaceOf is the place of sb in list order.
+func PlaceOf(sb *Sandbox) *ListPlace { return store.PlaceOf(sb) }

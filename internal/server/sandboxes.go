@@ -7,13 +7,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/store"
-	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
@@ -160,12 +159,12 @@ const (
 )
 
 // listCursor is the opaque after= of a place in list order.
-func listCursor(p *store.ListPlace) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(records.FormatTime(p.CreatedAt) + " " + p.ID))
+func listCursor(p *manager.ListPlace) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(p.CreatedAt.UTC().Format(time.RFC3339Nano) + " " + p.ID))
 }
 
 // parseListCursor reads an after= that listCursor made.
-func parseListCursor(c string) (*store.ListPlace, error) {
+func parseListCursor(c string) (*manager.ListPlace, error) {
 	bad := errdefs.Invalid("invalid after %q: pass the next of a previous page, unchanged", c)
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
@@ -175,11 +174,11 @@ func parseListCursor(c string) (*store.ListPlace, error) {
 	if !ok || id == "" {
 		return nil, bad
 	}
-	t, err := records.ParseTime(ts)
+	t, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
 		return nil, bad
 	}
-	return &store.ListPlace{CreatedAt: t, ID: id}, nil
+	return &manager.ListPlace{CreatedAt: t, ID: id}, nil
 }
 
 // listPage reads limit and after into f.
@@ -250,7 +249,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		list = list[:limit]
 		// The place of the last one the store listed, even if the caller does not
 		// see it, so the next page does not list it again.
-		next = listCursor(store.PlaceOf(list[limit-1]))
+		next = listCursor(manager.PlaceOf(list[limit-1]))
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list)), Next: next}
 	keep := visible(r)
