@@ -21,7 +21,7 @@ var goals = struct {
 }{
 	createVsRunc:   1.2,
 	podmanVsCreate: 5,
-	warmExecMS:     3,
+	warmExecMS:     1,
 	execVsRunc:     10,
 	daemonIdleMiB:  50,
 	agentMiB:       10,
