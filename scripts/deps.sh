@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Airlock needs on a Debian 12 host and is not there yet: runc (the OCI
 # runtime), python3 (the demo's code runs on the host image's /usr), iproute2 and curl,
-# and for the tests python3-pytest and npm.
+# and for the tests python3-pytest, npm and postgresql.
 set -euo pipefail
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
@@ -12,6 +12,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm) # the MCP test drives airlock mcp with an npm client
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql) # the PostgreSQL store's tests start their own server
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
