@@ -200,3 +200,27 @@ func ScanAudit(row Scanner) (*store.AuditRecord, error) {
 	r.Time, err = ParseTime(t)
 	return &r, err
 }
+
+// SnapshotColumns are the columns of a snapshot record, in the order of SnapshotArgs
+// and ScanSnapshot.
+const SnapshotColumns = `id, owner, sandbox_id, node, created_at`
+
+// SnapshotArgs returns r's values in the order of SnapshotColumns.
+func SnapshotArgs(r *store.SnapshotRecord) []any {
+	return []any{r.ID, r.Owner, r.SandboxID, r.Node, FormatTime(r.CreatedAt)}
+}
+
+// ScanSnapshot reads a row of SnapshotColumns.
+func ScanSnapshot(row Scanner) (*store.SnapshotRecord, error) {
+	var r store.SnapshotRecord
+	var created string
+	if err := row.Scan(&r.ID, &r.Owner, &r.SandboxID, &r.Node, &created); err != nil {
+		return nil, err
+	}
+	t, err := ParseTime(created)
+	if err != nil {
+		return nil, fmt.Errorf("decode stored snapshot %s: %w", r.ID, err)
+	}
+	r.CreatedAt = t
+	return &r, nil
+}

@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentAuditAppends", testConcurrentAuditAppends},
 		{"ClusterKeys", testClusterKeys},
 		{"ConcurrentClusterKeys", testConcurrentClusterKeys},
+		{"SnapshotRecords", testSnapshotRecords},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
