@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
@@ -14,6 +15,9 @@ import (
 // left running are closed, and any host resource with Airlock's name but no live
 // record is removed.
 func (m *Manager) Recover(ctx context.Context) error {
+	if err := m.backfillSnapshots(ctx); err != nil {
+		return fmt.Errorf("record snapshots: %w", err)
+	}
 	all, err := m.ownSandboxes(ctx)
 	if err != nil {
 		return err

@@ -70,6 +70,13 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 		defer fz.Thaw(context.WithoutCancel(ctx), sb.ID)
 		meta.Consistency = snapshot.CrashConsistent
 	}
+	// The record that says whose snapshot it is comes first, so no snapshot is ever
+	// ready without one; a failed Create takes it back.
+	meta.ID = snapshot.NewID()
+	rec := &store.SnapshotRecord{ID: meta.ID, Owner: sb.Owner, SandboxID: sb.ID, Node: m.cfg.NodeName, CreatedAt: m.now()}
+	if err := m.store.CreateSnapshotRecord(ctx, rec); err != nil {
+		return nil, err
+	}
 	var man *snapshot.Manifest
 	err = stg.ReadLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
 		var err error
@@ -77,29 +84,54 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 		return err
 	})
 	if err != nil {
+		if derr := m.store.DeleteSnapshotRecord(context.WithoutCancel(ctx), rec.ID); derr != nil {
+			m.log.Warn("remove the record of a failed snapshot", "snapshot", rec.ID, "err", derr)
+		}
 		return nil, err
 	}
 	m.event(sb, "snapshot", "snapshot", map[string]any{"snapshot": man.ID, "stored_size": man.StoredSize, "consistency": man.Consistency})
 	return man, nil
 }
 
-// SnapshotOwned checks that owner may see the snapshot and returns it.
+// SnapshotOwned checks that owner may see the snapshot and returns it. Who owns a
+// snapshot is the daemon's own record of it; the manifest (which a shared object store
+// may hold, and anyone who can write there may forge) must agree with that record, or
+// the snapshot is not found.
 func (m *Manager) SnapshotOwned(ctx context.Context, owner, id string) (*snapshot.Manifest, error) {
 	if m.snaps == nil {
 		return nil, errdefs.Unavailable("snapshots are not available on this node")
+	}
+	rec, err := m.store.GetSnapshotRecord(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) || err == nil && rec.Owner != owner {
+		return nil, errdefs.NotFound("snapshot %q not found", id)
+	}
+	if err != nil {
+		return nil, err
 	}
 	man, err := m.snaps.Get(id)
 	if err != nil {
 		return nil, err
 	}
-	sb, err := m.store.GetSandbox(ctx, man.SandboxID)
-	if err != nil || sb.Owner != owner {
-		return nil, errdefs.NotFound("snapshot %q not found", id)
+	if err := m.agrees(rec, man); err != nil {
+		return nil, err
 	}
 	return man, nil
 }
 
-// Snapshots lists owner's snapshots, of one sandbox when ref is set.
+// agrees refuses, as not found, a manifest that disagrees with the record of its
+// snapshot about whose sandbox it is.
+func (m *Manager) agrees(rec *store.SnapshotRecord, man *snapshot.Manifest) error {
+	if man.ID == rec.ID && man.SandboxID == rec.SandboxID {
+		return nil
+	}
+	m.log.Error("snapshot manifest disagrees with its record; refused", "snapshot", rec.ID,
+		"manifest_id", man.ID, "manifest_sandbox", man.SandboxID, "record_sandbox", rec.SandboxID, "location", man.Location)
+	return errdefs.NotFound("snapshot %q not found", rec.ID)
+}
+
+// Snapshots lists owner's snapshots, of one sandbox when ref is set, from the daemon's
+// records of them; a snapshot whose manifest cannot be read or disagrees with its
+// record is left out.
 func (m *Manager) Snapshots(ctx context.Context, owner, ref string) ([]*snapshot.Manifest, error) {
 	if m.snaps == nil {
 		return nil, errdefs.Unavailable("snapshots are not available on this node")
@@ -112,24 +144,54 @@ func (m *Manager) Snapshots(ctx context.Context, owner, ref string) ([]*snapshot
 		}
 		sandboxID = sb.ID
 	}
-	all, err := m.snaps.List(sandboxID)
+	recs, err := m.store.ListSnapshotRecords(ctx, owner, sandboxID)
 	if err != nil {
 		return nil, err
 	}
 	var out []*snapshot.Manifest
-	owners := map[string]bool{}
-	for _, man := range all {
-		mine, ok := owners[man.SandboxID]
-		if !ok {
-			sb, err := m.store.GetSandbox(ctx, man.SandboxID)
-			mine = err == nil && sb.Owner == owner
-			owners[man.SandboxID] = mine
+	for _, rec := range recs {
+		man, err := m.snaps.Get(rec.ID)
+		if err != nil {
+			m.log.Warn("list a recorded snapshot", "snapshot", rec.ID, "err", err)
+			continue
 		}
-		if mine {
-			out = append(out, man)
+		if m.agrees(rec, man) != nil {
+			continue
 		}
+		man.Entries = nil
+		out = append(out, man)
 	}
 	return out, nil
+}
+
+// backfillSnapshots records, once, the snapshots this node took before snapshots had
+// records: from its own state directory only, never a manifest read from the object
+// store, and only of a sandbox of this node, owned by that sandbox's owner.
+func (m *Manager) backfillSnapshots(ctx context.Context) error {
+	if m.snaps == nil {
+		return nil
+	}
+	all, err := m.snaps.List("")
+	if err != nil {
+		return err
+	}
+	for _, man := range all {
+		if man.Imported || man.SandboxID == "" {
+			continue
+		}
+		if _, err := m.store.GetSnapshotRecord(ctx, man.ID); err == nil || !errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		sb, err := m.store.GetSandbox(ctx, man.SandboxID)
+		if err != nil || !m.ownRecord(sb) {
+			continue
+		}
+		rec := &store.SnapshotRecord{ID: man.ID, Owner: sb.Owner, SandboxID: sb.ID, Node: m.cfg.NodeName, CreatedAt: man.Created}
+		if err := m.store.CreateSnapshotRecord(ctx, rec); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeleteSnapshot removes a snapshot unless a live sandbox still comes from it.
@@ -137,7 +199,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, owner, id string) error {
 	if _, err := m.SnapshotOwned(ctx, owner, id); err != nil {
 		return err
 	}
-	return m.snaps.Delete(id, func(id string) []string {
+	err := m.snaps.Delete(id, func(id string) []string {
 		list, _ := m.store.ListSandboxes(ctx, store.SandboxFilter{})
 		var deps []string
 		for _, sb := range list {
@@ -147,6 +209,13 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, owner, id string) error {
 		}
 		return deps
 	})
+	if err != nil {
+		return err
+	}
+	if err := m.store.DeleteSnapshotRecord(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // RestoreRequest says which snapshot to restore and whether to keep a safety copy.
@@ -173,7 +242,7 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		if err := m.roomToStart(); err != nil {
 			return err
 		}
-		man, err := m.snaps.Get(req.Snapshot)
+		man, err := m.SnapshotOwned(ctx, call.Owner, req.Snapshot)
 		if err != nil {
 			return err
 		}

@@ -20,13 +20,19 @@ import (
 )
 
 // Create snapshots the upper layer upperDir, whose ids are host ids of the range that
-// starts at uidBase. From meta it takes SandboxID, ImageDigest, Parent, Consistency and
+// starts at uidBase. From meta it takes ID (empty: a fresh one), SandboxID, ImageDigest, Parent, Consistency and
 // Labels. The manifest is recorded "creating" first and "ready" once every chunk is on
 // disk (and, with an object store, its chunks and then its manifest are there too); on error it is left "failed" and the chunks it added are removed. The layer must
 // not change meanwhile (the sandbox is frozen or stopped).
 func (s *Store) Create(ctx context.Context, upperDir string, uidBase uint32, meta Manifest) (*Manifest, error) {
 	if meta.SandboxID == "" {
 		return nil, errdefs.Invalid("a snapshot needs a sandbox id")
+	}
+	id := meta.ID
+	if id == "" {
+		id = newID()
+	} else if !validID(id) {
+		return nil, errdefs.Invalid("snapshot id %q is not one NewID makes", id)
 	}
 	if meta.Consistency != CrashConsistent && meta.Consistency != Stopped {
 		return nil, errdefs.Invalid("snapshot consistency must be %q or %q, not %q", CrashConsistent, Stopped, meta.Consistency)
@@ -41,7 +47,7 @@ func (s *Store) Create(ctx context.Context, upperDir string, uidBase uint32, met
 	defer unix.Close(rootfd)
 
 	m := &Manifest{
-		ID: newID(), SandboxID: meta.SandboxID, ImageDigest: meta.ImageDigest, Parent: meta.Parent,
+		ID: id, SandboxID: meta.SandboxID, ImageDigest: meta.ImageDigest, Parent: meta.Parent,
 		Consistency: meta.Consistency, State: StateCreating, Created: time.Now().UTC(),
 		Labels: cloneLabels(meta.Labels),
 	}

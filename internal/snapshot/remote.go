@@ -163,7 +163,7 @@ func (s *Store) importManifest(id string) (*Manifest, error) {
 		return nil, errdefs.Precondition("snapshot %s is corrupt: its manifest at %s %v", id, where, err).
 			WithDetails(map[string]any{"reason": "snapshot_corrupt", "snapshot_id": id}).WithCause(ErrCorrupt)
 	}
-	m.Location = s.objs.Where()
+	m.Location, m.Imported = s.objs.Where(), true
 	s.gc.RLock()
 	defer s.gc.RUnlock()
 	if err := s.writeManifest(&m); err != nil {

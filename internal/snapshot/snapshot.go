@@ -98,6 +98,9 @@ type Manifest struct {
 	// Location is the object store that holds the snapshot too ("s3://bucket/prefix"),
 	// so any node can restore it; empty: this node's state directory only.
 	Location string `json:"location,omitempty"`
+	// Imported says this node read the manifest from the object store rather than
+	// taking the snapshot; set by this node only, whatever the bucket's copy says.
+	Imported bool `json:"imported,omitempty"`
 }
 
 // Entry is one path of the upper layer ("." is its root), with container-native ids.
@@ -321,6 +324,10 @@ func (s *Store) writeManifest(m *Manifest) error {
 }
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewID returns a fresh snapshot id, for a caller that records a snapshot before
+// Create makes it.
+func NewID() string { return newID() }
 
 func newID() string {
 	var b [10]byte
