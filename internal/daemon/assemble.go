@@ -176,7 +176,9 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	}
 	n.Manager.Start()
 	n.closers = append(n.closers, func() { n.Manager.Close() })
-	n.Lease.Start()
+	if n.Lease != nil {
+		n.Lease.Start()
+	}
 	setPools(ctx, n.Manager, set.Pools, log)
 	if err := n.Manager.StartPools(ctx); err != nil {
 		return nil, fmt.Errorf("pools: %w", err)

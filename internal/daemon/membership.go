@@ -39,7 +39,15 @@ func (n *Node) joinCluster(ctx context.Context, cfg config.Config, set config.Se
 		return n.Manager.Reserved(ctx)
 	}
 	if n.Lease, err = membership.Acquire(ctx, n.Store, mc, reserved, n.log); err != nil {
-		return err
+		if cfg.Store.DSN != "" {
+			return err
+		}
+		// On its own SQLite the node is alone: its lease only answers node ls. A lease
+		// it cannot write (a full state disk) must not keep the daemon from starting,
+		// since the daemon is what frees the disk; the next start records it.
+		n.log.Warn("node membership not recorded; the node places sandboxes as a node alone", "node", mc.Name, "err", err)
+		n.Lease = nil
+		return nil
 	}
 	n.closers = append(n.closers, func() {
 		if err := n.Lease.Close(); err != nil {
