@@ -205,15 +205,21 @@ func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	drv.set(nil, nil)
+	// The resumed cleanups wait at Delete until the ranges are read: one that ran at
+	// once would free its range before the check.
+	gate := make(chan struct{})
+	drv.set(gate, nil)
 	m2 := New(DefaultConfig(), st, drv, m.images, nil)
 	t.Cleanup(func() { m2.Close() })
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // runs before m2.Close, even when the test fails before the check
 	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	m2.mu.Lock()
 	holders := []string{m2.slots[failing.UIDBase], m2.slots[half.UIDBase]}
 	m2.mu.Unlock()
+	open()
 	if err := m2.WaitCleanups(ctx); err != nil {
 		t.Fatal(err)
 	}
