@@ -45,6 +45,7 @@ demo:
 test: deps runsc sdk-cross
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/runtime/gvisor)
+	cd deploy && $(GO) test -count=1 ./...
 	$(GO) test -count=1 -timeout 10m ./internal/runtime/gvisor/
 	AIRLOCK_TEST_RUNTIME=runsc $(GO) test -count=1 -timeout 10m -run '$(RUNSC_TESTS)' ./internal/integration/
 	bash scripts/test-rootless.sh
