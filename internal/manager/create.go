@@ -281,6 +281,9 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := m.onThisNode(sb); err != nil {
+		return nil, nil, err
+	}
 	if call.IfMatch != 0 && call.IfMatch != sb.Version {
 		return nil, nil, errdefs.VersionConflict("sandbox %q is at version %d, not %d", sb.Name, sb.Version, call.IfMatch).
 			WithDetails(map[string]any{"version": sb.Version})

@@ -63,7 +63,7 @@ func (m *Manager) lifecycleOpBody(ctx context.Context, call Call, ref, kind stri
 
 // suspend does the work; the caller holds the sandbox's lock.
 func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) error {
-	if err := may(VerbSuspend, sb); err != nil || sb.State == Suspended {
+	if err := m.may(VerbSuspend, sb); err != nil || sb.State == Suspended {
 		return err
 	}
 	if sb.State != Suspending {
@@ -81,7 +81,7 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 
 // resume does the work; the caller holds the sandbox's lock.
 func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) error {
-	if err := may(VerbResume, sb); err != nil || sb.State == Running {
+	if err := m.may(VerbResume, sb); err != nil || sb.State == Running {
 		return err
 	}
 	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
@@ -124,7 +124,7 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 // finishing a suspend under way first; a sandbox the table does not let be used is
 // refused.
 func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
-	if err := may(VerbUse, sb); err != nil || sb.State == Running {
+	if err := m.may(VerbUse, sb); err != nil || sb.State == Running {
 		return sb, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
@@ -214,7 +214,7 @@ func (m *Manager) SetLifetime(ctx context.Context, call Call, ref string, d time
 		return nil, nil, errdefs.Invalid("a lifetime of %s is out of range: from %s to %s", d, m.cfg.MinMaxLifetime, m.cfg.MaxMaxLifetime)
 	}
 	return m.lifecycleOpBody(ctx, call, ref, "lifetime", d.String(), func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-		if err := may(VerbLifetime, sb); err != nil {
+		if err := m.may(VerbLifetime, sb); err != nil {
 			return err
 		}
 		end := m.now().Add(d)

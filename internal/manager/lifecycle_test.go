@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -285,5 +287,45 @@ func TestLoopsLeaveOtherNodesSandboxes(t *testing.T) {
 		if err != nil || sb.State != b.State || sb.Version != b.Version || sb.Node != "node-b" {
 			t.Errorf("node-b's %s after node-a's loops: %+v, %v; want untouched (%s, version %d)", b.Name, sb, err, b.State, b.Version)
 		}
+	}
+}
+
+// TestOtherNodesSandboxIsRefusedHere: a call on this node for a sandbox another node
+// holds is refused, naming that node, and changes nothing: this node has no container
+// of it, and acting here would record it gone.
+func TestOtherNodesSandboxIsRefusedHere(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName = "node-a"
+	m, st := newManagerWith(t, cfg, newFake(t))
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "theirs"}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := st.GetSandboxByName(ctx, "local", "theirs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Node = "node-b"
+	if err := st.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := st.GetSandbox(ctx, sb.ID)
+	calls := map[string]func() error{
+		"exec": func() error {
+			_, err := m.Exec(ctx, "local", "theirs", ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard)
+			return err
+		},
+		"suspend":   func() error { _, _, err := m.Suspend(ctx, local, "theirs"); return err },
+		"terminate": func() error { _, _, err := m.Terminate(ctx, local, "theirs"); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), `on node "node-b"`) {
+			t.Errorf("%s of node-b's sandbox on node-a: %v; want a failed precondition naming node-b", name, err)
+		}
+	}
+	after, err := st.GetSandbox(ctx, sb.ID)
+	if err != nil || after.State != before.State || after.Version != before.Version {
+		t.Errorf("node-b's sandbox after node-a's refusals: %+v, %v; want untouched (%s, version %d)", after, err, before.State, before.Version)
 	}
 }

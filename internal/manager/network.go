@@ -128,7 +128,7 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, call Call, ref string, n
 		return nil, nil, err
 	}
 	return m.lifecycleOpBody(ctx, call, ref, "network", norm, func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-		if err := may(VerbNetwork, sb); err != nil {
+		if err := m.may(VerbNetwork, sb); err != nil {
 			return err
 		}
 		old := sb.Network

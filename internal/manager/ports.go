@@ -28,7 +28,7 @@ func (m *Manager) ExposePort(ctx context.Context, call Call, ref string, port in
 	var out store.Port
 	_, _, err := m.lifecycleOpBody(ctx, call, ref, "expose", map[string]any{"port": port, "public": public},
 		func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-			if err := may(VerbNetwork, sb); err != nil {
+			if err := m.may(VerbNetwork, sb); err != nil {
 				return err
 			}
 			i := slices.IndexFunc(sb.Ports, func(p store.Port) bool { return p.Port == port })
@@ -56,7 +56,7 @@ func (m *Manager) ExposePort(ctx context.Context, call Call, ref string, port in
 func (m *Manager) ClosePort(ctx context.Context, call Call, ref string, port int) error {
 	_, _, err := m.lifecycleOpBody(ctx, call, ref, "close_port", map[string]any{"port": port},
 		func(ctx context.Context, sb *store.Sandbox, _ *store.Operation) error {
-			if err := may(VerbNetwork, sb); err != nil {
+			if err := m.may(VerbNetwork, sb); err != nil {
 				return err
 			}
 			i := slices.IndexFunc(sb.Ports, func(p store.Port) bool { return p.Port == port })
@@ -95,7 +95,7 @@ func (m *Manager) OpenPort(ctx context.Context, sandboxID string, port int, toke
 		return nil, &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "this port needs its token (X-Airlock-Port-Token header or airlock_token query parameter)"}
 	}
 	// Only a caller the port admits hears the sandbox's state.
-	if err := may(VerbUse, sb); err != nil {
+	if err := m.may(VerbUse, sb); err != nil {
 		return nil, err
 	}
 	m.touch(sb.ID)

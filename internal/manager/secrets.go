@@ -40,7 +40,7 @@ func (m *Manager) BindSecret(ctx context.Context, owner, ref string, req secret.
 	if err != nil {
 		return nil, err
 	}
-	if err := may(VerbSecret, sb); err != nil {
+	if err := m.may(VerbSecret, sb); err != nil {
 		return nil, err
 	}
 	pol, err := parsePolicy(sb.Network)

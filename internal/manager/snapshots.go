@@ -55,7 +55,7 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 	}
 	meta := snapshot.Manifest{SandboxID: sb.ID, ImageDigest: sb.ImageDigest, Parent: sb.Parent, Labels: labels,
 		Consistency: snapshot.Stopped}
-	if err := may(VerbSnapshot, sb); err != nil {
+	if err := m.may(VerbSnapshot, sb); err != nil {
 		return nil, err
 	}
 	switch sb.State {
@@ -236,7 +236,7 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		if err != nil {
 			return err
 		}
-		if err := may(VerbRestore, sb); err != nil {
+		if err := m.may(VerbRestore, sb); err != nil {
 			return err
 		}
 		if err := m.roomToStart(); err != nil {
@@ -439,7 +439,7 @@ func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sand
 	if err != nil {
 		return nil, err
 	}
-	if err := may(VerbFork, parent); err != nil {
+	if err := m.may(VerbFork, parent); err != nil {
 		return nil, err
 	}
 	if parent.State == Running {

@@ -96,6 +96,25 @@ var preconditions = map[Verb]precondition{
 	VerbSecret:   {from: []State{Creating, Running, Suspending, Suspended, Resuming, Failed}, rule: "a terminating or terminated sandbox takes no new secrets"},
 }
 
+// may says whether verb may start on sb here: another node's sandbox is that node's to
+// act on (its container is there, not here: acting on it here would find no container
+// and record it gone), and then sb's state must allow verb.
+func (m *Manager) may(verb Verb, sb *store.Sandbox) error {
+	if err := m.onThisNode(sb); err != nil {
+		return err
+	}
+	return may(verb, sb)
+}
+
+// onThisNode refuses a sandbox another node holds, naming that node.
+func (m *Manager) onThisNode(sb *store.Sandbox) error {
+	if m.ownRecord(sb) {
+		return nil
+	}
+	return errdefs.Precondition("sandbox %q is on node %q, not on this node (%q): send the call to that node",
+		sb.Name, sb.Node, m.cfg.NodeName).WithDetails(map[string]any{"node": sb.Node, "reason": "other_node"})
+}
+
 // may says whether verb may start on sb in its current state; the refusal is a failed
 // precondition naming the state and the rule.
 func may(verb Verb, sb *store.Sandbox) error {
