@@ -114,7 +114,8 @@ func TestAuditLog(t *testing.T) {
 	}
 
 	// The log's table goes away: writes fail, and mutating calls are refused.
-	db, err := sql.Open("sqlite", filepath.Join(n.Dir, "airlock.db"))
+	// It waits for the daemon's writer, as the daemon's own connections do.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(n.Dir, "airlock.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,8 @@ func TestReadAnsweredBeforeItsAuditRecord(t *testing.T) {
 	if _, err := n.Client.Create(bg, api.CreateSandboxRequest{Name: "box"}); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", filepath.Join(n.Dir, "airlock.db"))
+	// It waits for the daemon's writer, as the daemon's own connections do.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(n.Dir, "airlock.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
