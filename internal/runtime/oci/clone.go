@@ -32,7 +32,7 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 	if _, err := os.Stat(srcImg); err != nil {
 		return nil, fmt.Errorf("%w: sandbox %s has no disk image", errors.ErrUnsupported, src)
 	}
-	if !isMountPoint(filepath.Join(d.dir(src), "fs")) {
+	if m := mountsUnder(filepath.Join(d.dir(src), "fs")); len(m) == 0 {
 		if err := waitReleased(srcImg); err != nil {
 			return nil, err
 		}

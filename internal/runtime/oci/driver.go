@@ -275,14 +275,6 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if err := d.run(ctx, s.ID, bundle); err != nil {
 		return err
 	}
-	if !d.opts.Engine.Sentry {
-		// runc's container holds its own mount of the overlay: the host's copy is
-		// needed no more, and left in the host's mount table it would slow every later
-		// start (runc reads and copies that table). Stop unmounts it if it is still there.
-		if err := bindsource.Unmount(rfs.merged()); err != nil {
-			d.log.Warn("unmount a started sandbox's root on the host", "sandbox", s.ID, "err", err)
-		}
-	}
 	if d.opts.Engine.Sentry {
 		if err := d.adoptBroker(s.ID); err != nil {
 			return fmt.Errorf("agent broker: %w", err)
@@ -550,14 +542,6 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// isMountPoint says whether a mount's root is at dir (not following a link there),
-// without reading the mount table, which grows with every sandbox's mounts.
-func isMountPoint(dir string) bool {
-	var st unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, 0, &st)
-	return err == nil && st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
-}
-
 // attachStorage makes sure the sandbox's upper-layer filesystem exists and is mounted
 // at <dir>/fs when it has a disk cap.
 func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error {
@@ -566,7 +550,7 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 	}
 	dir := d.dir(id)
 	fsDir := filepath.Join(dir, "fs")
-	if isMountPoint(fsDir) {
+	if len(mountsUnder(fsDir)) > 0 {
 		return nil
 	}
 	img := filepath.Join(dir, diskImage)
@@ -627,7 +611,7 @@ func (d *Driver) withStorage(ctx context.Context, id string, disk int64, readOnl
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	mounted := isMountPoint(fsDir)
+	mounted := len(mountsUnder(fsDir)) > 0
 	if err := d.attachStorage(ctx, id, disk); err != nil {
 		return err
 	}

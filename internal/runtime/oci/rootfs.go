@@ -193,17 +193,16 @@ func (r rootfs) mount(usFD int, base uint32, layers []string) (retErr error) {
 	if err := bindsource.MountIn(r.dir, "overlay", r.merged(), "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
-	// The overlay holds private clones of its layers' mounts: the idmapped ones are
-	// needed no more, and each left in the host's mount table would slow every later
-	// start (runc reads and copies that table, which grows with every sandbox's mounts).
-	r.unmountLayers()
 	return nil
 }
 
-// unmountLayers removes the idmapped layer mounts; what cannot be unmounted stays for
-// unmount to retry.
-func (r rootfs) unmountLayers() error {
+// unmount removes the overlay and the idmapped mounts; it is safe to call on a partly
+// mounted or unmounted rootfs.
+func (r rootfs) unmount() error {
 	var errs []error
+	if err := bindsource.Unmount(r.merged()); err != nil {
+		errs = append(errs, err)
+	}
 	mdir := filepath.Join(r.dir, "m")
 	entries, _ := os.ReadDir(mdir)
 	for _, e := range entries {
@@ -215,14 +214,4 @@ func (r rootfs) unmountLayers() error {
 		os.Remove(p)
 	}
 	return errors.Join(errs...)
-}
-
-// unmount removes the overlay and the idmapped mounts; it is safe to call on a partly
-// mounted or unmounted rootfs.
-func (r rootfs) unmount() error {
-	var errs []error
-	if err := bindsource.Unmount(r.merged()); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(append(errs, r.unmountLayers())...)
 }
