@@ -209,7 +209,9 @@ func TestProcStdin(t *testing.T) {
 func TestProcStdinNotRequested(t *testing.T) {
 	c, _ := startAgent(t, Options{})
 	ctx := procCtx(t)
-	p := startProc(t, c, agentproto.ProcSpec{Argv: sh("echo ready; cat; echo eof")})
+	// It waits before its cat, which reads /dev/null and ends at once: the calls below
+	// must reach a process that is still there.
+	p := startProc(t, c, agentproto.ProcSpec{Argv: sh("echo ready; sleep 3; cat; echo eof")})
 	readProc(t, p, "ready")
 	for name, err := range map[string]error{
 		"input":       c.ProcInput(ctx, p.PID, "", []byte("x")),
