@@ -334,14 +334,13 @@ const orphanScanEvery = time.Minute
 
 // members lists the live members of the pools named, or with full, of any pool.
 func (m *Manager) members(ctx context.Context, names []string, full bool) ([]*store.Sandbox, error) {
-	live := slices.DeleteFunc(slices.Clone(states), func(s State) bool { return s == Terminated })
 	if full {
-		all, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: live}))
+		all, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: liveStates}))
 		return slices.DeleteFunc(all, func(sb *store.Sandbox) bool { _, ok := poolOf(sb); return !ok }), err
 	}
 	var out []*store.Sandbox
 	for _, name := range names {
-		list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(name), States: live}))
+		list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(name), States: liveStates}))
 		if err != nil {
 			return nil, err
 		}
