@@ -350,7 +350,7 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 	}
 	live := len(inFlight)
 	for _, sb := range list {
-		if sb.State != Terminated && !inFlight[sb.ID] {
+		if !inFlight[sb.ID] { // the list holds live states only
 			live++
 		}
 	}
