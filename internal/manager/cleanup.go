@@ -157,6 +157,12 @@ func (m *Manager) cleanupLocked(ctx context.Context, id string, op *store.Operat
 		}
 	}
 	m.freeSlot(sb.UIDBase, sb.ID)
+	if _, ok := poolOf(sb); ok {
+		// A retired pool member was nobody's sandbox: its tombstone goes with the rest.
+		if err := m.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+	}
 	return m.closeCleanup(op, nil)
 }
 

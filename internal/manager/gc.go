@@ -34,7 +34,15 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]Leftover, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(out, m.orphanMembers(ctx, dryRun)...), nil
+	orphans := m.orphanMembers(ctx, dryRun)
+	if !dryRun && len(orphans) > 0 {
+		// Each retired member's cleanup (its container, network, uid range and record)
+		// has started; gc answers once they are done, as for the cleanups above.
+		if err := m.WaitCleanups(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return append(out, orphans...), nil
 }
 
 // collectCleanups reports the pending cleanups and, unless dryRun, waits for the

@@ -459,8 +459,8 @@ func (m *Manager) retireMember(ctx context.Context, id, why string) error {
 		m.rollbackCreate(sb)
 		return nil
 	}
-	if err := m.terminate(ctx, sb, why); err != nil {
-		return err
-	}
-	return m.store.DeleteSandbox(ctx, id)
+	// The cleanup terminate starts frees the member's container, network and uid
+	// range, then its record (cleanupLocked): deleting the record here would leave the
+	// cleanup nothing to find.
+	return m.terminate(ctx, sb, why)
 }

@@ -243,9 +243,27 @@ func TestPoolRemoveTerminatesMembers(t *testing.T) {
 	m, fd, _ := newTestManager(t)
 	ctx := context.Background()
 	members := fillPool(t, m, "warm", 2)
+	var bases []uint32
+	for _, id := range members {
+		sb, err := m.store.GetSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bases = append(bases, sb.UIDBase)
+	}
 	if err := m.DeletePool(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.WaitCleanups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	for i, b := range bases {
+		if holder := m.slots[b]; holder != "" {
+			t.Errorf("member %s's uid range is held by %q after pool rm; want it freed", members[i], holder)
+		}
+	}
+	m.mu.Unlock()
 	for _, id := range members {
 		if fd.Running(id) {
 			t.Errorf("member %s still runs after pool rm", id)
