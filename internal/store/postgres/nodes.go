@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // changeNode reads name's record (nil: none) under a row lock, asks change what to
@@ -31,16 +31,14 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 			if err != nil {
 				return err
 			}
-			c := *n
-			c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
-			doc, err := json.Marshal(&c)
+			doc, err := records.EncodeNode(n)
 			if err != nil {
 				return err
 			}
 			if old == nil {
-				_, err = tx.Exec(ctx, `INSERT INTO nodes (name, epoch, doc) VALUES ($1, $2, $3)`, n.Name, n.Epoch, string(doc))
+				_, err = tx.Exec(ctx, `INSERT INTO nodes (name, epoch, doc) VALUES ($1, $2, $3)`, n.Name, n.Epoch, doc)
 			} else {
-				_, err = tx.Exec(ctx, `UPDATE nodes SET epoch = $2, doc = $3 WHERE name = $1`, n.Name, n.Epoch, string(doc))
+				_, err = tx.Exec(ctx, `UPDATE nodes SET epoch = $2, doc = $3 WHERE name = $1`, n.Name, n.Epoch, doc)
 			}
 			out = n
 			return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // changeNode reads name's record (nil: none), asks change what to store instead, and
@@ -30,7 +31,7 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 	if err != nil {
 		return nil, err
 	}
-	doc, err := encodeNode(n)
+	doc, err := records.EncodeNode(n)
 	if err != nil {
 		return nil, err
 	}
@@ -42,14 +43,6 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
 	return n, nil
-}
-
-// encodeNode is n as stored: JSON, its times in UTC.
-func encodeNode(n *store.Node) (string, error) {
-	c := *n
-	c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
-	b, err := json.Marshal(&c)
-	return string(b), err
 }
 
 func scanNode(row interface{ Scan(...any) error }) (*store.Node, error) {
