@@ -50,8 +50,9 @@ var _ Store = (*S3)(nil)
 // cannot be made.
 func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	u, err := url.Parse(cfg.Endpoint)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
-		return nil, errdefs.Invalid("object store endpoint %q must be https://HOST[:PORT] (or http:// on a trusted network)", cfg.Endpoint)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.User != nil || u.RawQuery != "" {
+		// The endpoint is not echoed: it may carry a user:password.
+		return nil, errdefs.Invalid("object store endpoint must be https://HOST[:PORT] (or http:// on a trusted network), with no user, path or query")
 	}
 	if err := validPrefix(cfg.Prefix); err != nil {
 		return nil, err

@@ -139,3 +139,58 @@ func ReleasedNode(old *Node, epoch int64) (*Node, error) {
 	c.LeaseExpires = time.Time{}
 	return &c, nil
 }
+
+// ChangeNode reads name's record (nil: none), asks change what to store instead, and
+// stores it, in one transaction; each implementation has its own.
+type ChangeNode func(ctx context.Context, name string, change func(old *Node) (*Node, error)) (*Node, error)
+
+// NodeMissing is ErrNotFound for a node name.
+func NodeMissing(name string) error { return errdefs.NotFound("no node is named %q", name) }
+
+// AcquireNodeBy is AcquireNode over an implementation's ChangeNode.
+func AcquireNodeBy(ctx context.Context, cn ChangeNode, n *Node, now time.Time) error {
+	got, err := cn(ctx, n.Name, func(old *Node) (*Node, error) { return AcquiredNode(old, n, now) })
+	if err != nil {
+		return err
+	}
+	*n = *got
+	return nil
+}
+
+// RenewNodeBy is RenewNode over an implementation's ChangeNode.
+func RenewNodeBy(ctx context.Context, cn ChangeNode, n *Node) error {
+	got, err := cn(ctx, n.Name, func(old *Node) (*Node, error) {
+		if old == nil {
+			return nil, NodeMissing(n.Name)
+		}
+		return RenewedNode(old, n)
+	})
+	if err != nil {
+		return err
+	}
+	n.Draining = got.Draining
+	return nil
+}
+
+// ReleaseNodeBy is ReleaseNode over an implementation's ChangeNode.
+func ReleaseNodeBy(ctx context.Context, cn ChangeNode, name string, epoch int64) error {
+	_, err := cn(ctx, name, func(old *Node) (*Node, error) {
+		if old == nil {
+			return nil, NodeMissing(name)
+		}
+		return ReleasedNode(old, epoch)
+	})
+	return err
+}
+
+// SetNodeDrainingBy is SetNodeDraining over an implementation's ChangeNode.
+func SetNodeDrainingBy(ctx context.Context, cn ChangeNode, name string, draining bool) (*Node, error) {
+	return cn(ctx, name, func(old *Node) (*Node, error) {
+		if old == nil {
+			return nil, NodeMissing(name)
+		}
+		c := *old
+		c.Draining = draining
+		return &c, nil
+	})
+}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // changeNode reads name's record (nil: none) under a row lock, asks change what to
@@ -31,16 +31,14 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 			if err != nil {
 				return err
 			}
-			c := *n
-			c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
-			doc, err := json.Marshal(&c)
+			doc, err := records.EncodeNode(n)
 			if err != nil {
 				return err
 			}
 			if old == nil {
-				_, err = tx.Exec(ctx, `INSERT INTO nodes (name, epoch, doc) VALUES ($1, $2, $3)`, n.Name, n.Epoch, string(doc))
+				_, err = tx.Exec(ctx, `INSERT INTO nodes (name, epoch, doc) VALUES ($1, $2, $3)`, n.Name, n.Epoch, doc)
 			} else {
-				_, err = tx.Exec(ctx, `UPDATE nodes SET epoch = $2, doc = $3 WHERE name = $1`, n.Name, n.Epoch, string(doc))
+				_, err = tx.Exec(ctx, `UPDATE nodes SET epoch = $2, doc = $3 WHERE name = $1`, n.Name, n.Epoch, doc)
 			}
 			out = n
 			return err
@@ -55,62 +53,31 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 	}
 }
 
-// missing is ErrNotFound for a node name.
-func missing(name string) error { return errdefs.NotFound("no node is named %q", name) }
-
 // AcquireNode implements store.Store.
 func (s *Store) AcquireNode(ctx context.Context, n *store.Node, now time.Time) error {
-	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) { return store.AcquiredNode(old, n, now) })
-	if err != nil {
-		return err
-	}
-	*n = *got
-	return nil
+	return store.AcquireNodeBy(ctx, s.changeNode, n, now)
 }
 
 // RenewNode implements store.Store.
 func (s *Store) RenewNode(ctx context.Context, n *store.Node) error {
-	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) {
-		if old == nil {
-			return nil, missing(n.Name)
-		}
-		return store.RenewedNode(old, n)
-	})
-	if err != nil {
-		return err
-	}
-	n.Draining = got.Draining
-	return nil
+	return store.RenewNodeBy(ctx, s.changeNode, n)
 }
 
 // ReleaseNode implements store.Store.
 func (s *Store) ReleaseNode(ctx context.Context, name string, epoch int64) error {
-	_, err := s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
-		if old == nil {
-			return nil, missing(name)
-		}
-		return store.ReleasedNode(old, epoch)
-	})
-	return err
+	return store.ReleaseNodeBy(ctx, s.changeNode, name, epoch)
 }
 
 // SetNodeDraining implements store.Store.
 func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool) (*store.Node, error) {
-	return s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
-		if old == nil {
-			return nil, missing(name)
-		}
-		c := *old
-		c.Draining = draining
-		return &c, nil
-	})
+	return store.SetNodeDrainingBy(ctx, s.changeNode, name, draining)
 }
 
 // GetNode implements store.Store.
 func (s *Store) GetNode(ctx context.Context, name string) (*store.Node, error) {
 	n, err := scanDoc[store.Node](s.pool.QueryRow(ctx, `SELECT doc FROM nodes WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, missing(name)
+		return nil, store.NodeMissing(name)
 	}
 	return n, err
 }

@@ -69,6 +69,14 @@ func RawJSON(s sql.NullString) []byte {
 	return []byte(s.String)
 }
 
+// EncodeNode returns n as the stored JSON document, its times in UTC.
+func EncodeNode(n *store.Node) (string, error) {
+	c := *n
+	c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
+	b, err := json.Marshal(&c)
+	return string(b), err
+}
+
 // EncodeSandbox returns sb as the stored JSON document, its times in UTC.
 func EncodeSandbox(sb *store.Sandbox) (string, error) {
 	c := *sb

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/store/records"
 )
 
 // changeNode reads name's record (nil: none), asks change what to store instead, and
@@ -30,7 +30,7 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 	if err != nil {
 		return nil, err
 	}
-	doc, err := encodeNode(n)
+	doc, err := records.EncodeNode(n)
 	if err != nil {
 		return nil, err
 	}
@@ -42,14 +42,6 @@ func (s *Store) changeNode(ctx context.Context, name string, change func(old *st
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
 	return n, nil
-}
-
-// encodeNode is n as stored: JSON, its times in UTC.
-func encodeNode(n *store.Node) (string, error) {
-	c := *n
-	c.LeaseExpires, c.StartedAt, c.RenewedAt = c.LeaseExpires.UTC(), c.StartedAt.UTC(), c.RenewedAt.UTC()
-	b, err := json.Marshal(&c)
-	return string(b), err
 }
 
 func scanNode(row interface{ Scan(...any) error }) (*store.Node, error) {
@@ -64,62 +56,31 @@ func scanNode(row interface{ Scan(...any) error }) (*store.Node, error) {
 	return n, nil
 }
 
-// missing is ErrNotFound for a node name.
-func missing(name string) error { return errdefs.NotFound("no node is named %q", name) }
-
 // AcquireNode implements store.Store.
 func (s *Store) AcquireNode(ctx context.Context, n *store.Node, now time.Time) error {
-	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) { return store.AcquiredNode(old, n, now) })
-	if err != nil {
-		return err
-	}
-	*n = *got
-	return nil
+	return store.AcquireNodeBy(ctx, s.changeNode, n, now)
 }
 
 // RenewNode implements store.Store.
 func (s *Store) RenewNode(ctx context.Context, n *store.Node) error {
-	got, err := s.changeNode(ctx, n.Name, func(old *store.Node) (*store.Node, error) {
-		if old == nil {
-			return nil, missing(n.Name)
-		}
-		return store.RenewedNode(old, n)
-	})
-	if err != nil {
-		return err
-	}
-	n.Draining = got.Draining
-	return nil
+	return store.RenewNodeBy(ctx, s.changeNode, n)
 }
 
 // ReleaseNode implements store.Store.
 func (s *Store) ReleaseNode(ctx context.Context, name string, epoch int64) error {
-	_, err := s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
-		if old == nil {
-			return nil, missing(name)
-		}
-		return store.ReleasedNode(old, epoch)
-	})
-	return err
+	return store.ReleaseNodeBy(ctx, s.changeNode, name, epoch)
 }
 
 // SetNodeDraining implements store.Store.
 func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool) (*store.Node, error) {
-	return s.changeNode(ctx, name, func(old *store.Node) (*store.Node, error) {
-		if old == nil {
-			return nil, missing(name)
-		}
-		c := *old
-		c.Draining = draining
-		return &c, nil
-	})
+	return store.SetNodeDrainingBy(ctx, s.changeNode, name, draining)
 }
 
 // GetNode implements store.Store.
 func (s *Store) GetNode(ctx context.Context, name string) (*store.Node, error) {
 	n, err := scanNode(s.r.QueryRowContext(ctx, `SELECT doc FROM nodes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, missing(name)
+		return nil, store.NodeMissing(name)
 	}
 	return n, err
 }
