@@ -2,7 +2,7 @@ package api
 
 // PoolRequest is the body of PUT /v1/pools/{name}: the members' image (a name or
 // digest already on the node), runtime ("" : the node's default), limits (zero: the
-// node's defaults), network mode ("": baseline) and how many to keep ready (0 to 64).
+// node's defaults), network mode ("": baseline) and how many to keep ready (0 to 256).
 type PoolRequest struct {
 	Image   string `json:"image"`
 	Runtime string `json:"runtime,omitempty"`

@@ -511,3 +511,42 @@ func waitCleanups(ctx context.Context, c *client.Client, limit time.Duration) er
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fillPool keeps a warm pool of n members of the node's default image, limits and
+// network (what a plain create claims from), waits until all n are ready and returns
+// the call that removes it again.
+func (b *bench) fillPool(ctx context.Context, c *client.Client, n int) (func(), error) {
+	name := "bench-burst-" + b.runID
+	if _, err := c.SetPool(ctx, name, api.PoolRequest{Size: n}); err != nil {
+		return nil, fmt.Errorf("set up the burst's warm pool: %w", err)
+	}
+	stop := func() {
+		if err := c.DeletePool(context.WithoutCancel(ctx), name); err != nil {
+			b.logf("warm pool %s not removed: %v", name, err)
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(time.Duration(n)*time.Second + time.Minute)
+	for {
+		pools, err := c.Pools(ctx)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		ready := -1
+		for _, p := range pools {
+			if p.Name == name {
+				ready = p.Ready
+			}
+		}
+		if ready >= n {
+			b.logf("warm pool %s: %d ready in %.1f s", name, ready, time.Since(start).Seconds())
+			return stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("warm pool %s: %d of %d ready after %s", name, max(ready, 0), n, time.Since(start).Round(time.Second))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -58,6 +58,7 @@ func (e *missedError) Error() string { return "targets missed: " + strings.Join(
 type options struct {
 	n, execN, warmup   int
 	concurrency, par   int
+	burstPool          bool
 	socket, stateDir   string
 	runc, cgroup       string
 	jsonPath           string
@@ -78,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.execN, "exec-n", 300, "iterations of each warm exec measurement")
 	fs.IntVar(&o.warmup, "warmup", 3, "untimed iterations before each measurement")
 	fs.IntVar(&o.concurrency, "concurrency", 100, "sandboxes in the concurrency test (0 skips it)")
+	fs.BoolVar(&o.burstPool, "burst-pool", false, "serve the concurrency test from a warm pool of -concurrency members (the default image, limits and network), filled before it starts")
 	fs.IntVar(&o.par, "parallel", 0, "at most this many calls in flight in the concurrency test (0: all at once)")
 	fs.StringVar(&o.socket, "socket", "/run/airlock-bench/api.sock", "unix socket of the daemon to benchmark (a private one: it gets filled with sandboxes)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "the daemon's state directory (default: what the daemon reports)")
@@ -336,11 +338,29 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 
 	var conc concurrencyResult
 	if o.concurrency > 0 {
+		label := ""
+		if o.burstPool {
+			label = " from a pool"
+			stop, err := b.fillPool(ctx, b.c, o.concurrency)
+			if err != nil {
+				return nil, err
+			}
+			defer stop()
+		}
 		b.logf("creating %d sandboxes at once (at most %d calls in flight)", o.concurrency, o.par)
-		conc = b.manySandboxes(ctx, b.c, "", pid, cg, stateDir)
+		conc = b.manySandboxes(ctx, b.c, label, pid, cg, stateDir)
 		if b.before != nil {
 			b.logf("the same on the second daemon")
-			bc := b.manySandboxes(ctx, b.before.c, " (before)", b.before.pid, b.before.cg, b.before.stateDir)
+			blabel := " (before)"
+			if o.burstPool {
+				if stop, err := b.fillPool(ctx, b.before.c, o.concurrency); err != nil {
+					rep.Notes = append(rep.Notes, "second daemon's burst is cold: "+err.Error())
+				} else {
+					blabel = " (before) from a pool"
+					defer stop()
+				}
+			}
+			bc := b.manySandboxes(ctx, b.before.c, blabel, b.before.pid, b.before.cg, b.before.stateDir)
 			a.beforeBurst = bc.Latency
 			if bc.Failed > 0 {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("second daemon's burst: %d failed, first: %s", bc.Failed, strings.Join(bc.Errors[:min(1, len(bc.Errors))], "")))

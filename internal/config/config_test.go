@@ -157,7 +157,7 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"network: {new_connections_per_second: -1}\n", "network.new_connections_per_second -1 must be from 1 to 1000000 (0: 200)"},
 		{"network: {node_new_connections_per_second: 2000000}\n", "network.node_new_connections_per_second 2000000 must be from 1"},
 		{"pools: [{name: Py, size: 1}]\n", `pools[0]: name "Py" must be`},
-		{"pools: [{name: py, size: 65}]\n", "pools[0]: size 65 must be from 0 to 64"},
+		{"pools: [{name: py, size: 257}]\n", "pools[0]: size 257 must be from 0 to 256"},
 		{"pools: [{name: py, size: 1}, {name: py, size: 2}]\n", `pools[1]: name "py" is given twice`},
 		{"pools: [{name: py, size: 1, network: open}]\n", `pools[0]: network "open" must be`},
 		{"pools: [{name: py, size: 1, limits: {memory: lots}}]\n", `pools[0]: limits.memory "lots"`},

@@ -28,7 +28,7 @@ type PoolSetting struct {
 }
 
 // MaxPoolSize is the most members one pool keeps (the manager's bound too).
-const MaxPoolSize = 64
+const MaxPoolSize = 256
 
 var poolNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 

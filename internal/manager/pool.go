@@ -27,7 +27,7 @@ import (
 // under way or the node has no room, so that pools never crowd out real work.
 
 // MaxPoolSize bounds one pool's target count.
-const MaxPoolSize = 64
+const MaxPoolSize = 256
 
 // memberMaxAge is how long a member waits for a claim before it is replaced: the agent
 // ends a sandbox on its own at the deadline its start was given, so a member's deadline
