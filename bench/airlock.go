@@ -454,6 +454,10 @@ func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label strin
 	}
 	wg.Wait()
 	r.TerminateWallMS = ms(time.Since(start))
+	if b.afterBurst != nil {
+		b.afterBurst()
+		b.afterBurst = nil
+	}
 	// Terminate answers once the processes are dead; the rest (mounts, disk, cgroups,
 	// network) is a background cleanup. The leak check waits for it, as gc would, but
 	// without gc's removal of leftovers, which would hide a leak.
@@ -520,11 +524,11 @@ func (b *bench) fillPool(ctx context.Context, c *client.Client, n int) (func(), 
 	if _, err := c.SetPool(ctx, name, api.PoolRequest{Size: n}); err != nil {
 		return nil, fmt.Errorf("set up the burst's warm pool: %w", err)
 	}
-	stop := func() {
+	stop := sync.OnceFunc(func() {
 		if err := c.DeletePool(context.WithoutCancel(ctx), name); err != nil {
 			b.logf("warm pool %s not removed: %v", name, err)
 		}
-	}
+	})
 	start := time.Now()
 	deadline := start.Add(time.Duration(n)*time.Second + time.Minute)
 	for {
@@ -541,6 +545,7 @@ func (b *bench) fillPool(ctx context.Context, c *client.Client, n int) (func(), 
 		}
 		if ready >= n {
 			b.logf("warm pool %s: %d ready in %.1f s", name, ready, time.Since(start).Seconds())
+			b.afterBurst = stop // its refills are not the burst's leaks
 			return stop, nil
 		}
 		if time.Now().After(deadline) {

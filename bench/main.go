@@ -155,15 +155,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // bench holds one run's state and what it must undo.
 type bench struct {
-	o      options
-	logf   func(string, ...any)
-	runID  string
-	pid    int // the daemon's
-	c      *client.Client
-	before *daemonRef // the second daemon of -before-socket, or nil
-	work   string     // the bench's own directory: root filesystems, bundles, runc root
-	podman bool       // the podman image was imported
-	runsc  bool       // the daemon runs gVisor runsc too: time it beside runc
+	// afterBurst, when set, ends what the burst was served from before its leak check.
+	afterBurst func()
+	o          options
+	logf       func(string, ...any)
+	runID      string
+	pid        int // the daemon's
+	c          *client.Client
+	before     *daemonRef // the second daemon of -before-socket, or nil
+	work       string     // the bench's own directory: root filesystems, bundles, runc root
+	podman     bool       // the podman image was imported
+	runsc      bool       // the daemon runs gVisor runsc too: time it beside runc
 
 	mu  sync.Mutex
 	ids map[string]bool // every sandbox this run made

@@ -336,13 +336,7 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 	inFlight := maps.Clone(m.pending[owner])
 	m.pending[owner][id] = true
 	m.mu.Unlock()
-	release = func() {
-		m.mu.Lock()
-		if delete(m.pending[owner], id); len(m.pending[owner]) == 0 {
-			delete(m.pending, owner)
-		}
-		m.mu.Unlock()
-	}
+	release = func() { m.releasePending(owner, id) }
 	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner, States: liveStates})
 	if err != nil {
 		release()
@@ -360,6 +354,27 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 			WithDetails(map[string]any{"cap": m.cfg.LiveCap, "live": live})
 	}
 	return release, nil
+}
+
+// releasePending ends owner's in-flight create id.
+func (m *Manager) releasePending(owner, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if delete(m.pending[owner], id); len(m.pending[owner]) == 0 {
+		delete(m.pending, owner)
+	}
+}
+
+// movePending re-keys owner's in-flight create from one sandbox id to another: a claim
+// of a pool member stores the member's record, under the member's id, for the owner,
+// and the count (in flight plus stored) must see it once, not twice.
+func (m *Manager) movePending(owner, from, to string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if in := m.pending[owner]; in != nil && in[from] {
+		delete(in, from)
+		in[to] = true
+	}
 }
 
 // liveStates are every state but terminated: the sandboxes that count against the cap.

@@ -471,6 +471,22 @@ type keyedEntry struct {
 	refs int
 }
 
+// tryLock takes key's lock if nobody holds or waits for it.
+func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m[key] != nil {
+		return nil, false
+	}
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := &keyedEntry{refs: 1}
+	e.mu.Lock() // nobody else has e yet
+	k.m[key] = e
+	return k.unlocker(key, e), true
+}
+
 func (k *keyedMutex) lock(key string) (unlock func()) {
 	k.mu.Lock()
 	if k.m == nil {
@@ -484,6 +500,10 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 	e.refs++
 	k.mu.Unlock()
 	e.mu.Lock()
+	return k.unlocker(key, e)
+}
+
+func (k *keyedMutex) unlocker(key string, e *keyedEntry) func() {
 	return func() {
 		e.mu.Unlock()
 		k.mu.Lock()

@@ -36,11 +36,11 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox)
 		return false, nil
 	}
 	defer m.pools.wake()
-	release, err := m.reserveLive(ctx, call.Owner, sb.ID)
-	if err != nil {
+	if _, err := m.reserveLive(ctx, call.Owner, sb.ID); err != nil {
 		return false, err
 	}
-	defer release()
+	// A claim re-keys the reservation to the member's id (sb.ID once claimed).
+	defer func() { m.releasePending(call.Owner, sb.ID) }()
 	members, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}}))
 	if err != nil {
 		return false, err
@@ -81,19 +81,29 @@ func (m *Manager) claimMember(ctx context.Context, hn runtime.Hostnamer, mem, wa
 	if mem.ExpiresAt.Before(want.ExpiresAt) || !m.untouched(mem) {
 		return false, nil
 	}
-	unlock := m.locks.lock(mem.ID)
+	// A member another create is claiming (or the pool is retiring) is skipped, not
+	// waited for: claims sent at once each take the next free member side by side
+	// instead of queueing behind the first one's claim.
+	unlock, ok := m.locks.tryLock(mem.ID)
+	if !ok {
+		return false, nil
+	}
 	defer unlock()
 	c := *mem
 	c.Name, c.Owner, c.Role, c.CreatedBy = want.Name, want.Owner, want.Role, want.CreatedBy
 	c.Env, c.Labels, c.Network = want.Env, want.Labels, want.Network
 	c.CreatedAt, c.LastActivity, c.ExpiresAt = want.CreatedAt, want.LastActivity, want.ExpiresAt
 	c.IdleSuspend, c.TTL = want.IdleSuspend, want.TTL
+	m.movePending(want.Owner, want.ID, c.ID)
 	switch err := m.store.UpdateSandbox(ctx, &c); {
 	case errors.Is(err, errdefs.ErrVersionConflict), errors.Is(err, errdefs.ErrNotFound):
+		m.movePending(want.Owner, c.ID, want.ID)
 		return false, nil // claimed, retired or changed since it was read
 	case errors.Is(err, errdefs.ErrAlreadyExists):
+		m.movePending(want.Owner, c.ID, want.ID)
 		return false, errdefs.Exists("a sandbox named %q already exists", want.Name)
 	case err != nil:
+		m.movePending(want.Owner, c.ID, want.ID)
 		return false, err
 	}
 	// From here on the member is the caller's sandbox; one that cannot take its new
@@ -103,6 +113,7 @@ func (m *Manager) claimMember(ctx context.Context, hn runtime.Hostnamer, mem, wa
 		if err := m.terminate(ctx, &c, "pool_claim_failed"); err == nil {
 			m.store.DeleteSandbox(ctx, c.ID)
 		}
+		m.movePending(want.Owner, c.ID, want.ID)
 		return false, nil
 	}
 	*want = c

@@ -2,12 +2,16 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
 	fakenet "github.com/airlockhq/airlock/internal/netattach/fake"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -338,5 +342,67 @@ func TestPoolClaimIsAtomic(t *testing.T) {
 	}
 	if winners != 1 {
 		t.Errorf("%d of %d racing claims of one member succeeded, want exactly 1", winners, n)
+	}
+}
+
+// heldClaimStore holds the claim of a pool member for one sandbox name just after the
+// member's record is stored under that name, until proceed is closed.
+type heldClaimStore struct {
+	store.Store
+	name            string
+	stored, proceed chan struct{}
+}
+
+func (s *heldClaimStore) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	err := s.Store.UpdateSandbox(ctx, sb)
+	if err == nil && sb.Name == s.name {
+		s.name = "" // once
+		close(s.stored)
+		<-s.proceed
+	}
+	return err
+}
+
+// TestPoolClaimCountsAgainstTheCapOnce: a claim whose member record is stored for its
+// owner, but whose create has not answered yet, counts once against the owner's cap:
+// the claim's reservation moves to the member's id. Counted twice, creates up to the
+// cap sent at once were refused.
+func TestPoolClaimCountsAgainstTheCapOnce(t *testing.T) {
+	_, st := newManagerWith(t, DefaultConfig(), newFake(t))
+	imgs, err := image.Open(filepath.Join(t.TempDir(), "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldClaimStore{Store: st, name: "first", stored: make(chan struct{}), proceed: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.LiveCap = 2
+	m := New(cfg, held, newFake(t), imgs, nil)
+	t.Cleanup(func() { m.Close() })
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 2)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := m.Create(ctx, local, CreateRequest{Name: "first"})
+		first <- err
+	}()
+	<-held.stored
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "second"})
+	close(held.proceed)
+	if err != nil {
+		t.Fatalf("the second of two creates under a cap of 2, while the first's claim is stored: %v", err)
+	}
+	if !slices.Contains(members, sb.ID) {
+		t.Errorf("the second create did not claim a member")
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first create: %v", err)
+	}
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "third"}); !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Fatalf("a third create under a cap of 2: err = %v; want quota exceeded", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.pending) != 0 {
+		t.Errorf("creates in flight after all answered: %v", m.pending)
 	}
 }
