@@ -24,6 +24,9 @@ import (
 // record on its version, which the store makes atomic; the loser tries the next member.
 // A drained pool is a miss, and the create goes on cold.
 
+// claimPage is how many members a claim reads at a time.
+const claimPage = 16
+
 // claimPooled lets sb, a create's record not yet stored, take a ready member of a pool
 // that matches it. On a claim sb becomes that member's record, stored and running.
 func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox) (claimed bool, err error) {
@@ -41,14 +44,23 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox)
 	}
 	// A claim re-keys the reservation to the member's id (sb.ID once claimed).
 	defer func() { m.releasePending(call.Owner, sb.ID) }()
-	members, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}}))
-	if err != nil {
-		return false, err
-	}
-	for _, mem := range members {
-		if claimed, err = m.claimMember(ctx, hn, mem, sb); claimed || err != nil {
+	// Members are read a page at a time: a burst of claims on a large pool would
+	// otherwise each read every member, most of them taken by the time they are tried.
+	f := m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}, Limit: claimPage})
+	for !claimed && err == nil {
+		var members []*store.Sandbox
+		if members, err = m.store.ListSandboxes(ctx, f); err != nil {
+			return false, err
+		}
+		for _, mem := range members {
+			if claimed, err = m.claimMember(ctx, hn, mem, sb); claimed || err != nil {
+				break
+			}
+		}
+		if len(members) < claimPage {
 			break
 		}
+		f.After = store.PlaceOf(members[len(members)-1])
 	}
 	m.pools.mu.Lock()
 	if s := m.pools.stat(p.Name); claimed {
