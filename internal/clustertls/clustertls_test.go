@@ -20,6 +20,13 @@ import (
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
+// What the node-to-node forwarding codes against.
+var _ interface {
+	ServerConfig() *tls.Config
+	ClientConfig(node string) *tls.Config
+	PeerNode(*tls.ConnectionState) (string, error)
+} = (*clustertls.Identity)(nil)
+
 const (
 	token      = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	otherToken = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
