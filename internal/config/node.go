@@ -78,6 +78,14 @@ var nodeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompil
 // nodeNameRule says what a node name may be.
 const nodeNameRule = "1 to 63 lowercase letters, digits or inner '-' (a DNS label)"
 
+// CheckNodeName says why name cannot name a node, or nil if it can.
+func CheckNodeName(name string) error {
+	if !nodeNameRE().MatchString(name) {
+		return fmt.Errorf("node name %q must be %s", name, nodeNameRule)
+	}
+	return nil
+}
+
 // hostNodeName is the default node name: the host name's first label, lowercased.
 func hostNodeName() (string, error) {
 	h, err := os.Hostname()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
+	"github.com/airlockhq/airlock/internal/clustertls"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/fence"
@@ -76,6 +77,10 @@ type Node struct {
 	Network  *network.Node    // nil without sandbox networking
 	// Lease is the node's membership of its cluster (alone, a cluster of one).
 	Lease *membership.Lease
+	// ClusterTLS is the node's identity for mutual TLS with the other nodes (nil unless
+	// node.listen is set): the configurations of its listener for them and of its
+	// dials to each, and who a peer is.
+	ClusterTLS *clustertls.Identity
 	// Ports forwards exposed ports' traffic for every plane.
 	Ports  *portproxy.Proxy
 	Server *server.Server
@@ -121,6 +126,11 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 		return nil, err
 	}
 	if err := checkClusterKeys(ctx, n.Store, cfg, keys); err != nil {
+		return nil, err
+	}
+	// The join token next: a node that serves others with a token not the cluster's
+	// starts nothing.
+	if err := n.openClusterTLS(ctx, cfg, set); err != nil {
 		return nil, err
 	}
 	// The node's name then: a node whose name another live node holds starts nothing.

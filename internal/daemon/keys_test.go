@@ -19,6 +19,11 @@ import (
 // assembleOn assembles a node on the fake runtime named name, on the store of dsn with
 // the keys of keysDir.
 func assembleOn(t *testing.T, dsn, name, keysDir string) (*daemon.Node, error) {
+	return assembleWith(t, dsn, name, keysDir, nil)
+}
+
+// assembleWith is assembleOn with the configuration changed by edit (nil: unchanged).
+func assembleWith(t *testing.T, dsn, name, keysDir string, edit func(*config.Config)) (*daemon.Node, error) {
 	dir, err := os.MkdirTemp("", "alk-") // short: a unix socket path is at most 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +33,9 @@ func assembleOn(t *testing.T, dsn, name, keysDir string) (*daemon.Node, error) {
 	cfg.StateDir, cfg.SecretsDir, cfg.Socket = dir, dir+"-secrets", filepath.Join(dir, "api.sock")
 	cfg.Network.Enabled, cfg.Runsc = false, "off"
 	cfg.Store.DSN, cfg.Node.Name, cfg.Cluster.KeysDir = config.DSN(dsn), name, keysDir
+	if edit != nil {
+		edit(&cfg)
+	}
 	n, err := daemon.Assemble(context.Background(), cfg, daemon.Options{Log: slog.New(slog.DiscardHandler),
 		Driver: func(images *image.Store) (runtime.Driver, error) { return fake.New(filepath.Join(dir, "sb"), images) }})
 	if err == nil {

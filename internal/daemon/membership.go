@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/airlockhq/airlock/internal/clustertls"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/membership"
@@ -55,6 +58,23 @@ func (n *Node) joinCluster(ctx context.Context, cfg config.Config, set config.Se
 		}
 	})
 	n.log.Info("node joined", "node", mc.Name, "address", mc.Address, "epoch", n.Lease.Epoch())
+	return nil
+}
+
+// openClusterTLS gives a node that serves the other nodes (node.listen) its identity
+// among them: the cluster CA, which the first such node makes in the store, and a
+// certificate of its own. A node whose join token is not the cluster's starts nothing.
+func (n *Node) openClusterTLS(ctx context.Context, cfg config.Config, set config.Settings) error {
+	if set.Node.Listen == "" {
+		return nil
+	}
+	id, err := clustertls.Open(ctx, n.Store, string(cfg.Cluster.JoinToken), set.Node.Name, set.Node.Advertise, time.Now)
+	if err != nil {
+		return err
+	}
+	n.ClusterTLS = id
+	sum := sha256.Sum256(id.CA().Raw)
+	n.log.Info("cluster TLS ready", "node", id.Node(), "ca", hex.EncodeToString(sum[:8]))
 	return nil
 }
 

@@ -424,6 +424,7 @@ type Store interface {
 
 	Nodes       // nodes.go
 	ClusterKeys // keys.go
+	ClusterCA   // clusterca.go
 	Snapshots   // snapshots.go
 
 	Close() error

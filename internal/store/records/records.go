@@ -232,3 +232,27 @@ func ScanSnapshot(row Scanner) (*store.SnapshotRecord, error) {
 	r.CreatedAt = t
 	return &r, nil
 }
+
+// ClusterCAColumns are the columns of the cluster CA record, in the order of
+// ClusterCAArgs and ScanClusterCA.
+const ClusterCAColumns = `cert_pem, sealed_key, salt, verifier, created_at`
+
+// ClusterCAArgs returns r's values in the order of ClusterCAColumns.
+func ClusterCAArgs(r *store.ClusterCARecord) []any {
+	return []any{r.CertPEM, r.SealedKey, r.Salt, r.Verifier, FormatTime(r.CreatedAt)}
+}
+
+// ScanClusterCA reads a row of ClusterCAColumns.
+func ScanClusterCA(row Scanner) (*store.ClusterCARecord, error) {
+	var r store.ClusterCARecord
+	var created string
+	if err := row.Scan(&r.CertPEM, &r.SealedKey, &r.Salt, &r.Verifier, &created); err != nil {
+		return nil, err
+	}
+	t, err := ParseTime(created)
+	if err != nil {
+		return nil, fmt.Errorf("decode stored cluster CA: %w", err)
+	}
+	r.CreatedAt = t
+	return &r, nil
+}

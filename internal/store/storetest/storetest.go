@@ -70,6 +70,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentAuditAppends", testConcurrentAuditAppends},
 		{"ClusterKeys", testClusterKeys},
 		{"ConcurrentClusterKeys", testConcurrentClusterKeys},
+		{"ClusterCA", testClusterCA},
+		{"ConcurrentClusterCA", testConcurrentClusterCA},
 		{"SnapshotRecords", testSnapshotRecords},
 	}
 	for _, tt := range tests {
