@@ -6,9 +6,11 @@
 # sandbox) are timed with 10 sandboxes running, then again once N are running; between
 # the two it notes the host's used memory, the daemon's RSS and the agents' RSS, for the
 # memory each idle sandbox costs. Sandboxes are made two at a time with network none and
-# a 2 h idle window, so none is suspended while it runs. Needs root and runc; stops the
-# daemon by its pid and removes everything it made. Usage:
+# a 2 h idle window, so none is suspended while it runs; with NET=default they get the
+# default network instead (the daemon's own nftables table, subnet and veth prefix).
+# Needs root and runc; stops the daemon by its pid and removes everything it made. Usage:
 #   bash bench/exec_scale.sh [N [CALLS]]   # N defaults to 500, CALLS to 400
+#   NET=default bash bench/exec_scale.sh 5000
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,12 +24,18 @@ BENCH=execscale
 . bench/lib/daemon.sh
 trap daemon_stop EXIT
 
+NETFLAG=(--network none)
+if [ "${NET:-none}" = default ]; then
+	NETFLAG=()
+	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
+fi
+
 go build -o "$TMP/goexec" ./bench/goexec
 daemon_start "live_cap: $((N + 10))"
 export AIRLOCK_SOCKET=$SOCK
 
 make_sandboxes() { # FROM TO
-	seq "$1" "$2" | xargs -P 2 -I{} "$TMP/airlock" create --network none --idle-suspend 2h "s{}" >/dev/null
+	seq "$1" "$2" | xargs -P 2 -I{} "$TMP/airlock" create "${NETFLAG[@]}" --idle-suspend 2h "s{}" >/dev/null
 }
 
 p50() { # LABEL [goexec flags]

@@ -1,5 +1,6 @@
 # Sourced by the bench scripts that run a private daemon: its own state directory,
-# socket and cgroup parent under $TMP (which the script made), no sandbox networking.
+# socket and cgroup parent under $TMP (which the script made), no sandbox networking
+# unless BENCH_NETWORK holds the daemon's network setting (its own table, subnet, prefix).
 # The script sets TMP and BENCH (its name, for messages and the cgroup parent) first.
 
 # daemon_start [YAML...] builds airlock and airlockd into $TMP, starts the daemon with the base config and
@@ -14,7 +15,8 @@ daemon_start() {
 		echo "socket: $SOCK"
 		echo "cgroup_parent: airlock-$BENCH"
 		echo "log_level: warn"
-		echo "network: {enabled: false}"
+		local off="network: {enabled: false}"
+		echo "${BENCH_NETWORK:-$off}"
 		for line in "$@"; do echo "$line"; done
 	} >"$TMP/airlock.yaml"
 	"$TMP/airlock" serve --config "$TMP/airlock.yaml" >"$TMP/daemon.log" 2>&1 &

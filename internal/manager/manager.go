@@ -63,7 +63,8 @@ type Config struct {
 	LiveCap int
 	// UIDBase is the first host uid handed to sandboxes; each gets 65536 ids.
 	UIDBase uint32
-	// UIDSlots is how many sandbox uid ranges exist.
+	// UIDSlots is how many sandbox uid ranges exist: how many sandboxes the node can
+	// hold at all (default 16384: host uids 2^20 to 2^20+2^30, clear of 2^31).
 	UIDSlots int
 	// DefaultRuntime names the driver New is given (default "runc"); a create that names
 	// no runtime gets it.
@@ -122,7 +123,7 @@ func DefaultConfig() Config {
 		DefaultTTL:         7 * 24 * time.Hour,
 		LiveCap:            100,
 		UIDBase:            1 << 20,
-		UIDSlots:           4096,
+		UIDSlots:           16384,
 		EventsPerSandbox:   100000,
 		EventMaxAge:        30 * 24 * time.Hour,
 		MinFreeStateDisk:   128 << 20,
