@@ -10,6 +10,7 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux) # the cluster tests start each node in a network namespace
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm) # the MCP test drives airlock mcp with an npm client
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql) # the PostgreSQL store's tests start their own server

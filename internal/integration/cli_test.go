@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -129,16 +128,7 @@ func (d *daemon) airlockIn(stdin string, args ...string) (stdout, stderr string,
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.bin, append([]string{"--socket", d.socket}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		code = -1
-	}
-	return o.String(), e.String(), code
+	return testenv.Run(cmd)
 }
 
 func (d *daemon) must(args ...string) string {

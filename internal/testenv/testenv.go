@@ -11,8 +11,10 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -497,10 +499,13 @@ func addOwners(t testing.TB, node *daemon.Node, owners []string) map[string]stri
 	return tokens
 }
 
-// freeSubnet picks a /24 of 10.211.0.0/16 that no interface of the host has an address
-// in, so that nodes of tests running at once (other packages, other test processes)
-// get links of their own.
-func freeSubnet(t testing.TB) netip.Prefix {
+// freeSubnet picks a /24 of 10.211.0.0/16 for a node's sandbox links (FreeSubnet).
+func freeSubnet(t testing.TB) netip.Prefix { return FreeSubnet(t, 211) }
+
+// FreeSubnet picks a /24 of 10.PLANE.0.0/16 that no interface of the host has an
+// address in, so that nodes (or networks) of tests running at once (other packages,
+// other test processes) get links of their own.
+func FreeSubnet(t testing.TB, plane byte) netip.Prefix {
 	t.Helper()
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -509,7 +514,7 @@ func freeSubnet(t testing.TB) netip.Prefix {
 	for range 100 {
 		var b [1]byte
 		crand.Read(b[:])
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 211, b[0], 0}), 24)
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, plane, b[0], 0}), 24)
 		taken := false
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok {
@@ -522,6 +527,22 @@ func freeSubnet(t testing.TB) netip.Prefix {
 			return p
 		}
 	}
-	t.Fatal("no free /24 in 10.211.0.0/16 for the node's sandbox links")
+	t.Fatalf("no free /24 in 10.%d.0.0/16", plane)
 	return netip.Prefix{}
+}
+
+// Run runs cmd and returns its stdout, its stderr and its exit code: -1, with the
+// reason as stderr, when it could not run.
+func Run(cmd *exec.Cmd) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
+		e.WriteString(err.Error())
+	}
+	return o.String(), e.String(), code
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 
 // Server is one running SeaweedFS S3 server.
 type Server struct {
-	Endpoint             string // http://127.0.0.1:PORT
+	Endpoint             string // http://127.0.0.1:PORT, or StartOn's address
 	AccessKey, SecretKey string
 }
 
@@ -54,6 +55,17 @@ func Binary() (string, error) {
 // Start starts a server for t and waits until its S3 gateway answers.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartOn(t, netip.Addr{})
+}
+
+// StartOn is Start with the S3 gateway listening on addr, an address of this host,
+// instead of loopback (for nodes in network namespaces of their own); the master,
+// volume server and filer stay on loopback. An invalid addr is loopback, as Start.
+func StartOn(t testing.TB, addr netip.Addr) *Server {
+	t.Helper()
+	if !addr.IsValid() {
+		addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
 	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -72,14 +84,14 @@ func Start(t testing.TB) *Server {
 	}
 	p := freePorts(t, 8)
 	port := func(i int) string { return strconv.Itoa(p[i]) }
-	s.Endpoint = "http://127.0.0.1:" + port(6)
+	s.Endpoint = "http://" + net.JoinHostPort(addr.String(), port(6))
 	cmd := exec.Command(bin, "server",
 		"-dir="+filepath.Join(dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+port(0), "-master.port.grpc="+port(1), "-master.telemetry=false",
 		"-master.volumeSizeLimitMB=64", "-volume.max=4", "-volume.preStopSeconds=0",
 		"-volume.port="+port(2), "-volume.port.grpc="+port(3),
 		"-filer", "-filer.port="+port(4), "-filer.port.grpc="+port(5),
-		"-s3", "-s3.port="+port(6), "-s3.port.grpc="+port(7), "-s3.port.iceberg=0", "-s3.port.lance=0",
+		"-s3", "-s3.ip.bind="+addr.String(), "-s3.port="+port(6), "-s3.port.grpc="+port(7), "-s3.port.iceberg=0", "-s3.port.lance=0",
 		"-s3.config="+filepath.Join(dir, "s3.json"))
 	cmd.Dir = dir
 	logf, err := os.Create(filepath.Join(dir, "weed.log"))

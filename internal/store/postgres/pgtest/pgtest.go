@@ -4,8 +4,9 @@
 // touches a server it did not start, and stops its own by pid.
 //
 // A server runs the host's PostgreSQL binaries (Debian's postgresql package puts them
-// in /usr/lib/postgresql/VERSION/bin) on a free loopback port, with password
-// authentication over TCP, as the postgres user when the test runs as root (initdb and
+// in /usr/lib/postgresql/VERSION/bin) on a free loopback port (and, with StartOn, on
+// one more address of the host, for nodes in network namespaces of their own), with
+// password authentication over TCP, as the postgres user when the test runs as root (initdb and
 // postgres refuse to run as root). Without the binaries a test is skipped, or fails in
 // CI (CI=true).
 package pgtest
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -45,6 +47,9 @@ type Server struct {
 	exited   chan struct{} // closed when the process has been waited for
 	waitErr  error
 	nextDB   atomic.Int64
+	// on is the prefix whose address (besides loopback) the server listens on and
+	// whose hosts it lets in; invalid for loopback only.
+	on netip.Prefix
 }
 
 // binDir returns the directory holding initdb and postgres: the highest version under
@@ -88,6 +93,14 @@ func skip(tb testing.TB, why string) {
 // without cleaning up.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	return StartOn(tb, netip.Prefix{})
+}
+
+// StartOn is Start with the server also listening on on's address, which must be an
+// address of this host, and letting in (with the password) clients from on's hosts;
+// DSN then names that address. An invalid on is loopback only, as Start.
+func StartOn(tb testing.TB, on netip.Prefix) *Server {
+	tb.Helper()
 	bin, err := binDir()
 	if err != nil {
 		skip(tb, err.Error())
@@ -101,7 +114,7 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &Server{dir: dir, password: rand.Text()}
+	s := &Server{dir: dir, password: rand.Text(), on: on}
 	tb.Cleanup(func() {
 		if err := os.RemoveAll(dir); err != nil {
 			tb.Errorf("remove the test server's directory: %v", err)
@@ -129,6 +142,16 @@ func Start(tb testing.TB) *Server {
 		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
 	if out, err := initdb.CombinedOutput(); err != nil {
 		tb.Fatalf("initdb: %v\n%s", err, out)
+	}
+	if on.IsValid() {
+		hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = fmt.Fprintf(hba, "host all all %s scram-sha-256\n", on.Masked())
+			err = errors.Join(err, hba.Close())
+		}
+		if err != nil {
+			tb.Fatalf("let %s in: %v", on, err)
+		}
 	}
 	// The port is free when chosen; another process may take it before the server
 	// binds it, so a server that fails to start is tried again on another port.
@@ -225,8 +248,12 @@ func (s *Server) start(tb testing.TB, bin string, cred *syscall.Credential, data
 		return err
 	}
 	defer logf.Close()
+	listen := "127.0.0.1"
+	if s.on.IsValid() {
+		listen += "," + s.on.Addr().String()
+	}
 	cmd := s.command(bin, "postgres", cred, "-D", data, "-p", strconv.Itoa(s.port), "-k", s.dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
+		"-c", "listen_addresses="+listen, "-c", "max_connections=300",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -286,10 +313,15 @@ func (s *Server) logTail() string {
 // Password is the password of User.
 func (s *Server) Password() string { return s.password }
 
-// DSN returns the URL that reaches database db as User, password included.
+// DSN returns the URL that reaches database db as User, password included: at the
+// address StartOn was given, else on loopback.
 func (s *Server) DSN(db string) string {
+	host := "127.0.0.1"
+	if s.on.IsValid() {
+		host = s.on.Addr().String()
+	}
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(User, s.password),
-		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)), Path: "/" + db, RawQuery: "sslmode=disable"}
+		Host: net.JoinHostPort(host, strconv.Itoa(s.port)), Path: "/" + db, RawQuery: "sslmode=disable"}
 	return u.String()
 }
 
