@@ -32,7 +32,7 @@ type cluster struct {
 	alice *client.Client
 }
 
-func newCluster(t *testing.T, place forward.Place) *cluster {
+func newCluster(t testing.TB, place forward.Place) *cluster {
 	t.Helper()
 	dsn := pgtest.Start(t).CreateDatabase(t)
 	keys := t.TempDir()
@@ -281,4 +281,39 @@ func do(t *testing.T, hc *http.Client, req *http.Request) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestPlacedCreateDeclinedGoesToTheNextNode: a create placed on a drained node-b, which
+// refuses it as its own refusal, is placed once more without node-b and made on
+// node-a; with no other candidate, node-b's refusal is the answer.
+func TestPlacedCreateDeclinedGoesToTheNextNode(t *testing.T) {
+	var asked [][]string
+	c := newCluster(t, func(_ context.Context, r forward.PlaceRequest) (string, error) {
+		asked = append(asked, r.Exclude)
+		if len(r.Exclude) == 0 {
+			return "node-b", nil
+		}
+		if r.Labels["fallback"] == "none" {
+			return "", errdefs.Unavailable("no other node")
+		}
+		return "node-a", nil
+	})
+	ctx := context.Background()
+	if _, err := c.a.Manager.SetNodeDraining(ctx, "node-b", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.b.Lease.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.alice.Create(ctx, api.CreateSandboxRequest{Name: "next", Limits: api.Limits{Memory: 256 << 20}})
+	if err != nil || resp.Sandbox.Node != "node-a" {
+		t.Fatalf("create placed on drained node-b: %+v, %v; want it made on node-a", resp, err)
+	}
+	if len(asked) != 2 || len(asked[1]) != 1 || asked[1][0] != "node-b" {
+		t.Fatalf("placement asked with excludes %v; want [] then [node-b]", asked)
+	}
+	_, err = c.alice.Create(ctx, api.CreateSandboxRequest{Name: "nowhere", Labels: map[string]string{"fallback": "none"}})
+	if err == nil || !strings.Contains(err.Error(), `node "node-b" is draining`) {
+		t.Fatalf("create with no other node: %v; want node-b's refusal", err)
+	}
 }
