@@ -57,9 +57,9 @@ type Options struct {
 	// Manager, if set, adjusts the manager's configuration after the file's (a test's
 	// shorter timers).
 	Manager func(*manager.Config)
-	// ClusterTLS is the cluster's CA as this node holds it: with it, a node of a cluster
-	// forwards calls about other nodes' sandboxes to them, and serves node.listen
-	// (ClusterServer). Nil: every call is answered here.
+	// ClusterTLS, if set, stands for the node's cluster identity (Node.ClusterTLS, made
+	// when node.listen is set): with either, a node of a cluster forwards calls about
+	// other nodes' sandboxes to them, and serves node.listen (ClusterServer).
 	ClusterTLS forward.ClusterTLS
 	// Place, with ClusterTLS, chooses the node of each new sandbox (nil: here).
 	Place forward.Place
@@ -291,11 +291,16 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 	n.Ports = portproxy.New() // the API's exposed ports and the E2B plane's, cut together
 	sopts := server.Options{Ports: n.Ports, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets, Version: ver,
 		StateDir: cfg.StateDir, PublicURL: publicURL, OutputLimit: set.ExecOutputLimit, OutputBudget: set.ExecOutputBudget}
-	if opts.ClusterTLS != nil && n.Lease != nil {
-		n.clusterTLS = opts.ClusterTLS
-		n.Forward = forward.New(forward.Options{TLS: opts.ClusterTLS, Peers: n.peers, Log: log})
+	n.clusterTLS = opts.ClusterTLS
+	if n.clusterTLS == nil && n.ClusterTLS != nil {
+		n.clusterTLS = n.ClusterTLS
+	}
+	if n.clusterTLS != nil && n.Lease != nil {
+		n.Forward = forward.New(forward.Options{TLS: n.clusterTLS, Peers: n.peers, Log: log})
 		n.closers = append(n.closers, n.Forward.Close)
-		sopts.Forward, sopts.ClusterTLS, sopts.Place = n.Forward, opts.ClusterTLS, opts.Place
+		sopts.Forward, sopts.ClusterTLS, sopts.Place = n.Forward, n.clusterTLS, opts.Place
+	} else {
+		n.clusterTLS = nil
 	}
 	n.Server = server.New(m, sopts, log)
 	if cfg.Network.Enabled {
