@@ -356,3 +356,34 @@ func PeerUID(c net.Conn) (int, bool) {
 	}
 	return int(cred.Uid), true
 }
+
+// Forwarded is the principal of a call another cluster node authenticated and
+// forwarded here, derived again from the shared store: by tokenID while that token is
+// valid (revoking it stops its forwarded calls too), else by the identity's roles as
+// they are now, narrowed to roles when the caller is sandbox's code with its session
+// credential.
+func (s *Service) Forwarded(ctx context.Context, identity, tokenID, sandbox string, roles []string) (*Principal, error) {
+	if identity == "" {
+		return nil, unauthenticated("a forwarded call must name its caller's identity")
+	}
+	if tokenID != "" {
+		return s.TokenPrincipal(ctx, identity, tokenID)
+	}
+	var p *Principal
+	var err error
+	if sandbox == "" {
+		p, err = s.principal(ctx, identity)
+	} else {
+		p, err = s.principalAs(ctx, identity, roles)
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, unauthenticated("the forwarded call's identity " + identity + " no longer exists")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sandbox != "" {
+		p.Sandbox = sandbox
+	}
+	return p, nil
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/fence"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/membership"
@@ -55,6 +57,12 @@ type Options struct {
 	// Manager, if set, adjusts the manager's configuration after the file's (a test's
 	// shorter timers).
 	Manager func(*manager.Config)
+	// ClusterTLS, if set, stands for the node's cluster identity (Node.ClusterTLS, made
+	// when node.listen is set): with either, a node of a cluster forwards calls about
+	// other nodes' sandboxes to them, and serves node.listen (ClusterServer).
+	ClusterTLS forward.ClusterTLS
+	// Place, with ClusterTLS, chooses the node of each new sandbox (nil: here).
+	Place forward.Place
 }
 
 // Node is one assembled Airlock node: every part `airlock serve` wires, recovered and
@@ -84,6 +92,9 @@ type Node struct {
 	// Ports forwards exposed ports' traffic for every plane.
 	Ports  *portproxy.Proxy
 	Server *server.Server
+	// Forward proxies calls to the cluster's other nodes (nil: none, a node alone).
+	Forward    *forward.Forwarder
+	clusterTLS forward.ClusterTLS
 	// E2B is the E2B-compatible plane, when e2b_listen is set.
 	E2B *e2b.Control
 	// FenceSocket is where the daemon serves fences beside the API socket, unless
@@ -278,8 +289,20 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		ver = version.String()
 	}
 	n.Ports = portproxy.New() // the API's exposed ports and the E2B plane's, cut together
-	n.Server = server.New(m, server.Options{Ports: n.Ports, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets, Version: ver,
-		StateDir: cfg.StateDir, PublicURL: publicURL, OutputLimit: set.ExecOutputLimit, OutputBudget: set.ExecOutputBudget}, log)
+	sopts := server.Options{Ports: n.Ports, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets, Version: ver,
+		StateDir: cfg.StateDir, PublicURL: publicURL, OutputLimit: set.ExecOutputLimit, OutputBudget: set.ExecOutputBudget}
+	n.clusterTLS = opts.ClusterTLS
+	if n.clusterTLS == nil && n.ClusterTLS != nil {
+		n.clusterTLS = n.ClusterTLS
+	}
+	if n.clusterTLS != nil && n.Lease != nil {
+		n.Forward = forward.New(forward.Options{TLS: n.clusterTLS, Peers: n.peers, Log: log})
+		n.closers = append(n.closers, n.Forward.Close)
+		sopts.Forward, sopts.ClusterTLS, sopts.Place = n.Forward, n.clusterTLS, opts.Place
+	} else {
+		n.clusterTLS = nil
+	}
+	n.Server = server.New(m, sopts, log)
 	if cfg.Network.Enabled {
 		if err := n.openNetwork(ctx, cfg); err != nil {
 			return err
@@ -321,6 +344,32 @@ func (n *Node) openNetwork(ctx context.Context, cfg config.Config) error {
 func (n *Node) APIServer() *http.Server {
 	return &http.Server{Handler: n.Server, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
+}
+
+// peers lists the cluster's nodes for the forwarder.
+func (n *Node) peers(ctx context.Context) ([]forward.Peer, error) {
+	list, err := n.Lease.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]forward.Peer, len(list))
+	for i, p := range list {
+		out[i] = forward.Peer{Name: p.Name, Address: p.Address, State: string(p.State)}
+	}
+	return out, nil
+}
+
+// ClusterServer is an http.Server of the node listener (node.listen), for the calls the
+// cluster's other nodes forward here: TLS with a client certificate of the cluster's CA
+// required (nil when the node has no ClusterTLS). Serve it with ServeTLS(l, "", "").
+func (n *Node) ClusterServer() *http.Server {
+	if n.clusterTLS == nil {
+		return nil
+	}
+	tc := n.clusterTLS.ServerConfig().Clone()
+	tc.ClientAuth = tls.RequireAndVerifyClientCert // whatever the CA's config says: only nodes
+	return &http.Server{Handler: http.HandlerFunc(n.Server.ServeCluster), TLSConfig: tc,
+		ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 }
 
 // Close stops the node, in the reverse order of its making: sandboxes keep running.

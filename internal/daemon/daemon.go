@@ -144,7 +144,7 @@ func serve(ctx context.Context, cfg config.Config, node *Node, certs *certFiles,
 		return err
 	}
 	defer os.Remove(cfg.Socket) // on every way out, the lock still held
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- hs.Serve(ul) }()
 	fencePath := node.FenceSocket
 	if node.FenceNote == "" { // the fence socket, as Assemble decided
@@ -211,6 +211,22 @@ func serve(ctx context.Context, cfg config.Config, node *Node, certs *certFiles,
 			es.Shutdown(sctx)
 		}()
 		log.Info("listening", "e2b", el.Addr().String(), "tls", certs != nil)
+	}
+	if cs := node.ClusterServer(); cs != nil && cfg.Node.Listen != "" {
+		nl, err := net.Listen("tcp", cfg.Node.Listen)
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("node.listen: %w", err)
+		}
+		go func() { errc <- cs.ServeTLS(nl, "", "") }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cs.Shutdown(sctx)
+		}()
+		log.Info("listening", "node", nl.Addr().String(), "mtls", true)
+	} else if cfg.Node.Listen != "" {
+		log.Warn("node.listen is set but the node holds no cluster certificate: it serves no other node, and forwards no call", "node_listen", cfg.Node.Listen)
 	}
 	log.Info("airlock serving", "socket", cfg.Socket, "state_dir", cfg.StateDir, "store", fmt.Sprint(node.Store), "version", version.String())
 	select {

@@ -104,3 +104,13 @@ func (m *Manager) ownSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
 	}
 	return own, nil
 }
+
+// NodeOf is the node that holds owner's sandbox ref ("": a record from before nodes
+// were named, this node's): where a call about it is answered. One store read.
+func (m *Manager) NodeOf(ctx context.Context, owner, ref string) (string, error) {
+	sb, err := m.Resolve(ctx, owner, ref)
+	if err != nil {
+		return "", err
+	}
+	return sb.Node, nil
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/airlockhq/airlock/internal/forward"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,6 +20,10 @@ func mutating(r *http.Request) bool {
 
 // source says where a request came from: the unix socket's peer or a TCP address.
 func source(r *http.Request) string {
+	if node := forward.From(r.Context()); node != "" {
+		c, _ := r.Context().Value(forwardedKey{}).(forward.Caller)
+		return "node " + node + " (forwarded; there: " + c.Source + ")"
+	}
 	if sb, ok := r.Context().Value(sandboxKey).(string); ok {
 		return "sandbox " + sb + " (session credential, through the egress proxy)"
 	}

@@ -85,6 +85,13 @@ func opAnswer(op *manager.Operation, sb *manager.Sandbox, err error) (*api.Opera
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSandboxRequest
+	var raw []byte // kept to send on, when a placement may choose another node
+	if s.placing(r) {
+		var err error
+		if raw, err = keepBody(w, r); err != nil {
+			return err
+		}
+	}
 	c, err := s.decodeCall(w, r, &req)
 	if err != nil {
 		return err
@@ -94,6 +101,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Role != "" {
 		if err := s.opts.Auth.MayActAs(r.Context(), principal(r), req.Role); err != nil {
+			return err
+		}
+	}
+	if raw != nil {
+		if done, err := s.placeCreate(w, r, raw, req); done {
 			return err
 		}
 	}

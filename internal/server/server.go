@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/httpstatus"
 	"github.com/airlockhq/airlock/internal/jsonbody"
@@ -59,6 +60,13 @@ type Options struct {
 	// one with the node's other planes so that closing a port cuts their connections
 	// too.
 	Ports *portproxy.Proxy
+	// Forward, on a node of a cluster, proxies calls about other nodes' sandboxes to
+	// them (nil: every call is answered here, as on a node alone).
+	Forward *forward.Forwarder
+	// ClusterTLS checks the node listener's callers (ServeCluster): the cluster's nodes.
+	ClusterTLS forward.ClusterTLS
+	// Place, if set with Forward, chooses the node of each new sandbox (nil: here).
+	Place forward.Place
 }
 
 // Server is the HTTP API.
@@ -134,6 +142,8 @@ func (s *Server) adapt(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx, noted := manager.NoteSandbox(r.Context())
+		var proxied bool // another node answered, and records the call
+		ctx = context.WithValue(ctx, proxiedKey{}, &proxied)
 		if s.opts.AuditLog != nil && principal(r) != nil {
 			ctx = audit.Hold(ctx) // a call's own records may go with its request's, in one write
 		}
@@ -152,9 +162,12 @@ func (s *Server) adapt(rt route) http.HandlerFunc {
 			if err := s.requestAudit().Ready(mutating(r)); err != nil {
 				return err
 			}
+			if done, err := s.forwardCall(w, r, rt); done {
+				return err
+			}
 			return rt.handler(w, r)
 		})
-		if principal(r) != nil { // the exposed ports' traffic is no API request
+		if principal(r) != nil && !proxied { // the exposed ports' traffic is no API request
 			if !mutating(r) {
 				// A read's answer does not wait for its audit record: the record
 				// is written next, while the caller reads.
@@ -314,6 +327,11 @@ func (s *Server) Routes() []string {
 
 // ServeHTTP authenticates and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := refuseForwarding(r); err != nil {
+		s.writeError(w, r, err)
+		s.auditRequest(r, r.Method+" "+r.URL.Path, "", http.StatusForbidden, err, time.Now())
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/v1/ports/") {
 		// Exposed ports carry their own token (or are public), not an API credential.
 		s.mux.ServeHTTP(w, r)
@@ -325,6 +343,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.auditRequest(r, r.Method+" "+r.URL.Path, "", http.StatusUnauthorized, err, time.Now())
 		return
 	}
+	s.serveAs(w, r, p)
+}
+
+// serveAs dispatches r as p's call.
+func (s *Server) serveAs(w http.ResponseWriter, r *http.Request, p *auth.Principal) {
 	ctx := manager.WithActor(context.WithValue(r.Context(), principalKey, p), p.Identity)
 	if p.Sandbox != "" {
 		ctx = manager.WithCreator(ctx, p.Sandbox)

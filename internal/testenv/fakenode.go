@@ -3,15 +3,19 @@ package testenv
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	airlockrt "github.com/airlockhq/airlock/internal/runtime"
@@ -31,12 +35,15 @@ type FakeNode struct {
 	Addr   string // the TCP listener, when the node has token owners
 	// E2BURL is where the E2B plane serves, when FakeOptions.E2B is set.
 	E2BURL string
+	// ClusterAddr is the node listener's address, when FakeOptions.ClusterTLS is set.
+	ClusterAddr string
 	// Config is the configuration the node was assembled from.
 	Config config.Config
 	Driver *fake.Driver
 	Client *client.Client
 
-	tokens map[string]string // owner -> token
+	tokens  map[string]string // owner -> token
+	cluster *http.Server      // the node listener's server
 }
 
 // FakeOptions adjust a fake node.
@@ -63,6 +70,11 @@ type FakeOptions struct {
 	// KeysDir is the node's cluster.keys_dir (mode 700): nodes that share a StoreDSN
 	// must share one, or all but the first are refused.
 	KeysDir string
+	// ClusterTLS, if set, makes the node forward calls about other nodes' sandboxes and
+	// serve its node listener (node.listen) on loopback at FakeNode.ClusterAddr, which
+	// it advertises; Place chooses where creates go.
+	ClusterTLS forward.ClusterTLS
+	Place      forward.Place
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -88,9 +100,26 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	if opts.E2B {
 		n.Config.E2BListen, n.Config.E2BDomain = "127.0.0.1:0", opts.E2BDomain // served below, on a listener of the test's
 	}
+	var nl net.Listener
+	if opts.ClusterTLS != nil {
+		if nl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		n.ClusterAddr = nl.Addr().String()
+		n.Config.Node.Listen, n.Config.Node.Advertise = n.ClusterAddr, n.ClusterAddr
+		n.Config.Cluster.JoinToken = config.JoinToken(strings.Repeat("j", config.MinJoinToken))
+	}
 	node, err := daemon.Assemble(context.Background(), n.Config, fakeAssembly(n.Config, opts, log, &n.Driver))
 	if err != nil {
+		if nl != nil {
+			nl.Close()
+		}
 		t.Fatal(err)
+	}
+	if nl != nil {
+		n.cluster = node.ClusterServer()
+		go n.cluster.ServeTLS(nl, "", "")
+		t.Cleanup(func() { n.cluster.Close() })
 	}
 	n.Node = node
 	n.tokens = addOwners(t, node, opts.Owners)
@@ -137,6 +166,7 @@ func fakeAssembly(cfg config.Config, opts FakeOptions, log *slog.Logger, drv **f
 			}
 			return secret.NewFakeDelivery(s, cfg.SecretsDir, log)
 		},
+		ClusterTLS: opts.ClusterTLS, Place: opts.Place,
 		Manager: func(c *manager.Config) {
 			c.DefaultLimits.Disk, c.WorkspaceDir, c.HostCPU, c.HostMemory = 0, "", 0, 0
 			if opts.Config != nil {

@@ -464,12 +464,12 @@ func serve(t testing.TB, node *daemon.Node, socket string, tcp bool) (*http.Serv
 	return hs, addr, c
 }
 
-// terminateAll terminates every sandbox the store holds that is not terminated yet, and
+// terminateAll terminates every sandbox of m's node the store holds that is not terminated yet, and
 // waits until their resources are removed.
 func terminateAll(ctx context.Context, t testing.TB, st store.Store, m *manager.Manager) {
 	list, _ := st.ListSandboxes(ctx, store.SandboxFilter{})
 	for _, sb := range list {
-		if sb.State != manager.Terminated {
+		if sb.State != manager.Terminated && (sb.Node == "" || sb.Node == m.NodeName()) { // another node's are its own cleanup's
 			if _, _, err := m.Terminate(ctx, manager.Call{Owner: sb.Owner}, sb.ID); err != nil {
 				t.Errorf("terminate %s: %v", sb.Name, err)
 			}

@@ -1,5 +1,5 @@
 // Package testca is a certificate authority made for one test, which signs server
-// certificates for 127.0.0.1. It is apart from testenv, which assembles whole nodes, so
+// certificates for 127.0.0.1 and cluster nodes' certificates (Node). It is apart from testenv, which assembles whole nodes, so
 // that the daemon's own tests can use it.
 package testca
 

@@ -1,0 +1,190 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
+	"github.com/airlockhq/airlock/internal/jsonbody"
+)
+
+// A cluster's nodes each serve the whole API. A call about a sandbox another node holds
+// is proxied to that node (forward.Forwarder) once this node has authenticated and
+// authorized it, with the caller in the forwarding header; that node takes it on its
+// node listener (ServeCluster), where only a verified cluster node's certificate is
+// accepted, derives the caller again from the shared store, answers, and writes the
+// call's audit record naming the node it came through. A forwarded call is never
+// forwarded again: one hop, no loops. The forwarding header is refused on every other
+// listener.
+
+// forwardedKey carries the caller of a call that came through the node listener.
+type forwardedKey struct{}
+
+// proxiedKey carries a *bool an edge sets once it proxied the call to another node,
+// whose record of the call is then the only one.
+type proxiedKey struct{}
+
+// ServeCluster serves the node listener: calls the cluster's other nodes forwarded
+// here, on a connection whose client certificate the cluster's CA verified (the
+// listener's tls.Config requires one). The caller is the forwarding header's, derived
+// again from the shared store.
+func (s *Server) ServeCluster(w http.ResponseWriter, r *http.Request) {
+	node, err := s.peerNode(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		s.log.Warn("refused a call on the node listener", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	ctx := forward.Via(r.Context(), node)
+	if strings.HasPrefix(r.URL.Path, "/v1/ports/") {
+		s.mux.ServeHTTP(w, r.WithContext(ctx)) // exposed ports carry their own token
+		return
+	}
+	c, err := forward.ParseCaller(r.Header.Get(forward.Header))
+	if err != nil || r.Header.Get(forward.Header) == "" {
+		s.writeError(w, r, errdefs.Invalid("a call on the node listener must carry a valid %s header", forward.Header))
+		return
+	}
+	r = r.WithContext(context.WithValue(ctx, forwardedKey{}, c))
+	p, err := s.opts.Auth.Forwarded(r.Context(), c.Identity, c.TokenID, c.Sandbox, c.Roles)
+	if err != nil {
+		s.writeError(w, r, err)
+		s.auditRequest(r, r.Method+" "+r.URL.Path, "", http.StatusUnauthorized, err, time.Now())
+		return
+	}
+	s.serveAs(w, r, p)
+}
+
+// peerNode is the cluster node a node listener's request came from.
+func (s *Server) peerNode(r *http.Request) (string, error) {
+	deny := &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the node listener serves only the cluster's nodes, with a certificate of the cluster's CA"}
+	if s.opts.ClusterTLS == nil || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		return "", deny
+	}
+	node, err := s.opts.ClusterTLS.PeerNode(r.TLS)
+	if err != nil || node == "" {
+		return "", deny
+	}
+	return node, nil
+}
+
+// refuseForwarding refuses the forwarding header on a listener other than the node
+// listener: only a cluster node may say who a call is for.
+func refuseForwarding(r *http.Request) error {
+	if _, ok := r.Header[http.CanonicalHeaderKey(forward.Header)]; !ok {
+		return nil
+	}
+	return &errdefs.Error{Class: errdefs.ErrPermissionDenied,
+		Msg: "the " + forward.Header + " header is accepted only from the cluster's nodes, on the node listener"}
+}
+
+// forwardCall proxies a call about the sandbox {ref} to the node that holds it, when
+// that is another node: the record's node, one store read (none on a node that is in
+// no cluster, or for a call that was forwarded here). done says the call was answered.
+func (s *Server) forwardCall(w http.ResponseWriter, r *http.Request, rt route) (done bool, err error) {
+	if s.opts.Forward == nil || rt.inside != ownSandbox || forward.From(r.Context()) != "" {
+		return false, nil
+	}
+	ref := r.PathValue("ref")
+	if ref == "" {
+		return false, nil
+	}
+	node, err := s.m.NodeOf(r.Context(), s.scope(r), ref)
+	if err != nil || node == "" || node == s.m.NodeName() {
+		return false, nil // the handler answers, its refusal included
+	}
+	return true, s.proxy(w, r, forward.Call{Node: node})
+}
+
+// proxy sends the call to c.Node as the request's caller.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, c forward.Call) error {
+	c.Caller = callerOf(r)
+	err := s.opts.Forward.Proxy(w, r, c)
+	var d *forward.Declined
+	if err == nil || errors.As(err, &d) {
+		if p, ok := r.Context().Value(proxiedKey{}).(*bool); ok {
+			*p = true
+		}
+	}
+	return err
+}
+
+// callerOf is the request's caller as the forwarding header carries it.
+func callerOf(r *http.Request) forward.Caller {
+	p := principal(r)
+	c := forward.Caller{Identity: p.Identity, TokenID: p.TokenID, Sandbox: p.Sandbox, Source: source(r)}
+	if p.Sandbox != "" {
+		c.Roles = p.Roles
+	}
+	return c
+}
+
+// placing says whether a create asks Place for its node: on a node of a cluster with a
+// placement, for a create that reached it first (a forwarded create is this node's).
+func (s *Server) placing(r *http.Request) bool {
+	return s.opts.Place != nil && s.opts.Forward != nil && forward.From(r.Context()) == ""
+}
+
+// keepBody reads a create's JSON body (at most jsonbody.MaxBytes) so that it can be
+// both decoded here and sent on, and puts it back for the decoder.
+func keepBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, jsonbody.MaxBytes+1))
+	if err != nil && !errors.As(err, new(*http.MaxBytesError)) {
+		return nil, err
+	}
+	rewind(r, raw)
+	return raw, nil
+}
+
+func rewind(r *http.Request, raw []byte) {
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil }
+}
+
+// placeCreate asks Place where req goes; when it names another node, the create is
+// sent there (it creates it there, as a forwarded call). A refusal that is that node's
+// own (unavailable, draining, full) is retried once on the next node Place names, when
+// it names one; otherwise the refusal is the answer. done says the call was answered.
+func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, raw []byte, req api.CreateSandboxRequest) (done bool, err error) {
+	pr := forward.PlaceRequest{Memory: req.Limits.Memory, CPUs: req.Limits.CPU, Runtime: req.Runtime, Image: req.Image, Labels: req.Labels}
+	node, err := s.opts.Place(r.Context(), pr)
+	if err != nil {
+		return true, err
+	}
+	if node == "" || node == s.m.NodeName() {
+		return false, nil
+	}
+	rewind(r, raw)
+	err = s.proxy(w, r, forward.Call{Node: node, Decline: forward.DeclineForCapacity(node)})
+	var d *forward.Declined
+	if !errors.As(err, &d) && !declinedAhead(err) {
+		return true, err
+	}
+	pr.Exclude = []string{node}
+	next, perr := s.opts.Place(r.Context(), pr)
+	switch {
+	case perr != nil || next == node:
+		if d != nil {
+			d.Write(w)
+			return true, nil
+		}
+		return true, err
+	case next == "" || next == s.m.NodeName():
+		return false, nil
+	}
+	rewind(r, raw)
+	return true, s.proxy(w, r, forward.Call{Node: next})
+}
+
+// declinedAhead says whether the chosen node refused a create before it was sent:
+// lost, stopped, unreachable.
+func declinedAhead(err error) bool {
+	return errors.Is(err, errdefs.ErrUnavailable)
+}
