@@ -72,24 +72,13 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 	})
 }
 
-// ending says whether t's sandbox is being ended or is gone: killed, or failed.
-// A terminate kills a sandbox's processes, which breaks their streams, a moment before
-// it records the sandbox ended: a broken stream waits this long for that record.
-const endingGrace = 2 * time.Second
-
+// ending says whether t's sandbox is being ended or is gone: killed, or failed. A
+// terminate records the sandbox terminating before it kills its processes, so a
+// stream the kill breaks reads it so at once.
 func (s *processService) ending(t *target) func(context.Context) bool {
 	return func(ctx context.Context) bool {
-		deadline := time.Now().Add(endingGrace)
-		for {
-			sb, err := s.c.m.ByID(ctx, t.id)
-			if errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "") {
-				return true
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return false
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		sb, err := s.c.m.ByID(ctx, t.id)
+		return errors.Is(err, errdefs.ErrNotFound) || (err == nil && e2bState(sb.State) == "")
 	}
 }
 

@@ -194,16 +194,9 @@ func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
 	if users := m.ImageUsers(ctx, "someone")(failing.ImageDigest); !slices.Contains(users, local.Owner) {
 		t.Errorf("the image of a sandbox whose cleanup is pending has users %v; want its owner (its root may still be mounted on it)", users)
 	}
-	_, half, err := m.Create(ctx, local, CreateRequest{Name: "half"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The daemon dies in the middle of terminating "half": the cleanup is recorded,
 	// nothing else is done.
-	halfSB, _ := st.GetSandbox(ctx, half.ID)
-	if _, err := m.recordCleanup(ctx, halfSB); err != nil {
-		t.Fatal(err)
-	}
+	half := interruptedTerminate(t, m, "half", false)
 
 	// The resumed cleanups wait at Delete until the ranges are read: one that ran at
 	// once would free its range before the check.
@@ -226,18 +219,106 @@ func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
 	if holders[0] != failing.ID {
 		t.Errorf("after the restart, the uid range of %s (cleanup pending) is held by %q; want it held until the cleanup", failing.ID, holders[0])
 	}
-	for _, id := range []string{failing.ID, half.ID} {
-		if got, _ := st.GetSandbox(ctx, id); got.State != Terminated {
+	checkRecovered(t, m2, drv.Driver, half.ID, failing.ID)
+}
+
+// interruptedTerminate creates sandbox name and does what a terminate does before a
+// daemon dies: records its cleanup and, with terminating, records it terminating.
+func interruptedTerminate(t *testing.T, m *Manager, name string, terminating bool) *store.Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.recordCleanup(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if terminating {
+		if err := m.setState(ctx, sb, Terminating, "terminate"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sb
+}
+
+// checkRecovered fails t unless, after m's recovery and cleanups, every sandbox of ids
+// is terminated, the first (whose terminate was interrupted) runs no more, and nothing
+// is left in the driver or pending.
+func checkRecovered(t *testing.T, m *Manager, drv *fake.Driver, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		if got, _ := m.store.GetSandbox(ctx, id); got.State != Terminated {
 			t.Errorf("sandbox %s after recovery is %s; want terminated", id, got.State)
 		}
 	}
-	if drv.Running(half.ID) {
+	if drv.Running(ids[0]) {
 		t.Errorf("the sandbox whose terminate was interrupted still runs after recovery")
 	}
-	if ids, _ := drv.List(ctx); len(ids) != 0 {
-		t.Errorf("driver resources after recovery finished the cleanups: %v", ids)
+	if left, _ := drv.List(ctx); len(left) != 0 {
+		t.Errorf("driver resources after recovery finished the cleanups: %v", left)
 	}
-	if pending, _ := m2.Cleanups(ctx); len(pending) != 0 {
+	if pending, _ := m.Cleanups(ctx); len(pending) != 0 {
 		t.Errorf("pending cleanups after recovery: %+v", pending)
 	}
+}
+
+// killWatch is the fake driver that notes the sandbox's recorded state when its
+// processes are killed.
+type killWatch struct {
+	*fake.Driver
+	st     store.Store
+	atKill chan State
+}
+
+func (d *killWatch) Kill(ctx context.Context, id string) error {
+	sb, err := d.st.GetSandbox(ctx, id)
+	if err == nil {
+		select {
+		case d.atKill <- sb.State:
+		default:
+		}
+	}
+	return d.Driver.Kill(ctx, id)
+}
+
+// TestTerminateRecordsTerminatingBeforeKill: a terminate records the sandbox
+// terminating before it kills its processes, so what the kill breaks off reads it as
+// ending at once; a daemon that dies between that record and the kill finishes the
+// terminate at its next start.
+func TestTerminateRecordsTerminatingBeforeKill(t *testing.T) {
+	drv := &killWatch{Driver: newFake(t), atKill: make(chan State, 1)}
+	m, st := newManagerWith(t, DefaultConfig(), drv)
+	drv.st = st
+	ctx := context.Background()
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if sb := terminateSoon(t, m, "a"); sb.State != Terminated {
+		t.Fatalf("terminate answered with state %s; want terminated", sb.State)
+	}
+	select {
+	case got := <-drv.atKill:
+		if got != Terminating {
+			t.Errorf("the sandbox was recorded %s when its processes were killed; want terminating", got)
+		}
+	default:
+		t.Fatal("terminate killed no process through the driver")
+	}
+
+	// The daemon dies after the terminating record, before the kill.
+	half := interruptedTerminate(t, m, "half", true)
+	m2 := New(DefaultConfig(), st, drv, m.images, nil)
+	t.Cleanup(func() { m2.Close() })
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.WaitCleanups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkRecovered(t, m2, drv.Driver, half.ID)
 }

@@ -307,7 +307,7 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 }
 
 // terminate ends sb and returns once it is a tombstone whose processes are all
-// killed; the rest of its resources go in the background (cleanup.go). The caller
+// killed: it records the cleanup, then sb terminating, then kills; the rest of its resources go in the background (cleanup.go). The caller
 // holds its lock.
 func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string) error {
 	if sb.State == Terminated {
@@ -316,6 +316,14 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 	op, err := m.recordCleanup(ctx, sb)
 	if err != nil {
 		return err
+	}
+	// Recorded before the kill, so whoever the kill breaks off (a process stream)
+	// reads the sandbox as ending at once; a crash from here on is finished by the
+	// cleanup at the next start.
+	if sb.State != Terminating {
+		if err := m.setState(ctx, sb, Terminating, cause); err != nil {
+			return err
+		}
 	}
 	if err := m.tombstone(ctx, sb, cause); err != nil {
 		return err
