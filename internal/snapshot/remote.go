@@ -42,7 +42,9 @@ import (
 // reuse when that chunk is older than half the grace period, and gc reads a chunk's
 // time again just before removing it, so a chunk a concurrent Create counts on is
 // young, and spared. The store leaves garbage (a chunk younger than the grace, a
-// delete that failed) rather than risk a live chunk; the next Delete collects it.
+// delete that failed) rather than risk a live chunk; the next Delete collects it. One
+// Delete's pass is bounded in chunks listed and manifests read (gcChunks, gcManifests,
+// gcManifestBytes), not by the size of the bucket.
 
 // DefaultGrace is how old an unreferenced object must be before gc removes it.
 const DefaultGrace = 24 * time.Hour
@@ -259,27 +261,73 @@ func (s *Store) deleteRemote(id string) error {
 	return nil
 }
 
+// Bounds of one gc pass (collectObjects), so a Delete's work does not grow with the
+// bucket: it considers at most gcChunks chunks past the grace, listed from a prefix that
+// moves on with every pass so that live chunks early in the listing do not hide garbage
+// after them, and reads at most gcManifests manifests and pending markers of at most
+// gcManifestBytes in all. A bucket past a bound keeps its garbage for a later pass
+// (with more manifests than gcManifests, for good): nothing is removed unless every
+// manifest was read.
+var (
+	gcChunks        = 10_000
+	gcManifests     = 10_000
+	gcManifestBytes = int64(1 << 30)
+)
+
+// errGCBound stops a listing at a bound of the gc pass.
+var errGCBound = errors.New("gc bound reached")
+
 // collectObjects removes the chunks in the object store that no manifest and no
 // pending Create names and that are older than the grace period. It is best effort:
 // what it cannot read or remove stays for the next call.
 func (s *Store) collectObjects(ctx context.Context) error {
 	start := time.Now()
 	old := map[string]time.Time{} // chunk key -> its time when listed
-	err := s.objs.List(ctx, "snapshots/chunks/", func(in objstore.Info) error {
-		if _, ok := digestHex(digestOfKey(in.Key)); ok && start.Sub(in.Modified) >= s.grace {
-			old[in.Key] = in.Modified
+	s.mu.Lock()
+	from := s.gcFrom
+	s.gcFrom++
+	s.mu.Unlock()
+	for i := range 256 {
+		prefix := fmt.Sprintf("snapshots/chunks/%02x/", (int(from)+i)%256)
+		err := s.objs.List(ctx, prefix, func(in objstore.Info) error {
+			if _, ok := digestHex(digestOfKey(in.Key)); ok && start.Sub(in.Modified) >= s.grace {
+				old[in.Key] = in.Modified
+			}
+			if len(old) >= gcChunks {
+				return errGCBound
+			}
+			return nil
+		})
+		if errors.Is(err, errGCBound) {
+			break
 		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(old) == 0 {
 		return nil
-	})
-	if err != nil || len(old) == 0 {
-		return err
 	}
 	// Listed after the chunks: a Create that began since has its pending manifest here,
 	// or puts every chunk it reuses that is this old again.
+	var read int
+	var size int64
 	for _, dir := range []string{"snapshots/manifests/", "snapshots/pending/"} {
 		err := s.objs.List(ctx, dir, func(in objstore.Info) error {
+			if len(old) == 0 {
+				return errGCBound // every candidate is live: nothing to remove
+			}
+			if read++; read > gcManifests {
+				return fmt.Errorf("object store gc: more than %d manifests to read; unreferenced chunks are kept", gcManifests)
+			}
+			if size += in.Size; size > gcManifestBytes {
+				return fmt.Errorf("object store gc: manifests of more than %d bytes to read; unreferenced chunks are kept", gcManifestBytes)
+			}
 			return s.spare(ctx, in.Key, old)
 		})
+		if errors.Is(err, errGCBound) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -297,7 +345,8 @@ func (s *Store) collectObjects(ctx context.Context) error {
 }
 
 // spare removes from candidates the chunks the manifest at key names. A manifest that
-// cannot be read makes gc stop: its chunks may be live.
+// cannot be read makes gc stop: its chunks may be live. Only the chunk digests of the
+// manifest are decoded.
 func (s *Store) spare(ctx context.Context, key string, candidates map[string]time.Time) error {
 	if !strings.HasSuffix(key, ".json") {
 		return nil
@@ -310,12 +359,22 @@ func (s *Store) spare(ctx context.Context, key string, candidates map[string]tim
 		return err
 	}
 	defer r.Close()
-	var m Manifest
+	var m struct {
+		Entries []struct {
+			Chunks []struct {
+				Digest string `json:"digest"`
+			} `json:"chunks"`
+		} `json:"entries"`
+	}
 	if err := json.NewDecoder(io.LimitReader(r, maxManifest)).Decode(&m); err != nil {
 		return fmt.Errorf("object store: manifest %s: %w", key, err)
 	}
-	for _, h := range chunkSet(&m) {
-		delete(candidates, chunkKey(h))
+	for _, e := range m.Entries {
+		for _, c := range e.Chunks {
+			if h, ok := digestHex(c.Digest); ok {
+				delete(candidates, chunkKey(h))
+			}
+		}
 	}
 	return nil
 }

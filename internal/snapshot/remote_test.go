@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +109,24 @@ func TestObjectsSnapshotMovesBetweenNodes(t *testing.T) {
 	}
 }
 
+// sharingTwo takes two snapshots on a whose layer (returned) shares a file of two
+// chunks; the second has a third chunk of its own.
+func sharingTwo(t *testing.T, a *Store, objs objstore.Store) (src string, one, two *Manifest) {
+	t.Helper()
+	ctx := context.Background()
+	src = newLayer(t, baseA)
+	put(t, src, "same", randBytes(1, ChunkSize+10), 0o644, baseA, 0)
+	one, err := a.Create(ctx, src, baseA, meta("sb_one"))
+	must(t, err)
+	put(t, src, "other", randBytes(2, 100), 0o644, baseA, 0)
+	two, err = a.Create(ctx, src, baseA, meta("sb_one"))
+	must(t, err)
+	if chunks := objectKeys(t, objs, "snapshots/chunks/"); len(chunks) != 3 {
+		t.Fatalf("bucket holds %d chunks, want 3 (two of the shared file, one of the other): %v", len(chunks), chunks)
+	}
+	return src, one, two
+}
+
 // Chunks are shared across snapshots in the bucket: deleting one snapshot keeps the
 // chunks another still names, and within the grace period keeps unreferenced ones too.
 func TestObjectsDeleteKeepsSharedChunks(t *testing.T) {
@@ -113,17 +134,7 @@ func TestObjectsDeleteKeepsSharedChunks(t *testing.T) {
 	ctx := context.Background()
 	objs := objectStores[0].open(t)
 	a := node(t, objs, time.Nanosecond)
-	src := newLayer(t, baseA)
-	put(t, src, "same", randBytes(1, ChunkSize+10), 0o644, baseA, 0)
-	one, err := a.Create(ctx, src, baseA, meta("sb_one"))
-	must(t, err)
-	put(t, src, "other", randBytes(2, 100), 0o644, baseA, 0)
-	two, err := a.Create(ctx, src, baseA, meta("sb_one"))
-	must(t, err)
-	chunksBefore := objectKeys(t, objs, "snapshots/chunks/")
-	if len(chunksBefore) != 3 {
-		t.Fatalf("bucket holds %d chunks, want 3 (two of the shared file, one of the other): %v", len(chunksBefore), chunksBefore)
-	}
+	src, one, two := sharingTwo(t, a, objs)
 	must(t, a.Delete(one.ID, nil))
 	if got := objectKeys(t, objs, "snapshots/chunks/"); len(got) != 3 {
 		t.Errorf("after deleting the first snapshot the bucket holds %v, want all 3 chunks (the second names them)", got)
@@ -148,6 +159,81 @@ func TestObjectsDeleteKeepsSharedChunks(t *testing.T) {
 	}
 	if got := objectKeys(t, objs, "snapshots/manifests/"); len(got) != 0 {
 		t.Errorf("manifests left after every snapshot was deleted: %v", got)
+	}
+}
+
+// manifestReads is an object store that counts the manifests and pending markers read.
+type manifestReads struct {
+	objstore.Store
+	n atomic.Int64
+}
+
+func (o *manifestReads) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if strings.HasSuffix(key, ".json") {
+		o.n.Add(1)
+	}
+	return o.Store.Get(ctx, key)
+}
+
+// setBound sets a bound of the gc pass for the rest of t.
+func setBound[T any](t *testing.T, bound *T, v T) {
+	old := *bound
+	*bound = v
+	t.Cleanup(func() { *bound = old })
+}
+
+// A Delete's gc pass is bounded: it reads at most gcManifests manifests, and removes
+// nothing when there are more (their chunks may be live); it considers at most gcChunks
+// chunks, so the rest wait for later passes; within the bounds, a deleted snapshot's
+// chunks are removed and those another snapshot names are kept.
+func TestObjectsGCBounded(t *testing.T) {
+	requireRoot(t)
+	for _, st := range objectStores {
+		t.Run(st.name, func(t *testing.T) {
+			ctx := context.Background()
+			objs := &manifestReads{Store: st.open(t)}
+			a := node(t, objs, time.Nanosecond)
+			src, one, two := sharingTwo(t, a, objs)
+
+			manifests := gcManifests
+			setBound(t, &gcManifests, 0)
+			objs.n.Store(0)
+			must(t, a.Delete(two.ID, nil))
+			if n := objs.n.Load(); n != 0 {
+				t.Errorf("a gc pass bounded to 0 manifests read %d", n)
+			}
+			if got := objectKeys(t, objs, "snapshots/chunks/"); len(got) != 3 {
+				t.Errorf("a gc pass that could not read every manifest left %v; want all 3 chunks kept", got)
+			}
+			gcManifests = manifests
+
+			setBound(t, &gcChunks, 1)
+			put(t, src, "third", randBytes(3, 100), 0o644, baseA, 0)
+			three, err := a.Create(ctx, src, baseA, meta("sb_one"))
+			must(t, err)
+			must(t, a.Delete(three.ID, nil)) // two garbage chunks now: two's and three's own
+			if got := objectKeys(t, objs, "snapshots/chunks/"); len(got) < 3 {
+				t.Errorf("a gc pass bounded to 1 chunk left %d of 4 chunks; want at most one removed", len(got))
+			}
+			for range 256 { // every prefix comes first once
+				if len(objectKeys(t, objs, "snapshots/chunks/")) == 2 {
+					break
+				}
+				must(t, a.collectObjects(ctx))
+			}
+			left := objectKeys(t, objs, "snapshots/chunks/")
+			for _, e := range one.Entries {
+				for _, c := range e.Chunks {
+					h, _ := digestHex(c.Digest)
+					if !slices.Contains(left, chunkKey(h)) {
+						t.Errorf("chunk %s of the snapshot still there was removed", h)
+					}
+				}
+			}
+			if len(left) != 2 {
+				t.Errorf("after passes from every prefix the bucket holds %v; want only the 2 chunks of %s", left, one.ID)
+			}
+		})
 	}
 }
 

@@ -149,6 +149,7 @@ type Store struct {
 	objs     objstore.Store // nil: snapshots stay on this node
 	grace    time.Duration  // how old an unreferenced object must be before it is removed
 	importMu sync.Mutex     // one import of a manifest from the object store at a time
+	gcFrom   uint8          // the chunk prefix the next gc pass of objs lists first
 }
 
 // Open opens (making it if needed) the store in dir. Snapshots left "creating" by a
