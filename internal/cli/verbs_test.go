@@ -23,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/agentproto"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -279,7 +280,7 @@ func TestRunTerminatesAlways(t *testing.T) {
 	if !strings.HasPrefix(sb.Name, "run-") || sb.State != api.StateTerminated || sb.Limits.Memory != 1<<30 {
 		t.Errorf("sandbox %+v; want a terminated run-* with 1GiB", sb)
 	}
-	ops, _ := n.Store.ListOperations(bg)
+	ops, _ := n.Store.ListOperations(bg, store.OperationFilter{})
 	keyed := false
 	for _, op := range ops {
 		keyed = keyed || (op.Kind == "create" && op.IdempotencyKey == sb.Name)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/testenv"
 )
 
@@ -52,7 +53,7 @@ func assertNothingLeft(t testing.TB, n *testenv.Node) {
 	if list, err := n.Client.List(background, client.ListOptions{}); err != nil || len(list) != 0 {
 		t.Errorf("List: got %d sandboxes (%v), want none", len(list), err)
 	}
-	if ops, err := n.Store.ListOperations(background); err != nil || len(ops) != 0 {
+	if ops, err := n.Store.ListOperations(background, store.OperationFilter{}); err != nil || len(ops) != 0 {
 		t.Errorf("operations: got %d (%v), want none", len(ops), err)
 		for _, op := range ops {
 			t.Logf("operation %s %s %s %s", op.ID, op.Kind, op.State, op.ErrorCode)

@@ -379,7 +379,7 @@ func TestCrashRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, _ := st.ListOperations(context.Background(), store.OpPending, store.OpRunning)
+	ops, _ := st.ListOperations(context.Background(), store.OperationFilter{States: []string{store.OpPending, store.OpRunning}})
 	st.Close()
 	for _, op := range ops {
 		t.Errorf("operation %s (%s) is still %s after recovery", op.ID, op.Kind, op.State)

@@ -400,7 +400,7 @@ func checkStore(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ops, err := st.ListOperations(background, store.OpPending, store.OpRunning)
+	ops, err := st.ListOperations(background, store.OperationFilter{States: []string{store.OpPending, store.OpRunning}})
 	if err != nil {
 		t.Fatal(err)
 	}

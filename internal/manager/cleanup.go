@@ -204,19 +204,10 @@ func (m *Manager) endCleanup(id string, op *store.Operation, err error) {
 	m.cleanDone = make(chan struct{})
 }
 
-// pendingCleanups lists the cleanup operations not finished yet.
+// pendingCleanups lists this node's cleanup operations not finished yet, at most
+// store.MaxOperationPage of them (the rest come up as those finish), in one query.
 func (m *Manager) pendingCleanups(ctx context.Context) ([]*store.Operation, error) {
-	ops, err := m.store.ListOperations(ctx, store.OpRunning)
-	if err != nil {
-		return nil, err
-	}
-	out := ops[:0]
-	for _, op := range ops {
-		if op.Kind == cleanupKind && m.opHere(ctx, op) {
-			out = append(out, op)
-		}
-	}
-	return out, nil
+	return m.store.ListOperations(ctx, store.OperationFilter{States: []string{store.OpRunning}, Kind: cleanupKind, Node: m.cfg.NodeName})
 }
 
 // retryCleanups starts the pending cleanups whose backoff has passed (and, after a

@@ -154,7 +154,7 @@ func TestTerminateAcksBeforeCleanup(t *testing.T) {
 	if holder != "" {
 		t.Errorf("the old sandbox's uid range is still held by %q after its cleanup", holder)
 	}
-	ops, _ := st.ListOperations(ctx)
+	ops, _ := st.ListOperations(ctx, store.OperationFilter{})
 	for _, op := range ops {
 		if op.Kind == cleanupKind && op.State != store.OpSucceeded {
 			t.Errorf("cleanup operation %s is %s after the cleanup; want succeeded", op.ID, op.State)

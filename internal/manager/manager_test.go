@@ -94,7 +94,7 @@ func TestCreateRefusesBadInputAndChangesNothing(t *testing.T) {
 	if list, _ := st.ListSandboxes(ctx, store.SandboxFilter{}); len(list) != 0 {
 		t.Errorf("bad input left %d sandboxes", len(list))
 	}
-	if ops, _ := st.ListOperations(ctx); len(ops) != 0 {
+	if ops, _ := st.ListOperations(ctx, store.OperationFilter{}); len(ops) != 0 {
 		t.Errorf("bad input left %d operations", len(ops))
 	}
 	if ids, _ := fd.List(ctx); len(ids) != 0 {

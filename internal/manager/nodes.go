@@ -33,16 +33,6 @@ func (m *Manager) ownRecord(sb *store.Sandbox) bool {
 	return sb.Node == "" || sb.Node == m.cfg.NodeName
 }
 
-// opHere says whether op is this node's to finish: it is unless its sandbox's record
-// names another node (a record already gone, or none, leaves it here).
-func (m *Manager) opHere(ctx context.Context, op *store.Operation) bool {
-	if op.SandboxID == "" || m.cfg.NodeName == "" {
-		return true
-	}
-	sb, err := m.store.GetSandbox(ctx, op.SandboxID)
-	return err != nil || m.ownRecord(sb)
-}
-
 // here narrows f to this node's sandboxes (ownRecord), the only ones its loops act on:
 // another node's containers, upper layers and pool members are that node's to manage.
 func (m *Manager) here(f store.SandboxFilter) store.SandboxFilter {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // TestFailuresSayWhy: a start that fails because of the node's state says so to the
@@ -73,7 +74,7 @@ func TestFullStateDiskRefusesStarts(t *testing.T) {
 	if _, _, err := m.Suspend(ctx, local, "up"); err != nil {
 		t.Fatal(err)
 	}
-	ops, _ := st.ListOperations(ctx)
+	ops, _ := st.ListOperations(ctx, store.OperationFilter{})
 
 	m.cfg.MinFreeStateDisk = 1 << 62 // more than any disk has
 	_, _, err := m.Create(ctx, local, CreateRequest{Name: "new"})
@@ -89,7 +90,7 @@ func TestFullStateDiskRefusesStarts(t *testing.T) {
 	if _, err := m.Resolve(ctx, local.Owner, "new"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a refused create left a sandbox: %v", err)
 	}
-	if now, _ := st.ListOperations(ctx); len(now) != len(ops)+1 { // the resume's, failed
+	if now, _ := st.ListOperations(ctx, store.OperationFilter{}); len(now) != len(ops)+1 { // the resume's, failed
 		t.Errorf("%d operations after a refused create and resume; want %d", len(now), len(ops)+1)
 	}
 	checks := m.Health(ctx, "", nil).Checks

@@ -48,22 +48,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		m.recoverOne(ctx, sb)
 	}
-	ops, err := m.store.ListOperations(ctx, store.OpPending, store.OpRunning)
-	if err != nil {
+	if err := m.closeInterrupted(ctx); err != nil {
 		return err
-	}
-	for _, op := range ops {
-		if op.Kind == cleanupKind || !m.opHere(ctx, op) {
-			continue
-		}
-		m.releaseInterrupted(ctx, op)
-		op.State = store.OpFailed
-		op.ErrorCode = "unavailable"
-		op.ErrorMessage = "interrupted by a daemon restart; the sandbox's state shows the outcome"
-		op.UpdatedAt = m.now()
-		if err := m.store.UpdateOperation(ctx, op); err != nil {
-			m.log.Warn("close interrupted operation", "op", op.ID, "err", err)
-		}
 	}
 	m.retryCleanups(ctx) // their sandboxes' resources are theirs, not leftovers
 	for _, id := range m.networkLeftovers(ctx) {
@@ -92,6 +78,35 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 	})
+}
+
+// closeInterrupted fails the node's operations that a restart interrupted (all but
+// cleanups, which are resumed), a page at a time.
+func (m *Manager) closeInterrupted(ctx context.Context) error {
+	f := store.OperationFilter{States: []string{store.OpPending, store.OpRunning}, Node: m.cfg.NodeName}
+	for {
+		ops, err := m.store.ListOperations(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if op.Kind == cleanupKind {
+				continue
+			}
+			m.releaseInterrupted(ctx, op)
+			op.State = store.OpFailed
+			op.ErrorCode = "unavailable"
+			op.ErrorMessage = "interrupted by a daemon restart; the sandbox's state shows the outcome"
+			op.UpdatedAt = m.now()
+			if err := m.store.UpdateOperation(ctx, op); err != nil {
+				m.log.Warn("close interrupted operation", "op", op.ID, "err", err)
+			}
+		}
+		if len(ops) < f.PageLimit() {
+			return nil
+		}
+		f.AfterID = ops[len(ops)-1].ID
+	}
 }
 
 func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {

@@ -130,7 +130,7 @@ func (m *Manager) agrees(rec *store.SnapshotRecord, man *snapshot.Manifest) erro
 }
 
 // Snapshots lists owner's snapshots, of one sandbox when ref is set, from the daemon's
-// records of them; a snapshot whose manifest cannot be read or disagrees with its
+// records of them (the newest store.MaxSnapshotList); a snapshot whose manifest cannot be read or disagrees with its
 // record is left out.
 func (m *Manager) Snapshots(ctx context.Context, owner, ref string) ([]*snapshot.Manifest, error) {
 	if m.snaps == nil {
@@ -144,7 +144,7 @@ func (m *Manager) Snapshots(ctx context.Context, owner, ref string) ([]*snapshot
 		}
 		sandboxID = sb.ID
 	}
-	recs, err := m.store.ListSnapshotRecords(ctx, owner, sandboxID)
+	recs, err := m.store.ListSnapshotRecords(ctx, owner, sandboxID, 0)
 	if err != nil {
 		return nil, err
 	}

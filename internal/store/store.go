@@ -294,6 +294,30 @@ type SandboxFilter struct {
 	Desc bool
 }
 
+// OperationFilter selects operations for ListOperations.
+type OperationFilter struct {
+	States []string // any of these; every state when empty
+	Kind   string   // only this kind, when set
+	// Node keeps the operations of this node: those whose sandbox's record names this
+	// node or none, whose sandbox has no record, or that have no sandbox. Empty: all.
+	Node string
+	// AfterID keeps only the operations whose id comes after it: where the previous
+	// page ended.
+	AfterID string
+	Limit   int // at most this many; 0 (or more than MaxOperationPage): MaxOperationPage
+}
+
+// MaxOperationPage is the most operations one ListOperations returns.
+const MaxOperationPage = 1000
+
+// PageLimit is f's limit as the stores apply it.
+func (f OperationFilter) PageLimit() int {
+	if f.Limit <= 0 || f.Limit > MaxOperationPage {
+		return MaxOperationPage
+	}
+	return f.Limit
+}
+
 // ListPlace is a place in ListSandboxes's order: by CreatedAt, then by ID.
 type ListPlace struct {
 	CreatedAt time.Time
@@ -312,6 +336,9 @@ type EventFilter struct {
 	AfterSeq int64
 	Limit    int // 0 means a default of 1000
 }
+
+// PruneBatch is how many sandboxes one statement of PruneEvents's count pass covers.
+const PruneBatch = 100
 
 // EventRetention says which events PruneEvents removes. Zero fields remove nothing.
 type EventRetention struct {
@@ -352,8 +379,9 @@ type Store interface {
 	UpdateOperation(ctx context.Context, op *Operation) error
 	// GetOperation returns the operation with this id, or ErrNotFound.
 	GetOperation(ctx context.Context, id string) (*Operation, error)
-	// ListOperations returns operations in any of the given states (all when empty).
-	ListOperations(ctx context.Context, states ...string) ([]*Operation, error)
+	// ListOperations returns the operations f selects, in id order, at most f.Limit
+	// (MaxOperationPage when 0 or more).
+	ListOperations(ctx context.Context, f OperationFilter) ([]*Operation, error)
 
 	// AppendEvent stores ev and sets ev.Seq.
 	// CreateIdentity stores a new identity; ErrAlreadyExists if the name is taken.

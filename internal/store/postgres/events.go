@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -60,8 +61,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 }
 
 // PruneEvents implements store.Store. The age pass finds the first event (by Seq) that
-// is not older than the cutoff and removes everything before it; the count pass reads
-// each crowded sandbox's rows through events_sandbox.
+// is not older than the cutoff and removes everything before it; the count pass removes,
+// in one statement per store.PruneBatch crowded sandboxes, every event past the cap.
 func (s *Store) PruneEvents(ctx context.Context, r store.EventRetention) (int64, error) {
 	var removed int64
 	exec := func(q string, a ...any) error {
@@ -101,18 +102,12 @@ func (s *Store) PruneEvents(ctx context.Context, r store.EventRetention) (int64,
 			return removed, fmt.Errorf("prune events: %w", err)
 		}
 	}
-	for _, id := range ids {
-		// The newest event past the cap; everything up to it goes.
-		var last int64
-		err := s.pool.QueryRow(ctx, `SELECT seq FROM events WHERE sandbox_id = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2`,
-			id, r.MaxPerSandbox).Scan(&last)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
+	for batch := range slices.Chunk(ids, store.PruneBatch) {
+		// One statement per batch: every event past the cap of its sandbox goes.
+		err := exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM (SELECT seq,
+			ROW_NUMBER() OVER (PARTITION BY sandbox_id ORDER BY seq DESC) AS n
+			FROM events WHERE sandbox_id = ANY($1)) AS ranked WHERE n > $2)`, batch, r.MaxPerSandbox)
 		if err != nil {
-			return removed, fmt.Errorf("prune events of %s: %w", id, err)
-		}
-		if err := exec(`DELETE FROM events WHERE sandbox_id = $1 AND seq <= $2`, id, last); err != nil {
 			return removed, err
 		}
 	}

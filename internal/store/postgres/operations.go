@@ -124,14 +124,20 @@ func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, 
 	return op, nil
 }
 
-// ListOperations implements store.Store, oldest first.
-func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.Operation, error) {
-	q := `SELECT ` + records.OperationColumns + ` FROM operations`
+// ListOperations implements store.Store.
+func (s *Store) ListOperations(ctx context.Context, f store.OperationFilter) ([]*store.Operation, error) {
 	var a args
-	if len(states) > 0 {
-		q += " WHERE state = ANY(" + a.add(states) + ")"
+	q := `SELECT ` + records.OperationColumns + ` FROM operations WHERE id > ` + a.add(f.AfterID)
+	if len(f.States) > 0 {
+		q += " AND state = ANY(" + a.add(f.States) + ")"
 	}
-	q += " ORDER BY created_at, ord"
+	if f.Kind != "" {
+		q += " AND kind = " + a.add(f.Kind)
+	}
+	if f.Node != "" {
+		q += ` AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.id = operations.sandbox_id AND s.node NOT IN ('', ` + a.add(f.Node) + `))`
+	}
+	q += " ORDER BY id LIMIT " + a.add(f.PageLimit())
 	out, err := queryRows(ctx, s, scanOperation, q, a...)
 	if err != nil {
 		return nil, fmt.Errorf("list operations: %w", err)

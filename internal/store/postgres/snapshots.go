@@ -38,9 +38,10 @@ func (s *Store) GetSnapshotRecord(ctx context.Context, id string) (*store.Snapsh
 }
 
 // ListSnapshotRecords implements store.Store.
-func (s *Store) ListSnapshotRecords(ctx context.Context, owner, sandboxID string) ([]*store.SnapshotRecord, error) {
-	out, err := queryRows(ctx, s, records.ScanSnapshot, `SELECT `+records.SnapshotColumns+` FROM snapshots
-		WHERE owner = $1 AND ($2 = '' OR sandbox_id = $2) ORDER BY created_at, id`, owner, sandboxID)
+func (s *Store) ListSnapshotRecords(ctx context.Context, owner, sandboxID string, limit int) ([]*store.SnapshotRecord, error) {
+	out, err := queryRows(ctx, s, records.ScanSnapshot, `SELECT `+records.SnapshotColumns+` FROM (SELECT * FROM snapshots
+		WHERE owner = $1 AND ($2 = '' OR sandbox_id = $2) ORDER BY created_at DESC, id DESC LIMIT $3) AS newest ORDER BY created_at, id`,
+		owner, sandboxID, store.SnapshotListLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/records"
@@ -60,7 +62,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 
 // PruneEvents implements store.Store. The age pass finds the first event (by Seq) that
 // is not older than the cutoff and removes everything before it, so it reads only the
-// rows it removes; the count pass reads each sandbox's rows through events_sandbox.
+// rows it removes; the count pass removes, in one statement per store.PruneBatch
+// sandboxes, every event past the cap of its sandbox.
 func (s *Store) PruneEvents(ctx context.Context, r store.EventRetention) (int64, error) {
 	var removed int64
 	exec := func(q string, args ...any) error {
@@ -98,18 +101,16 @@ func (s *Store) PruneEvents(ctx context.Context, r store.EventRetention) (int64,
 			return removed, err
 		}
 	}
-	for _, id := range ids {
-		// The newest event past the cap; everything up to it goes.
-		var last int64
-		err := s.w.QueryRowContext(ctx, `SELECT seq FROM events WHERE sandbox_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`,
-			id, r.MaxPerSandbox).Scan(&last)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
+	for batch := range slices.Chunk(ids, store.PruneBatch) {
+		// One statement per batch: every event past the cap of its sandbox goes.
+		q := `DELETE FROM events WHERE seq IN (SELECT seq FROM (SELECT seq,
+			ROW_NUMBER() OVER (PARTITION BY sandbox_id ORDER BY seq DESC) AS n
+			FROM events WHERE sandbox_id IN (?` + strings.Repeat(", ?", len(batch)-1) + `)) WHERE n > ?)`
+		args := make([]any, 0, len(batch)+1)
+		for _, id := range batch {
+			args = append(args, id)
 		}
-		if err != nil {
-			return removed, fmt.Errorf("prune events of %s: %w", id, err)
-		}
-		if err := exec(`DELETE FROM events WHERE sandbox_id = ? AND seq <= ?`, id, last); err != nil {
+		if err := exec(q, append(args, r.MaxPerSandbox)...); err != nil {
 			return removed, err
 		}
 	}

@@ -98,17 +98,26 @@ func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, 
 	return op, nil
 }
 
-// ListOperations implements store.Store, oldest first.
-func (s *Store) ListOperations(ctx context.Context, states ...string) ([]*store.Operation, error) {
-	q := `SELECT ` + records.OperationColumns + ` FROM operations`
-	var args []any
-	if len(states) > 0 {
-		q += " WHERE state IN (?" + strings.Repeat(", ?", len(states)-1) + ")"
-		for _, st := range states {
+// ListOperations implements store.Store.
+func (s *Store) ListOperations(ctx context.Context, f store.OperationFilter) ([]*store.Operation, error) {
+	q := `SELECT ` + records.OperationColumns + ` FROM operations WHERE id > ?`
+	args := []any{f.AfterID}
+	if len(f.States) > 0 {
+		q += " AND state IN (?" + strings.Repeat(", ?", len(f.States)-1) + ")"
+		for _, st := range f.States {
 			args = append(args, st)
 		}
 	}
-	q += " ORDER BY created_at, rowid"
+	if f.Kind != "" {
+		q += " AND kind = ?"
+		args = append(args, f.Kind)
+	}
+	if f.Node != "" {
+		q += ` AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.id = operations.sandbox_id AND s.node NOT IN ('', ?))`
+		args = append(args, f.Node)
+	}
+	q += " ORDER BY id LIMIT ?"
+	args = append(args, f.PageLimit())
 
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -37,9 +37,10 @@ func (s *Store) GetSnapshotRecord(ctx context.Context, id string) (*store.Snapsh
 }
 
 // ListSnapshotRecords implements store.Store.
-func (s *Store) ListSnapshotRecords(ctx context.Context, owner, sandboxID string) ([]*store.SnapshotRecord, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+records.SnapshotColumns+` FROM snapshots
-		WHERE owner = ? AND (? = '' OR sandbox_id = ?) ORDER BY created_at, id`, owner, sandboxID, sandboxID)
+func (s *Store) ListSnapshotRecords(ctx context.Context, owner, sandboxID string, limit int) ([]*store.SnapshotRecord, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+records.SnapshotColumns+` FROM (SELECT * FROM snapshots
+		WHERE owner = ? AND (? = '' OR sandbox_id = ?) ORDER BY created_at DESC, id DESC LIMIT ?) ORDER BY created_at, id`,
+		owner, sandboxID, sandboxID, store.SnapshotListLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}

@@ -59,7 +59,7 @@ func testIdempotencyKeyReplay(t *testing.T, open func(t *testing.T) store.Store)
 		_, err = s.CreateOperation(ctx, newOperation(fmt.Sprintf("op_nokey_%d", i), "alice", "", 8+i))
 		ok(t, err, "CreateOperation without a key")
 	}
-	all, err := s.ListOperations(ctx)
+	all, err := s.ListOperations(ctx, store.OperationFilter{})
 	ok(t, err, "ListOperations")
 	if len(all) != 5 {
 		t.Errorf("ListOperations: got %d operations, want 5", len(all))
@@ -94,7 +94,7 @@ func testUpdateOperation(t *testing.T, open func(t *testing.T) store.Store) {
 
 func testListOperations(t *testing.T, open func(t *testing.T) store.Store) {
 	s, ctx := open(t), t.Context()
-	got, err := s.ListOperations(ctx)
+	got, err := s.ListOperations(ctx, store.OperationFilter{})
 	ok(t, err, "ListOperations on an empty store")
 	if len(got) != 0 {
 		t.Errorf("ListOperations on an empty store: got %d operations, want 0", len(got))
@@ -118,15 +118,63 @@ func testListOperations(t *testing.T, open func(t *testing.T) store.Store) {
 		{[]string{"unknown"}, nil},
 	}
 	for _, tt := range tests {
-		got, err := s.ListOperations(ctx, tt.states...)
+		got, err := s.ListOperations(ctx, store.OperationFilter{States: tt.states})
 		ok(t, err, fmt.Sprintf("ListOperations(%v)", tt.states))
-		var ids []string
-		for _, op := range got {
-			ids = append(ids, op.ID)
+		sameIDs(t, opIDs(got), tt.want, fmt.Sprintf("ListOperations(%v)", tt.states))
+	}
+}
+
+func opIDs(ops []*store.Operation) []string {
+	var ids []string
+	for _, op := range ops {
+		ids = append(ids, op.ID)
+	}
+	return ids
+}
+
+// testListOperationsFilters: kind and node narrow the list (an operation whose sandbox
+// has no record, or a record of no node, is every node's), and pages in id order
+// follow each other, at most the limit each and never more than MaxOperationPage.
+func testListOperationsFilters(t *testing.T, open func(t *testing.T) store.Store) {
+	s, ctx := open(t), t.Context()
+	for i, node := range []string{"n1", "n2", ""} {
+		sb := newSandbox(fmt.Sprintf("sb_op_%d", i), "alice", fmt.Sprintf("op-%d", i), i)
+		sb.Node = node
+		ok(t, s.CreateSandbox(ctx, sb), "CreateSandbox")
+	}
+	for i, c := range []struct{ kind, sandbox string }{
+		{"cleanup", "sb_op_0"}, {"create", "sb_op_1"}, {"cleanup", "sb_op_2"}, {"cleanup", "sb_gone"}, {"gc", ""},
+	} {
+		op := newOperation(fmt.Sprintf("op_%d", i), "alice", "", i)
+		op.Kind, op.SandboxID = c.kind, c.sandbox
+		_, err := s.CreateOperation(ctx, op)
+		ok(t, err, "CreateOperation")
+	}
+	for _, tt := range []struct {
+		f    store.OperationFilter
+		want []string
+	}{
+		{store.OperationFilter{Kind: "cleanup"}, []string{"op_0", "op_2", "op_3"}},
+		{store.OperationFilter{Node: "n1"}, []string{"op_0", "op_2", "op_3", "op_4"}},
+		{store.OperationFilter{Node: "n2", Kind: "cleanup"}, []string{"op_2", "op_3"}},
+		{store.OperationFilter{Limit: 2}, []string{"op_0", "op_1"}},
+		{store.OperationFilter{AfterID: "op_1", Limit: 2}, []string{"op_2", "op_3"}},
+		{store.OperationFilter{AfterID: "op_3", Limit: 2}, []string{"op_4"}},
+	} {
+		got, err := s.ListOperations(ctx, tt.f)
+		ok(t, err, fmt.Sprintf("ListOperations(%+v)", tt.f))
+		if ids := opIDs(got); !slices.Equal(ids, tt.want) {
+			t.Errorf("ListOperations(%+v) = %v; want %v", tt.f, ids, tt.want)
 		}
-		// The interface promises no order of operations; compare as sets.
-		slices.Sort(ids)
-		sameIDs(t, ids, tt.want, fmt.Sprintf("ListOperations(%v)", tt.states))
+	}
+	for i := range store.MaxOperationPage {
+		_, err := s.CreateOperation(ctx, newOperation(fmt.Sprintf("op_x%04d", i), "alice", "", i))
+		ok(t, err, "CreateOperation")
+	}
+	got, err := s.ListOperations(ctx, store.OperationFilter{Limit: store.MaxOperationPage + 10})
+	ok(t, err, "ListOperations past the page")
+	if len(got) != store.MaxOperationPage {
+		t.Errorf("ListOperations asking for %d returned %d; want at most %d", store.MaxOperationPage+10, len(got), store.MaxOperationPage)
 	}
 }
 

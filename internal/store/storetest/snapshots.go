@@ -12,8 +12,8 @@ import (
 )
 
 // testSnapshotRecords: a record is kept as given, a second with its id is refused and
-// changes nothing, lists are the owner's only (of one sandbox when asked), oldest
-// first, and a deleted record is gone.
+// changes nothing, lists are the owner's only (of one sandbox when asked), the newest
+// up to the limit, oldest first, and a deleted record is gone.
 func testSnapshotRecords(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := context.Background()
 	s := open(t)
@@ -36,9 +36,9 @@ func testSnapshotRecords(t *testing.T, open func(t *testing.T) store.Store) {
 	if err != nil || got.ID != "snap_b" || got.Owner != "alice" || got.SandboxID != "sb_1" || got.Node != "n1" || !got.CreatedAt.Equal(at) {
 		t.Fatalf("GetSnapshotRecord(snap_b) = %+v, %v; want %+v", got, err, recs[0])
 	}
-	ids := func(owner, sandboxID string) []string {
+	ids := func(owner, sandboxID string, limit ...int) []string {
 		t.Helper()
-		list, err := s.ListSnapshotRecords(ctx, owner, sandboxID)
+		list, err := s.ListSnapshotRecords(ctx, owner, sandboxID, append(limit, 0)[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,6 +50,9 @@ func testSnapshotRecords(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	if got := ids("alice", ""); !slices.Equal(got, []string{"snap_b", "snap_a"}) {
 		t.Fatalf("alice's snapshots = %v; want [snap_b snap_a]", got)
+	}
+	if got := ids("alice", "", 1); !slices.Equal(got, []string{"snap_a"}) {
+		t.Fatalf("alice's newest snapshot = %v; want [snap_a]", got)
 	}
 	if got := ids("alice", "sb_2"); !slices.Equal(got, []string{"snap_a"}) {
 		t.Fatalf("alice's snapshots of sb_2 = %v; want [snap_a]", got)

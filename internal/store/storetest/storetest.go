@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"IdempotencyKeyReplay", testIdempotencyKeyReplay},
 		{"UpdateOperation", testUpdateOperation},
 		{"ListOperations", testListOperations},
+		{"ListOperationsFilters", testListOperationsFilters},
 		{"EventsInSeqOrder", testEventsInSeqOrder},
 		{"ListEventsFilter", testListEventsFilter},
 		{"ListEventsDefaultLimit", testListEventsDefaultLimit},
