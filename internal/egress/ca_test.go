@@ -54,7 +54,10 @@ func TestLoadOrCreateCA(t *testing.T) {
 			t.Errorf("leaf for %s lives %s, want at most %s", host, life, leafValidity+clockSkew)
 		}
 	}
-	leaf, _ := again.Leaf("pypi.org")
+	leaf, err := again.Leaf("pypi.org")
+	if err != nil {
+		t.Fatalf("Leaf(pypi.org) again: %v", err)
+	}
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "evil.org", Roots: ca.Pool()}); err == nil {
 		t.Errorf("leaf for pypi.org verifies for evil.org")
 	}
@@ -115,7 +118,10 @@ func TestRootPool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RootPool: %v", err)
 	}
-	leaf, _ := ca.Leaf("upstream.example")
+	leaf, err := ca.Leaf("upstream.example")
+	if err != nil {
+		t.Fatalf("Leaf(upstream.example) of the extra CA: %v", err)
+	}
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "upstream.example", Roots: pool}); err != nil {
 		t.Errorf("a leaf of the extra CA does not verify against the pool: %v", err)
 	}
