@@ -122,15 +122,32 @@ func (m *Manager) claimMember(ctx context.Context, hn runtime.Hostnamer, mem, wa
 	// identity goes, and the create is a cold one.
 	if err := m.takeIdentity(ctx, hn, &c); err != nil {
 		m.log.Warn("a claimed pool member could not take its identity; it is removed", "sandbox", c.ID, "err", err)
-		if err := m.terminate(ctx, &c, "pool_claim_failed"); err == nil {
-			m.store.DeleteSandbox(ctx, c.ID)
-		}
+		m.dropClaimed(ctx, mem, &c)
 		m.movePending(want.Owner, c.ID, want.ID)
 		return false, nil
 	}
 	*want = c
 	noteSandbox(ctx, c.ID)
 	return true, nil
+}
+
+// dropClaimed removes c, the record of member mem that a claim changed but whose
+// container could not take the change, as a retired member goes (retireMember): it is
+// given back its pool's identity, so its record is nobody's sandbox, and terminated;
+// the cleanup that starts frees its container, network and uid range, then the record.
+// The caller holds its lock. Should the identity not go back, the cleanup runs all the
+// same and leaves a tombstone.
+func (m *Manager) dropClaimed(ctx context.Context, mem, c *store.Sandbox) {
+	back := *mem
+	back.Version = c.Version
+	if err := m.store.UpdateSandbox(ctx, &back); err != nil {
+		m.log.Warn("give a pool member whose claim failed back its pool identity", "sandbox", c.ID, "err", err)
+	} else {
+		c = &back
+	}
+	if err := m.terminate(ctx, c, "pool_claim_failed"); err != nil {
+		m.log.Warn("terminate a pool member whose claim failed; it is retried", "sandbox", c.ID, "err", err)
+	}
 }
 
 // takeIdentity applies to the running container of a claimed member what its record

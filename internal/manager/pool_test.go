@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	fakenet "github.com/airlockhq/airlock/internal/netattach/fake"
+	"github.com/airlockhq/airlock/internal/runtime/fake"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -404,5 +405,56 @@ func TestPoolClaimCountsAgainstTheCapOnce(t *testing.T) {
 	defer m.mu.Unlock()
 	if len(m.pending) != 0 {
 		t.Errorf("creates in flight after all answered: %v", m.pending)
+	}
+}
+
+// renameFails is the fake driver whose containers cannot take a new host name, so a
+// claimed pool member cannot take its identity.
+type renameFails struct{ *fake.Driver }
+
+func (d renameFails) SetHostname(ctx context.Context, id, name string) error {
+	return errors.New("sethostname: operation not permitted")
+}
+
+// TestPoolFailedClaimCleansTheMember: a member whose claim fails goes as a retired one
+// does: its container, uid range and record are all removed, and the create is a cold
+// one that leaves no other sandbox of the caller behind.
+func TestPoolFailedClaimCleansTheMember(t *testing.T) {
+	drv := renameFails{newFake(t)}
+	m, st := newManagerWith(t, DefaultConfig(), drv)
+	ctx := context.Background()
+	members := fillPool(t, m, "warm", 1)
+	if len(members) != 1 {
+		t.Fatalf("pool members = %v; want 1", members)
+	}
+	mem, err := st.GetSandbox(ctx, members[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatalf("create after a failed claim: %v", err)
+	}
+	if sb.ID == mem.ID {
+		t.Fatalf("the create took the member whose claim failed")
+	}
+	if err := m.WaitCleanups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := drv.List(ctx); slices.Contains(ids, mem.ID) {
+		t.Errorf("the member whose claim failed still has its container (%v)", ids)
+	}
+	m.mu.Lock()
+	holder := m.slots[mem.UIDBase]
+	m.mu.Unlock()
+	if holder == mem.ID {
+		t.Errorf("the member whose claim failed still holds its uid range")
+	}
+	if _, err := st.GetSandbox(ctx, mem.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the member whose claim failed still has a record (%v)", err)
+	}
+	all, err := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "alice"})
+	if err != nil || len(all) != 1 || all[0].ID != sb.ID {
+		t.Errorf("alice's sandboxes = %d (%v); want only the cold one, %s", len(all), err, sb.ID)
 	}
 }
