@@ -160,6 +160,7 @@ type Manager struct {
 	pending  map[string]map[string]bool // owner -> sandbox ids of creates between the cap check and their record
 	retries  map[string]retry           // sandbox id -> backoff of a failed delete or cleanup
 	cleaning map[string]bool            // sandbox id -> its cleanup runs (cleanup.go)
+	watches  map[string]int             // sandbox id -> watches open (watches.go)
 
 	cleanDone chan struct{} // closed and replaced (under mu) whenever a cleanup run ends
 	cleanSem  chan struct{} // one token per running cleanup
@@ -195,7 +196,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, retries: map[string]retry{},
-		cleaning: map[string]bool{}, cleanDone: make(chan struct{}), cleanSem: make(chan struct{}, cleanupWorkers),
+		cleaning: map[string]bool{}, watches: map[string]int{}, cleanDone: make(chan struct{}), cleanSem: make(chan struct{}, cleanupWorkers),
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})

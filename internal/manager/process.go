@@ -55,24 +55,32 @@ func (m *Manager) StartSession(ctx context.Context, owner, ref string, spec agen
 	if len(pa.argv) == 0 {
 		pa.argv = []string{spec.Kind}
 	}
+	release, err := m.takeWatch(sb)
+	if err != nil {
+		return nil, err
+	}
 	info, watch, err := m.watchClient(sb).StartSessionWatched(ctx, spec)
 	if err != nil {
 		err = m.agentFailed(sb, err)
 	}
 	m.auditProcess(ctx, pa, nil, "", err)
-	if watch != nil {
-		m.auditSessionEnd(context.WithoutCancel(ctx), pa, watch)
+	if watch == nil {
+		release()
+	} else {
+		m.auditSessionEnd(context.WithoutCancel(ctx), pa, watch, release)
 	}
 	return info, err
 }
 
 // auditSessionEnd records how a session ended once its watch says so: exited (with its
 // exit code) or closed, or "lost" when the sandbox stopped, or its agent went, first.
-// A node that closes leaves the session running, unrecorded.
-func (m *Manager) auditSessionEnd(ctx context.Context, pa processAudit, watch *agent.SessionWatch) {
+// A node that closes leaves the session running, unrecorded. The watch holds one of the
+// sandbox's watch places (release gives it back) until then.
+func (m *Manager) auditSessionEnd(ctx context.Context, pa processAudit, watch *agent.SessionWatch, release func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer release()
 		defer watch.Close()
 		stop := context.AfterFunc(m.ctx, func() { watch.Close() })
 		defer stop()

@@ -116,15 +116,6 @@ func (w *Work) LookupUser(ctx context.Context, name string) (*agentproto.UserInf
 	return u, w.fail(err)
 }
 
-// Watch is a stream of changes under a directory of a sandbox.
-type Watch = agent.Watch
-
-// Watch watches the directory path (and, recursive, every directory below it).
-func (w *Work) Watch(ctx context.Context, path string, recursive bool) (*Watch, error) {
-	wa, err := w.cl.Watch(ctx, path, recursive)
-	return wa, w.fail(err)
-}
-
 // DialPort connects to port on the sandbox's loopback.
 func (w *Work) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	conn, err := w.cl.DialPort(ctx, port)
