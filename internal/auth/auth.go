@@ -55,7 +55,7 @@ type Service struct {
 	opts Options
 	now  func() time.Time
 
-	cache principals // identities' principals, kept until an identity or role changes
+	cache principals // identities' principals, kept until an identity or role changes (here) or for principalTTL
 
 	mu       sync.Mutex
 	sessions map[string]*session // by token hash
@@ -265,10 +265,10 @@ func (s *Service) LiveTokens(ctx context.Context, identity string) ([]string, er
 func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
 	name, ok := s.opts.UnixUsers[uid]
 	if !ok {
-		name, ok = s.cache.uid(uid)
+		name, ok = s.cache.uid(uid, s.now())
 	}
 	if !ok {
-		gen := s.cache.generation()
+		at, gen := s.now(), s.cache.generation()
 		ids, err := s.st.ListIdentities(ctx)
 		if err != nil {
 			return nil, err
@@ -276,7 +276,7 @@ func (s *Service) ForUID(ctx context.Context, uid int) (*Principal, error) {
 		for _, id := range ids {
 			if slices.Contains(id.UIDs, uid) {
 				name, ok = id.Name, true
-				s.cache.putUID(gen, uid, name)
+				s.cache.putUID(gen, at, uid, name)
 				break
 			}
 		}
