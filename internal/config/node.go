@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/labels"
 )
 
 // Node names this node within a cluster and says where the other nodes reach it. A
@@ -27,6 +29,9 @@ type Node struct {
 	// LeasePeriod is how often the node renews its membership lease (default 5s); a node
 	// that has not renewed for two periods is lost.
 	LeasePeriod string `yaml:"lease_period"`
+	// Labels are the operators' words on the node (zone: a, gpu: "yes"), which a
+	// create's node selector matches; a key and value follow the sandbox label rule.
+	Labels map[string]string `yaml:"labels"`
 }
 
 // Cluster is what the nodes of one cluster share.
@@ -71,6 +76,7 @@ type NodeSetting struct {
 	Name              string
 	Listen, Advertise string // "": the node does not serve other nodes
 	LeasePeriod       time.Duration
+	Labels            map[string]string
 }
 
 var nodeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
@@ -112,6 +118,10 @@ func (c Config) nodeSetting() (NodeSetting, []error) {
 	} else if !nodeNameRE().MatchString(s.Name) {
 		errs = append(errs, fmt.Errorf("node.name %q must be %s", s.Name, nodeNameRule))
 	}
+	if err := labels.Check(c.Node.Labels); err != nil {
+		errs = append(errs, fmt.Errorf("node.labels: %w", err))
+	}
+	s.Labels = c.Node.Labels
 	if c.Node.LeasePeriod != "" {
 		d, err := time.ParseDuration(c.Node.LeasePeriod)
 		if err != nil || d < time.Second || d > time.Minute {

@@ -34,7 +34,21 @@ func (n *Node) joinCluster(ctx context.Context, cfg config.Config, set config.Se
 	mcfg := manager.DefaultConfig()
 	cpus, mem := manager.HostSize()
 	mc := membership.Config{Name: set.Node.Name, Instance: inst, Address: set.Node.Advertise, Period: set.Node.LeasePeriod,
-		Capacity: store.Resources{Memory: mem, CPUs: cpus, Sandboxes: mcfg.UIDSlots}}
+		Capacity: store.Resources{Memory: mem, CPUs: cpus, Sandboxes: mcfg.UIDSlots}, Labels: set.Node.Labels,
+		// The runtimes and images are known once the node is whole; Start renews at once.
+		Runtimes: func() []string {
+			if n.Manager == nil {
+				return nil
+			}
+			return n.Manager.Runtimes()
+		},
+		Images: func() []string {
+			if n.Images == nil {
+				return nil
+			}
+			d, _ := n.Images.Digests()
+			return d
+		}}
 	reserved := func(ctx context.Context) (store.Resources, error) {
 		if n.Manager == nil {
 			return store.Resources{}, nil

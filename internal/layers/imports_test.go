@@ -34,7 +34,8 @@ var forbidden = map[string][]string{
 	// Placement only decides, from what its caller read.
 	"internal/placement": {"airlock:internal/errdefs,internal/units", "os", "net", "syscall", "golang.org/x/sys"},
 	"internal/runtime":   {"airlock:"},
-	"internal/config":    {"airlock:api,internal/units"},
+	"internal/config":    {"airlock:api,internal/units,internal/labels"},
+	"internal/labels":    {"airlock:"},
 	"internal/units":     {"airlock:"},
 	"internal/clip":      {"airlock:"},
 	"internal/durable":   {"airlock:"},
