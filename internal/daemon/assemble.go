@@ -251,7 +251,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
 	mcfg.EventMaxAge = set.EventMaxAge
 	mcfg.DefaultRuntime = cfg.DefaultRuntime
-	mcfg.NodeName = set.Node.Name
+	mcfg.NodeName, mcfg.NodeLabels, mcfg.SharedStore = set.Node.Name, set.Node.Labels, cfg.Store.DSN != ""
 	return mcfg
 }
 

@@ -41,8 +41,8 @@ type Request struct {
 type Node struct {
 	Name  string
 	State string // Ready, or why the node takes none (draining, lost, stopped)
-	// Memory and CPUs are the node's size; Reserved is the memory its live sandboxes
-	// hold.
+	// Memory and CPUs are the node's size (zero: not known, not checked); Reserved is
+	// the memory its live sandboxes hold.
 	Memory   int64
 	CPUs     float64
 	Reserved int64
@@ -70,7 +70,7 @@ func Shortfall(r Request, n Node) string {
 	switch {
 	case r.CPUs > n.CPUs && n.CPUs > 0:
 		return fmt.Sprintf("%s has %g CPUs", n.Name, n.CPUs)
-	case r.Memory > n.Free():
+	case r.Memory > n.Free() && n.Memory > 0:
 		return fmt.Sprintf("%s has %s free", n.Name, units.FormatSize(n.Free()))
 	}
 	return ""

@@ -158,11 +158,14 @@ type Sandbox struct {
 	Runtime string `json:"runtime,omitempty"`
 	// Role is the one role the sandbox acts with, narrower than its owner's ("": the
 	// owner's roles at the time of each call). It stays when the owner's roles change.
-	Role       string            `json:"role,omitempty"`
-	Limits     Limits            `json:"limits"`
-	Env        map[string]string `json:"env,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Generation int64             `json:"generation"`
+	Role   string            `json:"role,omitempty"`
+	Limits Limits            `json:"limits"`
+	Env    map[string]string `json:"env,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// NodeSelector are the labels the sandbox's node must carry: its create asked for
+	// them, and a node it moves to must carry them too.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	Generation   int64             `json:"generation"`
 	// Version is the optimistic-concurrency version (the ETag); UpdateSandbox bumps it.
 	Version int64 `json:"version"`
 	// UIDBase is the first host uid of the sandbox's own user-namespace range.

@@ -1,0 +1,144 @@
+package manager
+
+import (
+	"context"
+	"maps"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/placement"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/units"
+)
+
+// PlaceRequest is what a new sandbox needs of its node: what placement weighs.
+type PlaceRequest struct {
+	Memory int64   `json:"memory"` // bytes its memory limit reserves
+	CPUs   float64 `json:"cpus"`
+	// Runtime is the runtime it runs on ("": each node's default).
+	Runtime string `json:"runtime,omitempty"`
+	// Image is its image's digest, when known: a node that holds it is preferred.
+	Image string `json:"image,omitempty"`
+	// NodeSelector are the labels its node must carry.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+}
+
+// PlaceCreate is what the create req of call needs of its node, its limits resolved as
+// the create resolves them. Bad input is refused as the create would refuse it.
+func (m *Manager) PlaceCreate(call Call, req CreateRequest) (PlaceRequest, error) {
+	limits, err := m.resolveLimits(req.Limits)
+	if err != nil {
+		return PlaceRequest{}, err
+	}
+	if err := validateSelector(req.NodeSelector); err != nil {
+		return PlaceRequest{}, err
+	}
+	pr := PlaceRequest{Memory: limits.Memory, CPUs: limits.CPU, Runtime: req.Runtime, NodeSelector: req.NodeSelector}
+	if req.Image == "" {
+		req.Image = image.HostName
+	}
+	if img, err := m.images.Get(image.Scope{Owner: call.Owner}, req.Image); err == nil {
+		pr.Image = img.Digest
+	}
+	return pr, nil
+}
+
+// PlaceSandbox is what sb needs of a node that starts it again (a fork of it, or its
+// resume on another node).
+func PlaceSandbox(sb *store.Sandbox) PlaceRequest {
+	return PlaceRequest{Memory: sb.Limits.Memory, CPUs: sb.Limits.CPU, Runtime: sb.Runtime, Image: sb.ImageDigest, NodeSelector: sb.NodeSelector}
+}
+
+// Place names the nodes that can take a sandbox needing req, best first (placement
+// decides), or refuses with what each node lacks. Its reservations are read fresh
+// from the store, in one query for every node, with one more for the nodes' records.
+// A node alone places on itself, reading nothing: its own create admits the memory.
+func (m *Manager) Place(ctx context.Context, req PlaceRequest) ([]string, error) {
+	if !m.cfg.SharedStore || m.member == nil {
+		return placement.Decide(placement.Request{Runtime: req.Runtime, Selector: req.NodeSelector}, []placement.Node{m.self()})
+	}
+	nodes, err := m.member.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	reserved, err := m.store.ReservedByNode(ctx, reserving)
+	if err != nil {
+		return nil, err
+	}
+	cands := make([]placement.Node, len(nodes))
+	for i, n := range nodes {
+		cands[i] = placement.Node{Name: n.Name, State: string(n.State), Memory: n.Capacity.Memory, CPUs: n.Capacity.CPUs,
+			Reserved: reserved[n.Name].Memory, Labels: n.Labels, Runtimes: n.Runtimes, Images: n.Images}
+	}
+	return placement.Decide(placement.Request{Memory: req.Memory, CPUs: req.CPUs, Runtime: req.Runtime, Image: req.Image, Selector: req.NodeSelector}, cands)
+}
+
+// self is this node as placement sees it without reading the store: ready, of no
+// known size (its own create admits memory), with its labels and runtimes.
+func (m *Manager) self() placement.Node {
+	return placement.Node{Name: m.cfg.NodeName, State: placement.Ready, Labels: m.cfg.NodeLabels, Runtimes: m.Runtimes()}
+}
+
+// selects checks a create's node selector, and that this node, which is to create the
+// sandbox, carries its labels.
+func (m *Manager) selects(sel map[string]string) error {
+	if err := validateSelector(sel); err != nil {
+		return err
+	}
+	if why := placement.Shortfall(placement.Request{Selector: sel}, m.self()); why != "" {
+		return errdefs.Precondition("this node cannot hold the sandbox: %s", why).
+			WithDetails(map[string]any{"node": m.cfg.NodeName, "reason": "node_selector"})
+	}
+	return nil
+}
+
+func validateSelector(sel map[string]string) error {
+	if err := validateLabels(sel); err != nil {
+		return errdefs.Invalid("node_selector: %s", errdefs.Message(err))
+	}
+	return nil
+}
+
+// admit holds memory bytes of this node's memory for sandbox id until release, or
+// refuses when the node's live sandboxes (pool members too) and the containers being
+// made would reserve more than the node has. A create, fork, pool refill or resume
+// holds it while its container is made, so concurrent ones on this node cannot
+// overcommit it: each counts those admitted before it, and one whose record already
+// reserves is counted once.
+func (m *Manager) admit(ctx context.Context, id string, memory int64) (release func(), err error) {
+	capacity := m.cfg.HostMemory
+	if capacity <= 0 {
+		return func() {}, nil
+	}
+	m.mu.Lock()
+	inFlight := maps.Clone(m.admitted)
+	m.admitted[id] = memory
+	m.mu.Unlock()
+	release = func() {
+		m.mu.Lock()
+		delete(m.admitted, id)
+		m.mu.Unlock()
+	}
+	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: reserving}))
+	if err != nil {
+		release()
+		return nil, err
+	}
+	var held int64
+	for _, mem := range inFlight {
+		held += mem
+	}
+	for _, sb := range list {
+		if _, counted := inFlight[sb.ID]; !counted && sb.ID != id {
+			held += sb.Limits.Memory
+		}
+	}
+	if held+memory > capacity {
+		release()
+		free := max(capacity-held, 0)
+		return nil, errdefs.Quota("node %q cannot hold %s more memory: its sandboxes reserve %s of its %s, %s is free",
+			m.cfg.NodeName, units.FormatSize(memory), units.FormatSize(held), units.FormatSize(capacity), units.FormatSize(free)).
+			WithDetails(map[string]any{"node": m.cfg.NodeName, "memory": memory, "free": free, "capacity": capacity, "reason": "node_memory"})
+	}
+	return release, nil
+}
