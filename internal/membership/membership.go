@@ -107,15 +107,16 @@ func read(list func() []string) []string {
 	return list()
 }
 
-// Start renews the lease at once (the node is whole now: its runtimes and what its
-// recovered sandboxes reserve are known), then every period until Close.
+// Start renews the lease at once, before it returns (the node is whole now: its
+// runtimes and what its recovered sandboxes reserve are known), then every period
+// until Close.
 func (l *Lease) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
+	if err := l.Renew(ctx); err != nil {
+		l.log.Error("membership lease not renewed", "err", err)
+	}
 	l.wg.Go(func() {
-		if err := l.Renew(ctx); err != nil && ctx.Err() == nil {
-			l.log.Error("membership lease not renewed", "err", err)
-		}
 		t := time.NewTicker(l.cfg.Period)
 		defer t.Stop()
 		for {
