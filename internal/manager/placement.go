@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
@@ -17,7 +19,9 @@ type PlaceRequest struct {
 	CPUs   float64 `json:"cpus"`
 	// Runtime is the runtime it runs on ("": each node's default).
 	Runtime string `json:"runtime,omitempty"`
-	// Image is its image's digest, when known: a node that holds it is preferred.
+	// Image is its image: a digest, or a name that Place resolves among the public
+	// images (another owner's names are not looked at). A node that holds it is
+	// preferred.
 	Image string `json:"image,omitempty"`
 	// NodeSelector are the labels its node must carry.
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
@@ -52,16 +56,30 @@ func PlaceSandbox(sb *store.Sandbox) PlaceRequest {
 // Place names the nodes that can take a sandbox needing req, best first (placement
 // decides), or refuses with what each node lacks. Its reservations are read fresh
 // from the store, in one query for every node, with one more for the nodes' records.
-// A node alone places on itself, reading nothing: its own create admits the memory.
+// Memory and CPUs left at zero are this node's defaults. A node alone places on
+// itself, reading nothing: its own create admits the memory.
 func (m *Manager) Place(ctx context.Context, req PlaceRequest) ([]string, error) {
 	if !m.cfg.SharedStore || m.member == nil {
 		return placement.Decide(placement.Request{Runtime: req.Runtime, Selector: req.NodeSelector}, []placement.Node{m.self()})
+	}
+	if req.Memory == 0 {
+		req.Memory = m.cfg.DefaultLimits.Memory
+	}
+	if req.CPUs == 0 {
+		req.CPUs = m.cfg.DefaultLimits.CPU
+	}
+	if req.Image != "" && !strings.HasPrefix(req.Image, "sha256:") {
+		img, err := m.images.Get(image.Scope{}, req.Image)
+		req.Image = ""
+		if err == nil {
+			req.Image = img.Digest
+		}
 	}
 	nodes, err := m.member.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	reserved, err := m.store.ReservedByNode(ctx, reserving)
+	reserved, err := m.store.ReservedByNode(ctx, reserving, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -119,19 +137,19 @@ func (m *Manager) admit(ctx context.Context, id string, memory int64) (release f
 		delete(m.admitted, id)
 		m.mu.Unlock()
 	}
-	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: reserving}))
+	// The records' sum leaves out the sandboxes being made, counted from inFlight.
+	except := append(slices.Collect(maps.Keys(inFlight)), id)
+	sums, err := m.store.ReservedByNode(ctx, reserving, except)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	var held int64
+	held := sums[m.cfg.NodeName].Memory
+	if m.cfg.NodeName != "" {
+		held += sums[""].Memory // records from before nodes were named are this node's (here)
+	}
 	for _, mem := range inFlight {
 		held += mem
-	}
-	for _, sb := range list {
-		if _, counted := inFlight[sb.ID]; !counted && sb.ID != id {
-			held += sb.Limits.Memory
-		}
 	}
 	if held+memory > capacity {
 		release()

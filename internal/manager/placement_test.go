@@ -100,9 +100,9 @@ func (c *countingStore) ListNodes(ctx context.Context) ([]*store.Node, error) {
 	return c.Store.ListNodes(ctx)
 }
 
-func (c *countingStore) ReservedByNode(ctx context.Context, states []store.State) (map[string]store.Resources, error) {
+func (c *countingStore) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
 	c.note("ReservedByNode")
-	return c.Store.ReservedByNode(ctx, states)
+	return c.Store.ReservedByNode(ctx, states, except)
 }
 
 func (c *countingStore) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
@@ -170,7 +170,7 @@ func TestPlaceWeighsEveryNode(t *testing.T) {
 		{req: PlaceRequest{Memory: 1 << 30, Runtime: "runsc"}, want: []string{"b"}},
 		{req: PlaceRequest{Memory: 1 << 30, NodeSelector: map[string]string{"zone": "x"}}, want: []string{"c", "a"}},
 		{req: PlaceRequest{Memory: 5 << 30, NodeSelector: map[string]string{"zone": "x"}},
-			wantErr: "no node can hold 5GiB of memory, labels zone=x: a has 1GiB free, b lacks label zone=x, c has 4GiB free, d is draining"},
+			wantErr: "no node can hold 5GiB of memory, 1 CPUs, labels zone=x: a has 1GiB free, b lacks label zone=x, c has 4GiB free, d is draining"},
 	} {
 		before := cs.calls.Load()
 		got, err := m.Place(ctx, c.req)

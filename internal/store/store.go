@@ -345,11 +345,11 @@ type Store interface {
 	// UpdateSandbox writes sb if the stored version equals sb.Version, then bumps
 	// sb.Version by one; otherwise ErrVersionConflict (ErrNotFound if it is gone).
 	UpdateSandbox(ctx context.Context, sb *Sandbox) error
-	// ReservedByNode sums what the sandboxes in states reserve on each node, in one
-	// query: their memory and CPU limits, and how many they are, by the node their
-	// records name ("" for records from before nodes were named). A node with none is
-	// absent.
-	ReservedByNode(ctx context.Context, states []State) (map[string]Resources, error)
+	// ReservedByNode sums what the sandboxes in states, but for those whose ids are in
+	// except, reserve on each node, in one query: their memory and CPU limits, and how
+	// many they are, by the node their records name ("" for records from before nodes
+	// were named). A node with none is absent.
+	ReservedByNode(ctx context.Context, states []State, except []string) (map[string]Resources, error)
 	// DeleteSandbox removes the record for good.
 	DeleteSandbox(ctx context.Context, id string) error
 

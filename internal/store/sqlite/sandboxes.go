@@ -216,16 +216,22 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 }
 
 // ReservedByNode implements store.Store.
-func (s *Store) ReservedByNode(ctx context.Context, states []store.State) (map[string]store.Resources, error) {
+func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
 	if len(states) == 0 {
 		return map[string]store.Resources{}, nil
 	}
-	args := make([]any, len(states))
-	for i, st := range states {
-		args[i] = string(st)
+	var args []any
+	for _, st := range states {
+		args = append(args, string(st))
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT node, count(*), sum(memory), sum(cpu) FROM sandboxes
-		WHERE state IN (?`+strings.Repeat(", ?", len(states)-1)+`) GROUP BY node`, args...)
+	q := `SELECT node, count(*), sum(memory), sum(cpu) FROM sandboxes WHERE state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`
+	if len(except) > 0 {
+		q += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
+		for _, id := range except {
+			args = append(args, id)
+		}
+	}
+	rows, err := s.r.QueryContext(ctx, q+` GROUP BY node`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sum reservations: %w", err)
 	}

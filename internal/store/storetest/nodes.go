@@ -182,7 +182,7 @@ func testConcurrentNodes(t *testing.T, open func(t *testing.T) store.Store) {
 
 // testNodePlacement: a node's labels, runtimes and images are stored when it acquires
 // its name and replaced by each renewal; ReservedByNode sums the memory and CPU of the
-// sandboxes in the states asked for, by node, in one query.
+// sandboxes in the states asked for, by node, in one query, leaving out the ids asked.
 func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
 	s, ctx := open(t), t.Context()
 	n := newNode("n1", "i1", "", 10)
@@ -217,7 +217,7 @@ func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
 			ok(t, s.UpdateSandbox(ctx, sb), "UpdateSandbox")
 		}
 	}
-	sums, err := s.ReservedByNode(ctx, []store.State{"creating", "running"})
+	sums, err := s.ReservedByNode(ctx, []store.State{"creating", "running"}, nil)
 	ok(t, err, "ReservedByNode")
 	want := map[string]store.Resources{
 		"n1": {Memory: 1<<30 + 512<<20, CPUs: 1.5, Sandboxes: 2},
@@ -227,7 +227,14 @@ func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
 	if !maps.Equal(sums, want) {
 		t.Fatalf("ReservedByNode = %v, want %v", sums, want)
 	}
-	if sums, err := s.ReservedByNode(ctx, []store.State{"resuming"}); err != nil || len(sums) != 0 {
+	if sums, err := s.ReservedByNode(ctx, []store.State{"resuming"}, nil); err != nil || len(sums) != 0 {
 		t.Fatalf("ReservedByNode(resuming) = %v, %v; want none", sums, err)
+	}
+	// sb_0 (n1, 1GiB) and sb_3 (n2, all it had) left out.
+	sums, err = s.ReservedByNode(ctx, []store.State{"creating", "running"}, []string{"sb_0", "sb_3", "sb_none"})
+	ok(t, err, "ReservedByNode except")
+	want = map[string]store.Resources{"n1": {Memory: 512 << 20, CPUs: 0.5, Sandboxes: 1}, "": {Memory: 256 << 20, CPUs: 0.25, Sandboxes: 1}}
+	if !maps.Equal(sums, want) {
+		t.Fatalf("ReservedByNode except sb_0, sb_3 = %v, want %v", sums, want)
 	}
 }
