@@ -299,6 +299,9 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		n.Forward = forward.New(forward.Options{TLS: n.clusterTLS, Peers: n.peers, Log: log})
 		n.closers = append(n.closers, n.Forward.Close)
 		sopts.Forward, sopts.ClusterTLS, sopts.Place = n.Forward, n.clusterTLS, opts.Place
+		if sopts.Place == nil {
+			sopts.Place = placeBy(m)
+		}
 	} else {
 		n.clusterTLS = nil
 	}

@@ -10,11 +10,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/clustertls"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/membership"
 	"github.com/airlockhq/airlock/internal/store"
@@ -110,4 +113,23 @@ func stateInstance(stateDir string) (string, error) {
 		return "", fmt.Errorf("write the node's instance: %w", err)
 	}
 	return s, nil
+}
+
+// placeBy is a cluster node's placement of new sandboxes: the manager ranks the nodes
+// that can hold the sandbox (manager.Place), and the best one that has not already
+// declined this create takes it.
+func placeBy(m *manager.Manager) forward.Place {
+	return func(ctx context.Context, req forward.PlaceRequest) (string, error) {
+		ranked, err := m.Place(ctx, manager.PlaceRequest{Memory: req.Memory, CPUs: req.CPUs, Runtime: req.Runtime, Image: req.Image,
+			NodeSelector: req.NodeSelector})
+		if err != nil {
+			return "", err
+		}
+		for _, node := range ranked {
+			if !slices.Contains(req.Exclude, node) {
+				return node, nil
+			}
+		}
+		return "", errdefs.Quota("no other node can hold the sandbox: %s declined it", strings.Join(req.Exclude, ", "))
+	}
 }
