@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/labels"
+	"github.com/airlockhq/airlock/internal/units"
 )
 
 // Node names this node within a cluster and says where the other nodes reach it. A
@@ -32,6 +33,10 @@ type Node struct {
 	// Labels are the operators' words on the node (zone: a, gpu: "yes"), which a
 	// create's node selector matches; a key and value follow the sandbox label rule.
 	Labels map[string]string `yaml:"labels"`
+	// Memory is how much memory the node's sandboxes may reserve between them, their
+	// memory limits summed (default: the host's physical memory). More overcommits
+	// the limits (most sandboxes use far less than theirs); less keeps memory back.
+	Memory string `yaml:"memory"`
 }
 
 // Cluster is what the nodes of one cluster share.
@@ -77,6 +82,7 @@ type NodeSetting struct {
 	Listen, Advertise string // "": the node does not serve other nodes
 	LeasePeriod       time.Duration
 	Labels            map[string]string
+	Memory            int64 // 0: the host's
 }
 
 var nodeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
@@ -122,6 +128,13 @@ func (c Config) nodeSetting() (NodeSetting, []error) {
 		errs = append(errs, fmt.Errorf("node.labels: %w", err))
 	}
 	s.Labels = c.Node.Labels
+	if c.Node.Memory != "" {
+		m, err := units.ParseSize(c.Node.Memory)
+		if err != nil || m < 64<<20 {
+			errs = append(errs, fmt.Errorf("node.memory %q must be a size of at least 64MiB, such as 64GiB", c.Node.Memory))
+		}
+		s.Memory = m
+	}
 	if c.Node.LeasePeriod != "" {
 		d, err := time.ParseDuration(c.Node.LeasePeriod)
 		if err != nil || d < time.Second || d > time.Minute {

@@ -33,6 +33,8 @@ func TestNodeSettings(t *testing.T) {
 			want: NodeSetting{Name: "n1", LeasePeriod: 5 * time.Second, Labels: map[string]string{"zone": "eu-1", "gpu": "yes"}}},
 		{name: "bad label key", node: Node{Name: "n1", Labels: map[string]string{"-zone": "a"}}, wantErr: `node.labels: invalid label key "-zone": 1 to 64 letters`},
 		{name: "bad label value", node: Node{Name: "n1", Labels: map[string]string{"zone": "a\nb"}}, wantErr: `node.labels: invalid value for label "zone": at most 256 characters on one line`},
+		{name: "memory", node: Node{Name: "n1", Memory: "2TiB"}, want: NodeSetting{Name: "n1", LeasePeriod: 5 * time.Second, Memory: 2 << 40}},
+		{name: "bad memory", node: Node{Name: "n1", Memory: "lots"}, wantErr: `node.memory "lots" must be a size of at least 64MiB`},
 		{name: "short token", node: Node{Name: "n1"}, token: "hunter2-hunter2", wantErr: "cluster.join_token has 15 characters, fewer than 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

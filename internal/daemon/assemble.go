@@ -235,6 +235,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
 	mcfg.DefaultLimits.Disk = set.DefaultDisk
 	mcfg.HostCPU, mcfg.HostMemory = manager.HostSize()
+	mcfg.NodeMemory = set.Node.Memory
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.MaxFileUpload = set.FileUpload

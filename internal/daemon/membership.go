@@ -36,6 +36,9 @@ func (n *Node) joinCluster(ctx context.Context, cfg config.Config, set config.Se
 	}
 	mcfg := manager.DefaultConfig()
 	cpus, mem := manager.HostSize()
+	if set.Node.Memory > 0 {
+		mem = set.Node.Memory // what placement and admission count it as
+	}
 	mc := membership.Config{Name: set.Node.Name, Instance: inst, Address: set.Node.Advertise, Period: set.Node.LeasePeriod,
 		Capacity: store.Resources{Memory: mem, CPUs: cpus, Sandboxes: mcfg.UIDSlots}, Labels: set.Node.Labels,
 		// The runtimes and images are known once the node is whole; Start renews at once.

@@ -48,6 +48,9 @@ type Config struct {
 	// from HostSize.
 	HostCPU    float64
 	HostMemory int64
+	// NodeMemory is how much memory this node's sandboxes may reserve between them
+	// (their limits summed; placement.go); zero is HostMemory.
+	NodeMemory int64
 	// DefaultMaxLifetime and MaxMaxLifetime bound a sandbox's lifetime.
 	DefaultMaxLifetime, MaxMaxLifetime time.Duration
 	// DefaultIdleSuspend, MinIdleSuspend: how long without inbound traffic before a

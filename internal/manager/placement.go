@@ -110,6 +110,15 @@ func (m *Manager) selects(sel map[string]string) error {
 	return nil
 }
 
+// NodeMemory is how much memory this node's sandboxes may reserve between them (0:
+// not known, not checked): the node's capacity for placement and admission.
+func (m *Manager) NodeMemory() int64 {
+	if m.cfg.NodeMemory > 0 {
+		return m.cfg.NodeMemory
+	}
+	return m.cfg.HostMemory
+}
+
 func validateSelector(sel map[string]string) error {
 	if err := validateLabels(sel); err != nil {
 		return errdefs.Invalid("node_selector: %s", errdefs.Message(err))
@@ -124,7 +133,7 @@ func validateSelector(sel map[string]string) error {
 // overcommit it: each counts those admitted before it, and one whose record already
 // reserves is counted once.
 func (m *Manager) admit(ctx context.Context, id string, memory int64) (release func(), err error) {
-	capacity := m.cfg.HostMemory
+	capacity := m.NodeMemory()
 	if capacity <= 0 {
 		return func() {}, nil
 	}

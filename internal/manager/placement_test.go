@@ -222,3 +222,20 @@ func TestCreateChecksTheNodeSelector(t *testing.T) {
 		t.Fatalf("create with a matching selector: %v", err)
 	}
 }
+
+// TestNodeMemoryOvercommits: node.memory above the host's lets the limits of the node's
+// sandboxes sum past its physical memory, and no further.
+func TestNodeMemoryOvercommits(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HostCPU, cfg.HostMemory, cfg.NodeMemory = 2, 1<<30, 2<<30
+	m, _ := newManagerWith(t, cfg, newFake(t))
+	ctx := context.Background()
+	for i := range 4 {
+		if _, _, err := m.Create(ctx, local, CreateRequest{Name: fmt.Sprintf("s%d", i), Limits: store.Limits{Memory: 512 << 20}}); err != nil {
+			t.Fatalf("create %d of 512MiB on a node of 2GiB (host 1GiB): %v", i, err)
+		}
+	}
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "s4", Limits: store.Limits{Memory: 512 << 20}}); !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Fatalf("create past node.memory: %v; want quota_exceeded", err)
+	}
+}
