@@ -86,7 +86,7 @@ func (m *Manager) Place(ctx context.Context, req PlaceRequest) ([]string, error)
 	cands := make([]placement.Node, len(nodes))
 	for i, n := range nodes {
 		cands[i] = placement.Node{Name: n.Name, State: string(n.State), Memory: n.Capacity.Memory, CPUs: n.Capacity.CPUs,
-			Reserved: reserved[n.Name].Memory, Labels: n.Labels, Runtimes: n.Runtimes, Images: n.Images}
+			Reserved: reserved[n.Name].Memory, Labels: n.Labels, Runtimes: n.Runtimes, Images: n.Images, Here: n.Self}
 	}
 	return placement.Decide(placement.Request{Memory: req.Memory, CPUs: req.CPUs, Runtime: req.Runtime, Image: req.Image, Selector: req.NodeSelector}, cands)
 }

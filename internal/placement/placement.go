@@ -2,8 +2,8 @@
 // first: a node takes it only while it is ready, has the memory free that its live
 // sandboxes have not reserved (never a count of slots), has as many cores as asked,
 // runs the runtime asked for and carries every label of the selector. Among those,
-// the one with the most memory free comes first, and one that already holds the
-// image wins a tie. When none may, the refusal names what each node lacks.
+// the one with the most memory free comes first; on a tie, one that already holds the
+// image, then the node deciding (no hop), then by name. When none may, the refusal names what each node lacks.
 //
 // It only decides: it reads nothing (no store, no host) and holds nothing. The caller
 // gives it the nodes as they are now; the node that creates admits the sandbox
@@ -51,6 +51,8 @@ type Node struct {
 	// preference only, and it may be partial).
 	Runtimes []string
 	Images   []string
+	// Here is the node that decides: on a tie it keeps the sandbox, saving a hop.
+	Here bool
 }
 
 // Free is the memory the node has that no live sandbox reserves.
@@ -89,7 +91,7 @@ func missingLabels(selector, labels map[string]string) string {
 }
 
 // Decide returns the names of the nodes that can take r, best first: the most memory
-// free, then the image already held, then by name. When none can, it is a quota
+// free, then the image already held, then the node deciding, then by name. When none can, it is a quota
 // error that names r's needs and each node's shortfall, with details {memory, cpus,
 // runtime, selector, nodes: {name: shortfall}}.
 func Decide(r Request, nodes []Node) ([]string, error) {
@@ -115,20 +117,27 @@ func Decide(r Request, nodes []Node) ([]string, error) {
 		if c := cmp.Compare(b.Free(), a.Free()); c != 0 {
 			return c
 		}
-		ai, bi := slices.Contains(a.Images, r.Image), slices.Contains(b.Images, r.Image)
-		switch {
-		case ai && !bi:
-			return -1
-		case bi && !ai:
-			return 1
+		if c := preferTrue(slices.Contains(a.Images, r.Image), slices.Contains(b.Images, r.Image)); c != 0 {
+			return c
 		}
-		return 0
+		return preferTrue(a.Here, b.Here)
 	})
 	names := make([]string, len(fit))
 	for i, n := range fit {
 		names[i] = n.Name
 	}
 	return names, nil
+}
+
+// preferTrue orders a before b when only a is true, and after it when only b is.
+func preferTrue(a, b bool) int {
+	switch {
+	case a && !b:
+		return -1
+	case b && !a:
+		return 1
+	}
+	return 0
 }
 
 // describe is what r asks for, as a refusal names it: "2GiB of memory, 2 CPUs,

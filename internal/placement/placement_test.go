@@ -18,6 +18,8 @@ func node(name string, memory, reserved int64, edit ...func(*Node)) Node {
 	return n
 }
 
+func here(n *Node) { n.Here = true }
+
 func state(s string) func(*Node)       { return func(n *Node) { n.State = s } }
 func runtimes(r ...string) func(*Node) { return func(n *Node) { n.Runtimes = r } }
 func images(d ...string) func(*Node)   { return func(n *Node) { n.Images = d } }
@@ -46,6 +48,10 @@ func TestDecide(t *testing.T) {
 			req:   Request{Memory: gib, Image: "sha256:x"},
 			nodes: []Node{node("a", 8*gib, 0), node("b", 8*gib, 0, images("sha256:y", "sha256:x")), node("c", 4*gib, 0, images("sha256:x"))},
 			want:  []string{"b", "a", "c"}},
+		{name: "the deciding node keeps a tie, after the image",
+			req:   Request{Memory: gib, Image: "sha256:x"},
+			nodes: []Node{node("a", 8*gib, 0), node("b", 8*gib, 0, here), node("c", 8*gib, 0, images("sha256:x")), node("d", 9*gib, 0)},
+			want:  []string{"d", "c", "b", "a"}},
 		{name: "draining, lost and stopped take none",
 			req:   Request{Memory: gib},
 			nodes: []Node{node("a", 8*gib, 0, state("draining")), node("b", 8*gib, 0, state("lost")), node("c", 8*gib, 0, state("stopped")), node("d", 2*gib, gib)},
