@@ -9,7 +9,6 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/placement"
-	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/units"
 )
 
@@ -25,32 +24,6 @@ type PlaceRequest struct {
 	Image string `json:"image,omitempty"`
 	// NodeSelector are the labels its node must carry.
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
-}
-
-// PlaceCreate is what the create req of call needs of its node, its limits resolved as
-// the create resolves them. Bad input is refused as the create would refuse it.
-func (m *Manager) PlaceCreate(call Call, req CreateRequest) (PlaceRequest, error) {
-	limits, err := m.resolveLimits(req.Limits)
-	if err != nil {
-		return PlaceRequest{}, err
-	}
-	if err := validateSelector(req.NodeSelector); err != nil {
-		return PlaceRequest{}, err
-	}
-	pr := PlaceRequest{Memory: limits.Memory, CPUs: limits.CPU, Runtime: req.Runtime, NodeSelector: req.NodeSelector}
-	if req.Image == "" {
-		req.Image = image.HostName
-	}
-	if img, err := m.images.Get(image.Scope{Owner: call.Owner}, req.Image); err == nil {
-		pr.Image = img.Digest
-	}
-	return pr, nil
-}
-
-// PlaceSandbox is what sb needs of a node that starts it again (a fork of it, or its
-// resume on another node).
-func PlaceSandbox(sb *store.Sandbox) PlaceRequest {
-	return PlaceRequest{Memory: sb.Limits.Memory, CPUs: sb.Limits.CPU, Runtime: sb.Runtime, Image: sb.ImageDigest, NodeSelector: sb.NodeSelector}
 }
 
 // Place names the nodes that can take a sandbox needing req, best first (placement
@@ -148,15 +121,12 @@ func (m *Manager) admit(ctx context.Context, id string, memory int64) (release f
 	}
 	// The records' sum leaves out the sandboxes being made, counted from inFlight.
 	except := append(slices.Collect(maps.Keys(inFlight)), id)
-	sums, err := m.store.ReservedByNode(ctx, reserving, except)
+	r, err := m.reservedHere(ctx, except)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	held := sums[m.cfg.NodeName].Memory
-	if m.cfg.NodeName != "" {
-		held += sums[""].Memory // records from before nodes were named are this node's (here)
-	}
+	held := r.Memory
 	for _, mem := range inFlight {
 		held += mem
 	}

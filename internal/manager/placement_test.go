@@ -63,6 +63,9 @@ func TestAdmissionNeverOvercommits(t *testing.T) {
 	if created != 4 || len(live) != 4 {
 		t.Fatalf("%d created, %d live; want exactly 4 of 256MiB on a 1GiB node", created, len(live))
 	}
+	if r, err := m.Reserved(ctx); err != nil || r.Memory != 1<<30 || r.Sandboxes != 4 {
+		t.Fatalf("Reserved = %+v, %v; want 1GiB in 4 sandboxes", r, err)
+	}
 	full := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, errdefs.ErrQuotaExceeded) || !strings.Contains(err.Error(), "its sandboxes reserve 1GiB of its 1GiB, 0B is free") {
