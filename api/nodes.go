@@ -18,13 +18,17 @@ type Node struct {
 	State   string `json:"state"`
 	Address string `json:"address,omitempty"` // where the other nodes reach it
 	// Self is the node that answered.
-	Self         bool      `json:"self,omitempty"`
-	Capacity     Resources `json:"capacity"`
-	Reserved     Resources `json:"reserved"`
-	Epoch        int64     `json:"epoch"`
-	LeaseExpires time.Time `json:"lease_expires,omitzero"`
-	StartedAt    time.Time `json:"started_at"`
-	RenewedAt    time.Time `json:"renewed_at"`
+	Self     bool      `json:"self,omitempty"`
+	Capacity Resources `json:"capacity"`
+	Reserved Resources `json:"reserved"`
+	// Labels are the operators' words on the node (config node.labels), which a
+	// create's node_selector matches; Runtimes are the runtimes it runs.
+	Labels       map[string]string `json:"labels,omitempty"`
+	Runtimes     []string          `json:"runtimes,omitempty"`
+	Epoch        int64             `json:"epoch"`
+	LeaseExpires time.Time         `json:"lease_expires,omitzero"`
+	StartedAt    time.Time         `json:"started_at"`
+	RenewedAt    time.Time         `json:"renewed_at"`
 }
 
 // NodeList is the body of GET /v1/nodes.

@@ -57,6 +57,9 @@ type CreateSandboxRequest struct {
 	Limits Limits            `json:"limits,omitempty"`
 	Env    map[string]string `json:"env,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// NodeSelector are labels the sandbox's node must carry (config node.labels), each
+	// with this value; a create no node matches is refused, naming what each lacks.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
 	// MaxLifetime ends the sandbox this long after it starts (Go duration, default 8h).
 	MaxLifetime string `json:"max_lifetime,omitempty"`
 	// IdleSuspend suspends the sandbox after this long without inbound traffic

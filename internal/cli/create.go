@@ -12,7 +12,7 @@ import (
 
 var createVerb = &verb{
 	name:  "create",
-	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--workspace DIR[:ro]] [--idempotency-key K]",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--node-selector K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--workspace DIR[:ro]] [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
 --image names an image here or a registry reference (python:3.12-slim): the daemon
@@ -86,6 +86,8 @@ func runCreate(c *cmd, args []string) error {
 	lim.register(c, true)
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
+	selector := kvFlag{}
+	c.fs.Var(selector, "node-selector", "place it on a node labelled `K=V` (repeatable; config node.labels)")
 	var life lifecycleFlags
 	life.register(c)
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
@@ -98,7 +100,7 @@ func runCreate(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	req.Labels = labels.orNil()
+	req.Labels, req.NodeSelector = labels.orNil(), selector.orNil()
 	if *workspace != "" {
 		if req.Workspace, err = workspaceFlag(*workspace); err != nil {
 			return err

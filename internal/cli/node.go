@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/units"
@@ -17,7 +18,7 @@ drain outlasts its restarts until airlock node ready. Admin only.`
 var nodeLsVerb = &verb{
 	name:  "node ls",
 	args:  "",
-	short: "list the cluster's nodes: state, address, capacity, reservations (admin)",
+	short: "list the cluster's nodes: state, address, capacity, reservations, runtimes, labels (admin)",
 	long:  nodeHelp,
 	run:   runNodeLs,
 }
@@ -41,19 +42,22 @@ func runNodeLs(c *cmd, args []string) error {
 		return c.printJSON(nodes)
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tMEMORY\tCPUS\tSANDBOXES\tEPOCH")
+	fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tMEMORY\tCPUS\tSANDBOXES\tRUNTIMES\tLABELS\tEPOCH")
 	for _, n := range nodes {
 		name := termSafe(n.Name)
 		if n.Self {
 			name += " (this)"
 		}
-		addr := termSafe(n.Address)
+		addr, runtimes := termSafe(n.Address), termSafe(strings.Join(n.Runtimes, ","))
 		if addr == "" {
 			addr = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%g/%g\t%d/%d\t%d\n", name, termSafe(n.State), addr,
+		if runtimes == "" {
+			runtimes = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%g/%g\t%d/%d\t%s\t%s\t%d\n", name, termSafe(n.State), addr,
 			units.FormatSize(n.Reserved.Memory), units.FormatSize(n.Capacity.Memory), n.Reserved.CPUs, n.Capacity.CPUs,
-			n.Reserved.Sandboxes, n.Capacity.Sandboxes, n.Epoch)
+			n.Reserved.Sandboxes, n.Capacity.Sandboxes, runtimes, termSafe(formatMap(n.Labels)), n.Epoch)
 	}
 	return tw.Flush()
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/testenv"
 )
 
 // node ls lists this node, ready, in a table and as JSON with its name, state, address,
@@ -51,4 +53,20 @@ func TestNodeVerbs(t *testing.T) {
 	}
 	_, _, err = n.run(bg, "", "create", "late")
 	wantExit(t, err, 0)
+}
+
+// node ls shows a node's runtimes and labels; create --node-selector is refused on a
+// node that lacks a label, naming it, and made on one that carries it.
+func TestNodeSelector(t *testing.T) {
+	n := &node{testenv.NewFakeNode(t, testenv.FakeOptions{NodeLabels: map[string]string{"zone": "a", "disk": "ssd"}})}
+	out := n.must(t, "node", "ls")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.Contains(lines[0], "RUNTIMES") ||
+		!strings.Contains(lines[1], "disk=ssd,zone=a") || !strings.Contains(lines[1], n.Node.Manager.Runtimes()[0]) {
+		t.Fatalf("node ls =\n%s\nwant the node's runtimes and labels", out)
+	}
+	_, errOut, err := n.run(bg, "", "create", "x", "--node-selector", "zone=a", "--node-selector", "gpu=yes")
+	if err == nil || !strings.Contains(errOut, "node-1 lacks label gpu=yes") {
+		t.Fatalf("create with a label the node lacks: %v, stderr %q; want a refusal naming it", err, errOut)
+	}
+	n.must(t, "create", "x", "--node-selector", "zone=a", "--node-selector", "disk=ssd")
 }

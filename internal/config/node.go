@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/labels"
+	"github.com/airlockhq/airlock/internal/units"
 )
 
 // Node names this node within a cluster and says where the other nodes reach it. A
@@ -27,6 +30,13 @@ type Node struct {
 	// LeasePeriod is how often the node renews its membership lease (default 5s); a node
 	// that has not renewed for two periods is lost.
 	LeasePeriod string `yaml:"lease_period"`
+	// Labels are the operators' words on the node (zone: a, gpu: "yes"), which a
+	// create's node selector matches; a key and value follow the sandbox label rule.
+	Labels map[string]string `yaml:"labels"`
+	// Memory is how much memory the node's sandboxes may reserve between them, their
+	// memory limits summed (default: the host's physical memory). More overcommits
+	// the limits (most sandboxes use far less than theirs); less keeps memory back.
+	Memory string `yaml:"memory"`
 }
 
 // Cluster is what the nodes of one cluster share.
@@ -71,6 +81,8 @@ type NodeSetting struct {
 	Name              string
 	Listen, Advertise string // "": the node does not serve other nodes
 	LeasePeriod       time.Duration
+	Labels            map[string]string
+	Memory            int64 // 0: the host's
 }
 
 var nodeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
@@ -111,6 +123,17 @@ func (c Config) nodeSetting() (NodeSetting, []error) {
 		s.Name = name
 	} else if !nodeNameRE().MatchString(s.Name) {
 		errs = append(errs, fmt.Errorf("node.name %q must be %s", s.Name, nodeNameRule))
+	}
+	if err := labels.Check(c.Node.Labels); err != nil {
+		errs = append(errs, fmt.Errorf("node.labels: %w", err))
+	}
+	s.Labels = c.Node.Labels
+	if c.Node.Memory != "" {
+		m, err := units.ParseSize(c.Node.Memory)
+		if err != nil || m < 64<<20 {
+			errs = append(errs, fmt.Errorf("node.memory %q must be a size of at least 64MiB, such as 64GiB", c.Node.Memory))
+		}
+		s.Memory = m
 	}
 	if c.Node.LeasePeriod != "" {
 		d, err := time.ParseDuration(c.Node.LeasePeriod)

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,12 @@ func TestNodeSettings(t *testing.T) {
 		{name: "advertise unspecified", node: Node{Name: "n1", Listen: ":7443", Advertise: "[::]:7443"}, token: token, wantErr: `node.advertise "[::]:7443" must be HOST:PORT`},
 		{name: "advertise without listen", node: Node{Name: "n1", Advertise: "n1:7443"}, wantErr: "node.advertise \"n1:7443\" needs node.listen"},
 		{name: "listen without token", node: Node{Name: "n1", Listen: "10.0.0.5:7443"}, wantErr: "node.listen needs cluster.join_token"},
+		{name: "labelled", node: Node{Name: "n1", Labels: map[string]string{"zone": "eu-1", "gpu": "yes"}},
+			want: NodeSetting{Name: "n1", LeasePeriod: 5 * time.Second, Labels: map[string]string{"zone": "eu-1", "gpu": "yes"}}},
+		{name: "bad label key", node: Node{Name: "n1", Labels: map[string]string{"-zone": "a"}}, wantErr: `node.labels: invalid label key "-zone": 1 to 64 letters`},
+		{name: "bad label value", node: Node{Name: "n1", Labels: map[string]string{"zone": "a\nb"}}, wantErr: `node.labels: invalid value for label "zone": at most 256 characters on one line`},
+		{name: "memory", node: Node{Name: "n1", Memory: "2TiB"}, want: NodeSetting{Name: "n1", LeasePeriod: 5 * time.Second, Memory: 2 << 40}},
+		{name: "bad memory", node: Node{Name: "n1", Memory: "lots"}, wantErr: `node.memory "lots" must be a size of at least 64MiB`},
 		{name: "short token", node: Node{Name: "n1"}, token: "hunter2-hunter2", wantErr: "cluster.join_token has 15 characters, fewer than 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,7 +56,7 @@ func TestNodeSettings(t *testing.T) {
 			if tc.want.Name == "" {
 				tc.want.Name, _ = hostNodeName()
 			}
-			if s.Node != tc.want {
+			if !reflect.DeepEqual(s.Node, tc.want) {
 				t.Fatalf("node settings %+v, want %+v", s.Node, tc.want)
 			}
 		})

@@ -235,6 +235,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.DefaultLimits.PIDs, mcfg.DefaultLimits.OpenFiles = cfg.DefaultLimits.PIDs, cfg.DefaultLimits.OpenFiles
 	mcfg.DefaultLimits.Disk = set.DefaultDisk
 	mcfg.HostCPU, mcfg.HostMemory = manager.HostSize()
+	mcfg.NodeMemory = set.Node.Memory
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.MaxFileUpload = set.FileUpload
@@ -251,7 +252,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.EventsPerSandbox = cfg.Audit.EventsPerSandbox
 	mcfg.EventMaxAge = set.EventMaxAge
 	mcfg.DefaultRuntime = cfg.DefaultRuntime
-	mcfg.NodeName = set.Node.Name
+	mcfg.NodeName, mcfg.NodeLabels, mcfg.SharedStore = set.Node.Name, set.Node.Labels, cfg.Store.DSN != ""
 	return mcfg
 }
 
@@ -299,6 +300,9 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		n.Forward = forward.New(forward.Options{TLS: n.clusterTLS, Peers: n.peers, Log: log})
 		n.closers = append(n.closers, n.Forward.Close)
 		sopts.Forward, sopts.ClusterTLS, sopts.Place = n.Forward, n.clusterTLS, opts.Place
+		if sopts.Place == nil {
+			sopts.Place = placeBy(m)
+		}
 	} else {
 		n.clusterTLS = nil
 	}

@@ -10,11 +10,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/clustertls"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/membership"
 	"github.com/airlockhq/airlock/internal/store"
@@ -33,8 +36,25 @@ func (n *Node) joinCluster(ctx context.Context, cfg config.Config, set config.Se
 	}
 	mcfg := manager.DefaultConfig()
 	cpus, mem := manager.HostSize()
+	if set.Node.Memory > 0 {
+		mem = set.Node.Memory // what placement and admission count it as
+	}
 	mc := membership.Config{Name: set.Node.Name, Instance: inst, Address: set.Node.Advertise, Period: set.Node.LeasePeriod,
-		Capacity: store.Resources{Memory: mem, CPUs: cpus, Sandboxes: mcfg.UIDSlots}}
+		Capacity: store.Resources{Memory: mem, CPUs: cpus, Sandboxes: mcfg.UIDSlots}, Labels: set.Node.Labels,
+		// The runtimes and images are known once the node is whole; Start renews at once.
+		Runtimes: func() []string {
+			if n.Manager == nil {
+				return nil
+			}
+			return n.Manager.Runtimes()
+		},
+		Images: func() []string {
+			if n.Images == nil {
+				return nil
+			}
+			d, _ := n.Images.Digests()
+			return d
+		}}
 	reserved := func(ctx context.Context) (store.Resources, error) {
 		if n.Manager == nil {
 			return store.Resources{}, nil
@@ -96,4 +116,23 @@ func stateInstance(stateDir string) (string, error) {
 		return "", fmt.Errorf("write the node's instance: %w", err)
 	}
 	return s, nil
+}
+
+// placeBy is a cluster node's placement of new sandboxes: the manager ranks the nodes
+// that can hold the sandbox (manager.Place), and the best one that has not already
+// declined this create takes it.
+func placeBy(m *manager.Manager) forward.Place {
+	return func(ctx context.Context, req forward.PlaceRequest) (string, error) {
+		ranked, err := m.Place(ctx, manager.PlaceRequest{Memory: req.Memory, CPUs: req.CPUs, Runtime: req.Runtime, Image: req.Image,
+			NodeSelector: req.NodeSelector})
+		if err != nil {
+			return "", err
+		}
+		for _, node := range ranked {
+			if !slices.Contains(req.Exclude, node) {
+				return node, nil
+			}
+		}
+		return "", errdefs.Quota("no other node can hold the sandbox: %s declined it", strings.Join(req.Exclude, ", "))
+	}
 }

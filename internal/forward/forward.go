@@ -103,8 +103,8 @@ type PlaceRequest struct {
 	CPUs   float64
 	// Runtime asked for ("": the default) and the image it starts from.
 	Runtime, Image string
-	// Labels are the sandbox's labels, which a placement may read a node selector from.
-	Labels map[string]string
+	// Labels are the sandbox's labels; NodeSelector the labels its node must carry.
+	Labels, NodeSelector map[string]string
 	// Exclude lists the nodes that already declined this create (draining, full, gone):
 	// the placement names another, or fails.
 	Exclude []string

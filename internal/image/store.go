@@ -436,6 +436,9 @@ func (s *Store) recordPath(digest string) string {
 }
 
 // digests lists the digests of all image records.
+// Digests are the digests of every image the store holds, whoever may see them.
+func (s *Store) Digests() ([]string, error) { return s.digests() }
+
 func (s *Store) digests() ([]string, error) {
 	ents, err := os.ReadDir(s.path("images"))
 	if err != nil {

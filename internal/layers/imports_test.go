@@ -31,14 +31,17 @@ var forbidden = map[string][]string{
 	"internal/membership": {"airlock:internal/store,internal/errdefs"},
 	// The SQL encoding of records knows the contract and its error classes, no store.
 	"internal/store/records": {"airlock:internal/store,internal/errdefs"},
-	"internal/runtime":       {"airlock:"},
-	"internal/config":        {"airlock:api,internal/units"},
-	"internal/units":         {"airlock:"},
-	"internal/clip":          {"airlock:"},
-	"internal/durable":       {"airlock:"},
-	"internal/version":       {"airlock:"},
-	"internal/failpoint":     {"airlock:"},
-	"internal/idmap":         {"airlock:internal/errdefs"},
+	// Placement only decides, from what its caller read.
+	"internal/placement": {"airlock:internal/errdefs,internal/units", "os", "net", "syscall", "golang.org/x/sys"},
+	"internal/runtime":   {"airlock:"},
+	"internal/config":    {"airlock:api,internal/units,internal/labels"},
+	"internal/labels":    {"airlock:"},
+	"internal/units":     {"airlock:"},
+	"internal/clip":      {"airlock:"},
+	"internal/durable":   {"airlock:"},
+	"internal/version":   {"airlock:"},
+	"internal/failpoint": {"airlock:"},
+	"internal/idmap":     {"airlock:internal/errdefs"},
 	// The router only decides: nothing that reaches the kernel, and not the fence.
 	// ("os" and "net" rule out their trees: os/exec, os/user, net/http and the rest.)
 	"internal/router": {"airlock:internal/errdefs", "syscall", "golang.org/x/sys", "github.com/landlock-lsm/go-landlock",

@@ -21,14 +21,16 @@ type CreateRequest struct {
 	Image string `json:"image"`
 	// Pull says when the image is fetched from its registry first (PullMissing, the
 	// default, PullAlways or PullNever); see createImage.
-	Pull        string            `json:"pull,omitempty"`
-	Limits      store.Limits      `json:"limits"`
-	Env         map[string]string `json:"env"`
-	Labels      map[string]string `json:"labels"`
-	MaxLifetime string            `json:"max_lifetime"`
-	IdleSuspend string            `json:"idle_suspend"`
-	TTL         string            `json:"ttl"`
-	Network     *store.Network    `json:"network"`
+	Pull   string            `json:"pull,omitempty"`
+	Limits store.Limits      `json:"limits"`
+	Env    map[string]string `json:"env"`
+	Labels map[string]string `json:"labels"`
+	// NodeSelector are the labels the sandbox's node must carry (placement.go).
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	MaxLifetime  string            `json:"max_lifetime"`
+	IdleSuspend  string            `json:"idle_suspend"`
+	TTL          string            `json:"ttl"`
+	Network      *store.Network    `json:"network"`
 	// Runtime names the runtime to run the sandbox; "" is the node's default.
 	Runtime string `json:"runtime,omitempty"`
 	// Role is the one role the sandbox acts with (the caller has checked that its
@@ -70,6 +72,9 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return nil, nil, err
 	}
 	if err := m.checkRuntime(req.Runtime); err != nil {
+		return nil, nil, err
+	}
+	if err := m.selects(req.NodeSelector); err != nil {
 		return nil, nil, err
 	}
 	if req.Runtime == "" {
@@ -142,6 +147,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		Image: img.Name, ImageDigest: img.Digest, Limits: limits, Env: req.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(lifetime),
 		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
+		NodeSelector: req.NodeSelector,
 	}
 	if claimed, err := m.claimPooled(ctx, call, sb); err != nil { // pool_claim.go
 		return op, nil, m.finishOp(op, "", err)
@@ -155,6 +161,12 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
+	admitted, err := m.admit(ctx, sb.ID, sb.Limits.Memory)
+	if err != nil {
+		release()
+		return op, nil, m.finishOp(op, "", err)
+	}
+	defer admitted()
 	if err := m.insertSandbox(ctx, sb, release); err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}

@@ -98,6 +98,11 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 	if err := m.roomToStart(); err != nil {
 		return err
 	}
+	admitted, err := m.admit(ctx, sb.ID, sb.Limits.Memory)
+	if err != nil {
+		return err
+	}
+	defer admitted()
 	if sb.State != Resuming {
 		if err := m.setState(ctx, sb, Resuming, cause); err != nil {
 			return err

@@ -48,6 +48,9 @@ type Config struct {
 	// from HostSize.
 	HostCPU    float64
 	HostMemory int64
+	// NodeMemory is how much memory this node's sandboxes may reserve between them
+	// (their limits summed; placement.go); zero is HostMemory.
+	NodeMemory int64
 	// DefaultMaxLifetime and MaxMaxLifetime bound a sandbox's lifetime.
 	DefaultMaxLifetime, MaxMaxLifetime time.Duration
 	// DefaultIdleSuspend, MinIdleSuspend: how long without inbound traffic before a
@@ -102,6 +105,12 @@ type Config struct {
 	// NodeName is the node's name, which each of its sandboxes' records carries
 	// (nodes.go).
 	NodeName string
+	// NodeLabels are the node's labels (config node.labels), which a create's node
+	// selector matches.
+	NodeLabels map[string]string
+	// SharedStore says other nodes may share the store: placement then weighs every
+	// node of the cluster; on its own the node places on itself.
+	SharedStore bool
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
@@ -158,6 +167,7 @@ type Manager struct {
 	activity map[string]time.Time       // sandbox id -> last inbound traffic not yet stored
 	working  map[string]int             // sandbox id -> agent calls in progress
 	pending  map[string]map[string]bool // owner -> sandbox ids of creates between the cap check and their record
+	admitted map[string]int64           // sandbox id -> memory held on this node while its container is made (placement.go)
 	retries  map[string]retry           // sandbox id -> backoff of a failed delete or cleanup
 	cleaning map[string]bool            // sandbox id -> its cleanup runs (cleanup.go)
 	watches  map[string]int             // sandbox id -> watches open (watches.go)
@@ -195,7 +205,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
-		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, retries: map[string]retry{},
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, admitted: map[string]int64{}, retries: map[string]retry{},
 		cleaning: map[string]bool{}, watches: map[string]int{}, cleanDone: make(chan struct{}), cleanSem: make(chan struct{}, cleanupWorkers),
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
 	}

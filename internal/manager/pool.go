@@ -397,6 +397,11 @@ func (m *Manager) startMember(ctx context.Context, p *store.Pool) error {
 		ExpiresAt: now.Add(m.cfg.DefaultMaxLifetime + memberMaxAge), TTL: time.Minute,
 		Network: store.Network{Mode: p.NetworkMode}, Runtime: p.Runtime,
 	}
+	admitted, err := m.admit(ctx, id, p.Limits.Memory)
+	if err != nil {
+		return err
+	}
+	defer admitted()
 	if err := m.insertSandbox(ctx, sb, func() {}); err != nil {
 		return err
 	}

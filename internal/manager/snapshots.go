@@ -368,6 +368,12 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	if err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
+	admitted, err := m.admit(ctx, id, parent.Limits.Memory)
+	if err != nil {
+		release()
+		return op, nil, m.finishOp(op, "", err)
+	}
+	defer admitted()
 	now := m.now()
 	sb := &store.Sandbox{
 		CreatedBy: creatorOf(ctx),
@@ -375,7 +381,7 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 		Image: parent.Image, ImageDigest: parent.ImageDigest, Limits: parent.Limits, Env: parent.Env, Labels: req.Labels,
 		CreatedAt: now, UpdatedAt: now, LastActivity: now, ExpiresAt: now.Add(parent.ExpiresAt.Sub(parent.CreatedAt)),
 		IdleSuspend: parent.IdleSuspend, TTL: parent.TTL, ForkedFrom: parent.ID, Network: parent.Network,
-		Runtime: parent.Runtime, Role: parent.Role,
+		Runtime: parent.Runtime, Role: parent.Role, NodeSelector: parent.NodeSelector,
 	}
 	if man != nil {
 		sb.Parent = man.ID

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/labels"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/units"
 )
@@ -74,19 +75,9 @@ func checkProcess(env []string, cwd string) error {
 	return CheckEnv(env)
 }
 
-var labelKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9A-Z]([a-zA-Z0-9._/-]{0,62}[a-zA-Z0-9])?$`) })
-
-func validateLabels(labels map[string]string) error {
-	if len(labels) > 64 {
-		return errdefs.Invalid("too many labels (%d); at most 64", len(labels))
-	}
-	for k, v := range labels {
-		if !labelKeyRE().MatchString(k) {
-			return errdefs.Invalid("invalid label key %q: 1 to 64 letters, digits, '.', '_', '/' or '-', starting and ending with a letter or digit", k)
-		}
-		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
-			return errdefs.Invalid("invalid value for label %q: at most 256 characters on one line", k)
-		}
+func validateLabels(l map[string]string) error {
+	if err := labels.Check(l); err != nil {
+		return errdefs.Invalid("%v", err)
 	}
 	return nil
 }

@@ -25,6 +25,12 @@ type Config struct {
 	// Address is where the other nodes reach this one ("": it does not listen).
 	Address  string
 	Capacity store.Resources
+	// Labels are the operators' words on the node, which placement matches.
+	Labels map[string]string
+	// Runtimes and Images, if set, list the runtimes the node runs and the digests of
+	// the images it holds, read at each renewal (the record keeps the first
+	// store.MaxNodeImages images).
+	Runtimes, Images func() []string
 	// Period is how often the lease is renewed; it lasts two periods.
 	Period time.Duration
 	// Now is the clock (default time.Now).
@@ -69,6 +75,7 @@ func Acquire(ctx context.Context, st store.Nodes, cfg Config, reserved Reserved,
 	l := &Lease{st: st, cfg: cfg, reserved: reserved, log: log.With("component", "membership", "node", cfg.Name)}
 	now := cfg.Now()
 	n := &store.Node{Name: cfg.Name, Instance: cfg.Instance, Address: cfg.Address, Capacity: cfg.Capacity,
+		Labels: cfg.Labels, Runtimes: read(cfg.Runtimes), Images: l.images(),
 		LeaseExpires: now.Add(2 * cfg.Period), StartedAt: now, RenewedAt: now}
 	if r, err := l.reservedNow(ctx); err == nil {
 		n.Reserved = r
@@ -87,10 +94,28 @@ func (l *Lease) reservedNow(ctx context.Context) (store.Resources, error) {
 	return l.reserved(ctx)
 }
 
-// Start renews the lease every period until Close.
+// images are the digests the record lists: at most store.MaxNodeImages.
+func (l *Lease) images() []string {
+	d := read(l.cfg.Images)
+	return d[:min(len(d), store.MaxNodeImages)]
+}
+
+func read(list func() []string) []string {
+	if list == nil {
+		return nil
+	}
+	return list()
+}
+
+// Start renews the lease at once, before it returns (the node is whole now: its
+// runtimes and what its recovered sandboxes reserve are known), then every period
+// until Close.
 func (l *Lease) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
+	if err := l.Renew(ctx); err != nil {
+		l.log.Error("membership lease not renewed", "err", err)
+	}
 	l.wg.Go(func() {
 		t := time.NewTicker(l.cfg.Period)
 		defer t.Stop()
@@ -123,6 +148,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return fmt.Errorf("count reservations: %w", err)
 	}
 	n.Reserved, n.LeaseExpires, n.RenewedAt = r, now.Add(2*l.cfg.Period), now
+	n.Runtimes, n.Images = read(l.cfg.Runtimes), l.images()
 	err = l.st.RenewNode(ctx, &n)
 	l.mu.Lock()
 	defer l.mu.Unlock()

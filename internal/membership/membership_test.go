@@ -159,3 +159,34 @@ func TestDrainAndCleanStop(t *testing.T) {
 		t.Fatalf("taking a cleanly stopped node's name: %v", err)
 	}
 }
+
+// TestRenewWritesPlacementFacts: the record carries the node's labels and runtimes from
+// the start, and each renewal the images it holds now, at most store.MaxNodeImages.
+func TestRenewWritesPlacementFacts(t *testing.T) {
+	st, c := openStore(t), &clock{t: time.Unix(1000, 0)}
+	var mu sync.Mutex
+	held := []string{"sha256:a"}
+	l, err := Acquire(t.Context(), st, Config{Name: "n1", Instance: "i1", Period: period, Now: c.now,
+		Labels: map[string]string{"zone": "a"}, Runtimes: func() []string { return []string{"runc", "runsc"} },
+		Images: func() []string { mu.Lock(); defer mu.Unlock(); return held }}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := stateOf(t, l, "n1")
+	if n.Labels["zone"] != "a" || strings.Join(n.Runtimes, ",") != "runc,runsc" || strings.Join(n.Images, ",") != "sha256:a" {
+		t.Fatalf("after acquire: labels %v runtimes %v images %v", n.Labels, n.Runtimes, n.Images)
+	}
+	mu.Lock()
+	held = make([]string, store.MaxNodeImages+10)
+	for i := range held {
+		held[i] = "sha256:" + strings.Repeat("b", i%7+1)
+	}
+	mu.Unlock()
+	c.add(period)
+	if err := l.Renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := stateOf(t, l, "n1"); len(n.Images) != store.MaxNodeImages || n.Labels["zone"] != "a" {
+		t.Fatalf("after renew: %d images, labels %v; want %d images, labels kept", len(n.Images), n.Labels, store.MaxNodeImages)
+	}
+}

@@ -153,7 +153,8 @@ func rewind(r *http.Request, raw []byte) {
 // own (unavailable, draining, full) is retried once on the next node Place names, when
 // it names one; otherwise the refusal is the answer. done says the call was answered.
 func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, raw []byte, req api.CreateSandboxRequest) (done bool, err error) {
-	pr := forward.PlaceRequest{Memory: req.Limits.Memory, CPUs: req.Limits.CPU, Runtime: req.Runtime, Image: req.Image, Labels: req.Labels}
+	pr := forward.PlaceRequest{Memory: req.Limits.Memory, CPUs: req.Limits.CPU, Runtime: req.Runtime, Image: req.Image, Labels: req.Labels,
+		NodeSelector: req.NodeSelector}
 	node, err := s.opts.Place(r.Context(), pr)
 	if err != nil {
 		return true, err

@@ -38,6 +38,6 @@ func (s *Server) setDraining(w http.ResponseWriter, r *http.Request, draining bo
 
 func toAPINode(n membership.NodeInfo) api.Node {
 	return api.Node{Name: n.Name, State: string(n.State), Address: n.Address, Self: n.Self,
-		Capacity: api.Resources(n.Capacity), Reserved: api.Resources(n.Reserved), Epoch: n.Epoch,
+		Capacity: api.Resources(n.Capacity), Reserved: api.Resources(n.Reserved), Epoch: n.Epoch, Labels: n.Labels, Runtimes: n.Runtimes,
 		LeaseExpires: n.LeaseExpires, StartedAt: n.StartedAt, RenewedAt: n.RenewedAt}
 }

@@ -125,7 +125,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		ws = &manager.WorkspaceRequest{Path: req.Workspace.Path, Access: req.Workspace.Access, PeerUID: peer}
 	}
 	cr := manager.CreateRequest{Network: network,
-		Name: req.Name, Image: req.Image, Pull: req.Pull, Env: req.Env, Labels: req.Labels, MaxLifetime: req.MaxLifetime,
+		Name: req.Name, Image: req.Image, Pull: req.Pull, Env: req.Env, Labels: req.Labels, NodeSelector: req.NodeSelector, MaxLifetime: req.MaxLifetime,
 		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
 		Limits:  manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 		MayPull: principal(r).Can(auth.ImageCreate),

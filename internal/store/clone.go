@@ -11,6 +11,7 @@ func (sb *Sandbox) Clone() *Sandbox {
 	c := *sb
 	c.Env = maps.Clone(sb.Env)
 	c.Labels = maps.Clone(sb.Labels)
+	c.NodeSelector = maps.Clone(sb.NodeSelector)
 	c.Network.Allow = slices.Clone(sb.Network.Allow)
 	c.Network.AllowPrivate = slices.Clone(sb.Network.AllowPrivate)
 	if sb.Workspace != nil {

@@ -28,6 +28,10 @@ type Resources struct {
 	Sandboxes int     `json:"sandboxes"` // sandbox slots, or live sandboxes
 }
 
+// MaxNodeImages bounds the images a node's record lists: past it, placement does not
+// know which node holds an image, and only loses its preference.
+const MaxNodeImages = 256
+
 // Node is the membership record of one node of a cluster: a lease it renews while it
 // runs, under a name that no other live node may take.
 type Node struct {
@@ -43,6 +47,12 @@ type Node struct {
 	Draining bool      `json:"draining,omitempty"`
 	Capacity Resources `json:"capacity"`
 	Reserved Resources `json:"reserved"`
+	// Labels are the operators' words on the node (config node.labels), which a
+	// create's node selector matches; Runtimes are the runtimes it can run, and Images
+	// the digests of images it holds (at most MaxNodeImages): what placement weighs.
+	Labels   map[string]string `json:"labels,omitempty"`
+	Runtimes []string          `json:"runtimes,omitempty"`
+	Images   []string          `json:"images,omitempty"`
 	// Epoch grows by one each time a node acquires the name; a renewal or release that
 	// carries an older epoch is refused, so a node that lost its lease cannot act on it.
 	Epoch int64 `json:"epoch"`
@@ -76,9 +86,9 @@ type Nodes interface {
 	// record: Epoch one past the last, Draining as it was.
 	AcquireNode(ctx context.Context, n *Node, now time.Time) error
 	// RenewNode extends n's lease to n.LeaseExpires and stores its address, capacity,
-	// reservations and RenewedAt, if the stored epoch is still n.Epoch; otherwise
-	// ErrVersionConflict (the name was taken over), or ErrNotFound. It sets n.Draining
-	// from the record.
+	// reservations, labels, runtimes, images and RenewedAt, if the stored epoch is
+	// still n.Epoch; otherwise ErrVersionConflict (the name was taken over), or
+	// ErrNotFound. It sets n.Draining from the record.
 	RenewNode(ctx context.Context, n *Node) error
 	// ReleaseNode gives the lease of name back (a clean shutdown), if the stored epoch
 	// is still epoch; otherwise ErrVersionConflict, or ErrNotFound.
@@ -118,6 +128,7 @@ func RenewedNode(old, n *Node) (*Node, error) {
 	}
 	c := *old
 	c.Address, c.Capacity, c.Reserved = n.Address, n.Capacity, n.Reserved
+	c.Labels, c.Runtimes, c.Images = n.Labels, n.Runtimes, n.Images
 	c.LeaseExpires, c.RenewedAt = n.LeaseExpires, n.RenewedAt
 	return &c, nil
 }

@@ -158,11 +158,14 @@ type Sandbox struct {
 	Runtime string `json:"runtime,omitempty"`
 	// Role is the one role the sandbox acts with, narrower than its owner's ("": the
 	// owner's roles at the time of each call). It stays when the owner's roles change.
-	Role       string            `json:"role,omitempty"`
-	Limits     Limits            `json:"limits"`
-	Env        map[string]string `json:"env,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Generation int64             `json:"generation"`
+	Role   string            `json:"role,omitempty"`
+	Limits Limits            `json:"limits"`
+	Env    map[string]string `json:"env,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// NodeSelector are the labels the sandbox's node must carry: its create asked for
+	// them, and a node it moves to must carry them too.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	Generation   int64             `json:"generation"`
 	// Version is the optimistic-concurrency version (the ETag); UpdateSandbox bumps it.
 	Version int64 `json:"version"`
 	// UIDBase is the first host uid of the sandbox's own user-namespace range.
@@ -369,6 +372,11 @@ type Store interface {
 	// UpdateSandbox writes sb if the stored version equals sb.Version, then bumps
 	// sb.Version by one; otherwise ErrVersionConflict (ErrNotFound if it is gone).
 	UpdateSandbox(ctx context.Context, sb *Sandbox) error
+	// ReservedByNode sums what the sandboxes in states, but for those whose ids are in
+	// except, reserve on each node, in one query: their memory and CPU limits, and how
+	// many they are, by the node their records name ("" for records from before nodes
+	// were named). A node with none is absent.
+	ReservedByNode(ctx context.Context, states []State, except []string) (map[string]Resources, error)
 	// DeleteSandbox removes the record for good.
 	DeleteSandbox(ctx context.Context, id string) error
 

@@ -67,6 +67,8 @@ type FakeOptions struct {
 	// NodeName is the node's name (node.name; default node-1): nodes that share a
 	// StoreDSN need one each.
 	NodeName string
+	// NodeLabels are the node's node.labels.
+	NodeLabels map[string]string
 	// KeysDir is the node's cluster.keys_dir (mode 700): nodes that share a StoreDSN
 	// must share one, or all but the first are refused.
 	KeysDir string
@@ -96,7 +98,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 	if opts.NodeName != "" {
 		n.Config.Node.Name = opts.NodeName
 	}
-	n.Config.Cluster.KeysDir = opts.KeysDir
+	n.Config.Cluster.KeysDir, n.Config.Node.Labels = opts.KeysDir, opts.NodeLabels
 	if opts.E2B {
 		n.Config.E2BListen, n.Config.E2BDomain = "127.0.0.1:0", opts.E2BDomain // served below, on a listener of the test's
 	}

@@ -32,7 +32,7 @@ type cluster struct {
 	alice *client.Client
 }
 
-func newCluster(t testing.TB, place forward.Place) *cluster {
+func newCluster(t testing.TB, place forward.Place, adjust ...func(*FakeOptions)) *cluster {
 	t.Helper()
 	dsn := pgtest.Start(t).CreateDatabase(t)
 	keys := t.TempDir()
@@ -40,8 +40,14 @@ func newCluster(t testing.TB, place forward.Place) *cluster {
 		t.Fatal(err)
 	}
 	c := &cluster{ca: testca.New(t)}
-	c.b = NewFakeNode(t, FakeOptions{StoreDSN: dsn, NodeName: "node-b", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-b")})
-	c.a = NewFakeNode(t, FakeOptions{StoreDSN: dsn, NodeName: "node-a", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-a"),
+	start := func(o FakeOptions) *FakeNode {
+		for _, f := range adjust {
+			f(&o)
+		}
+		return NewFakeNode(t, o)
+	}
+	c.b = start(FakeOptions{StoreDSN: dsn, NodeName: "node-b", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-b")})
+	c.a = start(FakeOptions{StoreDSN: dsn, NodeName: "node-a", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-a"),
 		Owners: []string{"alice"}, Place: place})
 	var err error
 	if c.alice, err = client.New(client.Options{Addr: c.a.Addr, Token: c.a.Token(t, "alice")}); err != nil {

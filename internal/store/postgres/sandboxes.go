@@ -35,8 +35,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	_, err = s.pool.Exec(ctx,
-		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		c.ID, c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, c.Node)
+		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		c.ID, c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU)
 	if err != nil {
 		return sandboxConflict(err, sb, "create")
 	}
@@ -132,9 +132,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx,
-		`UPDATE sandboxes SET owner = $1, name = $2, state = $3, version = $4, created_at = $5, doc = $6, node = $7
-		WHERE id = $8 AND version = $9`,
-		c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, sb.ID, sb.Version)
+		`UPDATE sandboxes SET owner = $1, name = $2, state = $3, version = $4, created_at = $5, doc = $6, node = $7, memory = $8, cpu = $9
+		WHERE id = $10 AND version = $11`,
+		c.Owner, c.Name, string(c.State), c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU, sb.ID, sb.Version)
 	if err != nil {
 		return sandboxConflict(err, sb, "update")
 	}
@@ -166,4 +166,22 @@ func queryRows[T any](ctx context.Context, s *Store, scan func(records.Scanner) 
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) { return scan(r) })
+}
+
+// ReservedByNode implements store.Store.
+func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = string(st)
+	}
+	if except == nil {
+		except = []string{}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT node, count(*), sum(memory)::bigint, sum(cpu) FROM sandboxes
+		WHERE state = ANY($1) AND NOT (id = ANY($2)) GROUP BY node`, names, except)
+	if err != nil {
+		return nil, fmt.Errorf("sum reservations: %w", err)
+	}
+	defer rows.Close()
+	return records.ScanReserved(rows)
 }

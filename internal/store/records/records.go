@@ -256,3 +256,27 @@ func ScanClusterCA(row Scanner) (*store.ClusterCARecord, error) {
 	r.CreatedAt = t
 	return &r, nil
 }
+
+// Rows are the rows of a query, as database/sql and pgx both hand them out.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanReserved reads ReservedByNode's rows (node, count, memory, cpu) into its answer.
+func ScanReserved(rows Rows) (map[string]store.Resources, error) {
+	out := map[string]store.Resources{}
+	for rows.Next() {
+		var node string
+		var r store.Resources
+		if err := rows.Scan(&node, &r.Sandboxes, &r.Memory, &r.CPUs); err != nil {
+			return nil, fmt.Errorf("sum reservations: %w", err)
+		}
+		out[node] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sum reservations: %w", err)
+	}
+	return out, nil
+}

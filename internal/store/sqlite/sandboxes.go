@@ -37,8 +37,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	_, err = s.w.ExecContext(ctx,
-		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node)
+		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU)
 	if err != nil {
 		return sandboxConflict(err, sb, "create")
 	}
@@ -169,9 +169,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	defer tx.Rollback()
 
 	res, err := tx.ExecContext(ctx,
-		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?
+		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?, memory = ?, cpu = ?
 		WHERE id = ? AND version = ?`,
-		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, sb.ID, sb.Version)
+		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU, sb.ID, sb.Version)
 	if err != nil {
 		return sandboxConflict(err, sb, "update")
 	}
@@ -213,4 +213,28 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	}
 	s.decoded.forget(id)
 	return nil
+}
+
+// ReservedByNode implements store.Store.
+func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
+	if len(states) == 0 {
+		return map[string]store.Resources{}, nil
+	}
+	var args []any
+	for _, st := range states {
+		args = append(args, string(st))
+	}
+	q := `SELECT node, count(*), sum(memory), sum(cpu) FROM sandboxes WHERE state IN (?` + strings.Repeat(", ?", len(states)-1) + `)`
+	if len(except) > 0 {
+		q += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
+		for _, id := range except {
+			args = append(args, id)
+		}
+	}
+	rows, err := s.r.QueryContext(ctx, q+` GROUP BY node`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sum reservations: %w", err)
+	}
+	defer rows.Close()
+	return records.ScanReserved(rows)
 }

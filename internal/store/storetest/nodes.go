@@ -3,6 +3,9 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,5 +177,64 @@ func testConcurrentNodes(t *testing.T, open func(t *testing.T) store.Store) {
 		if !n.LeaseExpires.Equal(at(30)) || n.Reserved.Sandboxes != 20 || n.Epoch != 1 {
 			t.Errorf("node %s after concurrent renewals: lease %v, reserved %d, epoch %d; want at(30), 20, 1", n.Name, n.LeaseExpires, n.Reserved.Sandboxes, n.Epoch)
 		}
+	}
+}
+
+// testNodePlacement: a node's labels, runtimes and images are stored when it acquires
+// its name and replaced by each renewal; ReservedByNode sums the memory and CPU of the
+// sandboxes in the states asked for, by node, in one query, leaving out the ids asked.
+func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
+	s, ctx := open(t), t.Context()
+	n := newNode("n1", "i1", "", 10)
+	n.Labels, n.Runtimes, n.Images = map[string]string{"zone": "a"}, []string{"runc"}, []string{"sha256:1"}
+	ok(t, s.AcquireNode(ctx, n, at(0)), "AcquireNode")
+	got, err := s.GetNode(ctx, "n1")
+	ok(t, err, "GetNode")
+	if got.Labels["zone"] != "a" || !slices.Equal(got.Runtimes, []string{"runc"}) || !slices.Equal(got.Images, []string{"sha256:1"}) {
+		t.Fatalf("after acquire: labels %v runtimes %v images %v; want zone=a, [runc], [sha256:1]", got.Labels, got.Runtimes, got.Images)
+	}
+	n.Labels, n.Runtimes, n.Images = map[string]string{"zone": "b", "gpu": "yes"}, []string{"runc", "runsc"}, nil
+	ok(t, s.RenewNode(ctx, n), "RenewNode")
+	got, err = s.GetNode(ctx, "n1")
+	ok(t, err, "GetNode")
+	if len(got.Labels) != 2 || got.Labels["zone"] != "b" || !slices.Equal(got.Runtimes, []string{"runc", "runsc"}) || len(got.Images) != 0 {
+		t.Fatalf("after renew: labels %v runtimes %v images %v; want zone=b gpu=yes, [runc runsc], none", got.Labels, got.Runtimes, got.Images)
+	}
+
+	for i, c := range []struct {
+		node, state string
+		memory      int64
+		cpu         float64
+	}{
+		{"n1", "running", 1 << 30, 1}, {"n1", "creating", 512 << 20, 0.5}, {"n1", "suspended", 4 << 30, 2},
+		{"n2", "running", 2 << 30, 2}, {"n2", terminated, 8 << 30, 4}, {"", "running", 256 << 20, 0.25},
+	} {
+		sb := newSandbox(fmt.Sprintf("sb_%d", i), "alice", fmt.Sprintf("s%d", i), i)
+		sb.Node, sb.Limits.Memory, sb.Limits.CPU = c.node, c.memory, c.cpu
+		ok(t, s.CreateSandbox(ctx, sb), "CreateSandbox")
+		if c.state != "running" { // a state reached by update is summed as well
+			sb.State = store.State(c.state)
+			ok(t, s.UpdateSandbox(ctx, sb), "UpdateSandbox")
+		}
+	}
+	sums, err := s.ReservedByNode(ctx, []store.State{"creating", "running"}, nil)
+	ok(t, err, "ReservedByNode")
+	want := map[string]store.Resources{
+		"n1": {Memory: 1<<30 + 512<<20, CPUs: 1.5, Sandboxes: 2},
+		"n2": {Memory: 2 << 30, CPUs: 2, Sandboxes: 1},
+		"":   {Memory: 256 << 20, CPUs: 0.25, Sandboxes: 1},
+	}
+	if !maps.Equal(sums, want) {
+		t.Fatalf("ReservedByNode = %v, want %v", sums, want)
+	}
+	if sums, err := s.ReservedByNode(ctx, []store.State{"resuming"}, nil); err != nil || len(sums) != 0 {
+		t.Fatalf("ReservedByNode(resuming) = %v, %v; want none", sums, err)
+	}
+	// sb_0 (n1, 1GiB) and sb_3 (n2, all it had) left out.
+	sums, err = s.ReservedByNode(ctx, []store.State{"creating", "running"}, []string{"sb_0", "sb_3", "sb_none"})
+	ok(t, err, "ReservedByNode except")
+	want = map[string]store.Resources{"n1": {Memory: 512 << 20, CPUs: 0.5, Sandboxes: 1}, "": {Memory: 256 << 20, CPUs: 0.25, Sandboxes: 1}}
+	if !maps.Equal(sums, want) {
+		t.Fatalf("ReservedByNode except sb_0, sb_3 = %v, want %v", sums, want)
 	}
 }

@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeLease", testNodeLease},
 		{"NodeNameHeld", testNodeNameHeld},
 		{"ConcurrentNodes", testConcurrentNodes},
+		{"NodePlacement", testNodePlacement},
 		{"ConcurrentAuditAppends", testConcurrentAuditAppends},
 		{"ClusterKeys", testClusterKeys},
 		{"ConcurrentClusterKeys", testConcurrentClusterKeys},

@@ -57,6 +57,7 @@ def create(
     runtime: Optional[str] = None,
     role: Optional[str] = None,
     workspace: Optional[str] = None,
+    node_selector: Optional[Mapping[str, str]] = None,
     workspace_access: str = "rw",
     idempotency_key: Optional[str] = None,
 ) -> Request[SandboxInfo]:
@@ -81,6 +82,8 @@ def create(
         body["env"] = v.env(env)
     if labels is not None:
         body["labels"] = v.labels(labels)
+    if node_selector is not None:
+        body["node_selector"] = v.node_selector(node_selector)
     for key, val in (("pull", pull), ("runtime", runtime), ("role", role)):
         if val is not None:
             if not isinstance(val, str) or not val:

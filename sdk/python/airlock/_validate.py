@@ -171,6 +171,11 @@ def labels(v: Any) -> Optional[Dict[str, str]]:
     return _str_map(v, "labels")
 
 
+def node_selector(v: Any) -> Optional[Dict[str, str]]:
+    """Labels a sandbox's node must carry; the daemon says what a key and value may be."""
+    return _str_map(v, "node_selector")
+
+
 def command(v: Any) -> Dict[str, Any]:
     """A command: a str runs with ``/bin/sh -c``; a list of str is the argv itself."""
     if isinstance(v, str):

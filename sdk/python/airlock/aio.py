@@ -162,13 +162,14 @@ class AsyncClient:
         role: Optional[str] = None,
         workspace: Optional[str] = None,
         workspace_access: str = "rw",
+        node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
     ) -> SandboxInfo:
         return await self._do(
             _calls.create(
                 name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
-                workspace=workspace, workspace_access=workspace_access,
+                workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
                 idempotency_key=idempotency_key,
             )
         )
@@ -424,6 +425,7 @@ class AsyncSandbox:
         role: Optional[str] = None,
         workspace: Optional[str] = None,
         workspace_access: str = "rw",
+        node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[AsyncClient] = None,
     ) -> "AsyncSandbox":
@@ -432,7 +434,7 @@ class AsyncSandbox:
         info = await c.create(
             name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
-            workspace=workspace, workspace_access=workspace_access,
+            workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
             idempotency_key=idempotency_key,
         )
         return cls(info, c)

@@ -175,6 +175,7 @@ class Client:
         role: Optional[str] = None,
         workspace: Optional[str] = None,
         workspace_access: str = "rw",
+        node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
     ) -> SandboxInfo:
         """Make a sandbox; answers once it is running. See :meth:`Sandbox.create`."""
@@ -182,7 +183,7 @@ class Client:
             _calls.create(
                 name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
-                workspace=workspace, workspace_access=workspace_access,
+                workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
                 idempotency_key=idempotency_key,
             )
         )

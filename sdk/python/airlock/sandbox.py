@@ -169,6 +169,7 @@ class Sandbox:
         role: Optional[str] = None,
         workspace: Optional[str] = None,
         workspace_access: str = "rw",
+        node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
@@ -192,6 +193,8 @@ class Sandbox:
                 mount at /workspace as it is (no copy), ``workspace_access`` ``"rw"``
                 (default) or ``"ro"``. Its owner shows as the sandbox's root. Only over
                 the unix socket, for a directory the calling user owns, on runc.
+            node_selector: str to str: labels the sandbox's node must carry (the
+                daemons' config ``node.labels``).
             idempotency_key: makes a retry after a lost answer safe.
             client: the client to use (default: :func:`default_client`).
         """
@@ -199,7 +202,7 @@ class Sandbox:
         info = c.create(
             name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
-            workspace=workspace, workspace_access=workspace_access,
+            workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
             idempotency_key=idempotency_key,
         )
         return cls(info, c)

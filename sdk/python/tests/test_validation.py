@@ -31,6 +31,7 @@ BAD_CREATES = [
     ({"name": "ok", "idle_suspend": [10]}, "idle_suspend"),
     ({"name": "ok", "env": {"A": 1}}, "env"),
     ({"name": "ok", "labels": ["a"]}, "labels"),
+    ({"name": "ok", "node_selector": ["zone=a"]}, "node_selector"),
     ({"name": "ok", "image": ""}, "image"),
     ({"name": "ok", "workspace": "relative/dir"}, "workspace"),
     ({"name": "ok", "workspace": "/tmp", "workspace_access": "rwx"}, "workspace_access"),
@@ -129,6 +130,7 @@ BAD_CALLS = [
     ({"name": "x" * 64}, "a name is 1 to 63 lowercase letters"),
     ({"env": {"1BAD": "x"}}, "invalid environment variable name \"1BAD\": use letters, digits and '_'"),
     ({"labels": {"bad key": "x"}}, "invalid label key \"bad key\": 1 to 64 letters"),
+    ({"node_selector": {"bad key": "x"}}, "node_selector: invalid label key \"bad key\": 1 to 64 letters"),
 ])
 def test_create_rules_are_the_daemons(client, new_name, kwargs, says):
     name = kwargs.pop("name", None) or new_name("py-rule")
