@@ -34,15 +34,22 @@ type cluster struct {
 
 func newCluster(t testing.TB, place forward.Place) *cluster {
 	t.Helper()
+	return newClusterWith(t, place, false)
+}
+
+// newClusterWith is newCluster whose nodes serve the E2B-compatible plane too when e2b
+// is set (FakeNode.E2BURL).
+func newClusterWith(t testing.TB, place forward.Place, e2b bool) *cluster {
+	t.Helper()
 	dsn := pgtest.Start(t).CreateDatabase(t)
 	keys := t.TempDir()
 	if err := os.Chmod(keys, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	c := &cluster{ca: testca.New(t)}
-	c.b = NewFakeNode(t, FakeOptions{StoreDSN: dsn, NodeName: "node-b", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-b")})
+	c.b = NewFakeNode(t, FakeOptions{StoreDSN: dsn, NodeName: "node-b", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-b"), E2B: e2b})
 	c.a = NewFakeNode(t, FakeOptions{StoreDSN: dsn, NodeName: "node-a", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-a"),
-		Owners: []string{"alice"}, Place: place})
+		Owners: []string{"alice"}, Place: place, E2B: e2b})
 	var err error
 	if c.alice, err = client.New(client.Options{Addr: c.a.Addr, Token: c.a.Token(t, "alice")}); err != nil {
 		t.Fatal(err)
