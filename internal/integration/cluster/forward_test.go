@@ -24,7 +24,9 @@ import (
 // (the same bytes), suspend and resume, a snapshot, an exposed port's traffic; node-1
 // answers each (its audit records name node-0); node-2 forks that snapshot and reads
 // node-1's operation; the fork, on node-2, is reached and ended through node-0 in turn;
-// the snapshot's delete through node-0 is node-1's, which took it.
+// the snapshot's delete through node-0 is node-1's, which took it. Through node-0's
+// E2B-compatible plane, node-1's E2B sandbox is paused, resumed, written, read and
+// killed.
 func TestForwardedThroughAnyNode(t *testing.T) {
 	c := newCluster(t)
 	ctx, cancel := context.WithTimeout(background, 5*time.Minute)
@@ -130,6 +132,54 @@ func TestForwardedThroughAnyNode(t *testing.T) {
 
 	wantForwardedRecords(t, c.Node(1), "POST /v1/sandboxes/{ref}/exec", "node-0")
 	wantForwardedRecords(t, c.Node(1), "DELETE /v1/snapshots/{id}", "node-0")
+
+	// The E2B-compatible planes: a sandbox made through node-1's is paused, resumed and
+	// run in through node-0's, with the access token node-1 issued.
+	key, err := c.Node(0).Client.CreateToken(ctx, api.CreateTokenRequest{User: "alice", Name: "e2b", Format: "e2b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2b := func(n *Node, method, path, body string, header map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, "http://"+n.E2B+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", key.Secret)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s on %s's E2B plane: %v", method, path, n.Name, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	st, body := e2b(c.Node(1), "POST", "/sandboxes", `{"templateID":"base","timeout":600}`, nil)
+	var e2bSB struct{ SandboxID, EnvdAccessToken string }
+	if json.Unmarshal([]byte(body), &e2bSB); st != http.StatusCreated || e2bSB.EnvdAccessToken == "" {
+		t.Fatalf("create through node-1's E2B plane: %d %s", st, body)
+	}
+	id := e2bSB.SandboxID
+	if st, body := e2b(c.Node(0), "POST", "/sandboxes/"+id+"/pause", "", nil); st != http.StatusNoContent {
+		t.Fatalf("pause node-1's E2B sandbox through node-0's E2B plane: %d %s", st, body)
+	}
+	if st, body := e2b(c.Node(0), "POST", "/sandboxes/"+id+"/connect", `{"timeout":600}`, nil); st != http.StatusCreated {
+		t.Fatalf("connect (resume) through node-0's E2B plane: %d %s", st, body)
+	}
+	envd := map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": e2bSB.EnvdAccessToken}
+	if st, body := e2b(c.Node(0), "POST", "/files?path=/tmp/e2b.txt", "e2b through node-0",
+		map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": e2bSB.EnvdAccessToken, "Content-Type": "application/octet-stream"}); st != http.StatusOK {
+		t.Fatalf("upload through node-0's envd plane: %d %s", st, body)
+	}
+	if out := mustExec(t, a1, id, "cat /tmp/e2b.txt"); out != "e2b through node-0" {
+		t.Fatalf("the file uploaded through node-0's envd plane, in node-1's sandbox: %q", out)
+	}
+	if st, body := e2b(c.Node(0), "GET", "/files?path=/tmp/e2b.txt", "", envd); st != http.StatusOK || body != "e2b through node-0" {
+		t.Fatalf("download through node-0's envd plane: %d %q", st, body)
+	}
+	if st, body := e2b(c.Node(0), "DELETE", "/sandboxes/"+id, "", nil); st != http.StatusNoContent {
+		t.Fatalf("kill through node-0's E2B plane: %d %s", st, body)
+	}
 }
 
 // wantDownload: path in ref, read through cl, has the checksum sum.
