@@ -324,3 +324,38 @@ func TestPlacedCreateDeclinedGoesToTheNextNode(t *testing.T) {
 		t.Fatalf("create with no other node: %v; want node-b's refusal", err)
 	}
 }
+
+// TestSnapshotCallsGoWhereTheSnapshotIs: on nodes that share no object store, a
+// snapshot taken on node-b is read, forked and deleted through node-a: each call goes
+// to node-b, which alone holds the snapshot (the fork is made there).
+func TestSnapshotCallsGoWhereTheSnapshotIs(t *testing.T) {
+	c := newCluster(t, toB)
+	ctx := context.Background()
+	if _, err := c.alice.Create(ctx, api.CreateSandboxRequest{Name: "far"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.alice.Upload(ctx, "far", "/data", 0o644, strings.NewReader("kept in the snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.alice.Snapshot(ctx, "far", nil)
+	if err != nil || snap.Snapshot == nil {
+		t.Fatalf("snapshot node-b's sandbox through node-a: %+v, %v", snap, err)
+	}
+	id := snap.Snapshot.ID
+	if got, err := c.alice.GetSnapshot(ctx, id); err != nil || got.ID != id || len(got.Chunks) == 0 {
+		t.Fatalf("node-b's snapshot read through node-a: %+v, %v; want it, with its chunks", got, err)
+	}
+	fork, err := c.alice.Fork(ctx, id, api.ForkRequest{Name: "forked"})
+	if err != nil || fork.Sandbox == nil || fork.Sandbox.Node != "node-b" || !c.b.Driver.Running(fork.Sandbox.ID) {
+		t.Fatalf("fork of node-b's snapshot through node-a: %+v, %v; want it made on node-b", fork.Sandbox, err)
+	}
+	if _, err := c.alice.Terminate(ctx, "forked"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.alice.DeleteSnapshot(ctx, id); err != nil {
+		t.Fatalf("delete node-b's snapshot through node-a: %v", err)
+	}
+	if _, err := c.alice.GetSnapshot(ctx, id); !client.IsNotFound(err) {
+		t.Fatalf("the deleted snapshot: %v; want not_found", err)
+	}
+}
