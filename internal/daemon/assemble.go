@@ -314,7 +314,7 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 	}
 	if cfg.E2BListen != "" {
 		n.E2B = e2b.NewControl(m, e2b.Options{Ports: n.Ports, Auth: n.Auth, Log: log, AuditLog: n.AuditLog,
-			TokenKey: keys.e2b, Domain: cfg.E2BDomain})
+			TokenKey: keys.e2b, Domain: cfg.E2BDomain, Forward: n.Forward, ClusterTLS: n.clusterTLS})
 		n.closers = append(n.closers, n.E2B.Close)
 	}
 	return nil
@@ -372,8 +372,25 @@ func (n *Node) ClusterServer() *http.Server {
 	}
 	tc := n.clusterTLS.ServerConfig().Clone()
 	tc.ClientAuth = tls.RequireAndVerifyClientCert // whatever the CA's config says: only nodes
-	return &http.Server{Handler: http.HandlerFunc(n.Server.ServeCluster), TLSConfig: tc,
+	return &http.Server{Handler: http.HandlerFunc(n.serveCluster), TLSConfig: tc,
 		ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
+}
+
+// serveCluster sends a call another node forwarded to the plane it is for: the E2B
+// plane's (forward.PlaneE2B) to it, when this node serves one; any other to the API.
+func (n *Node) serveCluster(w http.ResponseWriter, r *http.Request) {
+	switch plane := r.Header.Get(forward.PlaneHeader); {
+	case plane == "":
+		n.Server.ServeCluster(w, r)
+	case plane == forward.PlaneE2B && n.E2B != nil:
+		n.E2B.ServeCluster(w, r)
+	default:
+		msg := fmt.Sprintf("node %q serves no %q plane: a call for it cannot be forwarded here", n.Manager.NodeName(), plane)
+		if plane == forward.PlaneE2B {
+			msg += " (its e2b_listen is not set)"
+		}
+		http.Error(w, msg, http.StatusNotImplemented)
+	}
 }
 
 // Close stops the node, in the reverse order of its making: sandboxes keep running.

@@ -34,6 +34,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/httpstatus"
 	"github.com/airlockhq/airlock/internal/jsonbody"
@@ -71,6 +72,11 @@ type Options struct {
 	// Ports forwards the sandboxes' ports' traffic (nil: a proxy of the plane's own).
 	// Share the node's, so that closing a port cuts these connections too.
 	Ports *portproxy.Proxy
+	// Forward, on a node of a cluster, proxies calls about other nodes' sandboxes to
+	// their planes (nil: every call is answered here); see forward.go.
+	Forward *forward.Forwarder
+	// ClusterTLS checks the callers of ServeCluster: the cluster's nodes.
+	ClusterTLS forward.ClusterTLS
 }
 
 // Authenticator is what the planes need of the node's identities.
@@ -199,8 +205,14 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 		ctx, noted := manager.NoteSandbox(r.Context())
 		r = r.WithContext(ctx)
 		var p *auth.Principal
+		var proxied bool // another node answered, and records the call
 		status, err := httpedge.Run(w, r, c.writeError, func(w http.ResponseWriter, r *http.Request) (err error) {
-			if p, err = c.authenticate(r); err != nil {
+			if caller, ok := forwarded(r); ok {
+				p, err = c.forwardedPrincipal(r, caller)
+			} else {
+				p, err = c.authenticate(r)
+			}
+			if err != nil {
 				return err
 			}
 			if perm != "" {
@@ -211,9 +223,17 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 			if err := c.requestAudit().Ready(r.Method != http.MethodGet); err != nil {
 				return err
 			}
+			if node, fallback := c.holder(r, p); node != "" {
+				if done, err := c.forwardControl(w, r, p, node, fallback); done {
+					proxied = err == nil
+					return err
+				}
+			}
 			return h(w, r.WithContext(manager.WithActor(r.Context(), p.Identity)), p)
 		})
-		c.audit(r, pattern, p, noted(), status, err, start)
+		if !proxied {
+			c.audit(r, pattern, p, noted(), status, err, start)
+		}
 	}
 }
 
@@ -231,7 +251,7 @@ func (c *Control) audit(r *http.Request, pattern string, p *auth.Principal, sand
 	if pattern == "" {
 		pattern = r.Method + " " + r.URL.Path // the caller's choice: the edge clips it
 	}
-	e := audit.Entry{Action: "E2B " + pattern, Sandbox: sandbox, Source: "e2b tcp " + r.RemoteAddr}
+	e := audit.Entry{Action: "E2B " + pattern, Sandbox: sandbox, Source: source(r)}
 	if errors.Is(err, errNotServed) {
 		e.Result = strconv.Itoa(status) + " not_implemented"
 	}

@@ -86,6 +86,9 @@ type target struct {
 	// user is the user name the request acts as (the Basic authorization's user name);
 	// "" until lookupUser settles it is DefaultUser (see lookupUser).
 	user string
+	// node, when set, is the node that holds the sandbox and answers the call, which
+	// goes to it as the owner's API key keyID (see forward.go).
+	node, keyID string
 
 	userMu   sync.Mutex
 	userInfo *agentproto.UserInfo // user as the agent described it, once asked
@@ -142,6 +145,13 @@ func (c *Control) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	if err != nil {
 		c.writeError(rec, r, err)
 		c.auditSandbox(r, id, port, t, rec.Status(), err, start)
+		return
+	}
+	if t.node != "" {
+		if err := c.forwardSandbox(rec, r, t.node, id, t.owner, t.keyID, port); err != nil {
+			c.writeError(rec, r, err)
+			c.auditSandbox(r, id, port, t, rec.Status(), err, start)
+		}
 		return
 	}
 	ctx := manager.WithActor(context.WithValue(r.Context(), targetKey{}, t), t.owner)
@@ -226,6 +236,10 @@ func (c *Control) authorizeSandbox(r *http.Request, id string, port int) (*targe
 			Msg: fmt.Sprintf("%s lacks %s, which this call needs", p.Identity, perm)}
 	}
 	t := &target{id: id, owner: sb.Owner, sb: sb}
+	if c.forwarding(r) && sb.Node != "" && sb.Node != c.m.NodeName() {
+		t.node, t.keyID = sb.Node, keyID
+		return t, nil
+	}
 	if needsAgent(r, port) {
 		if t.wk, err = c.m.WorkOn(ctx, sb); err != nil {
 			return nil, err
@@ -324,7 +338,7 @@ func (c *Control) auditSandbox(r *http.Request, id string, port int, t *target, 
 	if port != EnvdPort {
 		action = fmt.Sprintf("E2B port %d", port)
 	}
-	e := audit.Entry{Action: action, Source: "e2b tcp " + r.RemoteAddr, Resource: audit.Clip("id=" + id)}
+	e := audit.Entry{Action: action, Source: source(r), Resource: audit.Clip("id=" + id)}
 	if t != nil {
 		e.Identity, e.Sandbox = t.owner, t.id
 	}

@@ -14,8 +14,11 @@ package forward
 import (
 	"context"
 	"crypto/tls"
+	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // ClusterTLS is the cluster's certificate authority as a node holds it: its own
@@ -36,6 +39,28 @@ type ClusterTLS interface {
 // node that answers; it is accepted only on the node listener, from a verified cluster
 // node, and refused everywhere else.
 const Header = "Airlock-Forwarded-For"
+
+// PlaneHeader names the plane a forwarded call is for, on the node listener: absent for
+// Airlock's own API, PlaneE2B for the E2B-compatible plane.
+const PlaneHeader = "Airlock-Forwarded-Plane"
+
+// PlaneE2B is PlaneHeader's value for the E2B-compatible plane.
+const PlaneE2B = "e2b"
+
+// VerifiedPeer is the cluster node a request on the node listener came from: its
+// connection's client certificate, which the listener's TLS verified, must be one of
+// the cluster's CA that names a node.
+func VerifiedPeer(ct ClusterTLS, r *http.Request) (string, error) {
+	deny := &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the node listener serves only the cluster's nodes, with a certificate of the cluster's CA"}
+	if ct == nil || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		return "", deny
+	}
+	node, err := ct.PeerNode(r.TLS)
+	if err != nil || node == "" {
+		return "", deny
+	}
+	return node, nil
+}
 
 // Caller is who made a forwarded call, as the forwarding node authenticated it. The
 // answering node derives the principal again from the shared store: by the token id

@@ -135,6 +135,12 @@ type Call struct {
 	// returns is Proxy's, and nothing is written (a placement's next candidate may take
 	// the call).
 	Decline func(*http.Response) error
+	// Plane is the plane the call is for on the node (PlaneHeader; "": Airlock's API).
+	Plane string
+	// KeepAuthorization sends the Authorization header on, for a plane whose header is
+	// no credential (E2B's envd plane: the user a call acts as). Otherwise it is
+	// dropped: the caller goes as the forwarding header says.
+	KeepAuthorization bool
 }
 
 // Proxy sends r to c.Node, as c.Caller, and writes the node's answer to w as it
@@ -152,9 +158,17 @@ func (f *Forwarder) Proxy(w http.ResponseWriter, r *http.Request, c Call) error 
 	var failed error
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", p.Address, p.Address
-			pr.Out.Header.Del("Authorization") // the caller goes as the header says, never its credential
+			// The Host the caller addressed goes on (an E2B port's server sees it); the
+			// connection is to the node's address, its certificate checked by name.
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", p.Address
+			if !c.KeepAuthorization {
+				pr.Out.Header.Del("Authorization") // the caller goes as the header says, never its credential
+			}
 			pr.Out.Header.Set(Header, c.Caller.Encode())
+			pr.Out.Header.Del(PlaneHeader)
+			if c.Plane != "" {
+				pr.Out.Header.Set(PlaneHeader, c.Plane)
+			}
 		},
 		Transport:     f.transport(p.Name),
 		FlushInterval: -1,

@@ -109,6 +109,10 @@ func (m *Manager) SnapshotOwned(ctx context.Context, owner, id string) (*snapsho
 		return nil, err
 	}
 	man, err := m.snaps.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) && rec.Node != "" && rec.Node != m.cfg.NodeName && !m.snaps.Shared() {
+		return nil, errdefs.Precondition("snapshot %s is on node %q, which took it, and this node (%q) shares no object store with it (objects: is not set): it is read, forked and restored on that node",
+			id, rec.Node, m.cfg.NodeName).WithDetails(map[string]any{"node": rec.Node, "reason": "snapshot_on_other_node"})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +120,20 @@ func (m *Manager) SnapshotOwned(ctx context.Context, owner, id string) (*snapsho
 		return nil, err
 	}
 	return man, nil
+}
+
+// SnapshotNode is the node that took owner's snapshot id ("" when it is not owner's,
+// or this node's), and whether the cluster's nodes share snapshots (an object store),
+// so that any node may answer for it.
+func (m *Manager) SnapshotNode(ctx context.Context, owner, id string) (node string, shared bool, err error) {
+	if m.snaps == nil {
+		return "", false, nil
+	}
+	rec, err := m.store.GetSnapshotRecord(ctx, id)
+	if err != nil || rec.Owner != owner || rec.Node == m.cfg.NodeName {
+		return "", m.snaps.Shared(), err
+	}
+	return rec.Node, m.snaps.Shared(), nil
 }
 
 // agrees refuses, as not found, a manifest that disagrees with the record of its

@@ -64,15 +64,7 @@ func (s *Server) ServeCluster(w http.ResponseWriter, r *http.Request) {
 
 // peerNode is the cluster node a node listener's request came from.
 func (s *Server) peerNode(r *http.Request) (string, error) {
-	deny := &errdefs.Error{Class: errdefs.ErrUnauthenticated, Msg: "the node listener serves only the cluster's nodes, with a certificate of the cluster's CA"}
-	if s.opts.ClusterTLS == nil || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-		return "", deny
-	}
-	node, err := s.opts.ClusterTLS.PeerNode(r.TLS)
-	if err != nil || node == "" {
-		return "", deny
-	}
-	return node, nil
+	return forward.VerifiedPeer(s.opts.ClusterTLS, r)
 }
 
 // refuseForwarding refuses the forwarding header on a listener other than the node
@@ -89,7 +81,14 @@ func refuseForwarding(r *http.Request) error {
 // that is another node: the record's node, one store read (none on a node that is in
 // no cluster, or for a call that was forwarded here). done says the call was answered.
 func (s *Server) forwardCall(w http.ResponseWriter, r *http.Request, rt route) (done bool, err error) {
-	if s.opts.Forward == nil || rt.inside != ownSandbox || forward.From(r.Context()) != "" {
+	if s.opts.Forward == nil || forward.From(r.Context()) != "" {
+		return false, nil
+	}
+	switch rt.inside {
+	case ownSandbox:
+	case ownSnapshot:
+		return s.forwardSnapshot(w, r)
+	default:
 		return false, nil
 	}
 	ref := r.PathValue("ref")
@@ -101,6 +100,53 @@ func (s *Server) forwardCall(w http.ResponseWriter, r *http.Request, rt route) (
 		return false, nil // the handler answers, its refusal included
 	}
 	return true, s.proxy(w, r, forward.Call{Node: node})
+}
+
+// forwardSnapshot sends a call about the snapshot {id} to the node that took it, when
+// that node must answer: every call, when snapshots stay on the node that took them (no
+// shared object store); a delete in any case, since that node holds the snapshot's
+// local copy and counts its chunks, unless it cannot be reached and the object store
+// holds the snapshot (then this node deletes it there). With a shared object store, a
+// read or a fork is answered here (a fork is made here). done says the call was
+// answered.
+func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request) (done bool, err error) {
+	node, shared, err := s.m.SnapshotNode(r.Context(), owner(r), r.PathValue("id"))
+	if err != nil || node == "" || (shared && r.Method != http.MethodDelete) {
+		return false, nil // the handler answers, its refusal included
+	}
+	err = s.proxy(w, r, forward.Call{Node: node})
+	if err != nil && shared && errors.Is(err, errdefs.ErrUnavailable) {
+		s.log.Warn("the node that took a snapshot cannot be reached; deleting it from the object store here",
+			"snapshot", r.PathValue("id"), "node", node, "err", err)
+		return false, nil
+	}
+	return true, err
+}
+
+// forwardPort sends an exposed port's request to the node that holds its sandbox,
+// when OpenPort refused it as another node's (the port's token was checked first, so
+// that only a caller the port admits learns where it is). done says it was answered.
+func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, err error) (done bool, _ error) {
+	node := otherNode(err)
+	if node == "" || s.opts.Forward == nil || forward.From(r.Context()) != "" {
+		return false, err
+	}
+	// The port's own token goes with the request; the node that holds the sandbox
+	// checks it again.
+	return true, s.opts.Forward.Proxy(w, r, forward.Call{Node: node})
+}
+
+// otherNode is the node a refusal of another node's sandbox names ("": err is none).
+func otherNode(err error) string {
+	if err == nil || !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return ""
+	}
+	d := errdefs.Details(err)
+	if d["reason"] != "other_node" {
+		return ""
+	}
+	node, _ := d["node"].(string)
+	return node
 }
 
 // proxy sends the call to c.Node as the request's caller.

@@ -177,7 +177,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) error {
 		token = r.URL.Query().Get("airlock_token")
 	}
 	dial, err := s.m.OpenPort(r.Context(), id, port, token)
-	if err != nil {
+	if done, err := s.forwardPort(w, r, err); done || err != nil {
 		return err
 	}
 	s.ports.Serve(w, r, portproxy.Target{SandboxID: id, Port: port, Dial: dial,

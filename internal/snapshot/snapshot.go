@@ -228,6 +228,11 @@ func (s *Store) Get(id string) (*Manifest, error) {
 	return s.readManifest(id)
 }
 
+// Shared says whether the snapshots are kept in an object store the cluster's nodes
+// share (UseObjects), so that any node reads, forks and restores any of them; without
+// one, a snapshot is only on the node that took it.
+func (s *Store) Shared() bool { return s.objs != nil }
+
 // List returns the snapshots of a sandbox (every snapshot when sandboxID is empty),
 // oldest first, without their entries.
 func (s *Store) List(sandboxID string) ([]*Manifest, error) {

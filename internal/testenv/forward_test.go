@@ -34,6 +34,13 @@ type cluster struct {
 
 func newCluster(t testing.TB, place forward.Place, adjust ...func(*FakeOptions)) *cluster {
 	t.Helper()
+	return newClusterWith(t, place, false, adjust...)
+}
+
+// newClusterWith is newCluster whose nodes serve the E2B-compatible plane too when e2b
+// is set (FakeNode.E2BURL).
+func newClusterWith(t testing.TB, place forward.Place, e2b bool, adjust ...func(*FakeOptions)) *cluster {
+	t.Helper()
 	dsn := pgtest.Start(t).CreateDatabase(t)
 	keys := t.TempDir()
 	if err := os.Chmod(keys, 0o700); err != nil {
@@ -46,9 +53,9 @@ func newCluster(t testing.TB, place forward.Place, adjust ...func(*FakeOptions))
 		}
 		return NewFakeNode(t, o)
 	}
-	c.b = start(FakeOptions{StoreDSN: dsn, NodeName: "node-b", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-b")})
+	c.b = start(FakeOptions{StoreDSN: dsn, NodeName: "node-b", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-b"), E2B: e2b})
 	c.a = start(FakeOptions{StoreDSN: dsn, NodeName: "node-a", KeysDir: keys, ClusterTLS: c.ca.Node(t, "node-a"),
-		Owners: []string{"alice"}, Place: place})
+		Owners: []string{"alice"}, Place: place, E2B: e2b})
 	var err error
 	if c.alice, err = client.New(client.Options{Addr: c.a.Addr, Token: c.a.Token(t, "alice")}); err != nil {
 		t.Fatal(err)
@@ -321,5 +328,40 @@ func TestPlacedCreateDeclinedGoesToTheNextNode(t *testing.T) {
 	_, err = c.alice.Create(ctx, api.CreateSandboxRequest{Name: "nowhere", Labels: map[string]string{"fallback": "none"}})
 	if err == nil || !strings.Contains(err.Error(), `node "node-b" is draining`) {
 		t.Fatalf("create with no other node: %v; want node-b's refusal", err)
+	}
+}
+
+// TestSnapshotCallsGoWhereTheSnapshotIs: on nodes that share no object store, a
+// snapshot taken on node-b is read, forked and deleted through node-a: each call goes
+// to node-b, which alone holds the snapshot (the fork is made there).
+func TestSnapshotCallsGoWhereTheSnapshotIs(t *testing.T) {
+	c := newCluster(t, toB)
+	ctx := context.Background()
+	if _, err := c.alice.Create(ctx, api.CreateSandboxRequest{Name: "far"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.alice.Upload(ctx, "far", "/data", 0o644, strings.NewReader("kept in the snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.alice.Snapshot(ctx, "far", nil)
+	if err != nil || snap.Snapshot == nil {
+		t.Fatalf("snapshot node-b's sandbox through node-a: %+v, %v", snap, err)
+	}
+	id := snap.Snapshot.ID
+	if got, err := c.alice.GetSnapshot(ctx, id); err != nil || got.ID != id || len(got.Chunks) == 0 {
+		t.Fatalf("node-b's snapshot read through node-a: %+v, %v; want it, with its chunks", got, err)
+	}
+	fork, err := c.alice.Fork(ctx, id, api.ForkRequest{Name: "forked"})
+	if err != nil || fork.Sandbox == nil || fork.Sandbox.Node != "node-b" || !c.b.Driver.Running(fork.Sandbox.ID) {
+		t.Fatalf("fork of node-b's snapshot through node-a: %+v, %v; want it made on node-b", fork.Sandbox, err)
+	}
+	if _, err := c.alice.Terminate(ctx, "forked"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.alice.DeleteSnapshot(ctx, id); err != nil {
+		t.Fatalf("delete node-b's snapshot through node-a: %v", err)
+	}
+	if _, err := c.alice.GetSnapshot(ctx, id); !client.IsNotFound(err) {
+		t.Fatalf("the deleted snapshot: %v; want not_found", err)
 	}
 }

@@ -36,7 +36,7 @@ import (
 // and removes all it made (namespaces, bridge, PostgreSQL, S3, mounts, cgroups), even
 // when the test fails.
 type Cluster struct {
-	t *testing.T
+	t testing.TB
 	// Postgres is the store every node shares; DSN is the database, reachable from the
 	// nodes' namespaces and from the test.
 	Postgres *pgtest.Server
@@ -76,9 +76,10 @@ type Node struct {
 	// Name is node.name: node-0, node-1, ...
 	Name string
 	// Addr is the node's address on the cluster's network; API (ADDR:7070) is where its
-	// TCP API listens and Advertise (ADDR:7443) is its node.listen and node.advertise.
-	Addr           netip.Addr
-	API, Advertise string
+	// TCP API listens, Advertise (ADDR:7443) is its node.listen and node.advertise, and
+	// E2B (ADDR:7080) is its e2b_listen.
+	Addr                netip.Addr
+	API, Advertise, E2B string
 	// Dir is the node's state directory; Socket its unix socket.
 	Dir, Socket string
 	// Client reaches the node over its socket, as root: the administrator "local".
@@ -97,6 +98,7 @@ type Node struct {
 const (
 	apiPort  = 7070
 	nodePort = 7443
+	e2bPort  = 7080
 )
 
 // startTimeout bounds one daemon's start, on a loaded machine.
@@ -110,7 +112,7 @@ const (
 
 // newCluster starts a cluster for t: the network, PostgreSQL, S3, then node-0 (which
 // makes the cluster's keys) and the others at once, each ready to take calls.
-func newCluster(t *testing.T, opts ...Options) *Cluster {
+func newCluster(t testing.TB, opts ...Options) *Cluster {
 	t.Helper()
 	testenv.RequireHost(t)
 	if _, err := exec.LookPath("nsenter"); err != nil {
@@ -167,11 +169,12 @@ func newCluster(t *testing.T, opts ...Options) *Cluster {
 }
 
 // addNode writes node i's configuration and sweep record.
-func (c *Cluster) addNode(t *testing.T, i int, tag, keys, join string, o Options) *Node {
+func (c *Cluster) addNode(t testing.TB, i int, tag, keys, join string, o Options) *Node {
 	ns, addr := c.net.addNode(t, i)
 	n := &Node{c: c, Index: i, Name: fmt.Sprintf("node-%d", i), Addr: addr, ns: ns,
 		API:       net.JoinHostPort(addr.String(), strconv.Itoa(apiPort)),
 		Advertise: net.JoinHostPort(addr.String(), strconv.Itoa(nodePort)),
+		E2B:       net.JoinHostPort(addr.String(), strconv.Itoa(e2bPort)),
 		Dir:       filepath.Join(c.dir, fmt.Sprintf("n%d", i)),
 		cgroup:    fmt.Sprintf("airlock-test-cl%s-%d", tag, i),
 		table:     fmt.Sprintf("airlock_k%s%d", tag, i), veths: fmt.Sprintf("k%s%d", tag, i)}
@@ -187,6 +190,7 @@ func (c *Cluster) addNode(t *testing.T, i int, tag, keys, join string, o Options
 secrets_dir: %s
 socket: %s
 listen: %s
+e2b_listen: %s
 cgroup_parent: %s
 log_level: info
 min_max_lifetime: 1s
@@ -197,7 +201,7 @@ store: {dsn: %q}
 objects: {endpoint: %q, bucket: %s, region: us-east-1, access_key_env: %s, secret_key_env: %s}
 node: {name: %s, listen: %q, advertise: %q, lease_period: %s}
 cluster: {join_token: %s, keys_dir: %s}
-`, n.Dir, n.secrets, n.Socket, n.API, n.cgroup, n.table, n.veths, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv,
+`, n.Dir, n.secrets, n.Socket, n.API, n.E2B, n.cgroup, n.table, n.veths, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv,
 		n.Name, n.Advertise, n.Advertise, c.LeasePeriod, join, keys)
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
@@ -422,7 +426,7 @@ func (c *Cluster) close() {
 
 // assertClean fails the test on any container, mount, sandbox directory or cgroup of
 // the node's still on the host.
-func (n *Node) assertClean(t *testing.T) {
+func (n *Node) assertClean(t testing.TB) {
 	t.Helper()
 	for _, rt := range n.record().Runtimes[:1] {
 		out, _ := exec.Command(rt.Binary, "--root", rt.Root, "list", "-q").Output()
