@@ -232,17 +232,33 @@ func (m *Manager) ensureTable(restore ...*Sandbox) error {
 	c.AddRule(&nftables.Rule{Table: t, Chain: input, UserData: markComment(cfg.ListenerMark),
 		Exprs: cat(ctState(expr.CtStateBitNEW), socketMark(cfg.ListenerMark), verdict(expr.VerdictDrop, ""))})
 	counts[input.Name]++
-	for _, sb := range restore {
-		if err := setElements(c, ifs, links, sb); err != nil {
-			return err
-		}
+	// The elements go in batches: one transaction of thousands of sandboxes' elements
+	// is more than a netlink message may hold (EMSGSIZE), and the whole rewrite failed.
+	// Existing elements stay while chains are flushed and rules written again, and a
+	// batch re-adding an element already there changes nothing, so the batches after
+	// the first only add what was missing.
+	first := restore[:min(len(restore), elementBatch)]
+	if err := setElements(c, ifs, links, first...); err != nil {
+		return err
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netns: nftables table %s: %w", m.table().Name, err)
 	}
 	m.ruleCounts = counts
+	for rest := restore[len(first):]; len(rest) > 0; rest = rest[min(len(rest), elementBatch):] {
+		if err := setElements(c, ifs, links, rest[:min(len(rest), elementBatch)]...); err != nil {
+			return err
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("netns: nftables elements of table %s: %w", m.table().Name, err)
+		}
+	}
 	return nil
 }
+
+// elementBatch is how many sandboxes' elements one nftables transaction adds at most
+// (two elements each, well within a netlink message).
+const elementBatch = 256
 
 // addElements admits sandbox sb to the rules: one element in each set, one transaction.
 func (m *Manager) addElements(sb *Sandbox) error {
@@ -260,13 +276,20 @@ func (m *Manager) addElements(sb *Sandbox) error {
 	return nil
 }
 
-// setElements queues sb's element in each set on c.
-func setElements(c *nftables.Conn, ifs, links *nftables.Set, sb *Sandbox) error {
-	if err := c.SetAddElements(ifs, []nftables.SetElement{{Key: ifKey(sb.HostIf), Comment: sb.ID}}); err != nil {
+// setElements queues the sandboxes' element in each set on c: one message a set.
+func setElements(c *nftables.Conn, ifs, links *nftables.Set, sbs ...*Sandbox) error {
+	if len(sbs) == 0 {
+		return nil
+	}
+	ie, le := make([]nftables.SetElement, len(sbs)), make([]nftables.SetElement, len(sbs))
+	for i, sb := range sbs {
+		ie[i] = nftables.SetElement{Key: ifKey(sb.HostIf), Comment: sb.ID}
+		le[i] = nftables.SetElement{Key: linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr), Comment: sb.ID}
+	}
+	if err := c.SetAddElements(ifs, ie); err != nil {
 		return err
 	}
-	key := linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr)
-	return c.SetAddElements(links, []nftables.SetElement{{Key: key, Comment: sb.ID}})
+	return c.SetAddElements(links, le)
 }
 
 // element is one set element with the set it is in.
@@ -296,11 +319,15 @@ func (m *Manager) elements() ([]element, error) {
 }
 
 // deleteElements removes the elements of sandbox id (those with its id as comment),
-// in one transaction; none is not an error.
-func (m *Manager) deleteElements(id string) error {
-	elems, err := m.elements()
-	if err != nil {
-		return err
+// in one transaction; none is not an error. elems are both sets' elements, read by the
+// caller, or nil to read them here (reading them is the cost of a delete, which grows
+// with the node's sandboxes: a caller that already has them passes them).
+func (m *Manager) deleteElements(id string, elems []element) error {
+	if elems == nil {
+		var err error
+		if elems, err = m.elements(); err != nil {
+			return err
+		}
 	}
 	c, err := m.nft()
 	if err != nil {

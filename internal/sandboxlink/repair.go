@@ -2,6 +2,7 @@ package sandboxlink
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/google/nftables"
 )
@@ -73,7 +74,14 @@ func (m *Manager) intact() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("netns: check the table: %w", err)
 	}
-	for _, sb := range m.linked(links, nil) {
+	// A sandbox whose Create or Delete is under way has its link before (or after) its
+	// elements: it is that call's to finish, not a damage. Counted as one, a node that
+	// creates sandboxes all the time rewrote its whole table at every check, and the
+	// rewrite's own flush reported a deletion that started the next one.
+	m.mu.RLock()
+	busy := maps.Clone(m.busy)
+	m.mu.RUnlock()
+	for _, sb := range m.linked(links, busy) {
 		if !have[setIfs+"\x00"+string(ifKey(sb.HostIf))] || !have[setLinks+"\x00"+string(linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr))] {
 			return false, nil
 		}

@@ -1,6 +1,7 @@
 package sandboxlink
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestRepairPutsTheTableBack(t *testing.T) {
 		do   func() error
 	}{
 		{"table deleted", nft(func(c *nftables.Conn) { c.DelTable(m.table()) })},
-		{"a's elements deleted", func() error { return m.deleteElements(a.ID) }},
+		{"a's elements deleted", func() error { return m.deleteElements(a.ID, nil) }},
 		{"sandbox_in flushed", nft(func(c *nftables.Conn) { c.FlushChain(&nftables.Chain{Table: m.table(), Name: chainIn}) })},
 		{"the rate rule deleted", nft(func(c *nftables.Conn) {
 			rules, _ := c.GetRules(m.table(), &nftables.Chain{Table: m.table(), Name: chainIn})
@@ -102,5 +103,85 @@ func TestWatchDeletions(t *testing.T) {
 	}
 	if repaired, err := m.Repair(); err != nil || repaired {
 		t.Errorf("Repair() after RemoveRules = %v, %v; want nothing done", repaired, err)
+	}
+}
+
+// TestRestoreOfManyElements: a rewrite of the table that puts back the elements of
+// thousands of sandboxes succeeds (in one transaction it was more than a netlink
+// message holds, and the rewrite failed with EMSGSIZE, leaving them unfiltered).
+func TestRestoreOfManyElements(t *testing.T) {
+	requireHost(t)
+	node := newTestNode(t)
+	m := newTestManager(t, node)
+	const n = 1500 // one message each set and sandbox: about 300 KiB in one transaction
+	if m.cfg.slots() < n {
+		t.Skipf("the test subnet has %d slots, fewer than %d", m.cfg.slots(), n)
+	}
+	var restore []*Sandbox
+	for i := range n {
+		host, sb := m.cfg.slotAddrs(i)
+		restore = append(restore, &Sandbox{ID: fmt.Sprintf("sb_many%08d", i), HostIf: m.cfg.hostIfName(host), HostAddr: host, SandboxAddr: sb})
+	}
+	t.Cleanup(func() { // at once, before the node's sweep deletes sandbox by sandbox
+		c, err := m.nft()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ifs, links := sets(m.table())
+		for i := 0; i < n; i += elementBatch {
+			var ie, le []nftables.SetElement
+			for _, sb := range restore[i:min(n, i+elementBatch)] {
+				ie = append(ie, nftables.SetElement{Key: ifKey(sb.HostIf)})
+				le = append(le, nftables.SetElement{Key: linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr)})
+			}
+			if err := c.SetDeleteElements(ifs, ie); err != nil {
+				t.Error(err)
+			}
+			if err := c.SetDeleteElements(links, le); err != nil {
+				t.Error(err)
+			}
+			if err := c.Flush(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	m.mu.Lock()
+	err := m.ensureTable(restore...)
+	m.mu.Unlock()
+	if err != nil {
+		t.Fatalf("ensureTable with %d sandboxes' elements: %v", n, err)
+	}
+	elems, err := m.elements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(elems) != 2*n {
+		t.Errorf("the sets hold %d elements; want %d (two for each of %d sandboxes)", len(elems), 2*n, n)
+	}
+}
+
+// TestRepairLeavesABusyCreate: a sandbox whose Create has made its link but not yet its
+// elements is that Create's to finish: Repair finds nothing to repair (it rewrote the
+// whole table each time, and its own flush started the next rewrite).
+func TestRepairLeavesABusyCreate(t *testing.T) {
+	requireHost(t)
+	node := newTestNode(t)
+	m := newTestManager(t, node)
+	a := create(t, m, "sb_a", "baseline")
+	if err := m.deleteElements(a.ID, nil); err != nil { // as between a Create's link and its elements
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	m.busy[a.ID] = true
+	m.mu.Unlock()
+	if repaired, err := m.Repair(); err != nil || repaired {
+		t.Errorf("Repair() with a Create under way = %v, %v; want nothing to repair", repaired, err)
+	}
+	m.mu.Lock()
+	delete(m.busy, a.ID)
+	m.mu.Unlock()
+	if repaired, err := m.Repair(); err != nil || !repaired {
+		t.Errorf("Repair() once the Create is no longer under way = %v, %v; want repaired", repaired, err)
 	}
 }

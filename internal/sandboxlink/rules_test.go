@@ -238,9 +238,9 @@ func TestRulesAreWhatBlocks(t *testing.T) {
 		want reached
 	}{
 		{"with rules", func() error { return nil }, reached{}},
-		{"without a's elements", func() error { return m.deleteElements(a.ID) },
+		{"without a's elements", func() error { return m.deleteElements(a.ID, nil) },
 			reached{node: true, udp: true, ping: true, world: true}},
-		{"without a's and b's elements", func() error { return m.deleteElements(b.ID) },
+		{"without a's and b's elements", func() error { return m.deleteElements(b.ID, nil) },
 			reached{node: true, udp: true, ping: true, world: true, other: true}},
 		{"with rules again", func() error { return errors.Join(m.addElements(a), m.addElements(b)) }, reached{}},
 	}

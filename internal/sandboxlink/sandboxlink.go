@@ -224,7 +224,7 @@ func (m *Manager) Create(ctx context.Context, id, mode string) (_ *Sandbox, retE
 		do, undo func() error
 	}{
 		{"netns", func() error { return newNamed(sb.NetnsPath) }, func() error { return removeNamed(sb.NetnsPath) }},
-		{"rules", func() error { return m.addElements(sb) }, func() error { return m.deleteElements(id) }},
+		{"rules", func() error { return m.addElements(sb) }, func() error { return m.deleteElements(id, nil) }},
 		{"veth", func() error { return m.addVeth(sb) }, func() error { return m.delLink(sb.HostIf) }},
 		{"link", func() error { return m.setupLink(ctx, sb) }, nil},
 	}
@@ -342,7 +342,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	if err := m.deleteElements(id); err != nil {
+	if err := m.deleteElements(id, elems); err != nil {
 		return err
 	}
 	m.mu.Lock()
