@@ -15,9 +15,6 @@ daemon_start() {
 		echo "socket: $SOCK"
 		echo "cgroup_parent: airlock-$BENCH"
 		echo "log_level: warn"
-		# Hundreds of idle sandboxes at the default 1GiB limit sum far past the host's
-		# memory, which a node refuses unless node.memory lets it overcommit.
-		echo "node: {memory: 1TiB}"
 		local off="network: {enabled: false}"
 		echo "${BENCH_NETWORK:-$off}"
 		for line in "$@"; do echo "$line"; done

@@ -34,8 +34,9 @@ type Node struct {
 	// create's node selector matches; a key and value follow the sandbox label rule.
 	Labels map[string]string `yaml:"labels"`
 	// Memory is how much memory the node's sandboxes may reserve between them, their
-	// memory limits summed (default: the host's physical memory). More overcommits
-	// the limits (most sandboxes use far less than theirs); less keeps memory back.
+	// memory limits summed (default: in a cluster, the host's physical memory; a node
+	// alone does not check). More overcommits the limits (most sandboxes use far less
+	// than theirs); less keeps memory back.
 	Memory string `yaml:"memory"`
 }
 

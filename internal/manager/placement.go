@@ -9,6 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/placement"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/units"
 )
 
@@ -84,12 +85,19 @@ func (m *Manager) selects(sel map[string]string) error {
 }
 
 // NodeMemory is how much memory this node's sandboxes may reserve between them (0:
-// not known, not checked): the node's capacity for placement and admission.
+// not checked): the node's capacity for placement and admission. It is node.memory
+// when set; else, in a cluster (a store other nodes share), the host's memory; else
+// nothing: a node alone keeps taking sandboxes by their limits' sum as before (a
+// limit is a ceiling, not a use: thousands of idle 1GiB sandboxes fit a 24GiB host),
+// bounded by its uid ranges and each owner's cap.
 func (m *Manager) NodeMemory() int64 {
-	if m.cfg.NodeMemory > 0 {
+	switch {
+	case m.cfg.NodeMemory > 0:
 		return m.cfg.NodeMemory
+	case store.IsShared(m.store):
+		return m.cfg.HostMemory
 	}
-	return m.cfg.HostMemory
+	return 0
 }
 
 func validateSelector(sel map[string]string) error {

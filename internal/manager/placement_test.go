@@ -33,7 +33,7 @@ func (d slowStart) Start(ctx context.Context, s runtime.Spec) error {
 // refused the same way.
 func TestAdmissionNeverOvercommits(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.HostCPU, cfg.HostMemory = 2, 1<<30
+	cfg.HostCPU, cfg.HostMemory, cfg.NodeMemory = 2, 1<<30, 1<<30
 	fd := newFake(t)
 	m, st := newManagerWith(t, cfg, slowStart{fd})
 	ctx := context.Background()
@@ -228,6 +228,20 @@ func TestCreateChecksTheNodeSelector(t *testing.T) {
 
 // TestNodeMemoryOvercommits: node.memory above the host's lets the limits of the node's
 // sandboxes sum past its physical memory, and no further.
+// TestNodeAloneAdmitsPastItsMemory: a node alone (its own SQLite) with no node.memory
+// keeps taking sandboxes whose limits sum past its memory, as it always did: a limit is
+// a ceiling, and idle sandboxes use a few MiB each.
+func TestNodeAloneAdmitsPastItsMemory(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HostCPU, cfg.HostMemory = 2, 1<<30
+	m, _ := newManagerWith(t, cfg, newFake(t))
+	for i := range 4 {
+		if _, _, err := m.Create(context.Background(), local, CreateRequest{Name: fmt.Sprintf("s%d", i), Limits: store.Limits{Memory: 512 << 20}}); err != nil {
+			t.Fatalf("create %d of 512MiB on a node alone of 1GiB: %v", i, err)
+		}
+	}
+}
+
 func TestNodeMemoryOvercommits(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.HostCPU, cfg.HostMemory, cfg.NodeMemory = 2, 1<<30, 2<<30
