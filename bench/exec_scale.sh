@@ -28,6 +28,7 @@ NETFLAG=(--network none)
 if [ "${NET:-none}" = default ]; then
 	NETFLAG=()
 	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
+	trap 'daemon_stop; nft delete table inet airlock_scale 2>/dev/null || true' EXIT
 fi
 
 go build -o "$TMP/goexec" ./bench/goexec
