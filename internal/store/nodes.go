@@ -56,6 +56,9 @@ type Node struct {
 	// Epoch grows by one each time a node acquires the name; a renewal or release that
 	// carries an older epoch is refused, so a node that lost its lease cannot act on it.
 	Epoch int64 `json:"epoch"`
+	// FencedEpoch is the last epoch whose sandboxes were marked lost once its lease
+	// lapsed (FenceNode): they are marked once per epoch.
+	FencedEpoch int64 `json:"fenced_epoch,omitempty"`
 	// LeaseExpires is when the node is lost unless it renews; zero once released.
 	LeaseExpires time.Time `json:"lease_expires,omitzero"`
 	StartedAt    time.Time `json:"started_at"`
@@ -100,6 +103,40 @@ type Nodes interface {
 	GetNode(ctx context.Context, name string) (*Node, error)
 	// ListNodes returns every node's record, by name.
 	ListNodes(ctx context.Context) ([]*Node, error)
+	// FenceNode marks the sandboxes of a lost node, in one transaction with its record:
+	// if name's record is still at epoch and lost at now (FencedNode), each sandbox
+	// whose record names the node and is in one of states becomes what mark makes of it
+	// (its Version bumped), and the record remembers epoch as fenced. It returns the
+	// sandboxes it changed: none when epoch was fenced already, so nodes that fence at
+	// once each change a sandbox at most once between them. A node that acquires the
+	// name again waits for the transaction, and one that did first is refused here.
+	FenceNode(ctx context.Context, name string, epoch int64, now time.Time, states []State, mark func(*Sandbox)) ([]*Sandbox, error)
+}
+
+// FencedSandbox is what FenceNode stores of sb, one of the fenced node's sandboxes:
+// mark's change, at the next version.
+func FencedSandbox(sb *Sandbox, mark func(*Sandbox)) {
+	mark(sb)
+	sb.Version++
+	sb.UpdatedAt = time.Now().UTC()
+}
+
+// FencedNode is what FenceNode stores for old when it fences epoch at now; done says
+// epoch was fenced already (nothing to change), and an error refuses the fence: the
+// node is not lost at now, or holds another epoch.
+func FencedNode(old *Node, epoch int64, now time.Time) (n *Node, done bool, err error) {
+	if old.Epoch != epoch {
+		return nil, false, errdefs.VersionConflict("node %q is at epoch %d, not %d", old.Name, old.Epoch, epoch)
+	}
+	if st := old.StateAt(now); st != NodeLost {
+		return nil, false, errdefs.Precondition("node %q is %s, not %s", old.Name, st, NodeLost)
+	}
+	if old.FencedEpoch >= epoch {
+		return nil, true, nil
+	}
+	c := *old
+	c.FencedEpoch = epoch
+	return &c, false, nil
 }
 
 // AcquiredNode is what AcquireNode stores when n takes the lease of a name whose record
@@ -112,7 +149,7 @@ func AcquiredNode(old, n *Node, now time.Time) (*Node, error) {
 				n.Name, orNone(old.Address), old.LeaseExpires.UTC().Format(time.RFC3339)).
 				WithDetails(map[string]any{"node": n.Name, "holder_address": old.Address, "lease_expires": old.LeaseExpires.UTC()})
 		}
-		c.Epoch, c.Draining = old.Epoch, old.Draining
+		c.Epoch, c.Draining, c.FencedEpoch = old.Epoch, old.Draining, old.FencedEpoch
 	} else {
 		c.Epoch, c.Draining = 0, false
 	}

@@ -90,3 +90,58 @@ func (s *Store) ListNodes(ctx context.Context) ([]*store.Node, error) {
 	}
 	return out, nil
 }
+
+// FenceNode implements store.Store: the node's row lock holds off an AcquireNode of
+// the name until the sandboxes are marked.
+func (s *Store) FenceNode(ctx context.Context, name string, epoch int64, now time.Time, states []store.State, mark func(*store.Sandbox)) ([]*store.Sandbox, error) {
+	var out []*store.Sandbox
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		old, err := scanDoc[store.Node](tx.QueryRow(ctx, `SELECT doc FROM nodes WHERE name = $1 FOR UPDATE`, name))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.NodeMissing(name)
+		} else if err != nil {
+			return err
+		}
+		n, done, err := store.FencedNode(old, epoch, now)
+		if err != nil || done {
+			return err
+		}
+		names := make([]string, len(states))
+		for i, st := range states {
+			names[i] = string(st)
+		}
+		rows, err := tx.Query(ctx, `SELECT doc FROM sandboxes WHERE node = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, name, names)
+		if err != nil {
+			return err
+		}
+		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Sandbox, error) { return records.ScanSandbox(r) })
+		if err != nil {
+			return err
+		}
+		for _, sb := range list {
+			store.FencedSandbox(sb, mark)
+			doc, err := records.EncodeSandbox(sb)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state = $1, version = $2, doc = $3, node = $4 WHERE id = $5`,
+				string(sb.State), sb.Version, doc, sb.Node, sb.ID); err != nil {
+				return err
+			}
+		}
+		doc, err := records.EncodeNode(n)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET doc = $2 WHERE name = $1`, name, doc); err != nil {
+			return err
+		}
+		out = list
+		return nil
+	})
+	if err != nil && errdefs.Code(err) == "internal" {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	return out, err
+}

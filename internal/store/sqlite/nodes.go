@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/store"
@@ -101,4 +102,66 @@ func (s *Store) ListNodes(ctx context.Context) ([]*store.Node, error) {
 		out = append(out, n)
 	}
 	return out, rows.Err()
+}
+
+// FenceNode implements store.Store, in one transaction on the one writer connection.
+func (s *Store) FenceNode(ctx context.Context, name string, epoch int64, now time.Time, states []store.State, mark func(*store.Sandbox)) ([]*store.Sandbox, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	defer tx.Rollback()
+	old, err := scanNode(tx.QueryRowContext(ctx, `SELECT doc FROM nodes WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.NodeMissing(name)
+	} else if err != nil {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	n, done, err := store.FencedNode(old, epoch, now)
+	if err != nil || done {
+		return nil, err
+	}
+	args := []any{name}
+	for _, st := range states {
+		args = append(args, string(st))
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT doc FROM sandboxes WHERE node = ? AND state IN (?`+strings.Repeat(", ?", len(states)-1)+`) ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	var list []*store.Sandbox
+	for rows.Next() {
+		sb, err := records.ScanSandbox(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("fence node %s: %w", name, err)
+		}
+		list = append(list, sb)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	for _, sb := range list {
+		store.FencedSandbox(sb, mark)
+		doc, err := records.EncodeSandbox(sb)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, version = ?, doc = ?, node = ? WHERE id = ?`,
+			sb.State, sb.Version, doc, sb.Node, sb.ID); err != nil {
+			return nil, fmt.Errorf("fence node %s: %w", name, err)
+		}
+	}
+	doc, err := records.EncodeNode(n)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE nodes SET doc = ? WHERE name = ?`, doc, name); err != nil {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("fence node %s: %w", name, err)
+	}
+	return list, nil
 }

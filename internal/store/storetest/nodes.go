@@ -238,3 +238,71 @@ func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
 		t.Fatalf("ReservedByNode except sb_0, sb_3 = %v, want %v", sums, want)
 	}
 }
+
+// testFenceNode: a lost node's sandboxes in the states asked for are marked, in one
+// transaction with its record, once per epoch however many fence at once; a node that
+// is not lost, or was acquired again, is refused and nothing changes.
+func testFenceNode(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	n := newNode("n1", "i1", "", 10)
+	ok(t, s.AcquireNode(ctx, n, at(0)), "AcquireNode")
+	other := newNode("n2", "i2", "", 100)
+	ok(t, s.AcquireNode(ctx, other, at(0)), "AcquireNode n2")
+	for i, c := range []struct{ id, node, state string }{
+		{"sb_run", "n1", "running"}, {"sb_res", "n1", "resuming"}, {"sb_sus", "n1", "suspended"},
+		{"sb_other", "n2", "running"},
+	} {
+		sb := newSandbox(c.id, "alice", c.id, i)
+		sb.Node, sb.State = c.node, store.State(c.state)
+		ok(t, s.CreateSandbox(ctx, sb), "CreateSandbox "+c.id)
+	}
+	states := []store.State{"running", "resuming"}
+	mark := func(sb *store.Sandbox) { sb.State, sb.Failure = "lost", "node n1 lost" }
+	if _, err := s.FenceNode(ctx, "n1", n.Epoch, at(5), states, mark); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("FenceNode of a live node: %v; want a failed precondition", err)
+	}
+	if _, err := s.FenceNode(ctx, "n1", n.Epoch+1, at(20), states, mark); !errors.Is(err, errdefs.ErrVersionConflict) {
+		t.Fatalf("FenceNode of another epoch: %v; want a version conflict", err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total []string
+	)
+	for range 4 {
+		wg.Go(func() {
+			got, err := s.FenceNode(ctx, "n1", n.Epoch, at(20), states, mark)
+			if err != nil {
+				t.Errorf("FenceNode: %v", err)
+			}
+			mu.Lock()
+			total = append(total, sandboxIDs(got)...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	sameIDs(t, total, []string{"sb_run", "sb_res"}, "sandboxes marked by four fences at once")
+	for id, want := range map[string]string{"sb_run": "lost", "sb_res": "lost", "sb_sus": "suspended", "sb_other": "running"} {
+		sb, err := s.GetSandbox(ctx, id)
+		ok(t, err, "GetSandbox "+id)
+		if string(sb.State) != want {
+			t.Errorf("%s is %s after the fence, want %s", id, sb.State, want)
+		}
+		if want == "lost" && (sb.Version != 2 || sb.Failure != "node n1 lost") {
+			t.Errorf("%s after the fence: version %d, failure %q; want version 2 and the mark's failure", id, sb.Version, sb.Failure)
+		}
+	}
+	if lost, err := s.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{"lost"}}); err != nil || len(lost) != 2 {
+		t.Fatalf("ListSandboxes(lost) = %v, %v; want the two marked", sandboxIDs(lost), err)
+	}
+	// The node comes back: a new epoch, which its old one's fence no longer touches.
+	back := newNode("n1", "i1", "", 40)
+	ok(t, s.AcquireNode(ctx, back, at(30)), "AcquireNode again")
+	if back.FencedEpoch != n.Epoch {
+		t.Fatalf("acquired again: fenced epoch %d, want %d kept", back.FencedEpoch, n.Epoch)
+	}
+	if _, err := s.FenceNode(ctx, "n1", n.Epoch, at(50), states, mark); !errors.Is(err, errdefs.ErrVersionConflict) {
+		t.Fatalf("FenceNode of the old epoch after a new acquire: %v; want a version conflict", err)
+	}
+}

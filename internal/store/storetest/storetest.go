@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeNameHeld", testNodeNameHeld},
 		{"ConcurrentNodes", testConcurrentNodes},
 		{"NodePlacement", testNodePlacement},
+		{"FenceNode", testFenceNode},
 		{"ConcurrentAuditAppends", testConcurrentAuditAppends},
 		{"ClusterKeys", testClusterKeys},
 		{"ConcurrentClusterKeys", testConcurrentClusterKeys},
