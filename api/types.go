@@ -25,6 +25,9 @@ const (
 	StateTerminating = "terminating"
 	StateTerminated  = "terminated"
 	StateFailed      = "failed"
+	// StateLost is a sandbox whose node's lease lapsed: resume it (on another node,
+	// from its files in the object store) or terminate it.
+	StateLost = "lost"
 )
 
 // Exec end states.
@@ -170,8 +173,12 @@ type Sandbox struct {
 	IdleSuspend  string            `json:"idle_suspend"`
 	TTL          string            `json:"ttl"`
 	SuspendedAt  *time.Time        `json:"suspended_at,omitempty"`
-	Failure      string            `json:"failure,omitempty"`
-	Network      NetworkPolicy     `json:"network"`
+	// LostAt is when the sandbox was marked lost (state lost); Node names the node.
+	LostAt *time.Time `json:"lost_at,omitempty"`
+	// FilesAt is when its files were last put in the cluster's object store.
+	FilesAt *time.Time    `json:"files_at,omitempty"`
+	Failure string        `json:"failure,omitempty"`
+	Network NetworkPolicy `json:"network"`
 	// Workspace is the node's directory the sandbox sees at /workspace, if any.
 	Workspace  *Workspace `json:"workspace,omitempty"`
 	Parent     string     `json:"parent,omitempty"`      // snapshot it was restored or forked from
@@ -203,6 +210,18 @@ type OperationResponse struct {
 	// Snapshot is the snapshot the call took: a snapshot create's, or a restore's
 	// safety snapshot of the state it replaced.
 	Snapshot *Snapshot `json:"snapshot,omitempty"`
+	// Moved says that a resume moved the sandbox to the node that took the call.
+	Moved *Move `json:"moved,omitempty"`
+}
+
+// Move is a resume that moved a sandbox from a lost, stopped or drained node. For a
+// lost sandbox, Notice says since when its changes are lost.
+type Move struct {
+	From       string     `json:"from_node"`
+	Files      string     `json:"files"`
+	Generation int64      `json:"generation"`
+	LostSince  *time.Time `json:"lost_since,omitempty"`
+	Notice     string     `json:"notice,omitempty"`
 }
 
 // Snapshot is an immutable copy of a sandbox's writable layer.

@@ -21,9 +21,12 @@ Prints one line, or with -v the operation.`,
 var resumeVerb = &verb{
 	name:  "resume",
 	args:  "NAME [-v] [--if-match VERSION] [--idempotency-key K]",
-	short: "start a suspended sandbox again (a fresh container, generation + 1)",
-	long:  `Prints one line, or with -v the operation.`,
-	run:   func(c *cmd, args []string) error { return runLifecycle(c, args, "resumed", (*client.Client).Resume) },
+	short: "start a suspended or lost sandbox again (a fresh container, generation + 1)",
+	long: `A sandbox whose node was lost, stopped or drained resumes on the node that takes the
+call, from its files in the cluster's object store (kept there at each suspend). A lost
+sandbox resumes from its last suspend or a newer snapshot; the line says since when its
+changes, which were on the lost node, are lost. Prints one line, or with -v the operation.`,
+	run: func(c *cmd, args []string) error { return runLifecycle(c, args, "resumed", (*client.Client).Resume) },
 }
 
 type lifecycleCall func(*client.Client, context.Context, string, ...client.CallOption) (*api.OperationResponse, error)
@@ -54,6 +57,12 @@ func runLifecycle(c *cmd, args []string, done string, do lifecycleCall) error {
 	line := done + " " + resp.Sandbox.Name
 	if done == "resumed" {
 		line += fmt.Sprintf(" (generation %d)", resp.Sandbox.Generation)
+		if mv := resp.Moved; mv != nil {
+			line += fmt.Sprintf(" on node %s, moved from node %s", resp.Sandbox.Node, mv.From)
+			if mv.Notice != "" {
+				line += ": " + mv.Notice
+			}
+		}
 	}
 	_, err = fmt.Fprintln(safeWriter{c.stdout}, line)
 	return err

@@ -293,8 +293,11 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := m.onThisNode(sb); err != nil {
-		return nil, nil, err
+	abandon := sb.State == Lost && !m.ownRecord(sb) // nothing of it is on this node
+	if !abandon {
+		if err := m.onThisNode(sb); err != nil {
+			return nil, nil, err
+		}
 	}
 	if call.IfMatch != 0 && call.IfMatch != sb.Version {
 		return nil, nil, errdefs.VersionConflict("sandbox %q is at version %d, not %d", sb.Name, sb.Version, call.IfMatch).
@@ -314,7 +317,12 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
-	err = m.terminate(ctx, sb, "terminate")
+	if abandon && sb.State == Lost {
+		// Its lost node deletes its container and layer when it comes back (Recover).
+		err = m.setState(ctx, sb, Terminated, "terminate")
+	} else {
+		err = m.terminate(ctx, sb, "terminate")
+	}
 	return op, sb, m.finishOp(op, sb.ID, err)
 }
 

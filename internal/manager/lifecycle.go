@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -17,9 +18,19 @@ func (m *Manager) Suspend(ctx context.Context, call Call, ref string) (*store.Op
 	})
 }
 
-// Resume starts a fresh container behind a suspended sandbox (generation + 1).
+// Resume starts a fresh container behind a suspended sandbox (generation + 1). A
+// suspended sandbox whose node is lost, stopped or drained, or a lost one, moves to
+// this node (move.go); the operation's result is then the Move, which says since when
+// a lost sandbox's changes are lost.
 func (m *Manager) Resume(ctx context.Context, call Call, ref string) (*store.Operation, *store.Sandbox, error) {
-	return m.lifecycleOp(ctx, call, ref, "resume", func(ctx context.Context, sb *store.Sandbox) error {
+	return m.lifecycleOpBody(ctx, call, ref, "resume", nil, func(ctx context.Context, sb *store.Sandbox, op *store.Operation) error {
+		mv, err := m.moveHere(ctx, sb, "resume")
+		if err != nil || mv != nil {
+			if mv != nil {
+				op.Result, _ = json.Marshal(mv)
+			}
+			return err
+		}
 		return m.resume(ctx, sb, "resume")
 	})
 }
@@ -76,13 +87,23 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 	}
 	m.detach(ctx, sb.ID)
 	sb.SuspendedAt = m.now()
-	return m.setState(ctx, sb, Suspended, cause)
+	if err := m.setState(ctx, sb, Suspended, cause); err != nil {
+		return err
+	}
+	m.uploadFiles(ctx, sb) // with an object store: another node can resume it
+	return nil
 }
 
 // resume does the work; the caller holds the sandbox's lock.
 func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) error {
 	if err := m.may(VerbResume, sb); err != nil || sb.State == Running {
 		return err
+	}
+	if sb.State == Lost {
+		// This node was lost and is back, with the sandbox's layer.
+		if err := m.recoverLost(ctx, sb); err != nil {
+			return unavailable(err, "sandbox %q could not be taken back", sb.Name)
+		}
 	}
 	if !sb.ExpiresAt.IsZero() && !m.now().Before(sb.ExpiresAt) {
 		sb.Failure = "the sandbox reached its maximum lifetime"
@@ -129,7 +150,8 @@ func (m *Manager) resume(ctx context.Context, sb *store.Sandbox, cause string) e
 // finishing a suspend under way first; a sandbox the table does not let be used is
 // refused.
 func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
-	if err := m.may(VerbUse, sb); err != nil || sb.State == Running {
+	away := sb.State == Suspended && !m.ownRecord(sb) // it may move here (move.go)
+	if err := m.may(VerbUse, sb); !away && (err != nil || sb.State == Running) {
 		return sb, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
@@ -139,6 +161,14 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 	fresh, err := m.store.GetSandbox(ctx, sb.ID)
 	if err != nil {
 		return sb, err
+	}
+	if fresh.State == Suspended && !m.ownRecord(fresh) {
+		if mv, err := m.moveHere(ctx, fresh, "touch"); err != nil || mv != nil {
+			return fresh, err
+		}
+	}
+	if err := m.may(VerbUse, fresh); err != nil {
+		return fresh, err
 	}
 	if fresh.State == Suspending {
 		// A suspend is under way elsewhere; it holds no lock now, so finish it first.
@@ -156,6 +186,7 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 // sandboxes. Reading status never counts as activity; inbound traffic does, and so does
 // work in progress (a running exec, an open PTY, a session's reply).
 func (m *Manager) sweep(ctx context.Context) {
+	m.WatchNodes(ctx)
 	m.retryDeletes(ctx)
 	m.retryCleanups(ctx)
 	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: []store.State{Running, Suspended}}))

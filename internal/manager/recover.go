@@ -9,7 +9,9 @@ import (
 )
 
 // Recover makes the store and the host agree after a (re)start: running sandboxes whose
-// containers live are kept as they are, ones that ended are recorded and cleaned, creates
+// containers live are kept as they are, ones that ended are recorded and cleaned, ones
+// marked lost while the node was away are suspended again, containers of sandboxes
+// that moved to another node meanwhile are deleted (lost.go), creates
 // and terminates that were in flight are finished or rolled back, the cleanups of
 // terminated sandboxes that were pending start again (in the background), operations
 // left running are closed, and any host resource with Airlock's name but no live
@@ -69,6 +71,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
 		for _, id := range ids {
 			sb, err := m.store.GetSandbox(ctx, id)
+			if err == nil && !m.ownRecord(sb) {
+				m.removeStale(ctx, drv, sb) // it moved while this node was away
+				continue
+			}
 			if err == nil && (sb.State != Terminated || cleaning[id]) {
 				continue
 			}
@@ -117,6 +123,10 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 	case Creating:
 		log.Info("roll back interrupted create")
 		m.rollbackCreate(sb)
+	case Lost:
+		if err := m.recoverLost(ctx, sb); err != nil {
+			log.Warn("take back a sandbox lost with this node", "err", err)
+		}
 	case Terminating, Failed:
 		if err := m.terminate(ctx, sb, "recover"); err != nil {
 			log.Warn("retry delete", "err", err)

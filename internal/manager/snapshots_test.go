@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/objstore"
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
@@ -23,7 +24,16 @@ import (
 // directory kept in the shared bucket objs too.
 func snapshotNode(t *testing.T, node string, st store.Store, objs objstore.Store) *Manager {
 	t.Helper()
-	dir := t.TempDir()
+	m := sharedNode(t, node, t.TempDir(), st, objs, newFake(t))
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// sharedNode is a manager named node over the shared store st, on driver drv, with
+// its image store and its snapshot directory (kept in the shared bucket objs too) in
+// dir. The caller closes it.
+func sharedNode(t testing.TB, node, dir string, st store.Store, objs objstore.Store, drv runtime.Driver) *Manager {
+	t.Helper()
 	imgs, err := image.Open(filepath.Join(dir, "images"))
 	if err != nil {
 		t.Fatal(err)
@@ -35,9 +45,8 @@ func snapshotNode(t *testing.T, node string, st store.Store, objs objstore.Store
 	snaps.UseObjects(objs, 0)
 	cfg := DefaultConfig()
 	cfg.NodeName = node
-	m := New(cfg, st, newFake(t), imgs, nil)
+	m := New(cfg, st, drv, imgs, nil)
 	m.SetSnapshots(snaps)
-	t.Cleanup(func() { m.Close() })
 	return m
 }
 

@@ -22,21 +22,32 @@ const (
 	Terminating State = "terminating"
 	Terminated  State = store.Terminated
 	Failed      State = "failed"
+	// Lost is a sandbox whose node's lease lapsed while it ran (or was being made,
+	// suspended or resumed): its processes, and its changes since it last suspended,
+	// were on that node (lost.go).
+	Lost State = "lost"
 )
 
-var states = []State{Creating, Running, Suspending, Suspended, Resuming, Terminating, Terminated, Failed}
+var states = []State{Creating, Running, Suspending, Suspended, Resuming, Terminating, Terminated, Failed, Lost}
 
 // transitions lists every allowed move.
 var transitions = map[State][]State{
-	Creating:    {Running, Failed, Terminating, Terminated},
-	Running:     {Suspending, Terminating, Failed, Terminated},
-	Suspending:  {Suspended, Running, Failed, Terminating, Terminated},
+	Creating:    {Running, Failed, Terminating, Terminated, Lost},
+	Running:     {Suspending, Terminating, Failed, Terminated, Lost},
+	Suspending:  {Suspended, Running, Failed, Terminating, Terminated, Lost},
 	Suspended:   {Resuming, Terminating, Terminated},
-	Resuming:    {Running, Suspended, Failed, Terminating, Terminated},
+	Resuming:    {Running, Suspended, Failed, Terminating, Terminated, Lost},
 	Terminating: {Terminated, Failed},
 	Failed:      {Terminating, Terminated},
 	Terminated:  {},
+	// A lost sandbox resumes on the node that takes it (through resuming), goes back to
+	// suspended when its own node returns with its layer, or is terminated.
+	Lost: {Resuming, Suspended, Terminated},
 }
+
+// fencedStates are the states a sandbox is marked lost from when its node is: those in
+// which its container ran, or was being made or stopped, on that node.
+var fencedStates = []State{Creating, Running, Suspending, Resuming}
 
 func validState(s State) bool { return slices.Contains(states, s) }
 
@@ -86,7 +97,7 @@ type precondition struct {
 // are allowed: they succeed at once.
 var preconditions = map[Verb]precondition{
 	VerbSuspend:  {from: []State{Running, Suspending, Suspended}, rule: "only a running sandbox can be suspended"},
-	VerbResume:   {from: []State{Suspended, Resuming, Running}, rule: "only a suspended sandbox can be resumed"},
+	VerbResume:   {from: []State{Suspended, Resuming, Running, Lost}, rule: "only a suspended or lost sandbox can be resumed"},
 	VerbUse:      {from: []State{Running, Suspended, Suspending, Resuming}, rule: "only a running or suspended sandbox can be used"},
 	VerbSnapshot: {from: []State{Running, Suspended}, rule: "snapshots are of running or suspended sandboxes"},
 	VerbRestore:  {from: []State{Suspended}, rule: "restore needs a suspended sandbox (suspend it first)", reason: "not_suspended"},
@@ -100,6 +111,12 @@ var preconditions = map[Verb]precondition{
 // act on (its container is there, not here: acting on it here would find no container
 // and record it gone), and then sb's state must allow verb.
 func (m *Manager) may(verb Verb, sb *store.Sandbox) error {
+	if sb.State == Lost && verb != VerbResume {
+		return lostErr(sb)
+	}
+	if err := m.acting(); err != nil {
+		return err
+	}
 	if err := m.onThisNode(sb); err != nil {
 		return err
 	}

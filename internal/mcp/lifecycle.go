@@ -62,7 +62,7 @@ type ForkInput struct {
 type SandboxInfo struct {
 	ID          string            `json:"id"`
 	Name        string            `json:"name"`
-	State       string            `json:"state" jsonschema:"creating, running, suspending, suspended, resuming, terminating, terminated or failed"`
+	State       string            `json:"state" jsonschema:"creating, running, suspending, suspended, resuming, terminating, terminated, failed or lost"`
 	Image       string            `json:"image"`
 	Generation  int64             `json:"generation" jsonschema:"grows by one with every fresh container (start, resume, restore)"`
 	Version     int64             `json:"version"`
@@ -108,7 +108,7 @@ type SnapshotOutput struct {
 var (
 	networkModes  = []any{"none", "deny_all", "baseline", "allowlist", "unrestricted"}
 	sandboxStates = []any{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended,
-		api.StateResuming, api.StateTerminating, api.StateTerminated, api.StateFailed}
+		api.StateResuming, api.StateTerminating, api.StateTerminated, api.StateFailed, api.StateLost}
 )
 
 func (t *tools) addLifecycleTools(r *registry) {

@@ -154,7 +154,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	defer l.mu.Unlock()
 	switch {
 	case errors.Is(err, errdefs.ErrVersionConflict) || errors.Is(err, errdefs.ErrNotFound):
-		l.lost = errdefs.Unavailable("node %q no longer holds its membership lease: %v; it takes no new sandbox until it restarts", l.cfg.Name, err)
+		l.lost = errdefs.Unavailable("node %q no longer holds its membership lease: %v; it acts on no sandbox until it restarts", l.cfg.Name, err)
 		return l.lost
 	case err != nil:
 		return err
@@ -242,3 +242,22 @@ func (l *Lease) Epoch() int64 {
 	defer l.mu.Unlock()
 	return l.rec.Epoch
 }
+
+// Held is nil while the node holds its name's lease, or says why not: once another
+// instance has taken the name over, the node must not act on the sandboxes the name's
+// records hold (the new holder does).
+func (l *Lease) Held() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// Draining says whether the node was drained, as its last renewal or drain learnt.
+func (l *Lease) Draining() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec.Draining
+}
+
+// Now is the lease's clock.
+func (l *Lease) Now() time.Time { return l.cfg.Now() }

@@ -34,6 +34,14 @@ func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 		t := sb.SuspendedAt
 		out.SuspendedAt = &t
 	}
+	if !sb.LostAt.IsZero() && sb.State == manager.Lost {
+		t := sb.LostAt
+		out.LostAt = &t
+	}
+	if !sb.FilesAt.IsZero() {
+		t := sb.FilesAt
+		out.FilesAt = &t
+	}
 	return out
 }
 
@@ -317,5 +325,19 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	op, sb, err := s.m.Resume(r.Context(), c, r.PathValue("ref"))
-	return s.opResult(w, r, http.StatusOK, op, sb, err)
+	resp, err := opAnswer(op, sb, err)
+	if err != nil {
+		return err
+	}
+	if mv := manager.MoveOf(op); mv != nil {
+		resp.Moved = &api.Move{From: mv.From, Files: mv.Files, Generation: mv.Generation, Notice: mv.Notice}
+		if !mv.LostSince.IsZero() {
+			resp.Moved.LostSince = &mv.LostSince
+		}
+	}
+	if sb != nil {
+		w.Header().Set("ETag", etag(sb.Version))
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
 }

@@ -189,9 +189,19 @@ type Sandbox struct {
 	// Workspace, if set, is the host directory the sandbox sees at /workspace.
 	Workspace *Workspace `json:"workspace,omitempty"`
 	// Ports are the sandbox\'s exposed ports.
-	Ports   []Port          `json:"ports,omitempty"`
-	Failure string          `json:"failure,omitempty"` // why it is failed
-	Extra   json.RawMessage `json:"extra,omitempty"`   // room for later features
+	Ports   []Port `json:"ports,omitempty"`
+	Failure string `json:"failure,omitempty"` // why it is failed, or lost
+	// LostAt is when the sandbox was marked lost, its node's lease having lapsed; Node
+	// still names that node.
+	LostAt time.Time `json:"lost_at,omitzero"`
+	// Files is the snapshot that holds the sandbox's upper layer in the object store,
+	// taken when it last suspended (FilesAt) at generation FilesGen: while Generation is
+	// still FilesGen, nothing has changed the layer since, and another node may resume
+	// the sandbox from it.
+	Files    string          `json:"files,omitempty"`
+	FilesAt  time.Time       `json:"files_at,omitzero"`
+	FilesGen int64           `json:"files_gen,omitempty"`
+	Extra    json.RawMessage `json:"extra,omitempty"` // room for later features
 }
 
 // Workspace is a host directory mounted into a sandbox, through a mapping that shows
