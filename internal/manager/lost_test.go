@@ -168,7 +168,8 @@ func TestLostNodeSandboxesMarkedLost(t *testing.T) {
 }
 
 // TestLostSandboxResumesElsewhere: a sandbox suspended on node-b with the bucket is
-// resumed by node-a once node-b is drained, its files intact; one that ran on node-b when
+// resumed by node-a once node-b is drained, its files intact, and so is one whose files
+// node-b uploads once it sees its drain; one that ran on node-b when
 // node-b was lost resumes on node-a from its last suspend, and the answer says what was
 // lost; node-b, restarted on its state, deletes its copies of both and runs neither.
 func TestLostSandboxResumesElsewhere(t *testing.T) {
@@ -189,8 +190,31 @@ func TestLostSandboxResumesElsewhere(t *testing.T) {
 	if _, err := a.sh(t, "moved", "true"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "node-b") {
 		t.Fatalf("exec through node-a while node-b is ready: %v; want the other-node refusal", err)
 	}
+	// One suspended before the node had a bucket: its files are only on node-b, until
+	// node-b sees its drain.
+	_, early, err := b.Create(ctx, alice, CreateRequest{Name: "early"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sh(t, "early", "echo early > f")
+	b.Suspend(ctx, alice, "early")
+	early, _ = c.st.GetSandbox(ctx, early.ID)
+	early.Files, early.FilesGen = "", 0
+	if err := c.st.UpdateSandbox(ctx, early); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := a.SetNodeDraining(ctx, "node-b", true); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := a.sh(t, "early", "true"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "node-b") {
+		t.Fatalf("exec of a sandbox whose files are only on the drained node-b: %v; want the other-node refusal", err)
+	}
+	if err := b.lease.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.WatchNodes(ctx) // node-b learnt of its drain
+	if out, err := a.sh(t, "early", "cat f"); err != nil || out != "early\n" {
+		t.Fatalf("exec through node-a once drained node-b uploaded its files: %q, %v; want its file", out, err)
 	}
 	if out, err := a.sh(t, "moved", "cat home/f"); err != nil || out != "kept\n" {
 		t.Fatalf("exec through node-a once node-b is drained: %q, %v; want the file written on node-b", out, err)
@@ -242,7 +266,7 @@ func TestLostSandboxResumesElsewhere(t *testing.T) {
 	b2 := c.node(t, "node-b", bdir)
 	ids, _ := b2.drv.List(ctx)
 	for _, id := range ids {
-		if id == gone.ID || id == moved.ID {
+		if id == gone.ID || id == moved.ID || id == early.ID {
 			t.Errorf("node-b kept its stale copy of %s after its restart", id)
 		}
 	}
