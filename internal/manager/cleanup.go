@@ -156,6 +156,7 @@ func (m *Manager) cleanupLocked(ctx context.Context, id string, op *store.Operat
 			return err
 		}
 	}
+	m.dropFiles(ctx, sb)
 	m.freeSlot(sb.UIDBase, sb.ID)
 	if _, ok := poolOf(sb); ok {
 		// A retired pool member was nobody's sandbox: its tombstone goes with the rest.

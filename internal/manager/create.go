@@ -319,7 +319,9 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	}
 	if abandon && sb.State == Lost {
 		// Its lost node deletes its container and layer when it comes back (Recover).
-		err = m.setState(ctx, sb, Terminated, "terminate")
+		if err = m.setState(ctx, sb, Terminated, "terminate"); err == nil {
+			m.dropFiles(ctx, sb)
+		}
 	} else {
 		err = m.terminate(ctx, sb, "terminate")
 	}

@@ -28,7 +28,10 @@ type cluster struct {
 	clock *clock
 }
 
-func newCluster(t testing.TB) *cluster {
+func newCluster(t testing.TB) *cluster { return newClusterSized(t, 4) }
+
+// newClusterSized is newCluster with a bucket of volumes 64 MiB volumes.
+func newClusterSized(t testing.TB, volumes int) *cluster {
 	t.Helper()
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, pgtest.Start(t).CreateDatabase(t))
@@ -36,7 +39,7 @@ func newCluster(t testing.TB) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	objs, err := objstore.OpenS3(ctx, s3test.Start(t).Config("airlock"))
+	objs, err := objstore.OpenS3(ctx, s3test.StartSized(t, volumes).Config("airlock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,5 +280,15 @@ func TestLostSandboxResumesElsewhere(t *testing.T) {
 		if _, err := b2.sh(t, name, "true"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "node-a") {
 			t.Errorf("exec of %s through the restarted node-b: %v; want the refusal naming node-a", name, err)
 		}
+	}
+
+	// Its files in the bucket go with a terminated sandbox.
+	files := sb.Files
+	if _, _, err := a.Terminate(ctx, alice, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitCleanups(ctx)
+	if _, err := a.SnapshotOwned(ctx, "alice", files); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the files of the terminated sandbox: %v; want them deleted", err)
 	}
 }

@@ -74,9 +74,21 @@ func (m *Manager) uploadFiles(ctx context.Context, sb *store.Sandbox) {
 	}
 	m.event(sb, "files_uploaded", "suspend", map[string]any{"snapshot": man.ID, "stored_size": man.StoredSize, "logical_size": man.LogicalSize})
 	if prev != "" && prev != man.ID {
-		if err := m.DeleteSnapshot(ctx, sb.Owner, prev); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			m.log.Info("keep the files of an earlier suspend", "sandbox", sb.ID, "snapshot", prev, "err", err)
-		}
+		m.dropSnapshot(ctx, sb, prev)
+	}
+}
+
+// dropFiles deletes the snapshot that holds a terminated sandbox's files in the object
+// store, unless a live sandbox was restored or forked from it.
+func (m *Manager) dropFiles(ctx context.Context, sb *store.Sandbox) {
+	if sb.Files != "" && m.snaps != nil {
+		m.dropSnapshot(ctx, sb, sb.Files)
+	}
+}
+
+func (m *Manager) dropSnapshot(ctx context.Context, sb *store.Sandbox, id string) {
+	if err := m.DeleteSnapshot(ctx, sb.Owner, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.Info("keep the files of a suspend", "sandbox", sb.ID, "snapshot", id, "err", err)
 	}
 }
 

@@ -52,7 +52,8 @@ func Binary() (string, error) {
 	return "", fmt.Errorf("weed (SeaweedFS) is not installed: run scripts/deps.sh")
 }
 
-// Start starts a server for t and waits until its S3 gateway answers.
+// Start starts a server for t and waits until its S3 gateway answers. It holds at most
+// 256 MiB; StartSized holds more.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	return StartOn(t, netip.Addr{})
@@ -62,6 +63,18 @@ func Start(t testing.TB) *Server {
 // instead of loopback (for nodes in network namespaces of their own); the master,
 // volume server and filer stay on loopback. An invalid addr is loopback, as Start.
 func StartOn(t testing.TB, addr netip.Addr) *Server {
+	t.Helper()
+	return start(t, addr, 4)
+}
+
+// StartSized is Start with room for volumes 64 MiB volumes (disk is used only as
+// objects are written).
+func StartSized(t testing.TB, volumes int) *Server {
+	t.Helper()
+	return start(t, netip.Addr{}, volumes)
+}
+
+func start(t testing.TB, addr netip.Addr, volumes int) *Server {
 	t.Helper()
 	if !addr.IsValid() {
 		addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
@@ -88,7 +101,7 @@ func StartOn(t testing.TB, addr netip.Addr) *Server {
 	cmd := exec.Command(bin, "server",
 		"-dir="+filepath.Join(dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+port(0), "-master.port.grpc="+port(1), "-master.telemetry=false",
-		"-master.volumeSizeLimitMB=64", "-volume.max=4", "-volume.preStopSeconds=0",
+		"-master.volumeSizeLimitMB=64", "-volume.max="+strconv.Itoa(volumes), "-volume.preStopSeconds=0",
 		"-volume.port="+port(2), "-volume.port.grpc="+port(3),
 		"-filer", "-filer.port="+port(4), "-filer.port.grpc="+port(5),
 		"-s3", "-s3.ip.bind="+addr.String(), "-s3.port="+port(6), "-s3.port.grpc="+port(7), "-s3.port.iceberg=0", "-s3.port.lance=0",
