@@ -186,6 +186,9 @@ func (m *Manager) ensureRunning(ctx context.Context, sb *store.Sandbox) (*store.
 // sandboxes. Reading status never counts as activity; inbound traffic does, and so does
 // work in progress (a running exec, an open PTY, a session's reply).
 func (m *Manager) sweep(ctx context.Context) {
+	if m.acting() != nil {
+		return // another instance holds this node's name, and its sandboxes
+	}
 	m.WatchNodes(ctx)
 	m.retryDeletes(ctx)
 	m.retryCleanups(ctx)

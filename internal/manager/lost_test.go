@@ -168,6 +168,19 @@ func TestLostNodeSandboxesMarkedLost(t *testing.T) {
 	if _, sb, err := a.Terminate(ctx, alice, "run"); err != nil || sb.State != Terminated {
 		t.Fatalf("terminate the lost sandbox through node-a: %v, %v; want it terminated", sb, err)
 	}
+
+	// Another instance takes the name over: the old one's renewal is refused, and from
+	// then on it acts on none of the name's sandboxes.
+	c.node(t, "node-b", t.TempDir())
+	if err := b.lease.Renew(ctx); err == nil {
+		t.Fatal("the old node-b renewed a lease another instance took over")
+	}
+	if _, err := b.sh(t, "sus", "true"); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no longer holds") {
+		t.Errorf("exec through the old node-b after the takeover: %v; want unavailable: it no longer holds its lease", err)
+	}
+	if sb, _ := a.Resolve(ctx, "alice", "sus"); sb.State != Suspended || sb.Generation != 1 {
+		t.Errorf("the old node-b's sandbox after the refused exec: %s, generation %d; want it suspended as it was", sb.State, sb.Generation)
+	}
 }
 
 // TestLostSandboxResumesElsewhere: a sandbox suspended on node-b with the bucket is
