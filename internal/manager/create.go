@@ -293,8 +293,7 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	if err != nil {
 		return nil, nil, err
 	}
-	abandon := sb.State == Lost && !m.ownRecord(sb) // nothing of it is on this node
-	if !abandon {
+	if !m.abandoned(ctx, sb) { // else nothing of it is on this node
 		if err := m.onThisNode(sb); err != nil {
 			return nil, nil, err
 		}
@@ -317,12 +316,15 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
 		return op, nil, m.finishOp(op, "", err)
 	}
-	if abandon && sb.State == Lost {
-		// Its lost node deletes its container and layer when it comes back (Recover).
+	switch {
+	case m.abandoned(ctx, sb):
+		// Its node deletes its container and layer when it comes back (Recover).
 		if err = m.setState(ctx, sb, Terminated, "terminate"); err == nil {
 			m.dropFiles(ctx, sb)
 		}
-	} else {
+	case !m.ownRecord(sb): // it moved meanwhile
+		err = m.onThisNode(sb)
+	default:
 		err = m.terminate(ctx, sb, "terminate")
 	}
 	return op, sb, m.finishOp(op, sb.ID, err)

@@ -57,7 +57,7 @@ func MoveOf(op *store.Operation) *Move {
 // sandbox's lock. A failure is logged and recorded as an event: the sandbox stays
 // suspended and resumes on this node only, until a later upload succeeds.
 func (m *Manager) uploadFiles(ctx context.Context, sb *store.Sandbox) {
-	if m.snaps == nil || !m.snaps.Shared() || sb.State != Suspended || sb.Files != "" && sb.FilesGen == sb.Generation {
+	if m.snaps == nil || !m.snaps.Shared() || sb.State != Suspended || m.filesCurrent(sb) {
 		return
 	}
 	man, err := m.snapshot(ctx, sb, map[string]string{suspendLabel: strconv.FormatInt(sb.Generation, 10)})
@@ -104,7 +104,7 @@ func (m *Manager) uploadSuspended(ctx context.Context) {
 		return
 	}
 	for _, sb := range list {
-		if sb.Files != "" && sb.FilesGen == sb.Generation {
+		if m.filesCurrent(sb) {
 			continue
 		}
 		m.sweepOne(ctx, sb.ID, Suspended, func(ctx context.Context, sb *store.Sandbox) error {
@@ -128,14 +128,10 @@ func (m *Manager) movable(ctx context.Context, sb *store.Sandbox) (files string,
 		return "", time.Time{}, nil
 	}
 	if sb.State == Suspended {
-		if sb.Files == "" || sb.FilesGen != sb.Generation {
+		if !m.filesCurrent(sb) {
 			return "", time.Time{}, nil // its files are only on its node
 		}
-		n, err := m.store.GetNode(ctx, sb.Node)
-		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return "", time.Time{}, err
-		}
-		if err == nil && !slices.Contains([]store.NodeState{store.NodeLost, store.NodeStopped, store.NodeDraining}, n.StateAt(m.now())) {
+		if _, away := m.nodeAway(ctx, sb); !away {
 			return "", time.Time{}, nil // its node is up: the call is that node's
 		}
 		return sb.Files, time.Time{}, nil
@@ -145,6 +141,40 @@ func (m *Manager) movable(ctx context.Context, sb *store.Sandbox) (files string,
 		return "", time.Time{}, err
 	}
 	return man.ID, man.Created, nil
+}
+
+// filesCurrent says whether the object store holds sb's layer as it is: uploaded at
+// its last suspend, with no container started since.
+func (m *Manager) filesCurrent(sb *store.Sandbox) bool {
+	return m.snaps != nil && m.snaps.Shared() && sb.Files != "" && sb.FilesGen == sb.Generation
+}
+
+// nodeAway says whether sb's node is lost, stopped or drained (or has no record), and
+// which: a suspended sandbox of such a node may move.
+func (m *Manager) nodeAway(ctx context.Context, sb *store.Sandbox) (store.NodeState, bool) {
+	n, err := m.store.GetNode(ctx, sb.Node)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return store.NodeLost, true
+	}
+	if err != nil {
+		return "", false
+	}
+	st := n.StateAt(m.now())
+	return st, slices.Contains([]store.NodeState{store.NodeLost, store.NodeStopped, store.NodeDraining}, st)
+}
+
+// abandoned says whether sb is another node's that cannot answer for it, so that
+// this node terminates it in its stead: lost, or suspended on a node that is lost or
+// stopped. That node deletes what it has of it when it comes back (Recover).
+func (m *Manager) abandoned(ctx context.Context, sb *store.Sandbox) bool {
+	if m.ownRecord(sb) {
+		return false
+	}
+	if sb.State == Lost {
+		return true
+	}
+	st, away := m.nodeAway(ctx, sb)
+	return sb.State == Suspended && away && st != store.NodeDraining
 }
 
 // newestCopy is the newest snapshot of sb's layer that the object store holds: its

@@ -99,12 +99,20 @@ func (m *Manager) ownSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
 	return own, nil
 }
 
-// NodeOf is the node that holds owner's sandbox ref ("": a record from before nodes
-// were named, this node's): where a call about it is answered. One store read.
-func (m *Manager) NodeOf(ctx context.Context, owner, ref string) (string, error) {
+// NodeOf is the node where a call about owner's sandbox ref is answered: the node that
+// holds it ("": a record from before nodes were named, this node's), one store read;
+// but this node for a lost sandbox, and for a suspended one that moves here when used
+// (move.go) because its node is lost or stopped, or, for a resume, drained.
+func (m *Manager) NodeOf(ctx context.Context, owner, ref string, resume bool) (string, error) {
 	sb, err := m.Resolve(ctx, owner, ref)
-	if err != nil {
-		return "", err
+	if err != nil || m.ownRecord(sb) {
+		return sb.Node, err
+	}
+	if sb.State == Lost {
+		return m.cfg.NodeName, nil
+	}
+	if st, away := m.nodeAway(ctx, sb); away && (st != store.NodeDraining || resume) && m.filesCurrent(sb) {
+		return m.cfg.NodeName, nil
 	}
 	return sb.Node, nil
 }

@@ -95,7 +95,7 @@ func (s *Server) forwardCall(w http.ResponseWriter, r *http.Request, rt route) (
 	if ref == "" {
 		return false, nil
 	}
-	node, err := s.m.NodeOf(r.Context(), s.scope(r), ref)
+	node, err := s.m.NodeOf(r.Context(), s.scope(r), ref, rt.pattern == resumeRoute)
 	if err != nil || node == "" || node == s.m.NodeName() {
 		return false, nil // the handler answers, its refusal included
 	}

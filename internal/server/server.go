@@ -128,6 +128,10 @@ type route struct {
 	inside reach
 }
 
+// resumeRoute is the resume's route: a sandbox whose node is drained moves to the node
+// that takes it, instead of being forwarded (manager.NodeOf).
+const resumeRoute = "POST /v1/sandboxes/{ref}/resume"
+
 // anyone marks a route every authenticated caller may call (its answer is scoped to
 // the caller).
 const anyone auth.Permission = ""
@@ -219,7 +223,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/sandboxes/{ref}", s.getSandbox, auth.SandboxRead, ownSandbox},
 		{"DELETE /v1/sandboxes/{ref}", s.terminateSandbox, auth.SandboxCreate, ownSandbox},
 		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox, auth.SandboxCreate, ownSandbox},
-		{"POST /v1/sandboxes/{ref}/resume", s.resumeSandbox, auth.SandboxCreate, ownSandbox},
+		{resumeRoute, s.resumeSandbox, auth.SandboxCreate, ownSandbox},
 		{"GET /v1/events", s.events, auth.SandboxRead, namedSandbox},
 		{"GET /v1/sandboxes/{ref}/network", s.getNetwork, auth.SandboxRead, ownSandbox},
 		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork, auth.SandboxNetwork, ownSandbox},

@@ -77,6 +77,9 @@ type FakeOptions struct {
 	// it advertises; Place chooses where creates go.
 	ClusterTLS forward.ClusterTLS
 	Place      forward.Place
+	// Objects, if set, is the node's object store (objects:); its keys are in the
+	// environment variables it names.
+	Objects config.Objects
 }
 
 // NewFakeNode starts a fake node; its cleanup terminates every sandbox and removes it.
@@ -99,6 +102,7 @@ func NewFakeNode(t testing.TB, opts FakeOptions) *FakeNode {
 		n.Config.Node.Name = opts.NodeName
 	}
 	n.Config.Cluster.KeysDir, n.Config.Node.Labels = opts.KeysDir, opts.NodeLabels
+	n.Config.Objects = opts.Objects
 	if opts.E2B {
 		n.Config.E2BListen, n.Config.E2BDomain = "127.0.0.1:0", opts.E2BDomain // served below, on a listener of the test's
 	}
