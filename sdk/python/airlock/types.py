@@ -101,6 +101,12 @@ class SandboxInfo:
     env: Dict[str, str] = field(default_factory=dict)
     labels: Dict[str, str] = field(default_factory=dict)
     suspended_at: Optional[str] = None
+    # When the sandbox was marked lost (state "lost"): its node's lease lapsed; resume
+    # it (on another node) or terminate it.
+    lost_at: Optional[str] = None
+    # When its files were last put in the cluster's object store.
+    files_at: Optional[str] = None
+    node: str = ""
     failure: str = ""
     parent: str = ""
     forked_from: str = ""
@@ -128,6 +134,9 @@ class SandboxInfo:
             env=dict(d.get("env") or {}),
             labels=dict(d.get("labels") or {}),
             suspended_at=d.get("suspended_at"),
+            lost_at=d.get("lost_at"),
+            files_at=d.get("files_at"),
+            node=d.get("node", ""),
             failure=d.get("failure", ""),
             parent=d.get("parent", ""),
             forked_from=d.get("forked_from", ""),

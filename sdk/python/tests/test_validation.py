@@ -313,3 +313,9 @@ def test_list_sandboxes_pages():
     assert first.parse({"sandboxes": []}) == ([], None)
     info = airlock.SandboxInfo.from_json({"id": "sb_1", "name": "box", "owner": "alice"})
     assert info.owner == "alice"
+
+
+def test_a_lost_sandbox_reads_with_its_node_and_when():
+    info = airlock.SandboxInfo.from_json({"id": "sb_abc", "name": "abc", "state": "lost", "node": "node-b",
+                                          "lost_at": "2026-12-06T10:00:00Z", "files_at": "2026-12-06T09:00:00Z"})
+    assert (info.state, info.node, info.lost_at, info.files_at) == ("lost", "node-b", "2026-12-06T10:00:00Z", "2026-12-06T09:00:00Z")
