@@ -105,8 +105,11 @@ func (m *Manager) ownSandboxes(ctx context.Context) ([]*store.Sandbox, error) {
 // (move.go) because its node is lost or stopped, or, for a resume, drained.
 func (m *Manager) NodeOf(ctx context.Context, owner, ref string, resume bool) (string, error) {
 	sb, err := m.Resolve(ctx, owner, ref)
-	if err != nil || m.ownRecord(sb) {
-		return sb.Node, err
+	if err != nil {
+		return "", err
+	}
+	if m.ownRecord(sb) {
+		return sb.Node, nil
 	}
 	if sb.State == Lost {
 		return m.cfg.NodeName, nil
