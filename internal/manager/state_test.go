@@ -148,3 +148,12 @@ func TestCreateRollbackMovesThroughTheStateMachine(t *testing.T) {
 		t.Errorf("no state event from creating to failed among %d events", len(evs))
 	}
 }
+
+// TestNodeOfUnknownSandbox: the node of a reference that names no sandbox is its
+// not-found error, for the handler to answer.
+func TestNodeOfUnknownSandbox(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	if node, err := m.NodeOf(context.Background(), "local", "nope", true); !errors.Is(err, errdefs.ErrNotFound) || node != "" {
+		t.Fatalf("NodeOf(nope) = %q, %v; want not found", node, err)
+	}
+}
