@@ -231,12 +231,11 @@ func (m *Manager) moveHere(ctx context.Context, sb *store.Sandbox, cause string)
 		mv.Notice = fmt.Sprintf("changes since %s were on node %s and are lost", stamp(lostSince), mv.From)
 	}
 	m.event(sb, "moved", cause, mv)
-	err = m.snaps.Verify(ctx, files)
-	if err == nil {
-		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
-			return m.snaps.Restore(ctx, files, upper, sb.UIDBase)
-		})
-	}
+	// Restore fetches the chunks this node lacks, each checked against its digest, and
+	// hashes every chunk again as it copies it: a separate Verify would read them twice.
+	err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
+		return m.snaps.Restore(ctx, files, upper, sb.UIDBase)
+	})
 	if err == nil {
 		if err = m.startContainer(ctx, sb, img); err != nil {
 			err = unavailable(err, "sandbox %q could not be resumed", sb.Name)
