@@ -222,6 +222,11 @@ func (m *Manager) moveHere(ctx context.Context, sb *store.Sandbox, cause string)
 	if err := m.placeHere(); err != nil {
 		return nil, err
 	}
+	admitted, err := m.admit(ctx, sb.ID, sb.Limits.Memory)
+	if err != nil {
+		return nil, err
+	}
+	defer admitted()
 	mv := &Move{From: sb.Node, Files: files, LostSince: lostSince}
 	if err := m.claim(ctx, sb); err != nil {
 		return nil, err
