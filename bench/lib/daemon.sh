@@ -44,13 +44,11 @@ daemon_stop() {
 		wait "$PID" || true
 	fi
 	if [ -n "${PID:-}" ]; then
-		if [ -d "$TMP/state/runc" ]; then
-			for id in $(runc --root "$TMP/state/runc" list -q 2>/dev/null); do
-				runc --root "$TMP/state/runc" delete --force "$id" || true
-			done
+		if [ -d "$TMP/state/runc" ]; then # in parallel: thousands take minutes one by one
+			runc --root "$TMP/state/runc" list -q 2>/dev/null |
+				xargs -r -P 8 -I{} runc --root "$TMP/state/runc" delete --force {} || true
 		fi
-		awk -v p="$TMP/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-			while read -r m; do umount -l "$m" || true; done
+		CGO_ENABLED=0 go run ./bench/unmount "$TMP" || true
 		rmdir /sys/fs/cgroup/*/"airlock-$BENCH"/* /sys/fs/cgroup/"airlock-$BENCH"/* 2>/dev/null || true
 		rmdir /sys/fs/cgroup/*/"airlock-$BENCH" /sys/fs/cgroup/"airlock-$BENCH" 2>/dev/null || true
 		rm -f "/run/airlock.names/cgroup-airlock-$BENCH.lock" # the daemon's lock on its cgroup parent
