@@ -86,6 +86,25 @@ func start(t testing.TB, addr netip.Addr, volumes int) *Server {
 		}
 		t.Skip(err)
 	}
+	// The ports are free when chosen but another process may take one before weed
+	// binds it (tests start servers side by side): a server that exits before it is
+	// ready is started again on other ports.
+	var log []byte
+	for range 3 {
+		s, exited := launch(t, bin, addr, volumes)
+		if s != nil {
+			return s
+		}
+		log = exited
+	}
+	t.Fatalf("weed server exited three times; the last time: %s", tail(log))
+	return nil
+}
+
+// launch starts one weed server and waits until it is ready (the server), or until it
+// exits first (nil and its log).
+func launch(t testing.TB, bin string, addr netip.Addr, volumes int) (*Server, []byte) {
+	t.Helper()
 	dir := t.TempDir() // removed after the server is stopped: cleanups run last first
 	s := &Server{AccessKey: "airlocktest", SecretKey: "airlocktest-secret-key"}
 	conf := fmt.Sprintf(`{"identities":[{"name":"airlock","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`, s.AccessKey, s.SecretKey)
@@ -137,12 +156,12 @@ func start(t testing.TB, addr netip.Addr, volumes int) *Server {
 		err := probe(cctx, s)
 		ccancel()
 		if err == nil {
-			return s
+			return s, nil
 		}
 		select {
 		case <-done:
 			log, _ := os.ReadFile(filepath.Join(dir, "weed.log"))
-			t.Fatalf("weed server exited: %s", tail(log))
+			return nil, log
 		case <-ctx.Done():
 			log, _ := os.ReadFile(filepath.Join(dir, "weed.log"))
 			t.Fatalf("weed server not ready after 3m (%v): %s", err, tail(log))
