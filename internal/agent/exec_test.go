@@ -159,7 +159,7 @@ func TestExecUID(t *testing.T) {
 // no zombie behind.
 func TestExecReapsOrphans(t *testing.T) {
 	c, _ := startAgent(t, Options{})
-	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "sleep 0.5 >/dev/null 2>&1 & echo $!"}, nil, io.Discard, nil)
+	res, err := c.Exec(ctxT(t), agentproto.ExecSpec{Shell: "sleep 3 >/dev/null 2>&1 & echo $!"}, nil, io.Discard, nil)
 	if err != nil || res.State != agentproto.StateSucceeded {
 		t.Fatalf("Exec: %+v, %v; want succeeded", res, err)
 	}
