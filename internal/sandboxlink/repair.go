@@ -1,10 +1,12 @@
 package sandboxlink
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 )
 
 // Repair checks that the table still holds what this Manager wrote: every chain with
@@ -22,7 +24,10 @@ func (m *Manager) Repair() (repaired bool, err error) {
 	if retired {
 		return false, nil
 	}
-	ok, err := m.intact()
+	m.mu.RLock()
+	counts, busy := m.ruleCounts, maps.Clone(m.busy)
+	m.mu.RUnlock()
+	ok, err := m.intact(counts, busy)
 	if err != nil || ok {
 		return false, err
 	}
@@ -35,6 +40,14 @@ func (m *Manager) Repair() (repaired bool, err error) {
 	if m.retired {
 		return false, nil
 	}
+	// Looked at again with mu held: the first look read the elements, then the links,
+	// then who was busy, without it, so a Create that began and ended in between (its
+	// link read, its elements not) looked like damage, and a node making sandboxes all
+	// the time rewrote its whole table over and over. With mu held no call starts or
+	// ends, and what is not busy is as its call left it.
+	if ok, err := m.intact(m.ruleCounts, m.busy); err != nil || ok {
+		return false, err
+	}
 	links, err := m.linkList()
 	if err != nil {
 		return false, err
@@ -45,26 +58,32 @@ func (m *Manager) Repair() (repaired bool, err error) {
 	return true, nil
 }
 
-// intact reports whether every chain has the rules ensureTable gave it and every
-// labelled link has both its set elements.
-func (m *Manager) intact() (bool, error) {
+// intact reports whether every chain has the rules ensureTable gave it (counts) and
+// every labelled link but the busy ones' has both its set elements. A table, chain or
+// set that is not there is damage; a read that fails otherwise (a dump the kernel
+// interrupted because the ruleset changed under it, which at thousands of elements is
+// common) is an error, not damage: the next check reads again.
+func (m *Manager) intact(counts map[string]int, busy map[string]bool) (bool, error) {
 	c, err := m.nft()
 	if err != nil {
 		return false, err
 	}
 	t := m.table()
-	m.mu.RLock()
-	counts := m.ruleCounts
-	m.mu.RUnlock()
 	for name, want := range counts {
 		rules, err := c.GetRules(t, &nftables.Chain{Table: t, Name: name})
-		if err != nil || len(rules) != want {
-			return false, nil // a missing table or chain is an error here
+		if missing(err) || err == nil && len(rules) != want {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("netns: check the table: %w", err)
 		}
 	}
 	elems, err := m.elements()
-	if err != nil {
+	if missing(err) {
 		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("netns: check the table: %w", err)
 	}
 	have := map[string]bool{}
 	for _, e := range elems {
@@ -75,12 +94,7 @@ func (m *Manager) intact() (bool, error) {
 		return false, fmt.Errorf("netns: check the table: %w", err)
 	}
 	// A sandbox whose Create or Delete is under way has its link before (or after) its
-	// elements: it is that call's to finish, not a damage. Counted as one, a node that
-	// creates sandboxes all the time rewrote its whole table at every check, and the
-	// rewrite's own flush reported a deletion that started the next one.
-	m.mu.RLock()
-	busy := maps.Clone(m.busy)
-	m.mu.RUnlock()
+	// elements: it is that call's to finish, not a damage.
 	for _, sb := range m.linked(links, busy) {
 		if !have[setIfs+"\x00"+string(ifKey(sb.HostIf))] || !have[setLinks+"\x00"+string(linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr))] {
 			return false, nil
@@ -88,6 +102,10 @@ func (m *Manager) intact() (bool, error) {
 	}
 	return true, nil
 }
+
+// missing says whether err is the kernel's answer for a table, chain or set that is
+// not there.
+func missing(err error) bool { return errors.Is(err, unix.ENOENT) }
 
 // WatchDeletions reports deletions in the host namespace's nftables ruleset as they
 // happen: a value on the returned channel (which holds one, so a burst is one value)
