@@ -66,6 +66,8 @@ type Options struct {
 	LeasePeriod time.Duration
 	// Config lines are added to every node's configuration file.
 	Config []string
+	// NodeMemory is every node's node.memory ("": the host's memory).
+	NodeMemory string
 }
 
 // Node is one node of a Cluster: a real airlockd serve process in a network namespace
@@ -130,6 +132,9 @@ func newCluster(t testing.TB, opts ...Options) *Cluster {
 			o.LeasePeriod = x.LeasePeriod
 		}
 		o.Config = append(o.Config, x.Config...)
+		if x.NodeMemory != "" {
+			o.NodeMemory = x.NodeMemory
+		}
 	}
 	bin := testenv.Binary(t)
 	c := &Cluster{t: t, bin: bin, daemon: filepath.Join(filepath.Dir(bin), "airlockd"), LeasePeriod: o.LeasePeriod,
@@ -199,10 +204,10 @@ network: {enabled: true, table: %s, host_prefix: %s, upstream_dns: "127.0.0.1:9"
 default_limits: {cpu: 1, memory: 128MiB, pids: 512, open_files: 1024, disk: 512MiB}
 store: {dsn: %q}
 objects: {endpoint: %q, bucket: %s, region: us-east-1, access_key_env: %s, secret_key_env: %s}
-node: {name: %s, listen: %q, advertise: %q, lease_period: %s}
+node: {name: %s, listen: %q, advertise: %q, lease_period: %s%s}
 cluster: {join_token: %s, keys_dir: %s}
 `, n.Dir, n.secrets, n.Socket, n.API, n.E2B, n.cgroup, n.table, n.veths, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv,
-		n.Name, n.Advertise, n.Advertise, c.LeasePeriod, join, keys)
+		n.Name, n.Advertise, n.Advertise, c.LeasePeriod, nodeMemory(o.NodeMemory), join, keys)
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
 	}
@@ -215,6 +220,14 @@ cluster: {join_token: %s, keys_dir: %s}
 		t.Fatal(err)
 	}
 	return n
+}
+
+// nodeMemory is the node.memory entry of a node's configuration, if any.
+func nodeMemory(m string) string {
+	if m == "" {
+		return ""
+	}
+	return ", memory: " + m
 }
 
 // record is what the node makes outside its state directory.
