@@ -369,7 +369,12 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 	m.pending[owner][id] = true
 	m.mu.Unlock()
 	release = func() { m.releasePending(owner, id) }
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner, States: liveStates})
+	if m.cfg.LiveCap <= 0 {
+		return release, nil // no cap: nothing to count
+	}
+	// Past cap+len(inFlight) records the owner is at the cap whichever they are: no
+	// more is read, however many the owner holds.
+	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner, States: liveStates, Limit: m.cfg.LiveCap + len(inFlight)})
 	if err != nil {
 		release()
 		return nil, err
@@ -380,7 +385,7 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 			live++
 		}
 	}
-	if m.cfg.LiveCap > 0 && live >= m.cfg.LiveCap {
+	if live >= m.cfg.LiveCap {
 		release()
 		return nil, errdefs.Quota("owner %q already has %d live sandboxes, the cap is %d; terminate one first", owner, live, m.cfg.LiveCap).
 			WithDetails(map[string]any{"cap": m.cfg.LiveCap, "live": live})

@@ -191,6 +191,58 @@ func TestLiveCap(t *testing.T) {
 	_ = store.OpFailed
 }
 
+// ownerLists records the filters of the store's sandbox lists that name an owner.
+type ownerLists struct {
+	store.Store
+	mu      sync.Mutex
+	filters []store.SandboxFilter
+}
+
+func (s *ownerLists) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
+	if f.Owner != "" {
+		s.mu.Lock()
+		s.filters = append(s.filters, f)
+		s.mu.Unlock()
+	}
+	return s.Store.ListSandboxes(ctx, f)
+}
+
+// TestLiveCapReadsAtMostTheCap: a create counts its owner's live sandboxes against the
+// cap by reading at most cap records (more than cap could only say the same), and
+// reads none when there is no cap: an owner of thousands of sandboxes does not make
+// each create read them all.
+func TestLiveCapReadsAtMostTheCap(t *testing.T) {
+	m, _, st := newTestManager(t)
+	rec := &ownerLists{Store: st}
+	m.store = rec
+	ctx := context.Background()
+	m.cfg.LiveCap = 2
+	for _, name := range []string{"a", "b"} {
+		if _, _, err := m.Create(ctx, local, CreateRequest{Name: name}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "c"}); !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Fatalf("create past the cap: %v; want quota exceeded", err)
+	}
+	if len(rec.filters) != 3 {
+		t.Fatalf("%d lists of the owner's sandboxes for 3 creates: %+v", len(rec.filters), rec.filters)
+	}
+	for _, f := range rec.filters {
+		if f.Limit < 1 || f.Limit > m.cfg.LiveCap {
+			t.Errorf("a create read its owner's sandboxes with limit %d; want at most the cap, %d", f.Limit, m.cfg.LiveCap)
+		}
+	}
+	rec.filters = nil
+	m.cfg.LiveCap = 0
+	if _, _, err := m.Create(ctx, local, CreateRequest{Name: "c"}); err != nil {
+		t.Fatalf("create with no cap: %v", err)
+	}
+	if len(rec.filters) != 0 {
+		t.Errorf("a create with no cap listed its owner's sandboxes: %+v", rec.filters)
+	}
+}
+
 // heldStore holds the create of one sandbox name just after its record is stored, until
 // proceed is closed.
 type heldStore struct {

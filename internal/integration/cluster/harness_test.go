@@ -51,6 +51,7 @@ type Cluster struct {
 	dir         string
 	net         *fabric
 	nodes       []*Node
+	alone       []*Node // Options.Alone
 
 	mu     sync.Mutex
 	tokens map[string]string // owner -> token
@@ -66,6 +67,12 @@ type Options struct {
 	LeasePeriod time.Duration
 	// Config lines are added to every node's configuration file.
 	Config []string
+	// NodeMemory is every node's node.memory ("": the host's memory).
+	NodeMemory string
+	// Alone is how many nodes of no cluster to start as well (Cluster.Alone): each
+	// the same daemon on the same network, with its own SQLite store and no
+	// store.dsn, objects, node or cluster settings, for comparisons.
+	Alone int
 }
 
 // Node is one node of a Cluster: a real airlockd serve process in a network namespace
@@ -86,6 +93,7 @@ type Node struct {
 	Client *client.Client
 
 	ns                   netns.NsHandle
+	alone                bool // of no cluster: SQLite, no node listener
 	config               string
 	cgroup, table, veths string
 	secrets              string
@@ -130,6 +138,10 @@ func newCluster(t testing.TB, opts ...Options) *Cluster {
 			o.LeasePeriod = x.LeasePeriod
 		}
 		o.Config = append(o.Config, x.Config...)
+		if x.NodeMemory != "" {
+			o.NodeMemory = x.NodeMemory
+		}
+		o.Alone += x.Alone
 	}
 	bin := testenv.Binary(t)
 	c := &Cluster{t: t, bin: bin, daemon: filepath.Join(filepath.Dir(bin), "airlockd"), LeasePeriod: o.LeasePeriod,
@@ -149,15 +161,19 @@ func newCluster(t testing.TB, opts ...Options) *Cluster {
 	join := make([]byte, 32)
 	crand.Read(join)
 	for i := range o.Nodes {
-		n := c.addNode(t, i, tag, keys, hex.EncodeToString(join), o)
+		n := c.addNode(t, i, tag, keys, hex.EncodeToString(join), o, false)
 		c.nodes = append(c.nodes, n)
+	}
+	for i := range o.Alone {
+		c.alone = append(c.alone, c.addNode(t, o.Nodes+i, tag, keys, "", o, true))
 	}
 	t.Cleanup(c.close) // first: before the network, the store and S3 go
 	c.nodes[0].start()
 	var wg sync.WaitGroup
-	errs := make([]error, len(c.nodes))
-	for i, n := range c.nodes[1:] {
-		wg.Go(func() { errs[i+1] = n.startErr() })
+	rest := append(c.nodes[1:len(c.nodes):len(c.nodes)], c.alone...)
+	errs := make([]error, len(rest))
+	for i, n := range rest {
+		wg.Go(func() { errs[i] = n.startErr() })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -168,10 +184,15 @@ func newCluster(t testing.TB, opts ...Options) *Cluster {
 	return c
 }
 
-// addNode writes node i's configuration and sweep record.
-func (c *Cluster) addNode(t testing.TB, i int, tag, keys, join string, o Options) *Node {
+// addNode writes node i's configuration and sweep record; a node alone keeps its own
+// SQLite store, of no cluster.
+func (c *Cluster) addNode(t testing.TB, i int, tag, keys, join string, o Options, alone bool) *Node {
 	ns, addr := c.net.addNode(t, i)
-	n := &Node{c: c, Index: i, Name: fmt.Sprintf("node-%d", i), Addr: addr, ns: ns,
+	name := fmt.Sprintf("node-%d", i)
+	if alone {
+		name = fmt.Sprintf("alone-%d", i)
+	}
+	n := &Node{c: c, Index: i, Name: name, Addr: addr, ns: ns, alone: alone,
 		API:       net.JoinHostPort(addr.String(), strconv.Itoa(apiPort)),
 		Advertise: net.JoinHostPort(addr.String(), strconv.Itoa(nodePort)),
 		E2B:       net.JoinHostPort(addr.String(), strconv.Itoa(e2bPort)),
@@ -197,12 +218,14 @@ min_max_lifetime: 1s
 live_cap: 1000
 network: {enabled: true, table: %s, host_prefix: %s, upstream_dns: "127.0.0.1:9"}
 default_limits: {cpu: 1, memory: 128MiB, pids: 512, open_files: 1024, disk: 512MiB}
-store: {dsn: %q}
+`, n.Dir, n.secrets, n.Socket, n.API, n.E2B, n.cgroup, n.table, n.veths)
+	if !alone {
+		cfg += fmt.Sprintf(`store: {dsn: %q}
 objects: {endpoint: %q, bucket: %s, region: us-east-1, access_key_env: %s, secret_key_env: %s}
-node: {name: %s, listen: %q, advertise: %q, lease_period: %s}
+node: {name: %s, listen: %q, advertise: %q, lease_period: %s%s}
 cluster: {join_token: %s, keys_dir: %s}
-`, n.Dir, n.secrets, n.Socket, n.API, n.E2B, n.cgroup, n.table, n.veths, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv,
-		n.Name, n.Advertise, n.Advertise, c.LeasePeriod, join, keys)
+`, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv, n.Name, n.Advertise, n.Advertise, c.LeasePeriod, nodeMemory(o.NodeMemory), join, keys)
+	}
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
 	}
@@ -217,6 +240,14 @@ cluster: {join_token: %s, keys_dir: %s}
 	return n
 }
 
+// nodeMemory is the node.memory entry of a node's configuration, if any.
+func nodeMemory(m string) string {
+	if m == "" {
+		return ""
+	}
+	return ", memory: " + m
+}
+
 // record is what the node makes outside its state directory.
 func (n *Node) record() sweep.Record {
 	return sweep.Record{CgroupParents: []string{n.cgroup, n.cgroup + "-runsc"},
@@ -228,8 +259,11 @@ func (n *Node) record() sweep.Record {
 // Node returns node i (from 0).
 func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 
-// Nodes returns every node.
+// Nodes returns every node of the cluster.
 func (c *Cluster) Nodes() []*Node { return c.nodes }
+
+// Alone returns node i (from 0) of those of no cluster (Options.Alone).
+func (c *Cluster) Alone(i int) *Node { return c.alone[i] }
 
 // Kill ends node i as a host that dies does: its daemon gets SIGKILL and its
 // containers are killed and deleted; its state directory (records, upper layers)
@@ -383,7 +417,7 @@ func (c *Cluster) close() {
 	t := c.t
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	for _, n := range c.nodes {
+	for _, n := range append(c.nodes[:len(c.nodes):len(c.nodes)], c.alone...) {
 		if !n.Running() {
 			if err := n.startErr(); err != nil {
 				t.Errorf("start %s again to end its sandboxes: %v", n.Name, err)
@@ -394,23 +428,15 @@ func (c *Cluster) close() {
 	for _, n := range c.nodes {
 		byNode[n.Name] = n
 	}
-	if list, err := c.nodes[0].Client.List(ctx, client.ListOptions{AllOwners: true}); err != nil {
-		t.Errorf("list the sandboxes to end them: %v", err)
-	} else {
-		for _, sb := range list {
-			n := byNode[sb.Node]
-			if sb.State == api.StateTerminated || n == nil || !n.Running() {
-				continue
-			}
-			if _, err := n.Client.Terminate(ctx, sb.ID); err != nil && !client.IsNotFound(err) {
-				t.Errorf("terminate %s (%s) on %s: %v", sb.Name, sb.ID, n.Name, err)
-			}
-		}
+	c.endAll(ctx, c.nodes[0], func(sb api.Sandbox) *Node { return byNode[sb.Node] })
+	for _, n := range c.alone {
+		c.endAll(ctx, n, func(api.Sandbox) *Node { return n })
 	}
-	for _, n := range c.nodes {
+	all := append(c.nodes[:len(c.nodes):len(c.nodes)], c.alone...)
+	for _, n := range all {
 		n.stop(syscall.SIGTERM)
 	}
-	for _, n := range c.nodes {
+	for _, n := range all {
 		n.assertClean(t)
 		// Whatever is left goes now, reported above or not.
 		sweep.Run(ctx, n.Dir, n.record(), false, nil)
@@ -420,6 +446,26 @@ func (c *Cluster) close() {
 		testenv.RemoveHostLocks(sweep.HostLockNames(n.record())...)
 		if t.Failed() {
 			t.Logf("%s's log:\n%s", n.Name, tail(n.Log()))
+		}
+	}
+}
+
+// endAll terminates every sandbox that node lists, each through the node holding it.
+func (c *Cluster) endAll(ctx context.Context, lister *Node, holder func(api.Sandbox) *Node) {
+	if !lister.Running() {
+		return
+	}
+	list, err := lister.Client.List(ctx, client.ListOptions{AllOwners: true})
+	if err != nil {
+		c.t.Errorf("list the sandboxes through %s to end them: %v", lister.Name, err)
+	}
+	for _, sb := range list {
+		n := holder(sb)
+		if sb.State == api.StateTerminated || n == nil || !n.Running() {
+			continue
+		}
+		if _, err := n.Client.Terminate(ctx, sb.ID); err != nil && !client.IsNotFound(err) {
+			c.t.Errorf("terminate %s (%s) on %s: %v", sb.Name, sb.ID, n.Name, err)
 		}
 	}
 }

@@ -165,7 +165,8 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) error {
 	b := &box{conns: make(chan net.Conn), stop: cancel, done: make(chan struct{}), host: s.Hostname}
 	go func() {
 		defer close(b.done)
-		agent.Serve(actx, &listener{conns: b.conns, ctx: actx}, agent.Options{Root: upper, Workdir: upper, Env: env, KeepOwner: os.Geteuid() != 0})
+		agent.Serve(actx, &listener{conns: b.conns, ctx: actx}, agent.Options{Root: upper, Workdir: upper, Env: env, KeepOwner: os.Geteuid() != 0,
+			SharedProcess: true})
 	}()
 	d.mu.Lock()
 	d.boxes[s.ID] = b
