@@ -108,7 +108,7 @@ func read(list func() []string) []string {
 }
 
 // Start renews the lease at once, before it returns (the node is whole now: its
-// runtimes and what its recovered sandboxes reserve are known), then every period
+// runtimes and what its recovered sandboxes reserve are known), then every half period
 // until Close.
 func (l *Lease) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -117,7 +117,10 @@ func (l *Lease) Start() {
 		l.log.Error("membership lease not renewed", "err", err)
 	}
 	l.wg.Go(func() {
-		t := time.NewTicker(l.cfg.Period)
+		// Every half period, though the lease lasts two: a node whose renewals are held
+		// back (its cores busy with a burst of creates, a slow store) still renews
+		// before another node may declare it lost and fence its sandboxes.
+		t := time.NewTicker(l.cfg.Period / 2)
 		defer t.Stop()
 		for {
 			select {
@@ -143,13 +146,16 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return lost
 	}
 	now := l.cfg.Now()
-	r, err := l.reservedNow(ctx)
-	if err != nil {
-		return fmt.Errorf("count reservations: %w", err)
+	// Reservations that cannot be counted now keep their last figure: the lease is
+	// what must not lapse.
+	if r, err := l.reservedNow(ctx); err == nil {
+		n.Reserved = r
+	} else {
+		l.log.Warn("reservations not counted; the lease is renewed with the last count", "err", err)
 	}
-	n.Reserved, n.LeaseExpires, n.RenewedAt = r, now.Add(2*l.cfg.Period), now
+	n.LeaseExpires, n.RenewedAt = now.Add(2*l.cfg.Period), now
 	n.Runtimes, n.Images = read(l.cfg.Runtimes), l.images()
-	err = l.st.RenewNode(ctx, &n)
+	err := l.st.RenewNode(ctx, &n)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
