@@ -76,7 +76,8 @@ type Options struct {
 }
 
 // Node is one node of a Cluster: a real airlockd serve process in a network namespace
-// of its own.
+// of its own. Each carries the node label host=NAME: a create whose node selector is
+// {host: NAME} is placed there.
 type Node struct {
 	c     *Cluster
 	Index int
@@ -222,9 +223,9 @@ default_limits: {cpu: 1, memory: 128MiB, pids: 512, open_files: 1024, disk: 512M
 	if !alone {
 		cfg += fmt.Sprintf(`store: {dsn: %q}
 objects: {endpoint: %q, bucket: %s, region: us-east-1, access_key_env: %s, secret_key_env: %s}
-node: {name: %s, listen: %q, advertise: %q, lease_period: %s%s}
+node: {name: %s, listen: %q, advertise: %q, lease_period: %s%s, labels: {host: %s}}
 cluster: {join_token: %s, keys_dir: %s}
-`, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv, n.Name, n.Advertise, n.Advertise, c.LeasePeriod, nodeMemory(o.NodeMemory), join, keys)
+`, c.DSN, c.S3.Endpoint, c.Bucket, s3AccessEnv, s3SecretEnv, n.Name, n.Advertise, n.Advertise, c.LeasePeriod, nodeMemory(o.NodeMemory), n.Name, join, keys)
 	}
 	if rt := os.Getenv("AIRLOCK_TEST_RUNTIME"); rt != "" {
 		cfg += "default_runtime: " + rt + "\n"
