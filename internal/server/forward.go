@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -12,7 +10,6 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/forward"
-	"github.com/airlockhq/airlock/internal/jsonbody"
 )
 
 // A cluster's nodes each serve the whole API. A call about a sandbox another node holds
@@ -178,60 +175,10 @@ func (s *Server) placing(r *http.Request) bool {
 	return s.opts.Place != nil && s.opts.Forward != nil && forward.From(r.Context()) == ""
 }
 
-// keepBody reads a create's JSON body (at most jsonbody.MaxBytes) so that it can be
-// both decoded here and sent on, and puts it back for the decoder.
-func keepBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, jsonbody.MaxBytes+1))
-	if err != nil && !errors.As(err, new(*http.MaxBytesError)) {
-		return nil, err
-	}
-	rewind(r, raw)
-	return raw, nil
-}
-
-func rewind(r *http.Request, raw []byte) {
-	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil }
-}
-
-// placeCreate asks Place where req goes; when it names another node, the create is
-// sent there (it creates it there, as a forwarded call). A refusal that is that node's
-// own (unavailable, draining, full) is retried once on the next node Place names, when
-// it names one; otherwise the refusal is the answer. done says the call was answered.
+// placeCreate asks Place where req goes, and sends the create to the node it names
+// when that is another (forward.PlaceCreate). done says the call was answered.
 func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, raw []byte, req api.CreateSandboxRequest) (done bool, err error) {
 	pr := forward.PlaceRequest{Memory: req.Limits.Memory, CPUs: req.Limits.CPU, Runtime: req.Runtime, Image: req.Image, Labels: req.Labels,
 		NodeSelector: req.NodeSelector}
-	node, err := s.opts.Place(r.Context(), pr)
-	if err != nil {
-		return true, err
-	}
-	if node == "" || node == s.m.NodeName() {
-		return false, nil
-	}
-	rewind(r, raw)
-	err = s.proxy(w, r, forward.Call{Node: node, Decline: forward.DeclineForCapacity(node)})
-	var d *forward.Declined
-	if !errors.As(err, &d) && !declinedAhead(err) {
-		return true, err
-	}
-	pr.Exclude = []string{node}
-	next, perr := s.opts.Place(r.Context(), pr)
-	switch {
-	case perr != nil || next == node:
-		if d != nil {
-			d.Write(w)
-			return true, nil
-		}
-		return true, err
-	case next == "" || next == s.m.NodeName():
-		return false, nil
-	}
-	rewind(r, raw)
-	return true, s.proxy(w, r, forward.Call{Node: next})
-}
-
-// declinedAhead says whether the chosen node refused a create before it was sent:
-// lost, stopped, unreachable.
-func declinedAhead(err error) bool {
-	return errors.Is(err, errdefs.ErrUnavailable)
+	return forward.PlaceCreate(w, r, raw, s.opts.Place, pr, s.m.NodeName(), func(c forward.Call) error { return s.proxy(w, r, c) })
 }

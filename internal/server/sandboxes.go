@@ -12,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -96,7 +97,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var raw []byte // kept to send on, when a placement may choose another node
 	if s.placing(r) {
 		var err error
-		if raw, err = keepBody(w, r); err != nil {
+		if raw, err = forward.KeepBody(w, r); err != nil {
 			return err
 		}
 	}
