@@ -314,7 +314,7 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 	}
 	if cfg.E2BListen != "" {
 		n.E2B = e2b.NewControl(m, e2b.Options{Ports: n.Ports, Auth: n.Auth, Log: log, AuditLog: n.AuditLog,
-			TokenKey: keys.e2b, Domain: cfg.E2BDomain, Forward: n.Forward, ClusterTLS: n.clusterTLS})
+			TokenKey: keys.e2b, Domain: cfg.E2BDomain, Forward: n.Forward, ClusterTLS: n.clusterTLS, Place: sopts.Place})
 		n.closers = append(n.closers, n.E2B.Close)
 	}
 	return nil

@@ -75,6 +75,9 @@ type Options struct {
 	// Forward, on a node of a cluster, proxies calls about other nodes' sandboxes to
 	// their planes (nil: every call is answered here); see forward.go.
 	Forward *forward.Forwarder
+	// Place, if set with Forward, chooses the node of each new sandbox, as for
+	// Airlock's own API (nil: here); see forward.go.
+	Place forward.Place
 	// ClusterTLS checks the callers of ServeCluster: the cluster's nodes.
 	ClusterTLS forward.ClusterTLS
 }
@@ -229,7 +232,8 @@ func (c *Control) adapt(pattern string, perm auth.Permission, h handler) http.Ha
 					return err
 				}
 			}
-			return h(w, r.WithContext(manager.WithActor(r.Context(), p.Identity)), p)
+			ctx := context.WithValue(manager.WithActor(r.Context(), p.Identity), proxiedKey{}, &proxied)
+			return h(w, r.WithContext(ctx), p)
 		})
 		if !proxied {
 			c.audit(r, pattern, p, noted(), status, err, start)
@@ -323,6 +327,13 @@ func (c *Control) internal(what string, err error, args ...any) string {
 
 func (c *Control) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := c.toAPIError(r, err)
+	if _, ok := forwarded(r); ok {
+		// E2B's error shape has no details: the node that forwarded the call reads
+		// which node the refusal is about (a placed create's, from this header).
+		if node, _ := errdefs.Details(err)["node"].(string); node != "" {
+			w.Header().Set(forward.RefusingNodeHeader, node)
+		}
+	}
 	writeJSON(w, e.Code, e)
 }
 

@@ -22,6 +22,11 @@ import (
 //     store (the key must still be valid there), answers, and records the call. A
 //     template delete (a snapshot) goes to the node that took the snapshot, as on
 //     Airlock's API.
+//   - A create (POST /sandboxes) asks Options.Place for its node, as Airlock's API's
+//     does, and when it names another node goes there as the key's id: that node
+//     makes it, as a forwarded call. The chosen node's own refusal (unavailable,
+//     draining, full) is retried once on the next node Place names
+//     (forward.PlaceCreate). A create from a snapshot is a fork, made here.
 //   - An in-sandbox (envd) call, or a port's traffic, goes once its access token is
 //     checked here; the token goes with it (and the Authorization header, which names
 //     the user the call acts as), and the other node checks it again with the
@@ -32,6 +37,10 @@ import (
 // only on the node listener (ServeCluster), from a verified cluster node.
 
 type forwardedKey struct{}
+
+// proxiedKey carries a *bool a handler sets once it proxied the call to another node,
+// whose record of the call is then the only one.
+type proxiedKey struct{}
 
 // ServeCluster serves the calls the cluster's other nodes forwarded to this node's
 // E2B-compatible plane, on the node listener: the connection's client certificate
@@ -132,4 +141,32 @@ func (c *Control) forwardSandbox(w http.ResponseWriter, r *http.Request, node, i
 	r.Header.Set(hdrSandboxPort, strconv.Itoa(port))
 	return c.opts.Forward.Proxy(w, r, forward.Call{Node: node, Plane: forward.PlaneE2B, KeepAuthorization: true,
 		Caller: forward.Caller{Identity: owner, TokenID: keyID, Source: source(r)}})
+}
+
+// placing says whether a create asks Place for its node: on a node of a cluster with a
+// placement, for a create that reached it first (a forwarded create is this node's).
+func (c *Control) placing(r *http.Request) bool {
+	return c.opts.Place != nil && c.forwarding(r)
+}
+
+// placeCreate asks Place where req goes, and sends the create to the node it names
+// when that is another, as p (forward.PlaceCreate). done says the call was answered.
+func (c *Control) placeCreate(w http.ResponseWriter, r *http.Request, p *auth.Principal, raw []byte, req newSandbox) (done bool, err error) {
+	pr := forward.PlaceRequest{Labels: req.Metadata}
+	if req.TemplateID != BaseTemplate {
+		pr.Image = req.TemplateID
+	}
+	r.Header.Del("X-API-Key") // the caller goes as the forwarding header says
+	var answered bool         // the last node sent to answered, and records the call
+	done, err = forward.PlaceCreate(w, r, raw, c.opts.Place, pr, c.m.NodeName(), func(call forward.Call) error {
+		call.Plane = forward.PlaneE2B
+		call.Caller = forward.Caller{Identity: p.Identity, TokenID: p.TokenID, Source: source(r)}
+		err := c.opts.Forward.Proxy(w, r, call)
+		answered = err == nil || errors.As(err, new(*forward.Declined))
+		return err
+	})
+	if proxied, ok := r.Context().Value(proxiedKey{}).(*bool); ok && done && answered {
+		*proxied = true
+	}
+	return done, err
 }

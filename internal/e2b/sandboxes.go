@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/forward"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -142,6 +143,13 @@ func timeout(field string, secs int64) (time.Duration, error) {
 
 func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Principal) error {
 	var req newSandbox
+	var raw []byte // kept to send on, when a placement may choose another node
+	if c.placing(r) {
+		var err error
+		if raw, err = forward.KeepBody(w, r); err != nil {
+			return err
+		}
+	}
 	if err := decode(w, r, &req, false); err != nil {
 		return err
 	}
@@ -155,6 +163,11 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	}
 	if strings.HasPrefix(req.TemplateID, "snap_") {
 		return c.createFromSnapshot(w, r, p, req)
+	}
+	if raw != nil {
+		if done, err := c.placeCreate(w, r, p, raw, req); done {
+			return err
+		}
 	}
 	cr := manager.CreateRequest{Name: newName(), Env: req.EnvVars, Labels: req.Metadata}
 	if req.TemplateID != "" && req.TemplateID != BaseTemplate {

@@ -44,6 +44,11 @@ const Header = "Airlock-Forwarded-For"
 // Airlock's own API, PlaneE2B for the E2B-compatible plane.
 const PlaneHeader = "Airlock-Forwarded-Plane"
 
+// RefusingNodeHeader names, on a forwarded call's refusal whose body cannot say it
+// (the E2B plane's error shape), the node the refusal is about (details.node on
+// Airlock's API); DeclineForCapacity reads either.
+const RefusingNodeHeader = "Airlock-Refusing-Node"
+
 // PlaneE2B is PlaneHeader's value for the E2B-compatible plane.
 const PlaneE2B = "e2b"
 

@@ -232,7 +232,7 @@ const maxRefusal = 64 << 10
 
 // DeclineForCapacity is a Call.Decline for a placed create: node's refusal that is its
 // own and not the caller's (the node is unavailable, or its refusal names it in
-// details.node: draining, full) is turned down, so that another node may take the
+// details.node or RefusingNodeHeader: draining, full) is turned down, so that another node may take the
 // create; every other answer passes.
 func DeclineForCapacity(node string) func(*http.Response) error {
 	return func(resp *http.Response) error {
@@ -254,9 +254,11 @@ func DeclineForCapacity(node string) func(*http.Response) error {
 			} `json:"error"`
 		}
 		json.Unmarshal(b, &e)
-		if resp.StatusCode == http.StatusServiceUnavailable || e.Error.Details["node"] == node {
+		if resp.StatusCode == http.StatusServiceUnavailable || e.Error.Details["node"] == node || resp.Header.Get(RefusingNodeHeader) == node {
 			resp.Body.Close()
-			return &Declined{Node: node, Status: resp.StatusCode, Header: resp.Header.Clone(), Body: b}
+			h := resp.Header.Clone()
+			h.Del(RefusingNodeHeader)
+			return &Declined{Node: node, Status: resp.StatusCode, Header: h, Body: b}
 		}
 		return nil
 	}
