@@ -180,5 +180,13 @@ func (s *Server) placing(r *http.Request) bool {
 func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request, raw []byte, req api.CreateSandboxRequest) (done bool, err error) {
 	pr := forward.PlaceRequest{Memory: req.Limits.Memory, CPUs: req.Limits.CPU, Runtime: req.Runtime, Image: req.Image, Labels: req.Labels,
 		NodeSelector: req.NodeSelector}
-	return forward.PlaceCreate(w, r, raw, s.opts.Place, pr, s.m.NodeName(), func(c forward.Call) error { return s.proxy(w, r, c) })
+	done, err = forward.PlaceCreate(w, r, raw, s.opts.Place, pr, s.m.NodeName(), func(c forward.Call) error { return s.proxy(w, r, c) })
+	if !done {
+		// Declined elsewhere and made here after all: this node answers, and its audit
+		// record is the call's (the decline marked the call answered elsewhere).
+		if p, ok := r.Context().Value(proxiedKey{}).(*bool); ok {
+			*p = false
+		}
+	}
+	return done, err
 }

@@ -325,6 +325,25 @@ func TestPlacedCreateDeclinedGoesToTheNextNode(t *testing.T) {
 	if len(asked) != 2 || len(asked[1]) != 1 || asked[1][0] != "node-b" {
 		t.Fatalf("placement asked with excludes %v; want [] then [node-b]", asked)
 	}
+	// Made on node-a after node-b declined: node-a's audit record is the create's.
+	recs, err := c.a.Client.AuditLog(ctx, client.AuditFilter{Action: "POST /v1/sandboxes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := 0
+	for _, r := range recs {
+		var e struct {
+			Sandbox string
+			Status  int
+		}
+		json.Unmarshal(r.Record, &e)
+		if e.Status == http.StatusCreated || e.Sandbox == resp.Sandbox.ID {
+			made++
+		}
+	}
+	if made != 1 {
+		t.Fatalf("audit records of the create made on node-a after node-b declined: %d of %d; want 1", made, len(recs))
+	}
 	_, err = c.alice.Create(ctx, api.CreateSandboxRequest{Name: "nowhere", Labels: map[string]string{"fallback": "none"}})
 	if err == nil || !strings.Contains(err.Error(), `node "node-b" is draining`) {
 		t.Fatalf("create with no other node: %v; want node-b's refusal", err)
