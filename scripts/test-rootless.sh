@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 pkgs=(internal/runtime/fake internal/manager internal/server internal/cli)
+# The manager's node-loss tests run nodes on a PostgreSQL and a SeaweedFS they start;
+# those servers, not the layers under test, are what an unprivileged user cannot share
+# with root's (weed's sockets in /tmp), and the tests run as root in the main line.
+skip='^TestLost(NodeSandboxesMarkedLost|SandboxResumesElsewhere)$'
 bin=$(mktemp -d /tmp/airlock-rootless.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 chmod 755 "$bin"
@@ -25,8 +29,8 @@ for p in "${pkgs[@]}"; do
   chmod -R a+rX "$bin/tree"
   echo "rootless: $p"
   if [ "$(id -u)" = 0 ]; then
-    (cd "$dir" && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$t" -test.count=1)
+    (cd "$dir" && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$t" -test.count=1 -test.skip "$skip")
   else
-    (cd "$dir" && "$t" -test.count=1)
+    (cd "$dir" && "$t" -test.count=1 -test.skip "$skip")
   fi
 done
