@@ -219,7 +219,7 @@ func TestForwardingHeaderOnlyFromClusterNodes(t *testing.T) {
 		t.Fatalf("a certificate of another CA on the node listener: %d %s; want the handshake refused", status, body)
 	}
 	tc = c.ca.Node(t, "node-a").ClientConfig("node-b")
-	tc.Certificates = nil
+	tc.Certificates, tc.GetClientCertificate = nil, nil
 	if status, body, err := call(tc, alice); err == nil {
 		t.Fatalf("no client certificate on the node listener: %d %s; want the handshake refused", status, body)
 	}

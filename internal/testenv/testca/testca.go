@@ -23,6 +23,8 @@ type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	PEM  []byte
+	// cluster is the cluster CA record of the nodes Node makes.
+	cluster memoryClusterCA
 }
 
 // New makes a CA with a new P-256 key, valid for an hour either side of now.
