@@ -52,7 +52,9 @@ func (m *Manager) Reserved(ctx context.Context) (store.Resources, error) {
 // reservedHere sums, in one query, what the records of this node's sandboxes (here)
 // reserve, but for the ids in except.
 func (m *Manager) reservedHere(ctx context.Context, except []string) (store.Resources, error) {
-	sums, err := m.store.ReservedByNode(ctx, reserving, except)
+	// Only this node's records (and those from before nodes were named) are read: the
+	// cluster's others are not this node's to count.
+	sums, err := m.store.ReservedByNode(ctx, reserving, except, []string{m.cfg.NodeName, ""})
 	if err != nil {
 		return store.Resources{}, err
 	}

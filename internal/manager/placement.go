@@ -53,7 +53,7 @@ func (m *Manager) Place(ctx context.Context, req PlaceRequest) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
-	reserved, err := m.store.ReservedByNode(ctx, reserving, nil)
+	reserved, err := m.store.ReservedByNode(ctx, reserving, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -103,9 +103,9 @@ func (c *countingStore) ListNodes(ctx context.Context) ([]*store.Node, error) {
 	return c.Store.ListNodes(ctx)
 }
 
-func (c *countingStore) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
+func (c *countingStore) ReservedByNode(ctx context.Context, states []store.State, except, nodes []string) (map[string]store.Resources, error) {
 	c.note("ReservedByNode")
-	return c.Store.ReservedByNode(ctx, states, except)
+	return c.Store.ReservedByNode(ctx, states, except, nodes)
 }
 
 func (c *countingStore) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {

@@ -385,8 +385,9 @@ type Store interface {
 	// ReservedByNode sums what the sandboxes in states, but for those whose ids are in
 	// except, reserve on each node, in one query: their memory and CPU limits, and how
 	// many they are, by the node their records name ("" for records from before nodes
-	// were named). A node with none is absent.
-	ReservedByNode(ctx context.Context, states []State, except []string) (map[string]Resources, error)
+	// were named). A node with none is absent. With nodes, only those nodes' records
+	// are read (a node counting its own; nil: every node).
+	ReservedByNode(ctx context.Context, states []State, except, nodes []string) (map[string]Resources, error)
 	// DeleteSandbox removes the record for good.
 	DeleteSandbox(ctx context.Context, id string) error
 

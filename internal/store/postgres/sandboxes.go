@@ -169,7 +169,7 @@ func queryRows[T any](ctx context.Context, s *Store, scan func(records.Scanner) 
 }
 
 // ReservedByNode implements store.Store.
-func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
+func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except, nodes []string) (map[string]store.Resources, error) {
 	names := make([]string, len(states))
 	for i, st := range states {
 		names[i] = string(st)
@@ -178,7 +178,7 @@ func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except
 		except = []string{}
 	}
 	rows, err := s.pool.Query(ctx, `SELECT node, count(*), sum(memory)::bigint, sum(cpu) FROM sandboxes
-		WHERE state = ANY($1) AND NOT (id = ANY($2)) GROUP BY node`, names, except)
+		WHERE state = ANY($1) AND NOT (id = ANY($2)) AND ($3::text[] IS NULL OR node = ANY($3)) GROUP BY node`, names, except, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("sum reservations: %w", err)
 	}

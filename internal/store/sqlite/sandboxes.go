@@ -216,7 +216,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 }
 
 // ReservedByNode implements store.Store.
-func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except []string) (map[string]store.Resources, error) {
+func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except, nodes []string) (map[string]store.Resources, error) {
 	if len(states) == 0 {
 		return map[string]store.Resources{}, nil
 	}
@@ -229,6 +229,15 @@ func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except
 		q += ` AND id NOT IN (?` + strings.Repeat(", ?", len(except)-1) + `)`
 		for _, id := range except {
 			args = append(args, id)
+		}
+	}
+	if nodes != nil {
+		q += ` AND node IN (?` + strings.Repeat(", ?", max(len(nodes), 1)-1) + `)`
+		for _, n := range nodes {
+			args = append(args, n)
+		}
+		if len(nodes) == 0 {
+			args = append(args, nil) // no node: matches nothing
 		}
 	}
 	rows, err := s.r.QueryContext(ctx, q+` GROUP BY node`, args...)

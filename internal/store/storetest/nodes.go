@@ -217,7 +217,7 @@ func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
 			ok(t, s.UpdateSandbox(ctx, sb), "UpdateSandbox")
 		}
 	}
-	sums, err := s.ReservedByNode(ctx, []store.State{"creating", "running"}, nil)
+	sums, err := s.ReservedByNode(ctx, []store.State{"creating", "running"}, nil, nil)
 	ok(t, err, "ReservedByNode")
 	want := map[string]store.Resources{
 		"n1": {Memory: 1<<30 + 512<<20, CPUs: 1.5, Sandboxes: 2},
@@ -227,15 +227,25 @@ func testNodePlacement(t *testing.T, open func(t *testing.T) store.Store) {
 	if !maps.Equal(sums, want) {
 		t.Fatalf("ReservedByNode = %v, want %v", sums, want)
 	}
-	if sums, err := s.ReservedByNode(ctx, []store.State{"resuming"}, nil); err != nil || len(sums) != 0 {
+	if sums, err := s.ReservedByNode(ctx, []store.State{"resuming"}, nil, nil); err != nil || len(sums) != 0 {
 		t.Fatalf("ReservedByNode(resuming) = %v, %v; want none", sums, err)
 	}
 	// sb_0 (n1, 1GiB) and sb_3 (n2, all it had) left out.
-	sums, err = s.ReservedByNode(ctx, []store.State{"creating", "running"}, []string{"sb_0", "sb_3", "sb_none"})
+	sums, err = s.ReservedByNode(ctx, []store.State{"creating", "running"}, []string{"sb_0", "sb_3", "sb_none"}, nil)
 	ok(t, err, "ReservedByNode except")
 	want = map[string]store.Resources{"n1": {Memory: 512 << 20, CPUs: 0.5, Sandboxes: 1}, "": {Memory: 256 << 20, CPUs: 0.25, Sandboxes: 1}}
 	if !maps.Equal(sums, want) {
 		t.Fatalf("ReservedByNode except sb_0, sb_3 = %v, want %v", sums, want)
+	}
+	// Only the nodes asked for are read.
+	sums, err = s.ReservedByNode(ctx, []store.State{"creating", "running"}, nil, []string{"n2", ""})
+	ok(t, err, "ReservedByNode of n2 and unnamed")
+	want = map[string]store.Resources{"n2": {Memory: 2 << 30, CPUs: 2, Sandboxes: 1}, "": {Memory: 256 << 20, CPUs: 0.25, Sandboxes: 1}}
+	if !maps.Equal(sums, want) {
+		t.Fatalf("ReservedByNode of n2 and unnamed = %v, want %v", sums, want)
+	}
+	if sums, err := s.ReservedByNode(ctx, []store.State{"creating", "running"}, nil, []string{}); err != nil || len(sums) != 0 {
+		t.Fatalf("ReservedByNode of no node = %v, %v; want none", sums, err)
 	}
 }
 
