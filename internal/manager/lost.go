@@ -57,7 +57,12 @@ func (m *Manager) WatchNodes(ctx context.Context) {
 	}
 	m.fenceLostNodes(ctx)
 	m.takeBackLost(ctx)
-	m.removeMoved(ctx)
+	// Only a store other nodes share can give this node's sandboxes to another. On a
+	// node alone the look (every container the runtimes list, every live record, every
+	// sweep) found nothing and cost the most where a node holds the most sandboxes.
+	if store.IsShared(m.store) {
+		m.removeMoved(ctx)
+	}
 	if m.member.Draining() {
 		m.uploadSuspended(ctx)
 	}
