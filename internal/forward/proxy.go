@@ -61,13 +61,14 @@ func New(opts Options) *Forwarder {
 }
 
 // Peer returns the node name as the membership list has it (read again when the kept
-// list is older than the TTL or lacks it).
+// list is older than the TTL, lacks it, or keeps it as one that cannot answer: a node
+// that is back answers at once, not a TTL later).
 func (f *Forwarder) Peer(ctx context.Context, name string) (Peer, error) {
 	f.mu.Lock()
 	p, ok := f.peers[name]
 	fresh := time.Since(f.read) < f.opts.TTL
 	f.mu.Unlock()
-	if ok && fresh {
+	if ok && fresh && Reachable(p) == nil {
 		return p, nil
 	}
 	list, err := f.opts.Peers(ctx)

@@ -252,6 +252,24 @@ func TestForwardToANodeThatIsGone(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), `node "node-b", which is stopped`) {
 		t.Fatalf("exec once node-b stopped: %v; want unavailable naming node-b, stopped", err)
 	}
+	// node-b takes its name back: node-a sees it at its next call, not a kept list's
+	// lifetime later (its listener is still down, so the call now fails reaching it).
+	nodes, err := c.b.Store.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == "node-b" {
+			n.LeaseExpires = time.Now().Add(time.Minute)
+			if err := c.b.Store.AcquireNode(ctx, n, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, err = c.alice.Exec(ctx, "far", api.ExecRequest{Argv: []string{"true"}})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), `node "node-b" (ready), which cannot be reached`) {
+		t.Fatalf("exec once node-b is back: %v; want node-b seen ready at once (and its listener still down)", err)
+	}
 }
 
 type writerFunc func([]byte) (int, error)
