@@ -30,7 +30,7 @@ var verbList = []*verb{
 	opsGetVerb, imageImportVerb, imagePullVerb, imagePrewarmVerb, imageLsVerb, imageInspectVerb, imageExportVerb, imageRmVerb, imagePruneVerb,
 	whoamiVerb, userLsVerb, userCreateVerb, userRmVerb, userRolesVerb, roleLsVerb, roleCreateVerb, roleRmVerb,
 	tokenCreateVerb, tokenLsVerb, tokenRevokeVerb, auditLsVerb, auditVerifyVerb,
-	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRmVerb, secretRekeyVerb, secretBindVerb, secretUnbindVerb, registryLoginVerb, registryLogoutVerb, fenceVerb, mcpVerb, statusVerb, riskVerb, versionVerb,
+	secretCreateVerb, secretLsVerb, secretGetVerb, secretRotateVerb, secretRevokeVerb, secretRmVerb, secretRekeyVerb, secretBindVerb, secretUnbindVerb, registryLoginVerb, registryLogoutVerb, fenceVerb, mcpVerb, statusVerb, consoleVerb, riskVerb, versionVerb,
 }
 
 // verbs indexes verbList by name.

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/clustertls"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/console"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/forward"
@@ -92,6 +93,9 @@ type Node struct {
 	// Ports forwards exposed ports' traffic for every plane.
 	Ports  *portproxy.Proxy
 	Server *server.Server
+	// Console is the web console, served beside the API on every listener of it
+	// (Handler): a client of the API with each viewer's own token.
+	Console *console.Console
 	// Forward proxies calls to the cluster's other nodes (nil: none, a node alone).
 	Forward    *forward.Forwarder
 	clusterTLS forward.ClusterTLS
@@ -307,6 +311,8 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		n.clusterTLS = nil
 	}
 	n.Server = server.New(m, sopts, log)
+	n.Console = console.New(console.Options{API: n.Server, Log: log})
+	n.closers = append(n.closers, func() { n.Console.Close() })
 	if cfg.Network.Enabled {
 		if err := n.openNetwork(ctx, cfg); err != nil {
 			return err
@@ -346,9 +352,12 @@ func (n *Node) openNetwork(ctx context.Context, cfg config.Config) error {
 // APIServer is an http.Server of the node's API for one listener that gets callers'
 // credentials from the connection (the unix socket).
 func (n *Node) APIServer() *http.Server {
-	return &http.Server{Handler: n.Server, ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
+	return &http.Server{Handler: n.Handler(), ConnContext: server.ConnContext, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 }
+
+// Handler serves the node's API at /v1 and its web console at every other path.
+func (n *Node) Handler() http.Handler { return console.Mount(n.Server, n.Console) }
 
 // peers lists the cluster's nodes for the forwarder.
 func (n *Node) peers(ctx context.Context) ([]forward.Peer, error) {

@@ -171,7 +171,7 @@ func serve(ctx context.Context, cfg config.Config, node *Node, certs *certFiles,
 		}
 		// A server of its own: one http.Server serving plain HTTP on the socket first
 		// answers HTTP/2 over TLS with a closed connection.
-		ts := &http.Server{Handler: node.Server, ReadHeaderTimeout: hs.ReadHeaderTimeout, ErrorLog: hs.ErrorLog}
+		ts := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: hs.ReadHeaderTimeout, ErrorLog: hs.ErrorLog}
 		if certs != nil {
 			ts.TLSConfig = certs.config()
 		}

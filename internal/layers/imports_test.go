@@ -51,8 +51,10 @@ var forbidden = map[string][]string{
 	"internal/runtime/oci/sidecar": {"airlock:"},
 	"internal/mcp":                 {"airlock:api,client,internal/errdefs"},
 	"internal/portproxy":           {"airlock:"},
-	"internal/bindsource":          {"airlock:internal/durable"},
-	"internal/jsonbody":            {"airlock:internal/errdefs"},
+	// The web console is a client of the API: nothing of the daemon's internals.
+	"internal/console":    {"airlock:api,internal/agentproto,internal/errdefs"},
+	"internal/bindsource": {"airlock:internal/durable"},
+	"internal/jsonbody":   {"airlock:internal/errdefs"},
 	// The object store knows nothing of what its objects mean.
 	"internal/objstore": {"airlock:internal/errdefs,internal/durable"},
 	// The E2B-compatible protocol's generated code knows nothing of Airlock.

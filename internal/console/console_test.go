@@ -1,0 +1,149 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// fakeAPI answers /v1/whoami for the token "good" and echoes what reached it.
+type fakeAPI struct{ last *http.Request }
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.last = r.Clone(r.Context())
+	if r.Header.Get("Authorization") != "Bearer good" {
+		writeError(w, http.StatusUnauthorized, "unauthenticated", "bad token")
+		return
+	}
+	switch {
+	case r.URL.Path == "/v1/whoami":
+		writeJSON(w, 200, map[string]any{"user": "ann", "roles": []string{"developer"}})
+	case strings.HasSuffix(r.URL.Path, "/files"):
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<script>alert(1)</script>")
+	default:
+		writeJSON(w, 200, map[string]any{"method": r.Method, "path": r.URL.Path})
+	}
+}
+
+func newTestConsole(t *testing.T) (*httptest.Server, *fakeAPI, *http.Client) {
+	t.Helper()
+	api := &fakeAPI{}
+	c := New(Options{API: api})
+	srv := httptest.NewServer(Mount(api, c))
+	t.Cleanup(func() { srv.Close(); c.Close() })
+	jar, _ := cookiejar.New(nil)
+	return srv, api, &http.Client{Jar: jar}
+}
+
+func do(t *testing.T, hc *http.Client, method, url string, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func signIn(t *testing.T, srv *httptest.Server, hc *http.Client) string {
+	t.Helper()
+	resp, body := do(t, hc, "POST", srv.URL+"/console/session", `{"token":"good"}`, map[string]string{"Content-Type": "application/json"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("sign-in: got %d %s, want 200", resp.StatusCode, body)
+	}
+	var ck *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == cookieName {
+			ck = c
+		}
+	}
+	if ck == nil || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.MaxAge <= 0 || strings.Contains(ck.Value, "good") {
+		t.Fatalf("sign-in cookie: got %+v, want HttpOnly, SameSite=Strict, expiring, not the token", ck)
+	}
+	var a sessionAnswer
+	if err := json.Unmarshal([]byte(body), &a); err != nil || a.CSRF == "" || strings.Contains(body, `"good"`) {
+		t.Fatalf("sign-in answer: got %s, want a CSRF token and never the API token", body)
+	}
+	return a.CSRF
+}
+
+func TestSignInRefusesABadToken(t *testing.T) {
+	srv, _, hc := newTestConsole(t)
+	resp, body := do(t, hc, "POST", srv.URL+"/console/session", `{"token":"bad"}`, map[string]string{"Content-Type": "application/json"})
+	if resp.StatusCode != 401 || len(resp.Cookies()) != 0 {
+		t.Errorf("sign-in with a bad token: got %d %s cookies %v, want 401 and no cookie", resp.StatusCode, body, resp.Cookies())
+	}
+	resp, _ = do(t, hc, "POST", srv.URL+"/console/session", `{"token":"good"}`, map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"})
+	if resp.StatusCode != 403 {
+		t.Errorf("sign-in from another origin: got %d, want 403", resp.StatusCode)
+	}
+	resp, _ = do(t, hc, "GET", srv.URL+"/console/v1/sandboxes", "", nil)
+	if resp.StatusCode != 401 {
+		t.Errorf("a call without a session: got %d, want 401", resp.StatusCode)
+	}
+}
+
+func TestProxyUsesTheViewersTokenAndNeedsCSRF(t *testing.T) {
+	srv, api, hc := newTestConsole(t)
+	csrf := signIn(t, srv, hc)
+	resp, body := do(t, hc, "GET", srv.URL+"/console/v1/sandboxes?state=running", "", nil)
+	if resp.StatusCode != 200 || api.last.URL.Path != "/v1/sandboxes" || api.last.URL.RawQuery != "state=running" ||
+		api.last.Header.Get("Cookie") != "" || api.last.Header.Get("Authorization") != "Bearer good" {
+		t.Fatalf("proxied GET: got %d %s; the API saw %s ?%s cookie %q auth %q", resp.StatusCode, body, api.last.URL.Path,
+			api.last.URL.RawQuery, api.last.Header.Get("Cookie"), api.last.Header.Get("Authorization"))
+	}
+	api.last = nil
+	for _, tc := range []struct {
+		name string
+		hdr  map[string]string
+		want int
+	}{
+		{"no CSRF header", nil, 403},
+		{"a wrong CSRF header", map[string]string{csrfHeader: "x" + csrf}, 403},
+		{"the right header from another origin", map[string]string{csrfHeader: csrf, "Origin": "https://evil.example"}, 403},
+		{"the right header", map[string]string{csrfHeader: csrf}, 200},
+	} {
+		resp, body := do(t, hc, "DELETE", srv.URL+"/console/v1/sandboxes/a", "", tc.hdr)
+		if resp.StatusCode != tc.want {
+			t.Errorf("DELETE with %s: got %d %s, want %d", tc.name, resp.StatusCode, body, tc.want)
+		}
+		if tc.want == 403 && api.last != nil {
+			t.Errorf("DELETE with %s reached the API", tc.name)
+		}
+	}
+}
+
+func TestPagesAndFilesAreServedSafely(t *testing.T) {
+	srv, _, hc := newTestConsole(t)
+	resp, body := do(t, hc, "GET", srv.URL+"/", "", nil)
+	csp := resp.Header.Get("Content-Security-Policy")
+	if resp.StatusCode != 200 || !strings.Contains(body, "/assets/js/main.js") || !strings.Contains(csp, "default-src 'self'") ||
+		strings.Contains(csp, "unsafe") {
+		t.Errorf("GET /: got %d CSP %q, want the page under a strict policy", resp.StatusCode, csp)
+	}
+	if bytes.Contains([]byte(body), []byte("<script>")) && !strings.Contains(body, `<script type="module" src=`) {
+		t.Errorf("the page has an inline script")
+	}
+	signIn(t, srv, hc)
+	resp, _ = do(t, hc, "GET", srv.URL+"/console/v1/sandboxes/a/files?path=/x.html", "", nil)
+	if ct, cd := resp.Header.Get("Content-Type"), resp.Header.Get("Content-Disposition"); ct != "application/octet-stream" || cd != "attachment" ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("a file's download: got Content-Type %q, Content-Disposition %q, CSP %q; want an attachment that never renders",
+			ct, cd, resp.Header.Get("Content-Security-Policy"))
+	}
+	resp, _ = do(t, hc, "GET", srv.URL+"/v1/ports/sb_x/80/", "", nil)
+	if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("an exposed port's answer: got CSP %q, want a sandboxed origin", resp.Header.Get("Content-Security-Policy"))
+	}
+}
