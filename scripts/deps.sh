@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Airlock needs on a Debian 12 host and is not there yet: runc (the OCI
 # runtime), python3 (the demo's code runs on the host image's /usr), iproute2 and curl,
-# and for the tests python3-pytest, npm and postgresql.
+# and for the tests python3-pytest, npm, postgresql and chromium (the web console's browser test).
 set -euo pipefail
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
@@ -13,6 +13,7 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux) # the cluster tests start each node in a network namespace
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm) # the MCP test drives airlock mcp with an npm client
+command -v chromium >/dev/null 2>&1 || need+=(chromium) # the web console's test drives a headless browser
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql) # the PostgreSQL store's tests start their own server
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

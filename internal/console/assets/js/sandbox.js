@@ -43,7 +43,10 @@ function usagePart(ref, signal) {
           ' · network ↓', bytes((s.network || {}).rx_bytes), ' ↑', bytes((s.network || {}).tx_bytes)));
       setTimeout(tick, 2000);
     } catch (err) {
-      if (err.status === 404) // a node without the usage API { replace(el, h('p', { id: 'usage-na', class: 'muted' }, 'usage not available')); return; }
+      if (err.status === 404) { // a node without the usage API
+        replace(el, h('p', { id: 'usage-na', class: 'muted' }, 'usage not available'));
+        return;
+      }
       if (!stopped) { replace(el, errorBox(err)); setTimeout(tick, 5000); }
     }
   };
