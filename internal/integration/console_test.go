@@ -28,7 +28,7 @@ var updateScreenshots = flag.Bool("update-screenshots", false, "rewrite docs/con
 
 // chromiumPath is the headless browser the console's test drives, or "" (skip, or fail
 // in CI).
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
@@ -50,7 +50,6 @@ func chromiumPath(t *testing.T) string {
 // --no-sandbox (chromedp.NoSandbox): the browser's own sandbox is off; it loads only
 // the test's console.
 func TestConsoleInBrowser(t *testing.T) {
-	chromium := chromiumPath(t)
 	n := testenv.NewNode(t, testenv.Options{Owners: []string{"ann"}})
 	ann := n.As(t, "ann")
 	base := "http://" + ann.Target()
@@ -87,14 +86,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The browser: ended, with every process of it, when the test ends.
 	dlDir := t.TempDir()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 860))...)
-	t.Cleanup(cancelAlloc)
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	t.Cleanup(cancelBrowser)
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the test's whole life
-		t.Fatalf("start chromium: %v", err)
-	}
+	bctx := startChromium(t, ctx)
 	var dialogs atomic.Int32 // alert/confirm/prompt: none may open
 	chromedp.Listen(bctx, func(ev any) {
 		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
@@ -123,7 +115,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		tctx, cancel := context.WithTimeout(bctx, 20*time.Second)
+		tctx, cancel := context.WithTimeout(bctx, 45*time.Second)
 		defer cancel()
 		if err := chromedp.Do(tctx, steps...); err != nil {
 			fail(what, err)
@@ -140,7 +132,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return s
 	}
 	waitJS := func(expr string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(15*time.Second))
+		return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second))
 	}
 	shots := *updateScreenshots || os.Getenv("AIRLOCK_CONSOLE_SCREENSHOTS") == "1"
 	shot := func(name string) {
@@ -177,6 +169,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("search"), "\b\b\bw"),
 		chromedp.WaitVisible(row("web")))
 	shot("list")
+	if st := text("runtime-state"); !strings.HasPrefix(st, "Router: ") {
+		t.Errorf("the runtime banner: got %q, want the router's state", st)
+	}
+	do("the node page's matrix", chromedp.Navigate(base+"/#/status"), chromedp.WaitVisible(chromedp.ID("matrix")),
+		chromedp.Navigate(base+"/#/sandboxes"), chromedp.WaitVisible(row("web")))
 
 	do("open web's page", chromedp.Click(row("web")),
 		chromedp.WaitVisible(chromedp.Search(`//h1[@id="sandbox-name"][text()="web"]`)),
@@ -267,6 +264,23 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("audit verification: got %q, want Intact", verdict)
 	}
 	shot("audit")
+}
+
+// startChromium starts headless Chromium for the test and returns its chromedp
+// context; the test's cleanup ends the browser and every process of it. Chromium runs
+// as root here, which needs --no-sandbox (chromedp.NoSandbox).
+func startChromium(tb testing.TB, ctx context.Context) context.Context {
+	tb.Helper()
+	chromium := chromiumPath(tb)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 860))...)
+	tb.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	tb.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the test's whole life
+		tb.Fatalf("start chromium: %v", err)
+	}
+	return bctx
 }
 
 // tokenOf is the API token testenv made for owner (Node.As's).

@@ -6,6 +6,9 @@ import { get, isAdmin, enc } from './api.js';
 const states = ['', 'creating', 'running', 'suspending', 'suspended', 'resuming', 'terminating', 'terminated', 'failed', 'lost'];
 const filter = { state: '', label: '', search: '' };
 
+// resetFilters forgets the list's filters (a new viewer starts with none).
+export function resetFilters() { Object.assign(filter, { state: '', label: '', search: '' }); }
+
 // usageText is a sandbox's usage in one cell, or why there is none.
 export function usageText(u) {
   if (!u) return '–';

@@ -3,7 +3,7 @@
 import { h, replace, errorBox } from './dom.js';
 import { session, signIn, signOut, resumeSession, isAdmin, can } from './api.js';
 import { loadStatus } from './status.js';
-import { listPage } from './list.js';
+import { listPage, resetFilters } from './list.js';
 import { sandboxPage } from './sandbox.js';
 import { imagesPage } from './images.js';
 import { identitiesPage, auditPage } from './admin.js';
@@ -40,7 +40,7 @@ function nav() {
   if (can('audit.read')) links.push(['#/audit', 'Audit']);
   replace(document.getElementById('nav'), links.map(([href, text]) => h('a', { href }, text)));
   const out = h('button', { id: 'signout', class: 'link' }, 'Sign out');
-  out.addEventListener('click', async () => { await signOut(); location.hash = '#/signin'; route(); });
+  out.addEventListener('click', async () => { await signOut(); resetFilters(); location.hash = '#/signin'; route(); });
   replace(document.getElementById('viewer'), h('span', { id: 'whoami' }, session.whoami.user), ' ', out);
 }
 

@@ -11,7 +11,7 @@ export async function loadStatus() {
     const failing = (st.checks || []).filter(c => !c.ok && !c.optional);
     const state = failing.length && r.state === 'live' ? 'degraded' : r.state;
     banner.className = 'banner ' + state;
-    replace(banner, h('strong', { id: 'runtime-state' }, 'Runtime: ' + state),
+    replace(banner, h('strong', { id: 'runtime-state' }, 'Router: ' + state), ' (profile ' + (r.profile || 'off') + '):',
       ' ', h('span', { id: 'runtime-reason' }, r.reason || (failing.length ? failing.map(c => c.name + ': ' + (c.degrades || c.detail)).join('; ') : 'sandboxes run')),
       (st.runtimes || []).length ? h('span', { class: 'muted' }, ' · runtimes: ' + st.runtimes.join(', ')) : null);
     banner.hidden = false;
