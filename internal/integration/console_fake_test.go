@@ -59,8 +59,19 @@ func (f fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		v = map[string]any{"sandboxes": out}
 	case p == "/v1/sandboxes/evil":
 		sb := sandbox(0)
-		sb.ID, sb.Name, sb.State = "sb_evil", "evil", "suspended"
+		sb.ID, sb.Name, sb.State, sb.Limits = "sb_evil", "evil", "running", api.Limits{CPU: 2, Memory: 1 << 30}
 		v = sb
+	case p == "/v1/sandboxes/sb_evil/stats":
+		hist := []map[string]any{}
+		for i := range 30 {
+			hist = append(hist, map[string]any{"time": now, "cpu_cores": float64(i%10) / 10, "memory_bytes": i << 20})
+		}
+		v = map[string]any{"id": "sb_evil", "state": "running", "cpu": map[string]any{"cores": 0.42, "limit_cores": 2},
+			"memory": map[string]any{"used_bytes": 300 << 20, "limit_bytes": 1 << 30}, "history": hist}
+	case strings.HasSuffix(p, "/sessions"):
+		v = api.SessionList{Sessions: []api.Session{}}
+	case strings.HasSuffix(p, "/files/list"):
+		v = api.FileList{Files: []api.FileInfo{}}
 	case p == "/v1/sandboxes/sb_evil/egress":
 		v = api.EgressLog{Records: []api.EgressRecord{{Seq: 1, Host: hostileHost, Port: 443, Method: `<script>alert("m")</script>`,
 			Decision: "deny", Rule: `<b id="injected-rule">r</b>`, Reason: `<svg onload=alert("reason") id="injected-reason">`, Time: now}}}
@@ -102,7 +113,8 @@ func fakeConsole(tb testing.TB, n int) (context.Context, string) {
 }
 
 // TestConsoleShowsHostileEgressAsText: egress records whose host, method, rule and
-// reason carry HTML and script are shown as text on the sandbox's page.
+// reason carry HTML and script are shown as text on the sandbox's page. It also checks
+// the usage graphs drawn from the usage API's shape (GET /v1/sandboxes/{ref}/stats).
 func TestConsoleShowsHostileEgressAsText(t *testing.T) {
 	bctx, base := fakeConsole(t, 3)
 	tctx, cancel := context.WithTimeout(bctx, 30*time.Second)
@@ -117,6 +129,14 @@ func TestConsoleShowsHostileEgressAsText(t *testing.T) {
 	injected, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll('[id^="injected-"], main img, main script, main svg:not(.graph)').length`))
 	if err != nil || injected != 0 || !strings.Contains(egress, hostileHost+":443") || !strings.Contains(egress, `<svg onload=alert("reason")`) {
 		t.Errorf("hostile egress records: %d injected elements (%v), text %q; want none, and the host and reason as text", injected, err, egress)
+	}
+	if err := chromedp.Do(tctx, chromedp.WaitVisible(chromedp.CSS("#usage svg.cpu polyline"))); err != nil {
+		t.Fatalf("the usage graphs: %v", err)
+	}
+	cpu, _ := chromedp.Run(tctx, chromedp.Text(chromedp.ID("usage-cpu")))
+	mem, _ := chromedp.Run(tctx, chromedp.Text(chromedp.ID("usage-memory")))
+	if cpu != "0.42" || mem != "300.0 MiB" {
+		t.Errorf("usage shown: cpu %q memory %q, want 0.42 and 300.0 MiB", cpu, mem)
 	}
 }
 

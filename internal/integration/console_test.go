@@ -216,6 +216,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Errorf("no download completed within 15 s")
 	}
+	upload := filepath.Join(t.TempDir(), "uploaded.txt")
+	upBody := "uploaded " + randHex(8) + "\n"
+	if err := os.WriteFile(upload, []byte(upBody), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	do("upload a file", chromedp.SetUploadFiles(chromedp.ID("upload-file"), []string{upload}), chromedp.Click(chromedp.ID("upload")),
+		chromedp.WaitVisible(chromedp.Search(`//table[@id="file-list"]//span[text()="uploaded.txt"]`)))
+	var got strings.Builder
+	if _, err := ann.Download(ctx, "web", "/root/uploaded.txt", &got); err != nil || got.String() != upBody {
+		t.Errorf("the uploaded file in the sandbox: got %q (%v), want %q", got.String(), err, upBody)
+	}
 
 	do("type in the terminal", chromedp.Click(chromedp.ID("open-terminal")),
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="term-status"][text()="connected"]`)),
