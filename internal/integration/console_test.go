@@ -45,12 +45,13 @@ func chromiumPath(t testing.TB) string {
 // TestConsoleInBrowser drives the web console in headless Chromium against a node with
 // real runc sandboxes: sign in, the list, a sandbox's page (usage, a detached process's
 // log, a file download, the terminal), terminate with its confirmation, the audit page
-// of an administrator, and a hostile sandbox whose file names and log lines carry HTML
-// and script, which must show as text. Chromium runs as root here, which needs
+// of an administrator, and a hostile sandbox whose file names, log lines and egress
+// (a TLS server name the proxy refuses, named in the record's reason) carry HTML and
+// script, which must show as text. Chromium runs as root here, which needs
 // --no-sandbox (chromedp.NoSandbox): the browser's own sandbox is off; it loads only
 // the test's console.
 func TestConsoleInBrowser(t *testing.T) {
-	n := testenv.NewNode(t, testenv.Options{Owners: []string{"ann"}})
+	n := testenv.NewNode(t, testenv.Options{Owners: []string{"ann"}, Network: true})
 	ann := n.As(t, "ann")
 	base := "http://" + ann.Target()
 	ctx := n.Ctx
@@ -81,6 +82,32 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	const hostileFile = `<img src=x onerror=alert("file") id=injected-file>.txt`
 	if _, err := ann.Upload(ctx, "evil", "/root/"+hostileFile, 0o644, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A TLS connection whose server name (SNI) is HTML: the proxy refuses it and
+	// records why, naming it.
+	const hostileSNI = `<img src=x onerror=alert("sni") id=injected-sni>`
+	sniRes, err := ann.Exec(ctx, "evil", api.ExecRequest{Argv: []string{"python3", "-c", `import socket, ssl, sys
+c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT); c.check_hostname = False; c.verify_mode = ssl.CERT_NONE
+s = socket.create_connection(("192.0.2.1", 443), timeout=10)
+try:
+    c.wrap_socket(s, server_hostname=sys.argv[1])
+except Exception as e:
+    print("refused:", e)
+`, hostileSNI}, Timeout: "30s"})
+	if err != nil || !strings.HasPrefix(sniRes.Stdout, "refused") {
+		t.Fatalf("TLS with a hostile server name: %v %+v, want it refused", err, sniRes)
+	}
+	if err := retry(10*time.Second, func() error {
+		recs, err := ann.EgressLog(ctx, "evil", 0)
+		for _, r := range recs {
+			if strings.Contains(r.Reason, "injected-sni") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no egress record names the server name yet: %v %+v", err, recs)
+	}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -233,14 +260,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("term-screen"), "echo $((6*7))-answer\r"),
 		waitJS(`document.getElementById("term-screen").textContent.includes("42-answer")`))
 
-	// The hostile sandbox: its file name and log line show as text; nothing runs.
+	// The hostile sandbox: its file name, log line and egress record show as text;
+	// nothing runs.
 	do("open evil's page", chromedp.Navigate(base+"/#/sandbox/evil"),
 		chromedp.WaitVisible(chromedp.Search(`//h1[@id="sandbox-name"][text()="evil"]`)),
 		waitJS(`document.getElementById("logs") && document.getElementById("logs").textContent.includes('<b id="injected-log">')`),
 		chromedp.Click(chromedp.Search(`//a[contains(@class,"dir")][text()="root/"]`)),
 		waitJS(fmt.Sprintf(`[...document.querySelectorAll("#file-list .file-name")].some(e => e.textContent === %q)`, hostileFile)),
+		waitJS(`document.getElementById("egress") && document.getElementById("egress").textContent.includes('<img src=x onerror=alert(\\"sni\\") id=injected-sni>')`),
 		chromedp.Sleep(500*time.Millisecond))
-	injected, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#injected-log, #injected-file, main img, main script').length`))
+	injected, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('[id^="injected-"], main img, main script').length`))
 	if err != nil || injected != 0 || dialogs.Load() != 0 {
 		t.Errorf("the hostile sandbox's text made %d elements and %d dialogs (%v), want none: text only", injected, dialogs.Load(), err)
 	}
