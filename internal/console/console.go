@@ -36,8 +36,8 @@ type Options struct {
 	API http.Handler
 	// SessionTTL is how long a sign-in lasts (0: DefaultSessionTTL).
 	SessionTTL time.Duration
-	// MaxSessions bounds the sessions kept at once (0: DefaultMaxSessions); the oldest
-	// goes first.
+	// MaxSessions bounds the sessions kept at once (0: DefaultMaxSessions); a sign-in
+	// past it is refused. One token keeps at most 16: its oldest goes first.
 	MaxSessions int
 	Log         *slog.Logger
 }
@@ -46,7 +46,7 @@ const (
 	// DefaultSessionTTL is how long a sign-in lasts.
 	DefaultSessionTTL = 8 * time.Hour
 	// DefaultMaxSessions bounds the sessions kept at once.
-	DefaultMaxSessions = 1000
+	DefaultMaxSessions = 10000
 )
 
 // Console is the web console's handler.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeAPI answers /v1/whoami for the token "good" and echoes what reached it.
@@ -145,5 +146,49 @@ func TestPagesAndFilesAreServedSafely(t *testing.T) {
 	resp, _ = do(t, hc, "GET", srv.URL+"/v1/ports/sb_x/80/", "", nil)
 	if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") {
 		t.Errorf("an exposed port's answer: got CSP %q, want a sandboxed origin", resp.Header.Get("Content-Security-Policy"))
+	}
+}
+
+func TestSessionsAreBoundedPerToken(t *testing.T) {
+	s := newSessions(time.Hour, 20)
+	first, _, err := s.add("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range maxPerToken {
+		if _, _, err := s.add("a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.m); n != maxPerToken {
+		t.Errorf("one token signed in %d times: %d sessions kept, want %d", maxPerToken+1, n, maxPerToken)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: first})
+	if ss, _ := s.get(r); ss != nil {
+		t.Errorf("the token's oldest session is still live, want it pushed out")
+	}
+	for range 4 {
+		if _, _, err := s.add("b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.add("c"); err != errFull {
+		t.Errorf("a sign-in past the console's bound: got %v, want it refused (never another viewer's session pushed out)", err)
+	}
+}
+
+func TestSandboxNamedLikeARoute(t *testing.T) {
+	srv, api, hc := newTestConsole(t)
+	signIn(t, srv, hc)
+	for _, name := range []string{"pty", "files"} {
+		resp, body := do(t, hc, "GET", srv.URL+"/console/v1/sandboxes/"+name, "", nil)
+		if resp.StatusCode != 200 || api.last.URL.Path != "/v1/sandboxes/"+name || resp.Header.Get("Content-Disposition") != "" {
+			t.Errorf("GET of the sandbox %q: got %d %s (Content-Disposition %q), want its record passed as it is",
+				name, resp.StatusCode, body, resp.Header.Get("Content-Disposition"))
+		}
+	}
+	if resp, _ := do(t, hc, "GET", srv.URL+"/console/v1/sandboxes/a/pty", "", nil); resp.StatusCode != 404 {
+		t.Errorf("the PTY route through the proxy: got %d, want 404 (the console's terminal is /console/pty)", resp.StatusCode)
 	}
 }

@@ -17,6 +17,16 @@ func viewerContext(r *http.Request) context.Context {
 	return context.WithValue(r.Context(), viewerAddrKey{}, r.RemoteAddr)
 }
 
+// sandboxRoute is the route under one sandbox that path names ("files" for
+// /v1/sandboxes/{ref}/files), or "".
+func sandboxRoute(path string) string {
+	p := strings.Split(path, "/")
+	if len(p) == 5 && p[1] == "v1" && p[2] == "sandboxes" {
+		return p[4]
+	}
+	return ""
+}
+
 // proxy passes /console/v1/... to the API's /v1/... as the session's viewer: with its
 // token, without the cookie, after the CSRF check of a state-changing call.
 func (c *Console) proxy(w http.ResponseWriter, r *http.Request) {
@@ -30,13 +40,13 @@ func (c *Console) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/console")
-	if strings.HasPrefix(path, "/v1/ports/") || strings.HasSuffix(path, "/pty") {
+	if strings.HasPrefix(path, "/v1/ports/") || sandboxRoute(path) == "pty" {
 		// An exposed port serves what the sandbox wrote, and a terminal is the
 		// console's own socket (/console/pty): neither on this origin.
 		writeError(w, http.StatusNotFound, "not_found", "not served through the console: "+path)
 		return
 	}
-	files := r.Method == http.MethodGet && strings.HasSuffix(path, "/files") && strings.HasPrefix(path, "/v1/sandboxes/")
+	files := r.Method == http.MethodGet && sandboxRoute(path) == "files"
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out = pr.Out.WithContext(viewerContext(r))

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -48,30 +49,44 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// maxPerToken bounds the sessions of one token: its oldest goes first, so that one
+// viewer signing in again and again pushes out only its own.
+const maxPerToken = 16
+
+// errFull is a sign-in refused because the console keeps as many sessions as it may.
+var errFull = errors.New("the console keeps as many sessions as it may: sign in again later")
+
 // add keeps a new session of token and returns its cookie value.
-func (s *sessions) add(token string) (string, *session) {
+func (s *sessions) add(token string) (string, *session, error) {
 	id := randomToken()
 	now := s.now()
 	ss := &session{token: token, csrf: randomToken(), created: now, expires: now.Add(s.ttl)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var mine [][32]byte // this token's sessions
 	for k, v := range s.m {
-		if !now.Before(v.expires) {
+		switch {
+		case !now.Before(v.expires):
 			delete(s.m, k)
+		case subtle.ConstantTimeCompare([]byte(v.token), []byte(token)) == 1:
+			mine = append(mine, k)
 		}
 	}
-	for len(s.m) >= s.max { // the oldest goes
-		var oldest [32]byte
-		var at time.Time
-		for k, v := range s.m {
-			if at.IsZero() || v.created.Before(at) {
-				oldest, at = k, v.created
+	for len(mine) >= maxPerToken {
+		oldest := 0
+		for i, k := range mine {
+			if s.m[k].created.Before(s.m[mine[oldest]].created) {
+				oldest = i
 			}
 		}
-		delete(s.m, oldest)
+		delete(s.m, mine[oldest])
+		mine = append(mine[:oldest], mine[oldest+1:]...)
+	}
+	if len(s.m) >= s.max {
+		return "", nil, errFull
 	}
 	s.m[sha256.Sum256([]byte(id))] = ss
-	return id, ss
+	return id, ss, nil
 }
 
 // get is the live session of r's cookie, if any.
@@ -153,7 +168,11 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	if who == nil {
 		return
 	}
-	id, ss := c.sessions.add(req.Token)
+	id, ss, err := c.sessions.add(req.Token)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", MaxAge: int(c.opts.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	writeJSON(w, http.StatusOK, sessionAnswer{CSRF: ss.csrf, Expires: ss.expires, WhoAmI: who})
