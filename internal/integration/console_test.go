@@ -63,7 +63,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The sandboxes, made through the API as ann.
 	for _, name := range []string{"web", "evil"} {
-		if _, err := ann.Create(ctx, api.CreateSandboxRequest{Name: name, Limits: api.Limits{CPU: 1}}); err != nil {
+		if _, err := ann.Create(ctx, api.CreateSandboxRequest{Name: name, Limits: api.Limits{CPU: 1}, Labels: map[string]string{"role": name}}); err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
 	}
@@ -196,6 +196,11 @@ except Exception as e:
 		chromedp.SendKeys(chromedp.ID("search"), "\b\b\bw"),
 		chromedp.WaitVisible(row("web")))
 	shot("list")
+	do("filter by label, then by state", chromedp.SendKeys(chromedp.ID("search"), "\b"),
+		chromedp.SendKeys(chromedp.ID("filter-label"), "role=evil\r"), chromedp.WaitNotPresent(row("web")), chromedp.WaitVisible(row("evil")),
+		chromedp.SendKeys(chromedp.ID("filter-label"), "\b\b\b\b\b\b\b\b\b\r"), chromedp.WaitVisible(row("web")),
+		chromedp.SetValue(chromedp.ID("filter-state"), "suspended"), waitJS(`document.getElementById("sandbox-count").textContent.startsWith("0 of 0")`),
+		chromedp.SetValue(chromedp.ID("filter-state"), ""), chromedp.WaitVisible(row("web")))
 	if st := text("runtime-state"); !strings.HasPrefix(st, "Router: ") {
 		t.Errorf("the runtime banner: got %q, want the router's state", st)
 	}
@@ -274,8 +279,13 @@ except Exception as e:
 		t.Errorf("the hostile sandbox's text made %d elements and %d dialogs (%v), want none: text only", injected, dialogs.Load(), err)
 	}
 
-	// Terminate, with its confirmation: cancelling changes nothing.
-	do("terminate, then cancel", chromedp.Navigate(base+"/#/sandbox/web"),
+	// A snapshot, after its confirmation; then terminate, whose cancelled confirmation
+	// changes nothing.
+	do("take a snapshot", chromedp.Navigate(base+"/#/sandbox/web"),
+		chromedp.WaitVisible(chromedp.Search(`//h1[@id="sandbox-name"][text()="web"]`)),
+		chromedp.Click(chromedp.ID("action-snapshot")), chromedp.WaitVisible(chromedp.ID("confirm-ok")), chromedp.Click(chromedp.ID("confirm-ok")),
+		chromedp.WaitVisible(chromedp.ID("snapshots")))
+	do("terminate, then cancel",
 		chromedp.WaitVisible(chromedp.Search(`//h1[@id="sandbox-name"][text()="web"]`)),
 		chromedp.Click(chromedp.ID("action-terminate")), chromedp.WaitVisible(chromedp.ID("confirm-cancel")),
 		chromedp.Click(chromedp.ID("confirm-cancel")), chromedp.WaitNotVisible(chromedp.ID("confirm")))
