@@ -18,8 +18,10 @@ const mod = "github.com/airlockhq/airlock/"
 // rules out a whole tree; "airlock:" rules out every Airlock package except those named
 // after it.
 var forbidden = map[string][]string{
-	"api":                 {"airlock:"},
-	"client":              {"airlock:api,internal/agentproto,internal/errdefs,internal/httpstatus"},
+	"api":    {"airlock:"},
+	"client": {"airlock:api,internal/agentproto,internal/errdefs,internal/httpstatus,internal/tartree"},
+	// Tree copies' tar packing and unpacking run on every OS, in the SDK and the agent.
+	"internal/tartree":    {"airlock:"},
 	"internal/agentproto": {"airlock:internal/errdefs"},
 	"internal/errdefs":    {"airlock:", "net/http"},
 	// The HTTP edge knows the error classes and bodies, nothing of what the planes serve.
