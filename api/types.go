@@ -355,6 +355,16 @@ type FileInfo struct {
 	MTime time.Time `json:"mtime"`
 }
 
+// TreeSummary is the answer of PUT /v1/sandboxes/{ref}/files/tar: what the tar
+// stream held, now under Path.
+type TreeSummary struct {
+	Path  string `json:"path"`
+	Files int64  `json:"files"`
+	Dirs  int64  `json:"dirs"`
+	Links int64  `json:"links"`
+	Bytes int64  `json:"bytes"`
+}
+
 // FileList is the body of GET /v1/sandboxes/{ref}/files/list.
 type FileList struct {
 	Files []FileInfo `json:"files"`

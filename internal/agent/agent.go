@@ -464,6 +464,10 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		return s.handleProcResize(fw, req)
 	case agentproto.OpFileRename:
 		return s.handleRename(fw, req)
+	case agentproto.OpFileUntar:
+		return s.handleUntar(c, fw, req)
+	case agentproto.OpFileTar:
+		return s.handleTar(fw, req)
 	case agentproto.OpFileWatch:
 		return s.handleFileWatch(c, fw, req)
 	case agentproto.OpUserLookup:

@@ -485,6 +485,20 @@ func (c *Client) UploadInPlace(ctx context.Context, path string, mode uint32, ui
 }
 
 func (c *Client) upload(ctx context.Context, req *agentproto.Request, r io.Reader) (int64, error) {
+	var res agentproto.SizeResult
+	sent, err := c.stream(ctx, req, r, &res)
+	if err != nil {
+		return 0, err
+	}
+	if res.Size != sent {
+		return 0, fmt.Errorf("%w: upload %s: sent %d bytes, the agent wrote %d", agentproto.ErrBadReply, req.Path, sent, res.Size)
+	}
+	return res.Size, nil
+}
+
+// stream sends r in Data frames after req, then End, and decodes the agent's Result
+// into res; it returns the bytes sent.
+func (c *Client) stream(ctx context.Context, req *agentproto.Request, r io.Reader, res any) (int64, error) {
 	path := req.Path
 	k, err := c.open(ctx, req)
 	if err != nil {
@@ -526,14 +540,10 @@ func (c *Client) upload(ctx context.Context, req *agentproto.Request, r io.Reade
 	if err != nil {
 		return 0, ctxErr(ctx, err)
 	}
-	var res agentproto.SizeResult
-	if err := finish(t, p, &res); err != nil {
+	if err := finish(t, p, res); err != nil {
 		return 0, err
 	}
-	if res.Size != sent {
-		return 0, fmt.Errorf("%w: upload %s: sent %d bytes, the agent wrote %d", agentproto.ErrBadReply, path, sent, res.Size)
-	}
-	return res.Size, nil
+	return sent, nil
 }
 
 // early explains a failed write: the agent may have refused the call (and closed) before

@@ -172,6 +172,8 @@ type Request struct {
 	// Dest (file.rename) is where Path moves to; User (user.lookup) a user name.
 	Dest string `json:"dest,omitempty"`
 	User string `json:"user,omitempty"`
+	// Tar (file.untar) bounds the archive.
+	Tar *TarLimits `json:"tar,omitempty"`
 }
 
 // ExecSpec describes one process to run.
@@ -403,6 +405,30 @@ const (
 	OpFileWatch      = "file.watch"
 	OpUserLookup     = "user.lookup"
 )
+
+// Tree copies. file.untar unpacks the tar stream the client sends in Data frames
+// (then End) into the directory Path, making it and its missing parents, within the
+// limits of Tar; its Result is a TreeResult. file.tar sends the tree under the
+// directory Path as a tar stream in Data frames, then a SizeResult of the stream's
+// bytes. An agent that predates them answers "unknown op".
+const (
+	OpFileUntar = "file.untar"
+	OpFileTar   = "file.tar"
+)
+
+// TarLimits bound one file.untar (0: the agent's defaults).
+type TarLimits struct {
+	MaxEntries int64 `json:"max_entries,omitempty"`
+	MaxBytes   int64 `json:"max_bytes,omitempty"`
+}
+
+// TreeResult counts what a file.untar wrote.
+type TreeResult struct {
+	Files int64 `json:"files"`
+	Dirs  int64 `json:"dirs"`
+	Links int64 `json:"links"`
+	Bytes int64 `json:"bytes"`
+}
 
 // ProcSpec describes a process for the agent's process table.
 type ProcSpec struct {

@@ -146,6 +146,11 @@ type Files struct {
 	// 1GiB), after decompression; a larger one is refused with 413 and nothing is
 	// written.
 	MaxUpload string `yaml:"max_upload"`
+	// MaxTreeEntries and MaxTreeBytes bound one directory tree uploaded as a tar
+	// stream (PUT /v1/sandboxes/{ref}/files/tar): its entries (default 500000) and its
+	// stream's bytes (default 8GiB). Past either the upload is refused, naming it.
+	MaxTreeEntries int64  `yaml:"max_tree_entries"`
+	MaxTreeBytes   string `yaml:"max_tree_bytes"`
 }
 
 // Audit bounds the audit records a sandbox's DNS queries and connections produce, and
@@ -362,7 +367,7 @@ func Default() Config {
 		ExecOutputBudget: "64MiB",
 		MemoryTarget:     "192MiB",
 		Images:           Images{MaxUpload: "2GiB", MaxUnpacked: "8GiB", MaxRatio: 100, OwnerQuota: "20GiB"},
-		Files:            Files{MaxUpload: "1GiB"},
+		Files:            Files{MaxUpload: "1GiB", MaxTreeEntries: 500_000, MaxTreeBytes: "8GiB"},
 		Audit: Audit{Rate: 100, Burst: 1000, Queue: 2048, Coalesce: "10s", EventsPerSandbox: 100000, EventMaxAge: "720h",
 			LogMaxRecords: 10_000_000},
 		Router: Router{Threshold: DefaultRouterThreshold},
@@ -408,6 +413,7 @@ type Settings struct {
 	ImageUpload, ImageUnpacked            int64
 	ImageQuota, ImageCacheMax             int64
 	FileUpload                            int64
+	TreeEntries, TreeBytes                int64
 	AuditCoalesce, EventMaxAge            time.Duration
 	AuditLogMaxAge                        time.Duration
 	MemoryTarget                          int64 // 0: off
@@ -596,10 +602,13 @@ func (c Config) Settings() (Settings, error) {
 		n       *int64
 	}{{"images.max_upload", c.Images.MaxUpload, &s.ImageUpload},
 		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota},
-		{"files.max_upload", c.Files.MaxUpload, &s.FileUpload}} {
+		{"files.max_upload", c.Files.MaxUpload, &s.FileUpload}, {"files.max_tree_bytes", c.Files.MaxTreeBytes, &s.TreeBytes}} {
 		if *f.n, err = units.ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
 		}
+	}
+	if s.TreeEntries = c.Files.MaxTreeEntries; s.TreeEntries < 1 || s.TreeEntries > 100_000_000 {
+		errs = append(errs, fmt.Errorf("files.max_tree_entries %d must be from 1 to 100000000", c.Files.MaxTreeEntries))
 	}
 	switch c.Images.Setuid {
 	case "", "keep", "strip", "refuse":

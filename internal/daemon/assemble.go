@@ -243,6 +243,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
 	mcfg.MaxFileUpload = set.FileUpload
+	mcfg.MaxTreeEntries, mcfg.MaxTreeBytes = set.TreeEntries, set.TreeBytes
 	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold, FailClosed: cfg.Router.FailClosed}
 	mcfg.WorkspaceDir = filepath.Join(cfg.StateDir, "workspaces")
 	mcfg.StateDir = cfg.StateDir

@@ -102,6 +102,10 @@ type Config struct {
 	// MaxFileUpload is the most bytes one file uploaded to a sandbox may have, through
 	// any plane (0: DefaultMaxFileUpload).
 	MaxFileUpload int64
+	// MaxTreeEntries and MaxTreeBytes bound one directory tree uploaded as a tar
+	// stream: its entries and the stream's bytes (0: DefaultMaxTreeEntries,
+	// DefaultMaxTreeBytes).
+	MaxTreeEntries, MaxTreeBytes int64
 	// NodeName is the node's name, which each of its sandboxes' records carries
 	// (nodes.go).
 	NodeName string
@@ -137,6 +141,8 @@ func DefaultConfig() Config {
 		EventMaxAge:        30 * 24 * time.Hour,
 		MinFreeStateDisk:   128 << 20,
 		MaxFileUpload:      DefaultMaxFileUpload,
+		MaxTreeEntries:     DefaultMaxTreeEntries,
+		MaxTreeBytes:       DefaultMaxTreeBytes,
 	}
 }
 
@@ -201,6 +207,12 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	}
 	if cfg.MaxFileUpload <= 0 {
 		cfg.MaxFileUpload = DefaultMaxFileUpload
+	}
+	if cfg.MaxTreeEntries <= 0 {
+		cfg.MaxTreeEntries = DefaultMaxTreeEntries
+	}
+	if cfg.MaxTreeBytes <= 0 {
+		cfg.MaxTreeBytes = DefaultMaxTreeBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{

@@ -262,6 +262,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/sandboxes/{ref}/files/list", s.listFiles, auth.SandboxFiles, ownSandbox},
 		{"GET /v1/sandboxes/{ref}/files/stat", s.statFile, auth.SandboxFiles, ownSandbox},
 		{"POST /v1/sandboxes/{ref}/files/mkdir", s.mkdir, auth.SandboxFiles, ownSandbox},
+		{"PUT /v1/sandboxes/{ref}/files/tar", s.uploadTree, auth.SandboxFiles, ownSandbox},
+		{"GET /v1/sandboxes/{ref}/files/tar", s.downloadTree, auth.SandboxFiles, ownSandbox},
 		{"POST /v1/sandboxes/{ref}/pty", s.pty, auth.SandboxExec, ownSandbox},
 		{"GET /v1/operations/{id}", s.getOperation, anyone, ownOperation},
 		{"GET /v1/images", s.listImages, auth.ImageRead, shared},
