@@ -355,8 +355,8 @@ func TestCp(t *testing.T) {
 		code   int
 		errOut string
 	}{
-		{"local directory", []string{dir, "box:/x"}, 1, "is a directory: cp copies single files only"},
-		{"remote directory", []string{"box:/dir", dir}, 1, "box:/dir is a directory: cp copies single files only"},
+		{"local directory", []string{dir, "box:/x"}, 1, "is a directory: copy a tree with cp -r"},
+		{"remote directory", []string{"box:/dir", dir}, 1, "box:/dir is a directory: copy a tree with cp -r"},
 		{"two local", []string{local, "other"}, 2, "exactly one of SRC and DST"},
 		{"two remote", []string{"box:/a", "box:/b"}, 2, "exactly one of SRC and DST"},
 		{"relative remote", []string{local, "box:rel"}, 2, "must be absolute"},
@@ -528,7 +528,7 @@ func TestVersionAndHelp(t *testing.T) {
 	wantContains(t, "help exec", stdout.String(), "usage: airlock exec NAME", "-timeout", "124")
 	stdout.Reset()
 	wantExit(t, Run(bg, []string{"cp", "-h"}, nil, &stdout, &stderr), 0)
-	wantContains(t, "cp -h", stdout.String(), "single files only")
+	wantContains(t, "cp -h", stdout.String(), "-r (--recursive) copies a directory tree", "--extract")
 	stderr.Reset()
 	wantExit(t, Run(bg, nil, nil, &stdout, &stderr), 2)
 	wantContains(t, "no args", stderr.String(), "Commands:")
