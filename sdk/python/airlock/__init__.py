@@ -31,6 +31,7 @@ from .errors import (
     Unavailable,
     VersionConflict,
 )
+from ._tree import ArchiveRefused, TreeSummary
 from .sandbox import Files, Sandbox, Session
 from .types import (
     EXEC_STATES,
@@ -57,6 +58,8 @@ __all__ = [
     "Files",
     "Session",
     "AirlockError",
+    "ArchiveRefused",
+    "TreeSummary",
     "AlreadyExists",
     "FailedPrecondition",
     "IdempotencyConflict",

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from . import _validate as v
 from ._protocol import Request, sandbox_path
+from ._tree import TreeSummary
 from .errors import Internal, InvalidArgument
 from .types import ExecResult, FileInfo, NetworkPolicy, Operation, SandboxInfo, SessionInfo, Snapshot
 
@@ -257,6 +258,15 @@ def upload(ref: str, path: str, data: Union[bytes, str], mode: Optional[int] = N
 def download(ref: str, path: str, offset: int = 0, length: Optional[int] = None) -> Request[bytes]:
     return Request("GET", sandbox_path(v.ref(ref), "files"), query=[("path", v.path(path))], raw=True, parse=bytes,
                    byte_range=v.byte_range(offset, length))
+
+
+def upload_tar(ref: str, path: str, f: Any, size: int) -> Request[TreeSummary]:
+    return Request("PUT", sandbox_path(v.ref(ref), "files", "tar"), query=[("path", v.path(path))],
+                   stream_body=(f, size, "application/x-tar"), parse=TreeSummary.from_json)
+
+
+def download_tar(ref: str, path: str) -> Request[bytes]:
+    return Request("GET", sandbox_path(v.ref(ref), "files", "tar"), query=[("path", v.path(path))], raw=True, parse=bytes)
 
 
 def list_files(ref: str, path: str) -> Request[List[FileInfo]]:

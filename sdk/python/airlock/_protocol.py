@@ -156,6 +156,8 @@ class Request(Generic[T]):
     raw: bool = False
     # byte_range asks for a part of a file: (offset, length or None for the rest).
     byte_range: Optional[Tuple[int, Optional[int]]] = None
+    # stream_body is a body sent from a file: (the file, its length, its content type).
+    stream_body: Optional[Tuple[Any, int, str]] = None
 
     @property
     def retry_safe(self) -> bool:
@@ -178,7 +180,13 @@ class Request(Generic[T]):
         elif self.body is not None:
             body = self.body
             headers["Content-Type"] = "application/octet-stream"
-        if body or self.method in ("POST", "PUT", "PATCH"):
+        if self.stream_body is not None:
+            f, size, ctype = self.stream_body
+            f.seek(0)
+            headers["Content-Type"] = ctype
+            headers["Content-Length"] = str(size)
+            body = f
+        elif body or self.method in ("POST", "PUT", "PATCH"):
             headers["Content-Length"] = str(len(body))
         if target.token:
             headers["Authorization"] = "Bearer " + target.token

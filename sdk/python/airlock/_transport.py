@@ -113,6 +113,8 @@ class Transport:
         for attempt in (0, 1):
             conn, reused = self._get()
             try:
+                if req.stream_body is not None:
+                    body.seek(0)  # type: ignore[union-attr]
                 conn.request(req.method, url, body=body or None, headers=headers)
                 return conn, conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
@@ -155,6 +157,25 @@ class Transport:
             raise
         self._finish(conn, resp)
         return resp.status, data
+
+    def raw(self, req: Request[Any]) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Perform req and return the connection and response of a 2xx answer, its body
+        unread (give both to finish once it is); raise the matching AirlockError for
+        any other."""
+        conn, resp = self._open(req)
+        if not 200 <= resp.status <= 299:
+            try:
+                data = resp.read(MAX_ERROR_BODY)
+            except (OSError, http.client.HTTPException):
+                data = b""
+            finally:
+                conn.close()
+            raise decode_error(resp.status, data)
+        return conn, resp
+
+    def finish(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        """Give back the connection of a raw answer read to its end (or close it)."""
+        self._finish(conn, resp)
 
     def lines(self, req: Request[Any]) -> "LineStream":
         """Perform req and return its answer's lines (an NDJSON stream)."""

@@ -5,10 +5,13 @@ call goes to the daemon. Most code uses :class:`airlock.Sandbox` instead, which 
 a client and a sandbox's name.
 """
 
+import os
+import shutil
 import threading
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _calls
+from . import _calls, _tree
+from ._tree import TreeSummary
 from ._protocol import EventReader, Request, T, Target, decode_answer, file_part, resolve_target
 from ._transport import LineStream, Transport
 from .errors import InvalidArgument
@@ -308,6 +311,53 @@ class Client:
                 return b""  # the part starts past the end
             raise
         return file_part(req, status, body)
+
+    def upload_dir(self, ref: str, local: str, path: str) -> TreeSummary:
+        """Copy the local directory ``local`` into the sandbox as the directory path
+        (made with its missing parents; files already there are overwritten). Modes and
+        symbolic links are kept; links are never followed, so nothing outside ``local``
+        is read. Sockets, FIFOs and devices are skipped."""
+        f, size = _tree.pack(local)
+        with f:
+            return self._do(_calls.upload_tar(ref, path, f, size))
+
+    def upload_tar(self, ref: str, path: str, archive: str) -> TreeSummary:
+        """Unpack the local tar archive (a file name) into the directory path of the
+        sandbox, made with its missing parents."""
+        with open(archive, "rb") as f:
+            return self._do(_calls.upload_tar(ref, path, f, os.fstat(f.fileno()).st_size))
+
+    def download_dir(self, ref: str, path: str, local: str, *, max_entries: int = _tree.DEFAULT_MAX_ENTRIES,
+                     max_bytes: int = _tree.DEFAULT_MAX_BYTES,
+                     progress: Optional[Callable[[TreeSummary], None]] = None) -> TreeSummary:
+        """Copy the directory path of the sandbox to the local directory ``local``
+        (made if missing; files already there are overwritten). The archive is the
+        sandbox's, so it is unpacked as hostile input: nothing is written outside
+        ``local``, no link is ever followed (a symbolic link is made as a link, with
+        its target as the sandbox gave it), setuid and setgid bits are dropped, and an
+        archive with an absolute name, a ".." element, a path through a link, a device
+        node or FIFO, a hard link out, or more than ``max_entries`` entries or
+        ``max_bytes`` bytes of files raises :class:`ArchiveRefused` at that entry. On
+        any failure a local directory that download_dir made is removed again."""
+        made = False
+        if not os.path.lexists(local):
+            os.mkdir(local, 0o755)
+            made = True
+        try:
+            conn, resp = self._tr.raw(_calls.download_tar(ref, path))
+            try:
+                out = _tree.extract(resp, local, max_entries=max_entries, max_bytes=max_bytes, progress=progress)
+                resp.read()  # the rest of the stream, past the archive's end
+            except BaseException:
+                conn.close()
+                raise
+            self._tr.finish(conn, resp)
+            out.path = local
+            return out
+        except BaseException:
+            if made:
+                shutil.rmtree(local, ignore_errors=True)
+            raise
 
     def list_files(self, ref: str, path: str) -> List[FileInfo]:
         """The entries of the directory at path."""

@@ -9,6 +9,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from .client import Client, ExecStream, default_client
 from . import _validate
+from ._tree import TreeSummary
 from .errors import NotFound
 from .types import ExecResult, FileInfo, NetworkPolicy, SandboxInfo, SessionInfo, Snapshot
 
@@ -36,6 +37,16 @@ class Files:
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The content of the file at path, as text."""
         return self.read(path).decode(encoding)
+
+    def upload_dir(self, local: str, path: str) -> TreeSummary:
+        """Copy the local directory ``local`` to the directory path (see
+        :meth:`airlock.Client.upload_dir`)."""
+        return self._sb.client.upload_dir(self._sb._ref, local, path)
+
+    def download_dir(self, path: str, local: str, **limits: Any) -> TreeSummary:
+        """Copy the directory path to the local directory ``local``, unpacked as
+        hostile input (see :meth:`airlock.Client.download_dir`)."""
+        return self._sb.client.download_dir(self._sb._ref, path, local, **limits)
 
     def list(self, path: str = "/") -> List[FileInfo]:
         """The entries of the directory at path."""
