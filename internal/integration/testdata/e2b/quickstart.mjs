@@ -134,6 +134,19 @@ async function main() {
   expectEqual(Buffer.from(bytes).toString('utf8'), text, `read ${notes} as bytes`)
   expectEqual((await sandbox.commands.run(`cat ${notes}`)).stdout, text, `cat ${notes} in the sandbox`)
 
+  step('write several files in one request (a list of entries: one multipart POST)')
+  const many = await sandbox.files.write([
+    { path: `${dir}/many/a.txt`, data: 'a\n' },
+    { path: `many-${run}/b b.txt`, data: 'b\n' },
+    { path: `${dir}/many/deep/c.txt`, data: new Blob(['c\n']) },
+  ])
+  expectEqual(many.map((f) => f.path), [`${dir}/many/a.txt`, `/home/user/many-${run}/b b.txt`, `${dir}/many/deep/c.txt`],
+    'write of a list: the paths written, in order')
+  expectEqual((await sandbox.commands.run(`cat ${dir}/many/a.txt "/home/user/many-${run}/b b.txt" ${dir}/many/deep/c.txt`)).stdout,
+    'a\nb\nc\n', 'the files of the list, in the sandbox')
+  await sandbox.files.remove(`${dir}/many`)
+  await sandbox.files.remove(`many-${run}`)
+
   step('list its directory, exists')
   const entries = await sandbox.files.list(dir)
   expectEqual(entries.map((e) => [e.name, e.type, e.path, e.size]),
