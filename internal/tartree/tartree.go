@@ -172,6 +172,39 @@ type extractor struct {
 	files map[string]bool // regular files this archive made: what a hard link may name
 	modes []dirMode       // directories' modes, set once everything is in them
 	moded map[string]int  // index in modes of each directory's entry
+	fresh map[string]bool // directories this archive made: nothing is in them but what it made
+	made  map[string]bool // files and links this archive made
+	subs  map[string]*os.Root
+}
+
+// maxSubs bounds the directories an Extract keeps open at once.
+const maxSubs = 64
+
+// sub is the directory dir (checked real by mkdirs) as a Root of its own, so that an
+// entry in it costs one system call to create, not one per element of its path.
+func (x *extractor) sub(dir string) (*os.Root, error) {
+	if dir == "." {
+		return x.root, nil
+	}
+	if r, ok := x.subs[dir]; ok {
+		return r, nil
+	}
+	if len(x.subs) >= maxSubs {
+		x.closeSubs()
+	}
+	r, err := x.root.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	x.subs[dir] = r
+	return r, nil
+}
+
+func (x *extractor) closeSubs() {
+	for k, r := range x.subs {
+		r.Close()
+		delete(x.subs, k)
+	}
 }
 
 type dirMode struct {
@@ -184,8 +217,10 @@ type dirMode struct {
 // a refusal is an *Error (errors.Is ErrRefused).
 func Extract(root *os.Root, r io.Reader, opt Options) (Summary, error) {
 	x := &extractor{root: root, opt: opt, lim: opt.Limits.withDefaults(),
-		dirs: map[string]bool{".": true}, files: map[string]bool{}, moded: map[string]int{}}
+		dirs: map[string]bool{".": true}, files: map[string]bool{}, moded: map[string]int{},
+		fresh: map[string]bool{}, made: map[string]bool{}, subs: map[string]*os.Root{}}
 	err := x.run(tar.NewReader(r))
+	x.closeSubs()
 	// Directories get their modes last, deepest first, so that a read-only one did not
 	// stop its own entries being written.
 	for i := len(x.modes) - 1; i >= 0; i-- {
@@ -346,6 +381,7 @@ func (x *extractor) mkdirs(orig, name string) error {
 			if err := x.root.Mkdir(p, 0o700); err != nil {
 				return err
 			}
+			x.fresh[p] = true
 		case err != nil:
 			return err
 		case fi.Mode()&fs.ModeSymlink != 0:
@@ -364,6 +400,14 @@ func (x *extractor) clear(orig, name string) error {
 	if err := x.parents(orig, name); err != nil {
 		return err
 	}
+	if x.fresh[path.Dir(name)] && !x.made[name] {
+		if x.dirs[name] {
+			return &Error{Entry: orig, Reason: "a directory is already at its name"}
+		}
+		x.made[name] = true
+		return nil // nothing is there
+	}
+	x.made[name] = true
 	fi, err := x.root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -378,14 +422,22 @@ func (x *extractor) clear(orig, name string) error {
 }
 
 func (x *extractor) writeFile(name string, mode fs.FileMode, hdr *tar.Header, tr io.Reader) (retErr error) {
+	dir, base := path.Split(name)
+	sub, err := x.sub(path.Clean(dir))
+	if err != nil {
+		return err
+	}
 	// O_EXCL: the kernel refuses a link that appeared at the name since clear.
-	f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := sub.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err := f.Close(); retErr == nil {
 			retErr = err
+		}
+		if retErr == nil && !hdr.ModTime.IsZero() {
+			_ = sub.Chtimes(base, hdr.ModTime, hdr.ModTime)
 		}
 	}()
 	if n, err := io.CopyN(f, tr, hdr.Size); err != nil {
@@ -394,13 +446,7 @@ func (x *extractor) writeFile(name string, mode fs.FileMode, hdr *tar.Header, tr
 		}
 		return err
 	}
-	if err := f.Chmod(mode); err != nil {
-		return err
-	}
-	if !hdr.ModTime.IsZero() {
-		_ = x.root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-	}
-	return nil
+	return f.Chmod(mode)
 }
 
 // Pack writes the tree under root as a tar stream to w, its entries named relative to
@@ -408,15 +454,14 @@ func (x *extractor) writeFile(name string, mode fs.FileMode, hdr *tar.Header, tr
 // links are written as links and never followed; sockets, FIFOs and devices are
 // skipped (skip, if set, is told each one); hard links are written as files.
 func Pack(root *os.Root, w io.Writer, progress func(Summary), skip func(name string, mode fs.FileMode)) (Summary, error) {
-	p := &packer{root: root, tw: tar.NewWriter(w), progress: progress, skip: skip, buf: make([]byte, 256<<10)}
-	if err := p.dir("."); err != nil {
+	p := &packer{tw: tar.NewWriter(w), progress: progress, skip: skip, buf: make([]byte, 256<<10)}
+	if err := p.dir(root, "", 0); err != nil {
 		return p.sum, err
 	}
 	return p.sum, p.tw.Close()
 }
 
 type packer struct {
-	root     *os.Root
 	tw       *tar.Writer
 	sum      Summary
 	progress func(Summary)
@@ -424,32 +469,33 @@ type packer struct {
 	buf      []byte
 }
 
-// dir writes the entries of the directory name, in name order, and its subtrees.
-func (p *packer) dir(name string) error {
-	d, err := p.root.Open(name)
+// dir writes the entries of the directory d (named prefix in the archive, "" for the
+// top), in name order, and its subtrees. Each directory is a Root of its own, so
+// that every look at an entry is one system call relative to it.
+func (p *packer) dir(d *os.Root, prefix string, depth int) error {
+	if depth > defaultMaxDepth {
+		return fmt.Errorf("%s: more than %d directories deep", prefix, defaultMaxDepth)
+	}
+	f, err := d.Open(".")
 	if err != nil {
 		return err
 	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
+	names, err := f.Readdirnames(-1)
+	f.Close()
 	if err != nil {
 		return err
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		rel := n
-		if name != "." {
-			rel = name + "/" + n
-		}
-		if err := p.one(rel); err != nil {
+		if err := p.one(d, n, prefix+n, depth); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (p *packer) one(rel string) error {
-	fi, err := p.root.Lstat(rel)
+func (p *packer) one(d *os.Root, n, rel string, depth int) error {
+	fi, err := d.Lstat(n)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed meanwhile
 	} else if err != nil {
@@ -464,9 +510,14 @@ func (p *packer) one(rel string) error {
 		}
 		p.sum.Dirs++
 		p.report()
-		return p.dir(rel)
+		sub, err := d.OpenRoot(n)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		return p.dir(sub, rel+"/", depth+1)
 	case fi.Mode()&fs.ModeSymlink != 0:
-		target, err := p.root.Readlink(rel)
+		target, err := d.Readlink(n)
 		if err != nil {
 			return err
 		}
@@ -476,7 +527,7 @@ func (p *packer) one(rel string) error {
 		}
 		p.sum.Links++
 	case fi.Mode().IsRegular():
-		if err := p.file(rel, hdr); err != nil {
+		if err := p.file(d, n, hdr); err != nil {
 			return err
 		}
 	default:
@@ -489,8 +540,8 @@ func (p *packer) one(rel string) error {
 	return nil
 }
 
-func (p *packer) file(rel string, hdr *tar.Header) error {
-	f, err := p.root.OpenFile(rel, os.O_RDONLY|noFollow, 0)
+func (p *packer) file(d *os.Root, n string, hdr *tar.Header) error {
+	f, err := d.OpenFile(n, os.O_RDONLY|noFollow, 0)
 	if err != nil {
 		return err
 	}
@@ -508,11 +559,11 @@ func (p *packer) file(rel string, hdr *tar.Header) error {
 	}
 	// The header promised Size bytes: a file that shrank meanwhile is padded with
 	// zeros and one that grew is cut, so the stream stays whole.
-	n, err := io.CopyBuffer(p.tw, io.LimitReader(f, hdr.Size), p.buf)
+	n64, err := io.CopyBuffer(p.tw, io.LimitReader(f, hdr.Size), p.buf)
 	if err != nil {
 		return err
 	}
-	for left := hdr.Size - n; left > 0; {
+	for left := hdr.Size - n64; left > 0; {
 		k := min(left, int64(len(p.buf)))
 		clear(p.buf[:k])
 		if _, err := p.tw.Write(p.buf[:k]); err != nil {
