@@ -69,8 +69,10 @@ func (c *Client) UploadDir(ctx context.Context, ref, local, dir string, opts *Tr
 	}()
 	sum, err := c.UploadTar(ctx, ref, dir, pr)
 	pr.CloseWithError(errUploadEnded)
-	if perr := <-packed; perr != nil && !errors.Is(perr, errUploadEnded) {
-		// The daemon saw a stream cut short; the cause is here.
+	// A pipe closed under the packing is the upload's end (the daemon answered, maybe
+	// with a refusal, before reading everything); another failure is the cause of a
+	// stream the daemon saw cut short.
+	if perr := <-packed; perr != nil && !errors.Is(perr, errUploadEnded) && !errors.Is(perr, io.ErrClosedPipe) {
 		return nil, fmt.Errorf("reading %s: %w", local, perr)
 	}
 	return sum, err

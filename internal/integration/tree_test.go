@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,7 +54,7 @@ func localTree(t *testing.T, dir string) map[string]string {
 // never followed); a FIFO made in the sandbox is skipped; a crafted archive is
 // refused with its entry named and nothing written outside its directory.
 func TestTreeCopy(t *testing.T) {
-	d := startDaemon(t)
+	d := startDaemonB(t, "files: {max_tree_entries: 40, max_tree_bytes: 1MiB}")
 	d.must("create", "tree", "--network", "none")
 
 	src := filepath.Join(d.dir, "src")
@@ -133,6 +134,21 @@ func TestTreeCopy(t *testing.T) {
 	if got := d.must("exec", "tree", "--", "sh", "-c", "cat /root/evil/ok; test -e /etc/pwned && echo PWNED; true"); got != "ok" {
 		t.Errorf("after the refused archive: %q; want the entry before it and nothing at /etc/pwned", got)
 	}
+	// The node's bounds, named when passed: entries, and the stream's bytes.
+	many, big := filepath.Join(d.dir, "many"), filepath.Join(d.dir, "big")
+	os.MkdirAll(many, 0o755)
+	for i := range 41 {
+		os.WriteFile(filepath.Join(many, fmt.Sprint(i)), nil, 0o644)
+	}
+	if _, errOut, code := d.airlock("cp", "-r", many, "tree:/root/many"); code != 1 || !strings.Contains(errOut, "more than 40 entries") || !strings.Contains(errOut, "files.max_tree_entries") {
+		t.Errorf("cp -r of 41 entries to a node of 40: exit %d, %q; want 1 naming files.max_tree_entries", code, errOut)
+	}
+	os.MkdirAll(big, 0o755)
+	os.WriteFile(filepath.Join(big, "f"), bytes.Repeat([]byte("x"), 2<<20), 0o644)
+	if _, errOut, code := d.airlock("cp", "-r", big, "tree:/root/big"); code != 1 || !strings.Contains(errOut, "files.max_tree_bytes") {
+		t.Errorf("cp -r of 2 MiB to a node of 1 MiB: exit %d, %q; want 1 naming files.max_tree_bytes", code, errOut)
+	}
+
 	var dotdot bytes.Buffer
 	tw = tar.NewWriter(&dotdot)
 	tw.WriteHeader(&tar.Header{Name: "../../x", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})

@@ -41,9 +41,16 @@ func (w *Work) UploadTree(ctx context.Context, path string, r io.Reader) (*TreeR
 	case lr.Err != nil:
 		return nil, errdefs.Invalid("%s: reading the upload: %v", path, lr.Err)
 	}
+	// The agent applies the node's bounds too, to each entry as it comes; its refusal
+	// is told with the setting's name.
 	var re *agentproto.RemoteError
-	if errors.As(err, &re) && strings.Contains(re.Message, "more than") && strings.Contains(re.Message, "entries") {
-		return nil, errdefs.Invalid("%s (files.max_tree_entries)", re.Message)
+	if errors.As(err, &re) && re.Code == "invalid_argument" {
+		switch {
+		case strings.Contains(re.Message, "(the limit on entries)"):
+			return nil, errdefs.Invalid("%s (files.max_tree_entries)", re.Message)
+		case strings.Contains(re.Message, "would pass the limit of"):
+			return nil, &errdefs.Error{Class: errdefs.ErrInvalidArgument, Cause: jsonbody.ErrTooLarge, Msg: re.Message + " (files.max_tree_bytes)"}
+		}
 	}
 	return nil, noTreeOps(err, w.fail(err))
 }
