@@ -117,7 +117,13 @@ func (r *rangeWriter) Write(p []byte) (int, error) {
 
 // Download copies the file at path in the sandbox to w and returns the bytes copied.
 func (c *Client) Download(ctx context.Context, ref, path string, w io.Writer) (int64, error) {
-	resp, err := c.send(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "files"), query: filesQuery(path)})
+	return c.copyBody(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "files"), query: filesQuery(path)}, w)
+}
+
+// copyBody performs r and copies its answer's body to w; a body shorter than its
+// Content-Length is io.ErrUnexpectedEOF.
+func (c *Client) copyBody(ctx context.Context, r request, w io.Writer) (int64, error) {
+	resp, err := c.send(ctx, r)
 	if err != nil {
 		return 0, err
 	}

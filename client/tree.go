@@ -84,16 +84,7 @@ var errUploadEnded = errors.New("the upload ended")
 // stream, and returns its length. The stream is the sandbox's: check every entry
 // before unpacking it, or use DownloadDir, which does.
 func (c *Client) DownloadTar(ctx context.Context, ref, dir string, w io.Writer) (int64, error) {
-	resp, err := c.send(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "files", "tar"), query: filesQuery(dir)})
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.Copy(w, resp.Body)
-	if err != nil && ctx.Err() != nil {
-		return n, ctx.Err()
-	}
-	return n, err
+	return c.copyBody(ctx, request{method: http.MethodGet, path: sandboxPath(ref, "files", "tar"), query: filesQuery(dir)}, w)
 }
 
 // DownloadDir copies the directory dir of the sandbox to the local directory local

@@ -5,49 +5,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/testenv/dirtree"
 )
-
-// localTree lists what is under dir: each path with its type, mode and contents or
-// link target.
-func localTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			desc += " -> " + target
-		case fi.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			desc += " " + string(b)
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestTreeCopy copies directory trees into a real sandbox and back with the CLI:
 // odd names, modes, empty directories, links pointing in and out (kept as links,
@@ -102,17 +67,7 @@ func TestTreeCopy(t *testing.T) {
 	if !strings.Contains(out, "copied 5 files, 6 directories, 3 links, 18 bytes to "+back) {
 		t.Errorf("cp -r out: %q; want the summary line (the FIFO skipped)", out)
 	}
-	want, have := localTree(t, src), localTree(t, back)
-	for k, v := range want {
-		if have[k] != v {
-			t.Errorf("%q: came back %q; want %q", k, have[k], v)
-		}
-	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			t.Errorf("%q came back but was not sent", k)
-		}
-	}
+	dirtree.Diff(t, dirtree.Describe(t, src), dirtree.Describe(t, back))
 	var sum api.TreeSummary
 	if err := json.Unmarshal([]byte(d.must("cp", "-r", "-o", "json", "tree:/root/copy", filepath.Join(d.dir, "json"))), &sum); err != nil || sum.Files != 5 {
 		t.Errorf("cp -r -o json: %+v, %v; want a TreeSummary of 5 files", sum, err)

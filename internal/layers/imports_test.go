@@ -190,9 +190,10 @@ var (
 var mustNotLink = map[string][]string{
 	// The MCP server runs in airlockd too (airlock mcp): it is a long-lived process.
 	"cmd/airlock": append(append([]string{mod + "internal/mcp", "github.com/modelcontextprotocol/go-sdk"}, daemonPackages...), daemonLibraries...),
-	// Of Airlock, the agent, its wire format and the driver's sidecars; no HTTP.
+	// Of Airlock, the agent, its wire format, tree copies' tar packing and the driver's
+	// sidecars; no HTTP.
 	"cmd/airlock-agent": append([]string{"airlock:cmd/airlock-agent,internal/agent,internal/agentproto,internal/errdefs,internal/clip," +
-		"internal/version,internal/runtime/oci/sidecar", "net/http", "crypto/tls"}, daemonLibraries...),
+		"internal/version,internal/runtime/oci/sidecar,internal/tartree", "net/http", "crypto/tls"}, daemonLibraries...),
 }
 
 func TestBinariesLinkOnlyTheirOwn(t *testing.T) {

@@ -5,16 +5,13 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/httpedge"
+	"github.com/airlockhq/airlock/internal/manager"
 )
 
 // uploadTree unpacks the request's tar stream into the directory ?path= of the
 // sandbox (the agent does, under the sandbox's root).
 func (s *Server) uploadTree(w http.ResponseWriter, r *http.Request) error {
-	p, err := filePath(r)
-	if err != nil {
-		return err
-	}
-	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
+	p, wk, err := s.treeWork(r)
 	if err != nil {
 		return err
 	}
@@ -30,11 +27,7 @@ func (s *Server) uploadTree(w http.ResponseWriter, r *http.Request) error {
 // before the first byte is an error answer; after it, the stream is cut short (the
 // archive then lacks its end, which every reader notices).
 func (s *Server) downloadTree(w http.ResponseWriter, r *http.Request) error {
-	p, err := filePath(r)
-	if err != nil {
-		return err
-	}
-	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
+	p, wk, err := s.treeWork(r)
 	if err != nil {
 		return err
 	}
@@ -48,4 +41,14 @@ func (s *Server) downloadTree(w http.ResponseWriter, r *http.Request) error {
 		s.log.Warn("tree download cut short", "path", p, "err", err)
 	}
 	return nil
+}
+
+// treeWork is the ?path= of a tree call and the sandbox it reaches.
+func (s *Server) treeWork(r *http.Request) (string, *manager.Work, error) {
+	p, err := filePath(r)
+	if err != nil {
+		return "", nil, err
+	}
+	wk, err := s.m.Work(r.Context(), s.scope(r), r.PathValue("ref"))
+	return p, wk, err
 }

@@ -11,41 +11,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
-)
 
-// tree lists what is under dir: each path with its type, mode and contents or target.
-func tree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			desc += " -> " + target
-		case fi.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			desc += " " + string(b)
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+	"github.com/airlockhq/airlock/internal/testenv/dirtree"
+)
 
 func openRoot(t *testing.T, dir string) *os.Root {
 	t.Helper()
@@ -105,17 +73,7 @@ func TestPackExtractRoundTrip(t *testing.T) {
 	if got != sum {
 		t.Errorf("Extract summary = %+v; want Pack's %+v", got, sum)
 	}
-	want, have := tree(t, src), tree(t, dst)
-	for k, v := range want {
-		if have[k] != v {
-			t.Errorf("%q: got %q; want %q", k, have[k], v)
-		}
-	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			t.Errorf("%q: extracted but not in the source", k)
-		}
-	}
+	dirtree.Diff(t, dirtree.Describe(t, src), dirtree.Describe(t, dst))
 }
 
 // entry is one crafted tar entry.
@@ -192,12 +150,12 @@ func TestExtractRefusesHostileArchives(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			before := tree(t, outside)
+			before := dirtree.Describe(t, outside)
 			_, err := Extract(openRoot(t, dst), craft(t, tc.entries...), Options{})
 			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("Extract: err = %v; want a refusal naming %q", err, tc.reason)
 			}
-			if after := tree(t, outside); len(after) != len(before) || after["secret"] != before["secret"] {
+			if after := dirtree.Describe(t, outside); len(after) != len(before) || after["secret"] != before["secret"] {
 				t.Errorf("outside the directory: %v; want %v untouched", after, before)
 			}
 			if ents, _ := os.ReadDir(base); len(ents) != 2 {

@@ -179,15 +179,7 @@ class Transport:
 
     def lines(self, req: Request[Any]) -> "LineStream":
         """Perform req and return its answer's lines (an NDJSON stream)."""
-        conn, resp = self._open(req)
-        if not 200 <= resp.status <= 299:
-            try:
-                data = resp.read(MAX_ERROR_BODY)
-            except (OSError, http.client.HTTPException):
-                data = b""
-            finally:
-                conn.close()
-            raise decode_error(resp.status, data)
+        conn, resp = self.raw(req)
         return LineStream(self, conn, resp)
 
 
