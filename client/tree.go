@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -63,7 +64,11 @@ func (c *Client) UploadDir(ctx context.Context, ref, local, dir string, opts *Tr
 	pr, pw := io.Pipe()
 	packed := make(chan error, 1)
 	go func() {
-		_, err := tartree.Pack(root, pw, opts.progress(), nil)
+		bw := bufio.NewWriterSize(pw, 256<<10) // whole buffers through the pipe, not each header
+		_, err := tartree.Pack(root, bw, opts.progress(), nil)
+		if err == nil {
+			err = bw.Flush()
+		}
 		pw.CloseWithError(err)
 		packed <- err
 	}()
@@ -123,7 +128,7 @@ func (c *Client) DownloadDir(ctx context.Context, ref, dir, local string, opts *
 	if opts != nil {
 		xo.Limits = tartree.Limits{MaxEntries: opts.MaxEntries, MaxBytes: opts.MaxBytes}
 	}
-	got, err := tartree.Extract(root, resp.Body, xo)
+	got, err := tartree.Extract(root, bufio.NewReaderSize(resp.Body, 256<<10), xo)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
