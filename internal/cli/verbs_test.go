@@ -361,6 +361,12 @@ func TestCp(t *testing.T) {
 		{"two remote", []string{"box:/a", "box:/b"}, 2, "exactly one of SRC and DST"},
 		{"relative remote", []string{local, "box:rel"}, 2, "must be absolute"},
 		{"missing remote", []string{"box:/none", dir}, 1, "not_found"},
+		{"-r and --extract", []string{"-r", "--extract", local, "box:/x"}, 2, "do not go together"},
+		{"--max-files without -r", []string{"--max-files", "5", "box:/a", dir}, 2, "bound a tree download"},
+		{"--extract out", []string{"--extract", "box:/a", dir}, 2, "unpacks into a sandbox"},
+		{"-r of a file", []string{"-r", local, "box:/x"}, 1, "is not a directory"},
+		{"-r from stdin", []string{"-r", "-", "box:/x"}, 2, "cp --extract -"},
+		{"bad --max-bytes", []string{"-r", "--max-bytes", "lots", "box:/a", dir}, 2, "--max-bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

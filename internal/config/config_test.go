@@ -18,7 +18,7 @@ func TestSettingsAreTypedOnce(t *testing.T) {
 	}
 	if s.DefaultMemory != 1<<30 || s.ExecOutputBudget != 64<<20 || s.MaxLifetime != 8*time.Hour ||
 		s.AuditCoalesce != 10*time.Second || s.MemoryTarget != 192<<20 || s.ImageQuota != 20<<30 ||
-		s.FileUpload != 1<<30 {
+		s.FileUpload != 1<<30 || s.TreeEntries != 500_000 || s.TreeBytes != 8<<30 {
 		t.Errorf("default settings %+v", s)
 	}
 	c := Default()
