@@ -192,9 +192,19 @@ class AsyncTransport:
         for c in idle:
             c.close()
 
-    async def _exchange(self, conn: _Conn, req: Request[Any], head: bytes, body: bytes, reused: bool) -> Response:
-        conn.writer.write(head + body)
-        await self._io(conn.writer.drain())
+    async def _exchange(self, conn: _Conn, req: Request[Any], head: bytes, body: Any, reused: bool) -> Response:
+        if req.stream_body is None:
+            conn.writer.write(head + body)
+            await self._io(conn.writer.drain())
+        else:  # a body sent from a file, a piece at a time
+            conn.writer.write(head)
+            body.seek(0)
+            while True:
+                piece = body.read(256 << 10)
+                if not piece:
+                    break
+                conn.writer.write(piece)
+                await self._io(conn.writer.drain())
         while True:
             status, headers = await self._read_head(conn, reused)
             if not 100 <= status < 200:  # skip interim answers; the real one follows
@@ -273,8 +283,9 @@ class AsyncTransport:
             raise
         raise decode_error(resp.status, data)
 
-    async def lines(self, req: Request[Any]) -> "AsyncLineStream":
-        """Perform req and return its answer's lines (an NDJSON stream)."""
+    async def raw(self, req: Request[Any]) -> Response:
+        """Perform req and return a 2xx answer, its body unread; raise the matching
+        AirlockError for any other."""
         resp = await self.open(req)
         if not 200 <= resp.status <= 299:
             try:
@@ -283,7 +294,11 @@ class AsyncTransport:
                 data = b""
             resp.close()
             raise decode_error(resp.status, data)
-        return AsyncLineStream(self, resp)
+        return resp
+
+    async def lines(self, req: Request[Any]) -> "AsyncLineStream":
+        """Perform req and return its answer's lines (an NDJSON stream)."""
+        return AsyncLineStream(self, await self.raw(req))
 
 
 class AsyncLineStream:

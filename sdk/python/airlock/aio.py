@@ -19,12 +19,17 @@ The methods, arguments, results and exceptions are those of :mod:`airlock`; only
 (``await sb.generation``), as they read the sandbox afresh.
 """
 
+import asyncio
+import io
+import os
+import shutil
 from typing import Any, Awaitable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _calls
+from . import _calls, _tree
 from ._aiotransport import AsyncLineStream, AsyncTransport
 from ._protocol import EventReader, Request, T, Target, decode_answer, file_part, resolve_target
 from . import _validate
+from ._tree import TreeSummary
 from .errors import InvalidArgument, NotFound
 from .types import Chunk, ExecResult, FileInfo, NetworkPolicy, Operation, SandboxInfo, SessionInfo, Snapshot
 
@@ -265,6 +270,47 @@ class AsyncClient:
             raise
         return file_part(req, status, body)
 
+    async def upload_dir(self, ref: str, local: str, path: str) -> TreeSummary:
+        """Copy the local directory ``local`` into the sandbox as the directory path
+        (see :meth:`airlock.Client.upload_dir`)."""
+        f, size = await asyncio.to_thread(_tree.pack, local)
+        with f:
+            return await self._do(_calls.upload_tar(ref, path, f, size))
+
+    async def download_dir(self, ref: str, path: str, local: str, *, max_entries: int = _tree.DEFAULT_MAX_ENTRIES,
+                           max_bytes: int = _tree.DEFAULT_MAX_BYTES) -> TreeSummary:
+        """Copy the directory path of the sandbox to the local directory ``local``,
+        unpacked as hostile input (see :meth:`airlock.Client.download_dir`). The
+        unpacking runs in a thread; the answer is read on this loop."""
+        loop = asyncio.get_running_loop()
+        made = not os.path.lexists(local)
+        if made:
+            os.mkdir(local, 0o755)
+        try:
+            resp = await self._tr.raw(_calls.download_tar(ref, path))
+
+            class _Body(io.RawIOBase):
+                def readable(self) -> bool:
+                    return True
+
+                def readinto(self, b: Any) -> int:
+                    data = asyncio.run_coroutine_threadsafe(resp.read1(len(b)), loop).result()
+                    b[:len(data)] = data
+                    return len(data)
+
+            try:
+                out = await asyncio.to_thread(_tree.extract, io.BufferedReader(_Body(), 256 << 10), local,
+                                              max_entries=max_entries, max_bytes=max_bytes)
+                await resp.read()  # the rest of the stream, past the archive's end
+            finally:
+                resp.close()
+            out.path = local
+            return out
+        except BaseException:
+            if made:
+                shutil.rmtree(local, ignore_errors=True)
+            raise
+
     async def list_files(self, ref: str, path: str) -> List[FileInfo]:
         return await self._do(_calls.list_files(ref, path))
 
@@ -320,6 +366,12 @@ class AsyncFiles:
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)
+
+    async def upload_dir(self, local: str, path: str) -> TreeSummary:
+        return await self._sb.client.upload_dir(self._sb._ref, local, path)
+
+    async def download_dir(self, path: str, local: str, **limits: Any) -> TreeSummary:
+        return await self._sb.client.download_dir(self._sb._ref, path, local, **limits)
 
     async def list(self, path: str = "/") -> List[FileInfo]:
         return await self._sb.client.list_files(self._sb._ref, path)

@@ -149,3 +149,24 @@ def test_setuid_dropped_and_link_replaced(tmp_path) -> None:
     assert target.read_text() == "keep", "the link was written through"
     assert (dst / "f").read_text() == "new" and not os.path.islink(dst / "f")
     assert stat.S_IMODE(os.stat(dst / "suid").st_mode) == 0o755
+
+
+def test_async_dir_round_trip(new_name, tmp_path) -> None:
+    import asyncio
+
+    from airlock.aio import AsyncClient, AsyncSandbox
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _make_tree(str(src))
+
+    async def main() -> None:
+        async with AsyncClient() as client:
+            async with await AsyncSandbox.create(new_name("aiotree"), network="none", client=client) as sb:
+                up = await sb.files.upload_dir(str(src), "/root/tree")
+                assert (up.files, up.links) == (4, 2)
+                down = await sb.files.download_dir("/root/tree", str(tmp_path / "back"))
+                assert (down.files, down.dirs, down.links, down.bytes) == (up.files, up.dirs, up.links, up.bytes)
+
+    asyncio.run(main())
+    assert _tree_of(str(tmp_path / "back")) == _tree_of(str(src))
