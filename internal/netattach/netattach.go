@@ -51,3 +51,15 @@ type Attachment struct {
 	Env       []string
 	Mounts    []runtime.Mount
 }
+
+// Traffic is what a sandbox's network has carried since it was attached: RxBytes came
+// in to the sandbox, TxBytes went out of it.
+type Traffic struct {
+	RxBytes, TxBytes uint64
+}
+
+// TrafficCounter is implemented by networks that count each sandbox's traffic where the
+// sandbox cannot reach (the host side of its link), for every sandbox in one read.
+type TrafficCounter interface {
+	Traffic() (map[string]Traffic, error)
+}

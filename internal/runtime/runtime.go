@@ -87,12 +87,27 @@ const (
 	StatusAbsent  Status = "absent"  // no container
 )
 
-// Stats are a running container's resource readings.
+// Stats are a running container's resource readings, all from the host kernel's own
+// accounting (the sandbox's cgroup, its disk's file system, its network namespace's
+// counters), never from anything inside the sandbox. Zero is "not known" for every
+// limit.
 type Stats struct {
 	MemoryBytes int64
 	PIDs        int64
 	OOMKills    int64 // OOM kills counted by the sandbox's own cgroup
 	PIDsLimited int64 // forks refused because the PIDs limit was reached
+
+	CPUNanos    int64   // CPU time used by the cgroup since it was made
+	CPULimit    float64 // cores (the CFS quota over its period)
+	MemoryLimit int64
+	MemoryPeak  int64 // the most memory the cgroup has used
+	PIDsLimit   int64
+	DiskUsed    int64 // bytes used on the sandbox's disk (its upper layer's file system)
+	DiskLimit   int64
+	// Connections counts the TCP sockets open in the sandbox's network namespace,
+	// from the kernel's per-namespace counters (an engine with a network stack of its
+	// own, such as gVisor's, has none there).
+	Connections int64
 }
 
 // LimitCounter is a Driver that reads a sandbox's limit counters (Stats' OOMKills and

@@ -88,6 +88,10 @@ func (c cgroups) list(parent string) []string {
 	return out
 }
 
+// stats reads every reading of a cgroup the kernel keeps: memory (used is usage less
+// the inactive file cache, as docker stats counts it), CPU time, limits, peak and pids.
+// A missing memory usage is an error (the cgroup is gone); the rest reads as 0 when a
+// file is missing (a controller the host lacks).
 func (c cgroups) stats(path string) (runtime.Stats, error) {
 	var s runtime.Stats
 	var err error
@@ -97,7 +101,13 @@ func (c cgroups) stats(path string) (runtime.Stats, error) {
 		if err != nil {
 			return s, err
 		}
+		s.MemoryBytes = max(0, s.MemoryBytes-readKey(filepath.Join(dir, "memory.stat"), "inactive_file"))
+		s.MemoryLimit = readLimit(filepath.Join(dir, "memory.max"))
+		s.MemoryPeak, _ = readInt(filepath.Join(dir, "memory.peak"))
+		s.CPUNanos = readKey(filepath.Join(dir, "cpu.stat"), "usage_usec") * 1000
+		s.CPULimit = readCPUMax(filepath.Join(dir, "cpu.max"))
 		s.PIDs, _ = readInt(filepath.Join(dir, "pids.current"))
+		s.PIDsLimit = readLimit(filepath.Join(dir, "pids.max"))
 		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
 		s.PIDsLimited = readKey(filepath.Join(dir, "pids.events"), "max")
 		return s, nil
@@ -107,10 +117,50 @@ func (c cgroups) stats(path string) (runtime.Stats, error) {
 	if err != nil {
 		return s, err
 	}
-	s.PIDs, _ = readInt(filepath.Join(cgroupRoot, "pids", path, "pids.current"))
+	s.MemoryBytes = max(0, s.MemoryBytes-readKey(filepath.Join(mem, "memory.stat"), "total_inactive_file"))
+	s.MemoryLimit = readLimit(filepath.Join(mem, "memory.limit_in_bytes"))
+	s.MemoryPeak, _ = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
+	s.CPUNanos, _ = readInt(filepath.Join(cgroupRoot, "cpuacct", path, "cpuacct.usage"))
+	cpu := filepath.Join(cgroupRoot, "cpu", path)
+	if quota, err := readInt(filepath.Join(cpu, "cpu.cfs_quota_us")); err == nil && quota > 0 {
+		if period, err := readInt(filepath.Join(cpu, "cpu.cfs_period_us")); err == nil && period > 0 {
+			s.CPULimit = float64(quota) / float64(period)
+		}
+	}
+	pids := filepath.Join(cgroupRoot, "pids", path)
+	s.PIDs, _ = readInt(filepath.Join(pids, "pids.current"))
+	s.PIDsLimit = readLimit(filepath.Join(pids, "pids.max"))
 	s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
-	s.PIDsLimited = readKey(filepath.Join(cgroupRoot, "pids", path, "pids.events"), "max")
+	s.PIDsLimited = readKey(filepath.Join(pids, "pids.events"), "max")
 	return s, nil
+}
+
+// unlimited is where a cgroup v1 limit file's "no limit" starts (the page-rounded
+// maximum int64).
+const unlimited = 1 << 62
+
+// readLimit reads a limit file: "max" (v2), a huge number (v1) or a missing file is 0.
+func readLimit(p string) int64 {
+	n, err := readInt(p)
+	if err != nil || n >= unlimited {
+		return 0
+	}
+	return n
+}
+
+// readCPUMax reads cgroup v2's "quota period" as cores ("max period" is 0).
+func readCPUMax(p string) float64 {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	q, per, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	quota, err1 := strconv.ParseInt(q, 10, 64)
+	period, err2 := strconv.ParseInt(per, 10, 64)
+	if err1 != nil || err2 != nil || quota <= 0 || period <= 0 {
+		return 0
+	}
+	return float64(quota) / float64(period)
 }
 
 // counters reads the limit counters of stats alone: two small files where stats reads

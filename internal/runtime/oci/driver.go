@@ -446,9 +446,17 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 	}
 }
 
-// Stats implements runtime.Driver.
+// Stats implements runtime.Driver: the cgroup's readings, the disk's file system and
+// the TCP sockets of the network namespace its processes are in.
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	return d.cg.stats(d.cgroupPath(id))
+	path := d.cgroupPath(id)
+	s, err := d.cg.stats(path)
+	if err != nil {
+		return s, err
+	}
+	s.DiskUsed, s.DiskLimit = d.diskUsage(id)
+	s.Connections = tcpSockets(d.initPID(id))
+	return s, nil
 }
 
 var _ runtime.LimitCounter = (*Driver)(nil)
