@@ -1,9 +1,7 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -43,26 +41,7 @@ func (c *Client) Events(ctx context.Context, ref string, after int64) ([]api.Eve
 
 // FollowEvents streams events after seq to fn until ctx ends or fn returns an error.
 func (c *Client) FollowEvents(ctx context.Context, ref string, after int64, fn func(api.Event) error) error {
-	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/events", query: eventsQuery(ref, after, true)})
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var ev api.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return err
-		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return sc.Err()
+	return followLines(ctx, c, request{method: http.MethodGet, path: "/v1/events", query: eventsQuery(ref, after, true)}, fn)
 }
 
 func eventsQuery(ref string, after int64, follow bool) url.Values {

@@ -23,7 +23,7 @@ type verb struct {
 // verbList is every verb Run dispatches, in the order help lists them.
 var verbList = []*verb{
 	createVerb, lsVerb, getVerb, execVerb, runVerb, runCodeVerb, logsVerb, shellVerb, cpVerb, rmVerb,
-	suspendVerb, resumeVerb, eventsVerb,
+	suspendVerb, resumeVerb, eventsVerb, statsVerb,
 	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb, poolSetVerb, poolLsVerb, poolRmVerb,
 	nodeLsVerb, nodeDrainVerb, nodeReadyVerb,
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,

@@ -243,6 +243,8 @@ type Config struct {
 	Router Router `yaml:"router"`
 	// Pools are warm pools the daemon sets at each start (pools.go).
 	Pools []Pool `yaml:"pools"`
+	// Metrics sets the usage collector and /metrics (metrics.go).
+	Metrics Metrics `yaml:"metrics"`
 	// Store says where the node keeps its records.
 	Store Store `yaml:"store"`
 	// Objects is the object store nodes share (default: none).
@@ -419,6 +421,7 @@ type Settings struct {
 	MemoryTarget                          int64 // 0: off
 	Pools                                 []PoolSetting
 	Node                                  NodeSetting
+	Metrics                               MetricsSetting
 }
 
 // Validate checks every field and says what is allowed.
@@ -670,6 +673,8 @@ func (c Config) Settings() (Settings, error) {
 	errs = append(errs, c.Objects.check()...)
 	node, nerrs := c.nodeSetting()
 	s.Node, errs = node, append(errs, nerrs...)
+	metrics, merrs := c.metricsSetting()
+	s.Metrics, errs = metrics, append(errs, merrs...)
 	if len(errs) > 0 {
 		return Settings{}, errors.Join(errs...)
 	}

@@ -258,6 +258,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.EventMaxAge = set.EventMaxAge
 	mcfg.DefaultRuntime = cfg.DefaultRuntime
 	mcfg.NodeName, mcfg.NodeLabels, mcfg.SharedStore = set.Node.Name, set.Node.Labels, cfg.Store.DSN != ""
+	mcfg.Usage = manager.UsageConfig{Interval: set.Metrics.Interval, History: set.Metrics.History, Budget: set.Metrics.History * 4096}
 	return mcfg
 }
 

@@ -115,6 +115,8 @@ type Config struct {
 	// SharedStore says other nodes may share the store: placement then weighs every
 	// node of the cluster; on its own the node places on itself.
 	SharedStore bool
+	// Usage sets the collector of the sandboxes' resource use (usage.go).
+	Usage UsageConfig
 }
 
 // SetAuditLog makes every exec a record of the hash-chained audit log.
@@ -183,6 +185,8 @@ type Manager struct {
 
 	pools poolSet // warm pools (pool.go)
 
+	usage *usageBook // the sandboxes' latest readings and history (usage.go)
+
 	auditW       *audit.Writer
 	lastAgePrune time.Time // touched only by the sweep loop
 
@@ -219,7 +223,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
 		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, admitted: map[string]int64{}, retries: map[string]retry{},
 		cleaning: map[string]bool{}, watches: map[string]int{}, cleanDone: make(chan struct{}), cleanSem: make(chan struct{}, cleanupWorkers),
-		ctx: ctx, cancel: cancel, evCh: make(chan struct{}),
+		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), usage: newUsageBook(cfg.Usage),
 	}
 	m.auditW = audit.New(cfg.Audit, st, audit.Options{Stored: m.notifyEvents, Logger: log})
 	return m
@@ -247,6 +251,7 @@ func (m *Manager) Start() {
 			}
 		}
 	}()
+	m.startUsage()
 }
 
 // Close stops the background loops, waits for the cleanups of terminated sandboxes

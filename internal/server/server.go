@@ -225,6 +225,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/sandboxes/{ref}/suspend", s.suspendSandbox, auth.SandboxCreate, ownSandbox},
 		{resumeRoute, s.resumeSandbox, auth.SandboxCreate, ownSandbox},
 		{"GET /v1/events", s.events, auth.SandboxRead, namedSandbox},
+		{"GET /v1/sandboxes/{ref}/stats", s.sandboxStats, auth.SandboxRead, ownSandbox},
+		{"GET /v1/stats", s.allStats, auth.SandboxRead, filtered},
 		{"GET /v1/sandboxes/{ref}/network", s.getNetwork, auth.SandboxRead, ownSandbox},
 		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork, auth.SandboxNetwork, ownSandbox},
 		{"GET /v1/sandboxes/{ref}/egress", s.egressLog, auth.SandboxRead, ownSandbox},

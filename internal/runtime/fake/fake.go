@@ -57,6 +57,7 @@ type Driver struct {
 	leftover map[string]bool
 	failNext error
 	handlers map[string]func(net.Conn)
+	stats    map[string]runtime.Stats // readings set by SetStats
 }
 
 // box is one running sandbox: its agent and what stops it.
@@ -262,13 +263,28 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 	return runtime.StatusRunning, nil
 }
 
-// Stats implements runtime.Driver: a small constant footprint, and the kills written in
-// the sandbox's .oom-kills file.
+// SetStats makes Stats read st for sandbox id while it runs (tests of usage).
+func (d *Driver) SetStats(id string, st runtime.Stats) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stats == nil {
+		d.stats = map[string]runtime.Stats{}
+	}
+	d.stats[id] = st
+}
+
+// Stats implements runtime.Driver: a small constant footprint (or what SetStats set),
+// and the kills written in the sandbox's .oom-kills file.
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if !d.Running(id) {
 		return runtime.Stats{}, fmt.Errorf("fake: sandbox %s is not running", id)
 	}
-	st := runtime.Stats{MemoryBytes: 1 << 20, PIDs: 1}
+	d.mu.Lock()
+	st, ok := d.stats[id]
+	d.mu.Unlock()
+	if !ok {
+		st = runtime.Stats{MemoryBytes: 1 << 20, PIDs: 1}
+	}
 	if b, err := os.ReadFile(filepath.Join(d.upper(id), ".oom-kills")); err == nil {
 		st.OOMKills, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
