@@ -23,7 +23,7 @@ import (
 // UsageConfig sets the usage collector.
 type UsageConfig struct {
 	// Interval is how often every running sandbox is sampled (default 5 s; negative:
-	// never, and stats answer zeros).
+	// only when CollectUsage is called).
 	Interval time.Duration
 	// History is how many samples each sandbox's ring keeps (default 60).
 	History int
@@ -228,7 +228,7 @@ func (m *Manager) SandboxStats(ctx context.Context, owner, ref string, history b
 // statsFor answers sb's usage from the collector's book; a running sandbox it has not
 // sampled yet is read now when fresh is set (with no CPU rate: that takes two readings).
 func (m *Manager) statsFor(ctx context.Context, sb *store.Sandbox, history, fresh bool) api.SandboxStats {
-	if sb.State != Running || m.usage.cfg.Interval < 0 {
+	if sb.State != Running {
 		return zeroStats(sb, m.now())
 	}
 	if out, ok := m.usage.get(sb.ID, history); ok {
