@@ -43,13 +43,14 @@ const (
 	SecretCreate   Permission = "secret.create"
 	SecretBind     Permission = "secret.bind"
 	AuditRead      Permission = "audit.read"
-	Admin          Permission = "admin" // every permission, and the node's identities
+	MetricsRead    Permission = "metrics.read" // the node's Prometheus metrics (GET /metrics): every owner's sandboxes counted
+	Admin          Permission = "admin"        // every permission, and the node's identities
 )
 
 // Permissions lists every permission.
 var Permissions = []Permission{SandboxCreate, SandboxRead, SandboxExec, SandboxFiles, SandboxNetwork, SandboxAdmin,
 	SnapshotCreate, SnapshotRead, SnapshotDelete, ImageRead, ImageCreate, ImageDelete, SecretCreate, SecretBind,
-	AuditRead, Admin}
+	AuditRead, MetricsRead, Admin}
 
 // BuiltinRoles are the roles every node has; custom roles cannot take their names.
 var BuiltinRoles = map[string][]string{

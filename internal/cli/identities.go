@@ -54,7 +54,7 @@ var tokenRevokeVerb = &verb{name: "token revoke", args: "ID", short: "revoke a t
 
 const permissionList = "sandbox.create, sandbox.read, sandbox.exec, sandbox.files, sandbox.network, sandbox.admin, " +
 	"snapshot.create, snapshot.read, snapshot.delete, image.read, image.create, image.delete, secret.create, " +
-	"secret.bind, audit.read, admin"
+	"secret.bind, audit.read, metrics.read, admin"
 
 func runWhoami(c *cmd, args []string) error {
 	_, cl, err := c.connect(args, 0)

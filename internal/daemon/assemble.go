@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/membership"
+	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/network"
 	"github.com/airlockhq/airlock/internal/portproxy"
 	"github.com/airlockhq/airlock/internal/runtime"
@@ -96,6 +97,8 @@ type Node struct {
 	// Console is the web console, served beside the API on every listener of it
 	// (Handler): a client of the API with each viewer's own token.
 	Console *console.Console
+	// Metrics is the node's Prometheus series, served at /metrics.
+	Metrics *metrics.Set
 	// Forward proxies calls to the cluster's other nodes (nil: none, a node alone).
 	Forward    *forward.Forwarder
 	clusterTLS forward.ClusterTLS
@@ -296,8 +299,11 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		ver = version.String()
 	}
 	n.Ports = portproxy.New() // the API's exposed ports and the E2B plane's, cut together
+	n.Metrics = metrics.New(m.MetricsSnapshot, metrics.Options{PerSandbox: set.Metrics.PerSandbox, MaxSandboxSeries: set.Metrics.MaxSandboxSeries})
+	m.SetMetrics(n.Metrics)
 	sopts := server.Options{Ports: n.Ports, Auth: n.Auth, AuditLog: n.AuditLog, Secrets: n.Secrets, Version: ver,
-		StateDir: cfg.StateDir, PublicURL: publicURL, OutputLimit: set.ExecOutputLimit, OutputBudget: set.ExecOutputBudget}
+		StateDir: cfg.StateDir, PublicURL: publicURL, OutputLimit: set.ExecOutputLimit, OutputBudget: set.ExecOutputBudget,
+		Metrics: n.Metrics.Handler()}
 	n.clusterTLS = opts.ClusterTLS
 	if n.clusterTLS == nil && n.ClusterTLS != nil {
 		n.clusterTLS = n.ClusterTLS

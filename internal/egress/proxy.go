@@ -121,6 +121,14 @@ type Record struct {
 	// refused; never their values.
 	Secrets []string
 	Time    time.Time
+	// Mode is the sandbox's egress mode when it was decided (for the node's metrics;
+	// not stored: the policy's own events say it).
+	Mode string `json:"-"`
+}
+
+// about makes rec a record of sb's.
+func (rec *Record) about(sb SandboxInfo) {
+	rec.Sandbox, rec.Generation, rec.Mode = sb.ID, sb.Generation, string(sb.Policy.Mode)
 }
 
 // Config configures a Proxy.
@@ -351,12 +359,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, rec, denied("egress refused: %s is not a sandbox", remote.Addr()))
 		return
 	case t != nil && (t.sandbox != sb.ID || t.generation != sb.Generation):
-		rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+		rec.about(sb)
 		rec.Reason = "the sandbox behind this connection changed"
 		p.refuse(w, rec, denied("egress refused: %s", rec.Reason))
 		return
 	}
-	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+	rec.about(sb)
 	switch {
 	case t != nil && r.Method == http.MethodConnect:
 		rec.Reason = "CONNECT inside a tunnel"

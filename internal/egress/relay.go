@@ -50,7 +50,7 @@ func (p *Proxy) serveTCP(conn net.Conn, dst netip.AddrPort) {
 		reset("unknown source " + remote.String())
 		return
 	}
-	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+	rec.about(sb)
 	d := sb.Policy.DecideTCP(addr.String(), port)
 	if !d.Allowed && p.cfg.NamesOf != nil {
 		// No rule names the address: perhaps one names a host the sandbox resolved to it.

@@ -209,7 +209,7 @@ func (p *Proxy) serveTransparent(conn net.Conn, origDst netip.AddrPort) {
 		p.release(conn)
 		return
 	}
-	rec.Sandbox, rec.Generation = sb.ID, sb.Generation
+	rec.about(sb)
 	t := &tunnel{p: p, raw: conn, sandbox: sb.ID, generation: sb.Generation,
 		port: int(origDst.Port()), scheme: "http", rec: rec}
 	conn.SetDeadline(time.Now().Add(handshakeTimeout))

@@ -29,6 +29,11 @@ func (m *Manager) EgressAudit(rec egress.Record) {
 		r.Subject = fmt.Sprintf("refused connections to %s:%d", rec.Host, rec.Port)
 	}
 	m.auditW.Add(r)
+	verdict := rec.Decision
+	if verdict == "" {
+		verdict = map[bool]string{true: "allow", false: "deny"}[rec.Allowed]
+	}
+	m.metrics.Egress(rec.Mode, verdict, rec.BytesUp, rec.BytesDown)
 }
 
 // DNSAudit records one DNS query of a sandbox ("dns"). Identical queries (name, type,

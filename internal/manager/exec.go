@@ -107,6 +107,7 @@ func (c *workConn) Close() error {
 
 // Exec runs a command to completion, streaming its output to stdout and stderr.
 func (m *Manager) Exec(ctx context.Context, owner, ref string, req ExecRequest, stdout, stderr io.Writer) (*agentproto.ExitResult, error) {
+	defer func(t0 time.Time) { m.metrics.Exec(time.Since(t0)) }(time.Now())
 	timeout, err := parseTimeout(req.Timeout)
 	if err != nil {
 		return nil, err

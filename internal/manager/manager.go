@@ -30,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/membership"
+	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/secret"
@@ -185,7 +186,8 @@ type Manager struct {
 
 	pools poolSet // warm pools (pool.go)
 
-	usage *usageBook // the sandboxes' latest readings and history (usage.go)
+	usage   *usageBook   // the sandboxes' latest readings and history (usage.go)
+	metrics *metrics.Set // nil: not counted (metrics.go)
 
 	auditW       *audit.Writer
 	lastAgePrune time.Time // touched only by the sweep loop

@@ -83,6 +83,7 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 	} else {
 		op.State = store.OpSucceeded
 	}
+	m.opDone(op)
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 	defer cancel()
 	if uerr := m.store.UpdateOperation(ctx, op); uerr != nil {

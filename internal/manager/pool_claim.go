@@ -69,6 +69,9 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox)
 		s.misses++
 	}
 	m.pools.mu.Unlock()
+	if claimed || err == nil {
+		m.metrics.PoolClaim(p.Name, claimed)
+	}
 	if claimed {
 		m.event(sb, "created", "create", map[string]any{"pool": p.Name})
 	}

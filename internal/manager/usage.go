@@ -185,7 +185,7 @@ func (m *Manager) startUsage() {
 
 // CollectUsage samples every running sandbox of the node once (the collector's tick).
 func (m *Manager) CollectUsage(ctx context.Context) {
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{Running}, Node: m.cfg.NodeName})
+	list, err := m.store.ListSandboxes(ctx, m.here(store.SandboxFilter{States: []store.State{Running}}))
 	if err != nil {
 		m.log.Warn("usage: list sandboxes", "err", err)
 		return

@@ -67,6 +67,8 @@ type Options struct {
 	ClusterTLS forward.ClusterTLS
 	// Place, if set with Forward, chooses the node of each new sandbox (nil: here).
 	Place forward.Place
+	// Metrics serves GET /metrics, the node's Prometheus series (nil: not served).
+	Metrics http.Handler
 }
 
 // Server is the HTTP API.
@@ -227,6 +229,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/events", s.events, auth.SandboxRead, namedSandbox},
 		{"GET /v1/sandboxes/{ref}/stats", s.sandboxStats, auth.SandboxRead, ownSandbox},
 		{"GET /v1/stats", s.allStats, auth.SandboxRead, filtered},
+		{"GET /metrics", s.metrics, auth.MetricsRead, outside},
 		{"GET /v1/sandboxes/{ref}/network", s.getNetwork, auth.SandboxRead, ownSandbox},
 		{"PUT /v1/sandboxes/{ref}/network", s.setNetwork, auth.SandboxNetwork, ownSandbox},
 		{"GET /v1/sandboxes/{ref}/egress", s.egressLog, auth.SandboxRead, ownSandbox},

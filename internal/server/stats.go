@@ -95,3 +95,14 @@ func flagParam(v, name string) (bool, error) {
 	}
 	return false, errdefs.Invalid("invalid %s %q: 1, true, 0 or false", name, v)
 }
+
+// metrics answers GET /metrics: the node's Prometheus series, for callers holding
+// metrics.read (a scraper's token; admin holds it too). They count every owner's
+// sandboxes on the node, so no other permission reads them, and no sandbox does.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
+	if s.opts.Metrics == nil {
+		return errdefs.Unavailable("this node serves no metrics")
+	}
+	s.opts.Metrics.ServeHTTP(w, r)
+	return nil
+}
