@@ -61,6 +61,7 @@ type StatsSample struct {
 	Time        time.Time `json:"time"`
 	CPUCores    float64   `json:"cpu_cores"`
 	MemoryBytes int64     `json:"memory_bytes"`
+	DiskBytes   int64     `json:"disk_bytes"`
 }
 
 // StatsList is the body of GET /v1/stats.

@@ -127,6 +127,8 @@ func NewControl(m *manager.Manager, opts Options) *Control {
 		{"GET /sandboxes", auth.SandboxRead, c.listV1},
 		{"GET /v2/sandboxes", auth.SandboxRead, c.listV2},
 		{"GET /sandboxes/{id}", auth.SandboxRead, c.get},
+		{"GET /sandboxes/{id}/metrics", auth.SandboxRead, c.metrics},
+		{"GET /sandboxes/metrics", auth.SandboxRead, c.manyMetrics},
 		{"DELETE /sandboxes/{id}", auth.SandboxCreate, c.kill},
 		{"POST /sandboxes/{id}/timeout", auth.SandboxCreate, c.setTimeout},
 		{"PUT /sandboxes/{id}/network", auth.SandboxNetwork, c.updateNetwork},
@@ -166,8 +168,6 @@ var notServed = []struct {
 	patterns []string
 	instead  string
 }{
-	{[]string{"GET /sandboxes/metrics", "/sandboxes/{id}/metrics"},
-		"sandbox metrics are not kept; Airlock's API shows a sandbox's limits (airlock get) and the limits it hits (airlock events)"},
 	{[]string{"/sandboxes/{id}/logs", "/v2/sandboxes/{id}/logs"},
 		"sandbox logs are not kept; Airlock's API shows a sandbox's events (airlock events) and a background process's output (airlock logs), and commands.run streams a command's output"},
 	{[]string{"/sandboxes/{id}/refreshes"},

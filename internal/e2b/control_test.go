@@ -284,8 +284,6 @@ func TestControlPlaneNotServed(t *testing.T) {
 	for _, c := range []struct {
 		method, path, instead string
 	}{
-		{"GET", "/sandboxes/" + sb.SandboxID + "/metrics", "airlock events"},
-		{"GET", "/sandboxes/metrics", "airlock events"},
 		{"GET", "/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
 		{"GET", "/v2/sandboxes/" + sb.SandboxID + "/logs", "airlock logs"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/refreshes", "setTimeout"},

@@ -44,11 +44,12 @@ func (c UsageConfig) withDefaults() UsageConfig {
 	return c
 }
 
-// usageSample is one point of a ring: 24 bytes.
+// usageSample is one point of a ring: 32 bytes.
 type usageSample struct {
 	at    int64 // unix nanoseconds
 	cores float32
 	mem   int64
+	disk  int64
 }
 
 type usageEntry struct {
@@ -94,7 +95,7 @@ func (b *usageBook) record(sb *store.Sandbox, st runtime.Stats, tr netattach.Tra
 	e.cpuNanos, e.at = st.CPUNanos, now
 	e.last = statsOf(sb, st, tr, cores, now)
 	if e.ring != nil {
-		e.ring[e.next] = usageSample{at: now.UnixNano(), cores: float32(cores), mem: st.MemoryBytes}
+		e.ring[e.next] = usageSample{at: now.UnixNano(), cores: float32(cores), mem: st.MemoryBytes, disk: st.DiskUsed}
 		e.next = (e.next + 1) % len(e.ring)
 		e.count = min(e.count+1, len(e.ring))
 	}
@@ -128,7 +129,7 @@ func (b *usageBook) get(id string, history bool) (out api.SandboxStats, ok bool)
 		out.History = make([]api.StatsSample, 0, e.count)
 		for i := range e.count {
 			s := e.ring[(e.next-e.count+i+len(e.ring))%len(e.ring)]
-			out.History = append(out.History, api.StatsSample{Time: time.Unix(0, s.at).UTC(), CPUCores: float64(s.cores), MemoryBytes: s.mem})
+			out.History = append(out.History, api.StatsSample{Time: time.Unix(0, s.at).UTC(), CPUCores: float64(s.cores), MemoryBytes: s.mem, DiskBytes: s.disk})
 		}
 	}
 	return out, true
