@@ -202,7 +202,7 @@ func TestMCPInspectorCLI(t *testing.T) {
 		}
 	}
 	want := []string{"create_sandbox", "exec", "fork", "list_files", "list_sandboxes", "read_file",
-		"resume", "run_code", "snapshot", "suspend", "terminate", "write_file"}
+		"resume", "run_code", "sandbox_stats", "snapshot", "suspend", "terminate", "write_file"}
 	slices.Sort(names)
 	if !slices.Equal(names, want) {
 		t.Errorf("tools/list: got %v, want %v", names, want)

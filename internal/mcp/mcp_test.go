@@ -11,6 +11,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/manager"
 	"github.com/airlockhq/airlock/internal/mcp"
@@ -24,7 +25,7 @@ import (
 // of every file call.
 
 var allTools = []string{"run_code", "exec", "read_file", "write_file", "list_files", "create_sandbox",
-	"list_sandboxes", "suspend", "resume", "terminate", "snapshot", "fork"}
+	"list_sandboxes", "suspend", "resume", "terminate", "snapshot", "fork", "sandbox_stats"}
 
 // session connects an MCP client to a server that calls the daemon through cl.
 func session(t *testing.T, cl *client.Client, opts mcp.Options) *mcpsdk.ClientSession {
@@ -516,4 +517,20 @@ func TestMCPWorkspaceOnlyOverStdio(t *testing.T) {
 	callErr(t, local, "create_sandbox", map[string]any{"name": "ws", "workspace": "rel/dir"}, "absolute path")
 	// The fake node mounts none: the refusal is the daemon's, so the request reached it.
 	callErr(t, local, "create_sandbox", map[string]any{"name": "ws", "workspace": t.TempDir(), "workspace_read_only": true}, "mounts no host workspaces")
+}
+
+// sandbox_stats shows a sandbox's usage against its limits, structured and as text.
+func TestMCPSandboxStats(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	cs := session(t, n.Client, mcp.Options{})
+	callOK(t, cs, "create_sandbox", map[string]any{"name": "st"}, nil)
+	var st api.SandboxStats
+	text := callOK(t, cs, "sandbox_stats", map[string]any{"sandbox": "st"}, &st)
+	if st.Name != "st" || st.State != "running" || st.Memory.UsedBytes != 1<<20 || st.PIDs.Current != 1 {
+		t.Errorf("sandbox_stats = %+v; want st running with the fake's 1 MiB and 1 process", st)
+	}
+	wantContains(t, "sandbox_stats text", text, "st (", "memory: 1 MiB", "processes: 1")
+	if res := call(t, cs, "sandbox_stats", map[string]any{"sandbox": "nosuch"}); !res.IsError {
+		t.Errorf("sandbox_stats of no sandbox: %q; want a tool error", resultText(res))
+	}
 }

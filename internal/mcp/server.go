@@ -105,6 +105,7 @@ func New(cl *client.Client, opts Options) (*mcpsdk.Server, error) {
 	t.addExecTools(r)
 	t.addFileTools(r)
 	t.addLifecycleTools(r)
+	t.addStatsTools(r)
 	if r.err != nil {
 		return nil, r.err
 	}
