@@ -17,7 +17,7 @@ type SandboxStats struct {
 	PIDs    PIDStats     `json:"pids"`
 	Network NetworkStats `json:"network"`
 	// History is the sandbox's recent samples, oldest first (with ?history=1 only).
-	History []StatsSample `json:"history,omitempty"`
+	History []StatsSample `json:"history,omitzero"`
 }
 
 // CPUStats: cores in use over the last interval, CPU time used since the sandbox's

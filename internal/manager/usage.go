@@ -223,7 +223,11 @@ func (m *Manager) SandboxStats(ctx context.Context, owner, ref string, history b
 	if err != nil {
 		return api.SandboxStats{}, err
 	}
-	return m.statsFor(ctx, sb, history, true), nil
+	out := m.statsFor(ctx, sb, history, true)
+	if history && out.History == nil {
+		out.History = []api.StatsSample{} // asked for: present, if empty
+	}
+	return out, nil
 }
 
 // statsFor answers sb's usage from the collector's book; a running sandbox it has not

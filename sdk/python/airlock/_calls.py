@@ -303,6 +303,18 @@ def snapshot(ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotenc
     return Request("POST", sandbox_path(v.ref(ref), "snapshots"), json=body, idempotency_key=v.idempotency_key(idempotency_key), parse=_op_snapshot)
 
 
+def stats(ref: str, *, history: bool = False) -> Request[Dict[str, Any]]:
+    """A sandbox's usage (GET /v1/sandboxes/{ref}/stats) as the API's JSON object."""
+    q = [("history", "1")] if history else None
+    return Request("GET", sandbox_path(v.ref(ref), "stats"), query=q, parse=dict)
+
+
+def all_stats(*, all_owners: bool = False) -> Request[List[Dict[str, Any]]]:
+    """Every visible sandbox's usage (GET /v1/stats)."""
+    q = [("all_owners", "true")] if all_owners else None
+    return Request("GET", "/v1/stats", query=q, parse=lambda d: list(d.get("sandboxes") or []))
+
+
 def snapshots(ref: Optional[str] = None) -> Request[List[Snapshot]]:
     q = [("sandbox", v.ref(ref))] if ref is not None else None
     return Request("GET", "/v1/snapshots", query=q, parse=lambda d: [Snapshot.from_json(s) for s in d.get("snapshots") or []])

@@ -326,6 +326,12 @@ class AsyncClient:
     async def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
         return await self._do(_calls.snapshot(ref, labels, idempotency_key=idempotency_key))
 
+    async def stats(self, ref: str, *, history: bool = False) -> Dict[str, Any]:
+        return await self._do(_calls.stats(ref, history=history))
+
+    async def all_stats(self, *, all_owners: bool = False) -> List[Dict[str, Any]]:
+        return await self._do(_calls.all_stats(all_owners=all_owners))
+
     async def snapshots(self, ref: Optional[str] = None) -> List[Snapshot]:
         return await self._do(_calls.snapshots(ref))
 
@@ -597,6 +603,9 @@ class AsyncSandbox:
 
     async def snapshots(self) -> List[Snapshot]:
         return await self.client.snapshots(self._ref)
+
+    async def stats(self, *, history: bool = False) -> Dict[str, Any]:
+        return await self.client.stats(self._ref, history=history)
 
     async def restore(self, snapshot: Union[str, Snapshot], *, safety_snapshot: bool = True) -> "AsyncSandbox":
         sid = snapshot.id if isinstance(snapshot, Snapshot) else snapshot

@@ -381,6 +381,16 @@ class Client:
         """Snapshot a running (crash-consistent) or suspended sandbox's writable layer."""
         return self._do(_calls.snapshot(ref, labels, idempotency_key=idempotency_key))
 
+    def stats(self, ref: str, *, history: bool = False) -> Dict[str, Any]:
+        """A sandbox's resource use as the node last sampled it: ``cpu``, ``memory``,
+        ``disk``, ``pids`` and ``network`` (see GET /v1/sandboxes/{ref}/stats); with
+        ``history=True`` its recent samples too. A sandbox not running answers zeros."""
+        return self._do(_calls.stats(ref, history=history))
+
+    def all_stats(self, *, all_owners: bool = False) -> List[Dict[str, Any]]:
+        """The usage of every sandbox you can see that is not terminated."""
+        return self._do(_calls.all_stats(all_owners=all_owners))
+
     def snapshots(self, ref: Optional[str] = None) -> List[Snapshot]:
         """The snapshots, of one sandbox when ref is given."""
         return self._do(_calls.snapshots(ref))

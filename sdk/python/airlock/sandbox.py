@@ -5,7 +5,7 @@ A Sandbox holds only a client and the sandbox's name and id; every method calls 
 daemon, so any process can reconnect to a sandbox with :meth:`Sandbox.get`.
 """
 
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .client import Client, ExecStream, default_client
 from . import _validate
@@ -351,6 +351,10 @@ class Sandbox:
     def snapshot(self, labels: Optional[Mapping[str, str]] = None) -> Snapshot:
         """Take a snapshot of the writable layer (crash-consistent while running)."""
         return self.client.snapshot(self._ref, labels)
+
+    def stats(self, *, history: bool = False) -> Dict[str, Any]:
+        """This sandbox's resource use (see :meth:`Client.stats`)."""
+        return self.client.stats(self._ref, history=history)
 
     def snapshots(self) -> List[Snapshot]:
         """This sandbox's snapshots."""

@@ -29,6 +29,12 @@ def test_create_get_exec(client, new_name):
     assert not res.ok
     assert isinstance(res.duration, float) and res.duration >= 0
 
+    # Usage, from the host's accounting: the agent runs, within the limits set.
+    st = sb.stats(history=True)
+    assert {"cpu", "memory", "disk", "pids", "network", "history"} <= set(st), st
+    assert st["state"] == "running" and st["memory"]["used_bytes"] > 0 and st["memory"]["limit_bytes"] == 128 << 20, st
+    assert any(s["id"] == sb.id for s in client.all_stats())
+
     res = sb.exec(["/bin/echo", "argv", "as", "given"])
     assert (res.exit_code, res.stdout, res.state) == (0, "argv as given\n", "succeeded")
     assert res.ok
