@@ -12,7 +12,8 @@ import (
 // after it burns a second of CPU, holds 96 MiB, writes 24 MiB to its disk, opens TCP
 // connections and sends a DNS query: every figure moves by what was done (the host
 // kernel's accounting, sampled by the collector, which the test ticks itself). Another
-// owner cannot read it, and suspended it answers zeros.
+// owner cannot read it, and suspended it answers zeros. With AIRLOCK_TEST_RUNTIME=runsc
+// it checks the same of gVisor's sandboxes, whose cgroup holds the sentry.
 func TestStatsFollowRealUsage(t *testing.T) {
 	n := testenv.NewNode(t, testenv.Options{Network: true, Owners: []string{"alice", "bob"},
 		Config: func(c *manager.Config) { c.Usage.Interval = -1 }}) // the test samples
@@ -65,7 +66,8 @@ func TestStatsFollowRealUsage(t *testing.T) {
 	if d := after.Disk.UsedBytes - before.Disk.UsedBytes; d < 20<<20 || after.Disk.LimitBytes < 900<<20 {
 		t.Errorf("disk used grew by %d bytes, size %d; want at least 20 MiB of the 24 written, size about 1 GiB", d, after.Disk.LimitBytes)
 	}
-	if after.Network.Connections < 3 {
+	// gVisor's sockets live in its own network stack: the host's namespace has none.
+	if sb.Runtime != "runsc" && after.Network.Connections < 3 {
 		t.Errorf("connections = %d; want at least 3 (a listener and both ends of a connection)", after.Network.Connections)
 	}
 	if after.Network.TxBytes <= before.Network.TxBytes || after.Network.RxBytes <= before.Network.RxBytes {
