@@ -17,7 +17,7 @@ var statsVerb = &verb{
 its limit, memory used and its limit, disk used and its size, processes, bytes received
 and sent, and open TCP connections. Every figure is the host kernel's own accounting
 (the sandbox's cgroup, its disk's file system, the host side of its link), sampled by
-the daemon every few seconds (metrics.interval); a sandbox that is not running shows
+the daemon every 10 seconds (metrics.interval); a sandbox that is not running shows
 zeros. Without NAME, every sandbox you can see that is not terminated.
 
 With --follow, the table is printed again at every sample until interrupted; with
@@ -27,7 +27,7 @@ JSON array.`,
 }
 
 // statsFollowEvery is how often --follow asks again: the daemon's samples change no
-// faster than its metrics.interval (5 s by default).
+// faster than its metrics.interval (10 s by default).
 const statsFollowEvery = 2 * time.Second
 
 func runStats(c *cmd, args []string) error {

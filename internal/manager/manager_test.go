@@ -23,7 +23,7 @@ import (
 
 // newFake is a fake driver in a directory of the test's own; the sandboxes the test left
 // running stop when it ends.
-func newFake(t *testing.T) *fake.Driver {
+func newFake(t testing.TB) *fake.Driver {
 	t.Helper()
 	d, err := fake.New(t.TempDir(), nil)
 	if err != nil {
@@ -46,7 +46,7 @@ func newTestManager(t *testing.T) (*Manager, *fake.Driver, store.Store) {
 }
 
 // newManagerWith builds a manager with cfg and driver drv over a fresh store.
-func newManagerWith(t *testing.T, cfg Config, drv runtime.Driver) (*Manager, store.Store) {
+func newManagerWith(t testing.TB, cfg Config, drv runtime.Driver) (*Manager, store.Store) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "db"))

@@ -117,6 +117,13 @@ type LimitCounter interface {
 	LimitCounts(ctx context.Context, id string) (Stats, error)
 }
 
+// UsageReader is a Driver that reads what a usage collector needs (Stats without the
+// limit counters) for less than Stats costs, keeping what seldom changes (limits, the
+// container's init) for a while.
+type UsageReader interface {
+	Usage(ctx context.Context, id string) (Stats, error)
+}
+
 // Driver runs sandbox containers on one node. Every method is safe for concurrent use on
 // different ids; calls for one id are serialised by the caller.
 type Driver interface {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/runtime"
+	"golang.org/x/sys/unix"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -88,51 +89,65 @@ func (c cgroups) list(parent string) []string {
 	return out
 }
 
-// stats reads every reading of a cgroup the kernel keeps: memory (used is usage less
-// the inactive file cache, as docker stats counts it), CPU time, limits, peak and pids.
-// A missing memory usage is an error (the cgroup is gone); the rest reads as 0 when a
-// file is missing (a controller the host lacks).
+// stats reads every reading of a cgroup the kernel keeps: usage, limits and the limit
+// counters. A missing memory usage is an error (the cgroup is gone); the rest reads as 0
+// when a file is missing (a controller the host lacks).
 func (c cgroups) stats(path string) (runtime.Stats, error) {
+	s, err := c.usage(path)
+	if err != nil {
+		return s, err
+	}
+	c.limits(path, &s)
+	n, _ := c.counters(path)
+	s.OOMKills, s.PIDsLimited = n.OOMKills, n.PIDsLimited
+	return s, nil
+}
+
+// usage reads what changes as a cgroup runs: memory in use (usage less the inactive
+// file cache, as docker stats counts it) and its peak, CPU time and pids. A missing
+// memory usage is an error (the cgroup is gone).
+func (c cgroups) usage(path string) (runtime.Stats, error) {
 	var s runtime.Stats
 	var err error
 	if c.v2 {
 		dir := filepath.Join(cgroupRoot, path)
-		s.MemoryBytes, err = readInt(filepath.Join(dir, "memory.current"))
-		if err != nil {
+		if s.MemoryBytes, err = readInt(filepath.Join(dir, "memory.current")); err != nil {
 			return s, err
 		}
 		s.MemoryBytes = max(0, s.MemoryBytes-readKey(filepath.Join(dir, "memory.stat"), "inactive_file"))
-		s.MemoryLimit = readLimit(filepath.Join(dir, "memory.max"))
 		s.MemoryPeak, _ = readInt(filepath.Join(dir, "memory.peak"))
 		s.CPUNanos = readKey(filepath.Join(dir, "cpu.stat"), "usage_usec") * 1000
-		s.CPULimit = readCPUMax(filepath.Join(dir, "cpu.max"))
 		s.PIDs, _ = readInt(filepath.Join(dir, "pids.current"))
-		s.PIDsLimit = readLimit(filepath.Join(dir, "pids.max"))
-		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
-		s.PIDsLimited = readKey(filepath.Join(dir, "pids.events"), "max")
 		return s, nil
 	}
 	mem := filepath.Join(cgroupRoot, "memory", path)
-	s.MemoryBytes, err = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
-	if err != nil {
+	if s.MemoryBytes, err = readInt(filepath.Join(mem, "memory.usage_in_bytes")); err != nil {
 		return s, err
 	}
 	s.MemoryBytes = max(0, s.MemoryBytes-readKey(filepath.Join(mem, "memory.stat"), "total_inactive_file"))
-	s.MemoryLimit = readLimit(filepath.Join(mem, "memory.limit_in_bytes"))
 	s.MemoryPeak, _ = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
 	s.CPUNanos, _ = readInt(filepath.Join(cgroupRoot, "cpuacct", path, "cpuacct.usage"))
+	s.PIDs, _ = readInt(filepath.Join(cgroupRoot, "pids", path, "pids.current"))
+	return s, nil
+}
+
+// limits reads a cgroup's memory, CPU and pids limits into s (0: none).
+func (c cgroups) limits(path string, s *runtime.Stats) {
+	if c.v2 {
+		dir := filepath.Join(cgroupRoot, path)
+		s.MemoryLimit = readLimit(filepath.Join(dir, "memory.max"))
+		s.CPULimit = readCPUMax(filepath.Join(dir, "cpu.max"))
+		s.PIDsLimit = readLimit(filepath.Join(dir, "pids.max"))
+		return
+	}
+	s.MemoryLimit = readLimit(filepath.Join(cgroupRoot, "memory", path, "memory.limit_in_bytes"))
 	cpu := filepath.Join(cgroupRoot, "cpu", path)
 	if quota, err := readInt(filepath.Join(cpu, "cpu.cfs_quota_us")); err == nil && quota > 0 {
 		if period, err := readInt(filepath.Join(cpu, "cpu.cfs_period_us")); err == nil && period > 0 {
 			s.CPULimit = float64(quota) / float64(period)
 		}
 	}
-	pids := filepath.Join(cgroupRoot, "pids", path)
-	s.PIDs, _ = readInt(filepath.Join(pids, "pids.current"))
-	s.PIDsLimit = readLimit(filepath.Join(pids, "pids.max"))
-	s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
-	s.PIDsLimited = readKey(filepath.Join(pids, "pids.events"), "max")
-	return s, nil
+	s.PIDsLimit = readLimit(filepath.Join(cgroupRoot, "pids", path, "pids.max"))
 }
 
 // unlimited is where a cgroup v1 limit file's "no limit" starts (the page-rounded
@@ -185,11 +200,39 @@ func (c cgroups) counters(path string) (runtime.Stats, error) {
 }
 
 func readInt(p string) (int64, error) {
-	b, err := os.ReadFile(p)
+	var buf [64]byte
+	b, err := readSmall(p, buf[:])
 	if err != nil {
 		return 0, err
 	}
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// readSmall reads a kernel file of at most len(buf) bytes (the rest is left unread)
+// with plain system calls: an os.File would also register the descriptor with the
+// runtime's poller and remove it again, which doubles the cost of reading the many
+// small cgroup and proc files a usage sample takes.
+func readSmall(p string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
 }
 
 // readKey reads "key value" from a flat-keyed cgroup file (0: no such file or key).
@@ -201,7 +244,8 @@ func readKey(p, key string) int64 {
 // readKeyErr is readKey that says when the file could not be read; a file without the
 // key reads as 0.
 func readKeyErr(p, key string) (int64, error) {
-	b, err := os.ReadFile(p)
+	var buf [8 << 10]byte // memory.stat, the longest read, is about 1.5 KiB
+	b, err := readSmall(p, buf[:])
 	if err != nil {
 		return 0, err
 	}
