@@ -3,10 +3,13 @@ package manager
 import (
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/netattach"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
@@ -105,5 +108,57 @@ func TestUsageHistoryBounded(t *testing.T) {
 	b.keep(map[string]bool{"sb_c": true})
 	if b.rings != 0 || len(b.byID) != 1 {
 		t.Errorf("after keep: %d rings, %d entries; want 0 and 1", b.rings, len(b.byID))
+	}
+}
+
+// The manager counts its work into the node's metrics: a pool claim, an egress
+// decision and its bytes, an exec, finished operations by kind.
+func TestMetricsCounted(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	set := metrics.New(m.MetricsSnapshot, metrics.Options{})
+	m.SetMetrics(set)
+	ctx := context.Background()
+	fillPool(t, m, "warm", 1)
+	if _, _, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Exec(ctx, "alice", "a", ExecRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	m.EgressAudit(egress.Record{Sandbox: "sb_x", Mode: "baseline", Decision: "deny"})
+	m.EgressAudit(egress.Record{Sandbox: "sb_x", Mode: "unrestricted", Decision: "allow", Allowed: true, BytesUp: 10, BytesDown: 700})
+	got := map[string]float64{}
+	families, err := set.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, mt := range f.Metric {
+			key := f.GetName()
+			for _, l := range mt.Label {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case mt.Counter != nil:
+				got[key] = mt.Counter.GetValue()
+			case mt.Histogram != nil:
+				got[key] = float64(mt.Histogram.GetSampleCount())
+			case mt.Gauge != nil:
+				got[key] = mt.Gauge.GetValue()
+			}
+		}
+	}
+	for key, want := range map[string]float64{
+		"airlock_pool_claims_total,pool=warm,result=hit":                  1,
+		"airlock_egress_decisions_total,mode=baseline,verdict=deny":       1,
+		"airlock_egress_decisions_total,mode=unrestricted,verdict=allow":  1,
+		"airlock_egress_proxy_bytes_total,direction=down":                 700,
+		"airlock_exec_duration_seconds":                                   1,
+		"airlock_operation_duration_seconds,kind=create,result=succeeded": 1,
+		"airlock_sandboxes,runtime=runc,state=running":                    1, // the claimed member
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v; want %v", key, got[key], want)
+		}
 	}
 }
