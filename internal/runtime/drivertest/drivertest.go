@@ -97,12 +97,25 @@ func Run(t *testing.T, h Harness) {
 		if err != nil || stats.MemoryBytes <= 0 || stats.PIDs < 1 {
 			t.Fatalf("Stats = %+v, %v; want memory > 0 and pids >= 1", stats, err)
 		}
+		ur, usage := d.(runtime.UsageReader)
+		if usage {
+			// Usage reads what Stats does, but the limit counters.
+			u, err := ur.Usage(ctx, id)
+			if err != nil || u.MemoryBytes <= 0 || u.PIDs < 1 || u.MemoryLimit != stats.MemoryLimit || u.PIDsLimit != stats.PIDsLimit || u.DiskLimit != stats.DiskLimit {
+				t.Fatalf("Usage = %+v, %v; want memory > 0, pids >= 1 and Stats' limits (%+v)", u, err, stats)
+			}
+		}
 		ids, err := d.List(ctx)
 		if err != nil || !slices.Contains(ids, id) {
 			t.Fatalf("List = %v, %v; want it to contain %s", ids, err, id)
 		}
 		if err := d.Delete(ctx, id); err != nil {
 			t.Fatalf("Delete: %v", err)
+		}
+		if usage {
+			if u, err := ur.Usage(ctx, id); err == nil {
+				t.Fatalf("Usage after Delete = %+v; want an error", u)
+			}
 		}
 		if st, _ := d.Status(ctx, id); st != runtime.StatusAbsent {
 			t.Fatalf("Status after Delete = %q; want absent", st)
