@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,8 +33,7 @@ func metricOf(sb *manager.Sandbox, st api.SandboxStats, at time.Time, cores floa
 	cpus := max(1, int(sb.Limits.CPU+0.999))
 	return sandboxMetric{Timestamp: at.UTC(), TimestampUnix: at.Unix(), CPUCount: cpus,
 		CPUUsedPct: float64(int(cores/float64(cpus)*10000+0.5)) / 100,
-		MemUsed:    mem, MemTotal: cmp.Or(st.Memory.LimitBytes, sb.Limits.Memory),
-		DiskUsed: disk, DiskTotal: cmp.Or(st.Disk.LimitBytes, sb.Limits.Disk)}
+		MemUsed:    mem, MemTotal: st.Memory.LimitBytes, DiskUsed: disk, DiskTotal: st.Disk.LimitBytes}
 }
 
 // metrics answers GET /sandboxes/{id}/metrics: the samples the node keeps of the

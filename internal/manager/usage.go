@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -145,13 +146,14 @@ func (b *usageBook) each(fn func(api.SandboxStats)) {
 	}
 }
 
-// statsOf is sb's usage from a reading.
+// statsOf is sb's usage from a reading. A limit the reading lacks (a driver that reads
+// none) is the one the sandbox's record asked for.
 func statsOf(sb *store.Sandbox, st runtime.Stats, tr netattach.Traffic, cores float64, now time.Time) api.SandboxStats {
 	out := zeroStats(sb, now)
-	out.CPU = api.CPUStats{Cores: cores, UsageSeconds: float64(st.CPUNanos) / 1e9, LimitCores: st.CPULimit}
-	out.Memory = api.MemoryStats{UsedBytes: st.MemoryBytes, LimitBytes: st.MemoryLimit, PeakBytes: st.MemoryPeak}
-	out.Disk = api.DiskStats{UsedBytes: st.DiskUsed, LimitBytes: st.DiskLimit}
-	out.PIDs = api.PIDStats{Current: st.PIDs, Limit: st.PIDsLimit}
+	out.CPU = api.CPUStats{Cores: cores, UsageSeconds: float64(st.CPUNanos) / 1e9, LimitCores: cmp.Or(st.CPULimit, sb.Limits.CPU)}
+	out.Memory = api.MemoryStats{UsedBytes: st.MemoryBytes, LimitBytes: cmp.Or(st.MemoryLimit, sb.Limits.Memory), PeakBytes: st.MemoryPeak}
+	out.Disk = api.DiskStats{UsedBytes: st.DiskUsed, LimitBytes: cmp.Or(st.DiskLimit, sb.Limits.Disk)}
+	out.PIDs = api.PIDStats{Current: st.PIDs, Limit: cmp.Or(st.PIDsLimit, sb.Limits.PIDs)}
 	out.Network = api.NetworkStats{RxBytes: tr.RxBytes, TxBytes: tr.TxBytes, Connections: st.Connections}
 	return out
 }
@@ -266,12 +268,28 @@ func (m *Manager) AllStats(ctx context.Context, owner string, keep func(*Sandbox
 		return nil, err
 	}
 	out := make([]api.SandboxStats, 0, len(list))
+	fresh := maxFreshReads
 	for _, sb := range list {
 		if keep == nil || keep(sb) {
-			out = append(out, m.statsFor(ctx, sb, false, false))
+			read := fresh > 0 && sb.State == Running && !m.usage.has(sb.ID)
+			if read {
+				fresh--
+			}
+			out = append(out, m.statsFor(ctx, sb, false, read))
 		}
 	}
 	return out, nil
+}
+
+// maxFreshReads bounds the sandboxes one AllStats reads from the host itself (those
+// started since the last sample); the others answer zeros until the collector's next.
+const maxFreshReads = 32
+
+// has says whether the book has a reading of sandbox id.
+func (b *usageBook) has(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byID[id] != nil
 }
 
 // EachUsage calls fn with the latest reading of every sandbox the collector sampled.
