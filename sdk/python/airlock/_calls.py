@@ -303,9 +303,10 @@ def snapshot(ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotenc
     return Request("POST", sandbox_path(v.ref(ref), "snapshots"), json=body, idempotency_key=v.idempotency_key(idempotency_key), parse=_op_snapshot)
 
 
-def stats(ref: str, *, history: bool = False) -> Request[Dict[str, Any]]:
-    """A sandbox's usage (GET /v1/sandboxes/{ref}/stats) as the API's JSON object."""
-    q = [("history", "1")] if history else None
+def stats(ref: str, *, history: bool = False, follow: bool = False) -> Request[Dict[str, Any]]:
+    """A sandbox's usage (GET /v1/sandboxes/{ref}/stats) as the API's JSON object; with
+    follow, an NDJSON stream of them."""
+    q = [(k, "1") for k, on in (("history", history), ("follow", follow)) if on] or None
     return Request("GET", sandbox_path(v.ref(ref), "stats"), query=q, parse=dict)
 
 

@@ -5,6 +5,7 @@ call goes to the daemon. Most code uses :class:`airlock.Sandbox` instead, which 
 a client and a sandbox's name.
 """
 
+import json
 import os
 import shutil
 import threading
@@ -386,6 +387,17 @@ class Client:
         ``disk``, ``pids`` and ``network`` (see GET /v1/sandboxes/{ref}/stats); with
         ``history=True`` its recent samples too. A sandbox not running answers zeros."""
         return self._do(_calls.stats(ref, history=history))
+
+    def follow_stats(self, ref: str, *, history: bool = False) -> Iterator[Dict[str, Any]]:
+        """The sandbox's usage once per sampling interval, until it is terminated; closing
+        the iterator ends the stream."""
+        stream = self._tr.lines(_calls.stats(ref, history=history, follow=True))
+        try:
+            for line in stream:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            stream.close()
 
     def all_stats(self, *, all_owners: bool = False) -> List[Dict[str, Any]]:
         """The usage of every sandbox you can see that is not terminated."""

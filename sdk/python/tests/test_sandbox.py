@@ -34,6 +34,10 @@ def test_create_get_exec(client, new_name):
     assert {"cpu", "memory", "disk", "pids", "network", "history"} <= set(st), st
     assert st["state"] == "running" and st["memory"]["used_bytes"] > 0 and st["memory"]["limit_bytes"] == 128 << 20, st
     assert any(s["id"] == sb.id for s in client.all_stats())
+    followed = client.follow_stats(sb.id)
+    first = next(followed)
+    followed.close()
+    assert first["id"] == sb.id and first["state"] == "running", first
 
     res = sb.exec(["/bin/echo", "argv", "as", "given"])
     assert (res.exit_code, res.stdout, res.state) == (0, "argv as given\n", "succeeded")
