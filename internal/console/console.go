@@ -117,11 +117,11 @@ func (c *Console) Close() error {
 // storage do not: serve it from a host of its own for those.)
 const portPolicy = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
-// Mount returns the handler of a listener: /v1 goes to api, every other path to the
-// console.
+// Mount returns the handler of a listener: /v1 (and /metrics, the API's Prometheus
+// series) goes to api, every other path to the console.
 func Mount(api, console http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/metrics" {
 			if strings.HasPrefix(r.URL.Path, "/v1/ports/") {
 				w.Header().Set("Content-Security-Policy", portPolicy)
 			}
