@@ -20,7 +20,7 @@ and sent, and open TCP connections. Every figure is the host kernel's own accoun
 the daemon every 10 seconds (metrics.interval); a sandbox that is not running shows
 zeros. Without NAME, every sandbox you can see that is not terminated.
 
-With --follow, the table is printed again at every sample until interrupted; with
+With --follow, the table is printed again every 2 seconds until interrupted; with
 -o json, each sandbox's usage is one JSON object a line then, and without --follow a
 JSON array.`,
 	run: runStats,
