@@ -11,7 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const cgroupRoot = "/sys/fs/cgroup"
+// cgroupRoot is where the host mounts its cgroup hierarchies (a variable for the tests
+// that read a made-up tree).
+var cgroupRoot = "/sys/fs/cgroup"
 
 // cgroups reads and removes sandbox cgroups on a v1 (or hybrid) or a v2 host.
 type cgroups struct{ v2 bool }
