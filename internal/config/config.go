@@ -245,6 +245,8 @@ type Config struct {
 	Pools []Pool `yaml:"pools"`
 	// Metrics sets the usage collector and /metrics (metrics.go).
 	Metrics Metrics `yaml:"metrics"`
+	// Console is the web console at / of the node's listeners.
+	Console Console `yaml:"console"`
 	// Store says where the node keeps its records.
 	Store Store `yaml:"store"`
 	// Objects is the object store nodes share (default: none).
@@ -363,6 +365,7 @@ func Default() Config {
 		MinMaxLifetime: "1m",
 		LiveCap:        100,
 		Network:        Network{Enabled: true, Subnet: "10.203.0.0/16", Table: "airlock", HostPrefix: "al"},
+		Console:        Console{Enabled: true},
 		TmpfsSize:      "1GiB",
 
 		ExecOutputLimit:  "16MiB",

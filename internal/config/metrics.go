@@ -54,3 +54,12 @@ func (c Config) metricsSetting() (MetricsSetting, []error) {
 	}
 	return s, errs
 }
+
+// Console sets the web console.
+type Console struct {
+	// Enabled serves the console at / of the node's listeners (default true). Off, those
+	// listeners serve the API alone, and an exposed port's answers on them no longer carry
+	// the sandbox Content-Security-Policy that keeps a sandbox's page away from the
+	// console's origin (its own cookies and storage then work there).
+	Enabled bool `yaml:"enabled"`
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,27 @@ func TestMetricsSetting(t *testing.T) {
 		cfg.Metrics = c.m
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v; want an error naming %s", c.m, err, c.want)
+		}
+	}
+}
+
+// The console is on unless the file turns it off.
+func TestConsoleSwitch(t *testing.T) {
+	if !Default().Console.Enabled {
+		t.Errorf("the console is off by default; want on")
+	}
+	dir := t.TempDir()
+	for body, want := range map[string]bool{"log_level: info\n": true, "console:\n  enabled: false\n": false} {
+		p := dir + "/c.yaml"
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Console.Enabled != want {
+			t.Errorf("%q: console.enabled = %v, want %v", body, c.Console.Enabled, want)
 		}
 	}
 }

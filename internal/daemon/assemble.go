@@ -319,8 +319,10 @@ func (n *Node) openPlanes(ctx context.Context, cfg config.Config, set config.Set
 		n.clusterTLS = nil
 	}
 	n.Server = server.New(m, sopts, log)
-	n.Console = console.New(console.Options{API: n.Server, Log: log})
-	n.closers = append(n.closers, func() { n.Console.Close() })
+	if cfg.Console.Enabled {
+		n.Console = console.New(console.Options{API: n.Server, Log: log})
+		n.closers = append(n.closers, func() { n.Console.Close() })
+	}
 	if cfg.Network.Enabled {
 		if err := n.openNetwork(ctx, cfg); err != nil {
 			return err
@@ -364,8 +366,14 @@ func (n *Node) APIServer() *http.Server {
 		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 }
 
-// Handler serves the node's API at /v1 and its web console at every other path.
-func (n *Node) Handler() http.Handler { return console.Mount(n.Server, n.Console) }
+// Handler serves the node's API at /v1 and its web console at every other path (the
+// API alone when the console is off).
+func (n *Node) Handler() http.Handler {
+	if n.Console == nil {
+		return n.Server
+	}
+	return console.Mount(n.Server, n.Console)
+}
 
 // peers lists the cluster's nodes for the forwarder.
 func (n *Node) peers(ctx context.Context) ([]forward.Peer, error) {
