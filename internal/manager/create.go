@@ -259,6 +259,9 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 	if err := m.startFromMemory(ctx, sb, spec); err != nil { // memory.go
 		attached()
 		m.detach(context.WithoutCancel(ctx), sb.ID)
+		if errors.Is(err, errRestoreFailed) {
+			return m.startContainer(ctx, sb, img) // afresh: the memory is dropped
+		}
 		return err
 	}
 	return attached()

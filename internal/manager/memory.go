@@ -137,6 +137,9 @@ func (m *Manager) stopKeepingMemory(ctx context.Context, sb *store.Sandbox, caus
 			}
 		}
 	}
+	if why := m.memoryUnsafe(ctx, sb); why != "" {
+		return m.stopLosingMemory(ctx, sb, cause, errors.New(why))
+	}
 	// What an earlier suspend left: an image the record no longer names, a part-written
 	// one.
 	os.RemoveAll(saving)
@@ -168,6 +171,23 @@ func (m *Manager) keptMemory(sb *store.Sandbox, dir, cause string) error {
 	return nil
 }
 
+// memoryUnsafe says why sb's memory must not be written to disk ("": it may): a secret
+// delivered by value (file or env) may be in its processes' memory, and a memory image
+// never holds a secret's value. Placeholders (proxy deliveries) are safe.
+func (m *Manager) memoryUnsafe(ctx context.Context, sb *store.Sandbox) string {
+	if m.delivery == nil {
+		return ""
+	}
+	values, err := m.delivery.DeliversValues(ctx, sb.Owner, sb.ID)
+	if err != nil {
+		return "its secret bindings could not be read: " + err.Error()
+	}
+	if values {
+		return "a secret is delivered to it by value (file or env), which its memory may hold; only proxy deliveries let a suspend keep memory"
+	}
+	return ""
+}
+
 // stopLosingMemory is the files-only fallback of a suspend whose memory could not be
 // saved: the event says why.
 func (m *Manager) stopLosingMemory(ctx context.Context, sb *store.Sandbox, cause string, why error) error {
@@ -196,7 +216,8 @@ func memoryFailure(err error) string {
 // when its record says it has one; a restore that fails falls back to a fresh start
 // (files only) and says why in an event. The image is dropped from the record (stored
 // by the caller with the running state) and from disk either way: once the sandbox
-// runs, its layer moves on and the image no longer matches it.
+// runs, its layer moves on and the image no longer matches it. A restore that fails
+// returns errRestoreFailed, and the caller starts the sandbox afresh.
 func (m *Manager) startFromMemory(ctx context.Context, sb *store.Sandbox, spec runtime.Spec) error {
 	ms := MemoryOf(sb)
 	cp, ok := m.checkpointer(sb)
@@ -225,11 +246,13 @@ func (m *Manager) startFromMemory(ctx context.Context, sb *store.Sandbox, spec r
 	m.log.Warn("resume starts afresh: memory not restored", "sandbox", sb.ID, "err", err)
 	m.event(sb, "memory_not_restored", "resume", map[string]string{"reason": memoryFailure(err)})
 	os.RemoveAll(dir)
-	if serr := m.driver(sb).Stop(ctx, sb.ID); serr != nil {
-		return fmt.Errorf("restore memory: %w; and undo it: %v", err, serr)
-	}
-	return m.driver(sb).Start(ctx, spec)
+	return fmt.Errorf("%w: %w", errRestoreFailed, err)
 }
+
+// errRestoreFailed is startFromMemory's error when the restore failed and left no
+// container: the caller starts the sandbox afresh, with a network made anew (the
+// engine may have taken the old one's addresses for its own stack).
+var errRestoreFailed = errors.New("memory not restored")
 
 // dropMemory forgets sb's memory image, in sb (stored by the caller) and on disk.
 func (m *Manager) dropMemory(sb *store.Sandbox) {
