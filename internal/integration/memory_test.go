@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -125,6 +128,25 @@ echo in-tmpfs > /tmp/t; echo just-before > /root/f`)
 			t.Errorf("send after a second suspend (resumed by the call): %+v, %v; want 41", res, err)
 		}
 	})
+	t.Run("a restore that fails starts afresh, with its network", func(t *testing.T) {
+		if _, err := n.Client.Suspend(background, sb.Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(filepath.Join(n.Dir, "memory", sb.ID, "checkpoint.img"), 100); err != nil {
+			t.Fatal(err)
+		}
+		_, _, seq := eventTypes(t, n, sb.Name, 0)
+		if _, err := n.Client.Resume(background, sb.Name); err != nil {
+			t.Fatalf("a resume whose memory cannot be restored failed: %v", err)
+		}
+		if types, reasons, _ := eventTypes(t, n, sb.Name, seq); reasons["memory_not_restored"] == "" {
+			t.Errorf("events %v; want memory_not_restored with a reason", types)
+		}
+		out := mustRun(t, n, sb.Name, "cat /root/f; pgrep -c python3 || true; grep -c eth0 /proc/net/route")
+		if out != "just-before\n0\n2\n" {
+			t.Errorf("after a failed restore: %q; want the file, no process, eth0's two routes", out)
+		}
+	})
 }
 
 // TestMemorySuspendFallsBack checks that a suspend whose memory cannot be saved (here
@@ -238,4 +260,79 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestMemorySecrets checks that a memory image never holds a secret's value: a proxy
+// delivery's placeholder, which a process keeps in memory, is all there is (the image
+// is scanned for the value in the clear, in base64 and in hex), and a sandbox with a
+// secret delivered by value (env) suspends with its files only, saying why; the value
+// is delivered again after the resume.
+func TestMemorySecrets(t *testing.T) {
+	runscStage(t)
+	netRequireHostNetns(t)
+	n := testenv.NewNode(t, testenv.Options{Runtime: "runsc", Network: true})
+	proxied, byValue := secretValue("ghp_"), secretValue("sk-")
+	for name, v := range map[string]string{"memtok": proxied, "memkey": byValue} {
+		if _, err := n.Client.CreateSecret(background, api.CreateSecretRequest{Name: name, Type: "token",
+			AllowedHosts: []string{"api.example.test"}, Value: v + "\n"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Client.DeleteSecret(background, name) })
+	}
+	sb := n.Create(t, api.CreateSandboxRequest{Name: "memsec", Network: &api.NetworkPolicy{Mode: "deny_all"}})
+	if _, err := n.Client.BindSecret(background, "memtok", api.BindSecretRequest{Sandbox: sb.Name, Target: "TOK"}); err != nil {
+		t.Fatal(err)
+	}
+	ses, err := n.Client.StartSession(background, sb.Name, api.SessionRequest{Kind: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.Client.Send(background, sb.Name, ses.ID, "import os; tok = os.environ['TOK'] * 1000"); err != nil || res.State != api.ExecSucceeded {
+		t.Fatalf("send: %+v, %v", res, err)
+	}
+	if _, err := n.Client.Suspend(background, sb.Name); err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(n.Dir, "memory", sb.ID)
+	var scanned int64
+	filepath.WalkDir(image, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		scanned += int64(len(data))
+		for form, v := range map[string]string{"clear": proxied, "base64": base64.StdEncoding.EncodeToString([]byte(proxied)), "hex": hex.EncodeToString([]byte(proxied))} {
+			if bytes.Contains(data, []byte(v)) {
+				t.Errorf("the memory image's %s holds the secret's value (%s)", filepath.Base(p), form)
+			}
+		}
+		return nil
+	})
+	if scanned == 0 {
+		t.Fatalf("no memory image at %s to scan", image)
+	}
+	if res, err := n.Client.Send(background, sb.Name, ses.ID, "print(tok == os.environ['TOK'] * 1000, tok.startswith('ghp_'))"); err != nil || res.Stdout != "True False\n" {
+		t.Errorf("the session after resume: %+v, %v; want its placeholder kept (True False)", res, err)
+	}
+
+	if _, err := n.Client.BindSecret(background, "memkey", api.BindSecretRequest{Sandbox: sb.Name, Target: "KEY", Delivery: "env"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, seq := eventTypes(t, n, sb.Name, 0)
+	if _, err := n.Client.Suspend(background, sb.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, reasons, _ := eventTypes(t, n, sb.Name, seq); !strings.Contains(reasons["memory_not_kept"], "by value") {
+		t.Errorf("a suspend with an env secret: reasons %v; want memory_not_kept saying a secret is delivered by value", reasons)
+	}
+	if _, err := os.Stat(image); !os.IsNotExist(err) {
+		t.Errorf("a memory image was written for a sandbox with an env secret (%v)", err)
+	}
+	if out := mustRun(t, n, sb.Name, `[ "$KEY" = "`+byValue+`" ] && echo delivered`); out != "delivered\n" {
+		t.Errorf("the env secret after resume: %q; want it delivered", out)
+	}
 }
