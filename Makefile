@@ -53,8 +53,9 @@ test: deps runsc sdk-cross
 # The gVisor tests run after the rest, never beside them: runsc's systrap platform keeps
 # cores busy, and timing-sensitive tests (output bounds, netlink under load) flaked
 # beside it on two cores.
-# The lifecycle, snapshot, persistence and network tests again, on runsc by default.
-RUNSC_TESTS = TestSecretsAndSessionCredential|TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI
+# The lifecycle, snapshot, persistence and network tests again, on runsc by default,
+# and the suspend that keeps memory, which only runsc has.
+RUNSC_TESTS = TestSecretsAndSessionCredential|TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI|TestMemory
 
 # The public Go SDK builds on every OS the SDK's users run.
 sdk-cross:

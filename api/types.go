@@ -183,6 +183,22 @@ type Sandbox struct {
 	Workspace  *Workspace `json:"workspace,omitempty"`
 	Parent     string     `json:"parent,omitempty"`      // snapshot it was restored or forked from
 	ForkedFrom string     `json:"forked_from,omitempty"` // sandbox it was forked from
+	// Persistence says what a suspend of the sandbox keeps under its runtime, and
+	// whether a suspended one's memory is kept.
+	Persistence *Persistence `json:"persistence,omitempty"`
+}
+
+// Persistence is what a sandbox's suspend keeps: its files always; its processes and
+// memory under a runtime that can save them (runsc), never under runc.
+type Persistence struct {
+	// Memory is what a suspend does with processes and memory under the sandbox's
+	// runtime: "kept" (saved, and restored as they were by the resume) or "lost".
+	Memory string `json:"memory"`
+	// MemoryKept says the suspended sandbox's memory was saved: its resume restores its
+	// processes. A save that failed (the event memory_not_kept says why) leaves it false.
+	MemoryKept bool `json:"memory_kept"`
+	// MemoryBytes is the size on disk of the saved memory image.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -409,10 +409,25 @@ func (s *server) serveConn(c net.Conn) {
 	}
 }
 
+// closeConnsBut closes every connection the agent holds but keep; their handlers end
+// on their own.
+func (s *server) closeConnsBut(keep net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c != keep {
+			c.Close()
+		}
+	}
+}
+
 func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) error {
 	switch req.Op {
 	case agentproto.OpPing:
 		return fw.json(agentproto.FrameResult, struct{}{})
+	case agentproto.OpQuiesce:
+		s.closeConnsBut(c)
+		return fw.json(agentproto.FrameResult, struct{}{}) // serveConn then closes c
 	case agentproto.OpExec:
 		return s.handleExec(c, fw, req.Exec)
 	case agentproto.OpPTY:

@@ -122,6 +122,12 @@ func (k *call) send(t agentproto.FrameType, p []byte) error {
 
 // simple runs a call whose answer is a single Result or Error frame.
 func (c *Client) simple(ctx context.Context, req *agentproto.Request, v any) error {
+	return c.simpleThen(ctx, req, v, nil)
+}
+
+// simpleThen is simple, and then, after a Result, calls then (if set) with the call's
+// connection, under the same context and deadline.
+func (c *Client) simpleThen(ctx context.Context, req *agentproto.Request, v any, then func(net.Conn) error) error {
 	k, err := c.open(ctx, req)
 	if err != nil {
 		return err
@@ -134,7 +140,13 @@ func (c *Client) simple(ctx context.Context, req *agentproto.Request, v any) err
 	if err != nil {
 		return ctxErr(ctx, err)
 	}
-	return finish(t, p, v)
+	if err := finish(t, p, v); err != nil || then == nil {
+		return err
+	}
+	if err := then(k.conn); err != nil {
+		return ctxErr(ctx, err)
+	}
+	return nil
 }
 
 // ctxErr prefers the context's error when the context ended the call, and says so
@@ -147,6 +159,16 @@ func ctxErr(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: the sandbox's agent let its deadline pass without answering", ErrReplyTimeout)
 	}
 	return fmt.Errorf("agent: %w", err)
+}
+
+// Quiesce has the agent close every connection it holds, and returns once it has
+// closed this call's own too (the end of its stream): nothing of the host is open in
+// the sandbox then but the agent's channel, until the next call.
+func (c *Client) Quiesce(ctx context.Context) error {
+	return c.simpleThen(ctx, &agentproto.Request{Op: agentproto.OpQuiesce}, nil, func(conn net.Conn) error {
+		_, err := io.Copy(io.Discard, io.LimitReader(conn, 1<<10))
+		return err
+	})
 }
 
 // Ping checks that the agent answers.

@@ -124,6 +124,11 @@ const (
 	// OpPortDial connects the agent to a TCP port on the sandbox's loopback; after its
 	// Result frame the call's connection carries that connection's bytes both ways.
 	OpPortDial = "port.dial"
+	// OpQuiesce closes every connection the agent holds (file watches, session
+	// watches, attached processes, port connections) but the call's own, which it
+	// closes after its Result: a runtime that saves the sandbox's memory cannot save a
+	// connection to the host. Processes and sessions run on.
+	OpQuiesce = "quiesce"
 )
 
 // Request is the payload of the frame that opens every call.

@@ -11,9 +11,13 @@ import (
 var suspendVerb = &verb{
 	name:  "suspend",
 	args:  "NAME [-v] [--if-match VERSION] [--idempotency-key K]",
-	short: "stop a sandbox's compute, keeping its files",
-	long: `Processes end; writes under /root, /home, /var and the rest of the root filesystem are
-kept; /tmp, /run and /dev/shm are not. Any later call that touches the sandbox resumes it.
+	short: "stop a sandbox's compute, keeping its files (and, under runsc, its memory)",
+	long: `Under runc, processes end; writes under /root, /home, /var and the rest of the root
+filesystem are kept; /tmp, /run and /dev/shm are not. Under runsc the sandbox's memory and
+processes are saved too, and its resume restores them as they were (open TCP connections
+are closed); if they cannot be saved (disk full, a secret delivered by file or env), the
+suspend keeps the files only and its memory_not_kept event says why. "airlock get" shows
+which (persistence). Any later call that touches the sandbox resumes it.
 Prints one line, or with -v the operation.`,
 	run: func(c *cmd, args []string) error { return runLifecycle(c, args, "suspended", (*client.Client).Suspend) },
 }
@@ -21,7 +25,7 @@ Prints one line, or with -v the operation.`,
 var resumeVerb = &verb{
 	name:  "resume",
 	args:  "NAME [-v] [--if-match VERSION] [--idempotency-key K]",
-	short: "start a suspended or lost sandbox again (a fresh container, generation + 1)",
+	short: "start a suspended or lost sandbox again (generation + 1; its memory restored if kept)",
 	long: `A sandbox whose node was lost, stopped or drained resumes on the node that takes the
 call, from its files in the cluster's object store (kept there at each suspend). A lost
 sandbox resumes from its last suspend or a newer snapshot; the line says since when its

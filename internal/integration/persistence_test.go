@@ -9,7 +9,8 @@ import (
 )
 
 // TestPersistenceMatrix checks DESIGN.md's persistence matrix across suspend/resume,
-// one subtest per row.
+// one subtest per row, for the node's runtime: runc keeps files only; runsc keeps
+// processes, memory and tmpfs too.
 func TestPersistenceMatrix(t *testing.T) {
 	n := testenv.NewNode(t)
 	sb := n.Create(t, api.CreateSandboxRequest{Name: "matrix"})
@@ -34,6 +35,10 @@ for d in /tmp /run /dev/shm; do echo wiped > $d/matrix; done`)
 	if got.Sandbox.Generation != 2 {
 		t.Errorf("generation after resume = %d; want 2", got.Sandbox.Generation)
 	}
+	keeps := got.Sandbox.Runtime == "runsc"
+	if p := got.Sandbox.Persistence; p == nil || (p.Memory == "kept") != keeps {
+		t.Errorf("runtime %s: persistence %+v; want memory %s", got.Sandbox.Runtime, p, map[bool]string{true: "kept", false: "lost"}[keeps])
+	}
 
 	t.Run("upper layer is kept", func(t *testing.T) {
 		out := mustRun(t, n, sb.Name, "cat /home/user/matrix /root/matrix /var/tmp/matrix /var/log/matrix /etc/matrix /opt/matrix")
@@ -41,20 +46,20 @@ for d in /tmp /run /dev/shm; do echo wiped > $d/matrix; done`)
 			t.Errorf("rootfs writes after resume: %q; want all six kept", out)
 		}
 	})
-	t.Run("tmpfs is wiped", func(t *testing.T) {
+	t.Run("tmpfs is wiped, or kept with memory", func(t *testing.T) {
 		out := mustRun(t, n, sb.Name, "ls -A /tmp /run /dev/shm | grep -c matrix || true")
-		if strings.TrimSpace(out) != "0" {
-			t.Errorf("tmpfs files after resume: %q; want none", out)
+		if want := map[bool]string{false: "0", true: "3"}[keeps]; strings.TrimSpace(out) != want {
+			t.Errorf("tmpfs files after resume: %q; want %s", out, want)
 		}
 	})
-	t.Run("processes are lost and nothing re-runs", func(t *testing.T) {
+	t.Run("processes are lost, or kept with memory, and nothing re-runs", func(t *testing.T) {
 		out := mustRun(t, n, sb.Name, "pgrep -c sleep || true; cat /root/runs")
-		if out != "0\nran\n" {
-			t.Errorf("after resume: %q; want no sleep left and the command run once", out)
+		if want := map[bool]string{false: "0\nran\n", true: "1\nran\n"}[keeps]; out != want {
+			t.Errorf("after resume: %q; want %q (the sleep kept only with memory, the command run once)", out, want)
 		}
 		sessions, err := n.Client.ListSessions(background, sb.Name)
-		if err != nil || len(sessions) != 0 {
-			t.Errorf("sessions after resume = %v, %v; want none", sessions, err)
+		if err != nil || len(sessions) != btoi(keeps) {
+			t.Errorf("sessions after resume = %v, %v; want %d", sessions, err, btoi(keeps))
 		}
 	})
 	t.Run("terminate deletes the upper layer", func(t *testing.T) {

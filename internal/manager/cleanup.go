@@ -148,6 +148,7 @@ func (m *Manager) cleanupLocked(ctx context.Context, id string, op *store.Operat
 	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
 		return err
 	}
+	m.dropMemory(sb) // memory.go
 	if err := m.detach(ctx, sb.ID); err != nil {
 		return err
 	}

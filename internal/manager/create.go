@@ -256,9 +256,12 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		m.unmountWorkspace(sb.ID)
 		return err
 	}
-	if err := m.driver(sb).Start(ctx, spec); err != nil {
+	if err := m.startFromMemory(ctx, sb, spec); err != nil { // memory.go
 		attached()
 		m.detach(context.WithoutCancel(ctx), sb.ID)
+		if errors.Is(err, errRestoreFailed) {
+			return m.startContainer(ctx, sb, img) // afresh: the memory is dropped
+		}
 		return err
 	}
 	return attached()

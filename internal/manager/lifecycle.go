@@ -82,7 +82,7 @@ func (m *Manager) suspend(ctx context.Context, sb *store.Sandbox, cause string) 
 			return err
 		}
 	}
-	if err := m.driver(sb).Stop(ctx, sb.ID); err != nil {
+	if err := m.stopKeepingMemory(ctx, sb, cause); err != nil { // memory.go
 		return unavailable(err, "sandbox %q could not be suspended", sb.Name)
 	}
 	m.detach(ctx, sb.ID)

@@ -119,6 +119,7 @@ func (m *Manager) recoverOne(ctx context.Context, sb *store.Sandbox) {
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
 	log := m.log.With("sandbox", sb.ID, "state", sb.State)
+	defer m.recoverMemory(ctx, sb) // memory.go, once the state is settled
 	switch sb.State {
 	case Creating:
 		log.Info("roll back interrupted create")

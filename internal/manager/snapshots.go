@@ -279,6 +279,9 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 			m.event(sb, "safety_snapshot", "restore", map[string]any{"snapshot": safety.ID})
 			op.Result, _ = json.Marshal(safety.ID)
 		}
+		if err := m.forgetMemory(ctx, sb, "restore", "its files were replaced by a snapshot's"); err != nil { // memory.go
+			return err
+		}
 		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
 			return m.snaps.Restore(ctx, man.ID, upper, sb.UIDBase)
 		})

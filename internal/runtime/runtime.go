@@ -231,3 +231,19 @@ type Storage interface {
 type StorageCloner interface {
 	CloneStorage(ctx context.Context, src, dst string, srcBase, dstBase uint32, copied func()) (durable func() error, err error)
 }
+
+// Checkpointer is implemented by drivers whose containers can be saved with their memory
+// and processes and brought back as they were (suspend that keeps memory, fork into
+// running clones). Checkpoints says whether this driver's containers can; an error from
+// Checkpoint leaves the container running as it was, so the caller can fall back to a
+// stop that keeps only files.
+type Checkpointer interface {
+	Checkpoints() bool
+	// Checkpoint saves the container's memory and processes into dir (a new directory,
+	// the driver's format) and then stops the container as Stop does.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore builds the container for spec as Start does, over the same upper layer,
+	// and restores its processes from dir instead of starting its agent afresh. The
+	// image is only read; a Restore that fails leaves no container, as Start.
+	Restore(ctx context.Context, spec Spec, dir string) error
+}

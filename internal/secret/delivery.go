@@ -328,6 +328,22 @@ func (d *Delivery) substitutions(owner, sandbox string, pinned map[string]int, b
 	return subs
 }
 
+// DeliversValues says whether sandbox has a binding that puts a secret's value itself
+// inside it (a file or env delivery, not revoked): its processes' memory may then hold
+// the value. Proxy deliveries put only placeholders there.
+func (d *Delivery) DeliversValues(ctx context.Context, owner, sandbox string) (bool, error) {
+	bound, err := d.svc.BindingsOf(ctx, owner, sandbox)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range bound {
+		if !b.Revoked && b.Binding.Delivery != DeliverProxy {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // ExecEnv is the variables one execution in a sandbox gets from its bindings: the
 // placeholders of proxy deliveries bound to variables, and the values of env
 // deliveries (a sandbox-scoped one at the version the sandbox started with).

@@ -43,6 +43,13 @@ func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 		t := sb.FilesAt
 		out.FilesAt = &t
 	}
+	out.Persistence = &api.Persistence{Memory: "lost"}
+	if manager.RuntimeKeepsMemory(sb.Runtime) {
+		out.Persistence.Memory = "kept"
+	}
+	if ms := manager.MemoryOf(sb); ms.Kept && sb.State == manager.Suspended {
+		out.Persistence.MemoryKept, out.Persistence.MemoryBytes = true, ms.Bytes
+	}
 	return out
 }
 

@@ -18,12 +18,13 @@ const Platform = "systrap"
 // descriptors passed one by one.
 func Engine(path string) oci.Engine {
 	return oci.Engine{
-		Name:    "runsc",
-		Path:    path,
-		Args:    []string{"--platform=" + Platform, "--overlay2=none", "--gofer-network-namespace=new"},
-		PassFDs: true,
-		Sentry:  true,
-		Logs:    logFlags,
+		Name:       "runsc",
+		Path:       path,
+		Args:       []string{"--platform=" + Platform, "--overlay2=none", "--gofer-network-namespace=new"},
+		PassFDs:    true,
+		Sentry:     true,
+		Checkpoint: true,
+		Logs:       logFlags,
 	}
 }
 

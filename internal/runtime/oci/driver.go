@@ -209,7 +209,11 @@ func (d *Driver) cgroupPath(id string) string  { return "/" + d.opts.CgroupParen
 func (d *Driver) UpperDir(id string) string { return rootfs{d.dir(id)}.upper() }
 
 // Start implements runtime.Driver.
-func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
+func (d *Driver) Start(ctx context.Context, s runtime.Spec) error { return d.start(ctx, s, "") }
+
+// start builds the container for s and starts its agent afresh, or, with a memory
+// image (the directory Checkpoint wrote), restores its processes from it.
+func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retErr error) {
 	if s.ID == "" || strings.ContainsAny(s.ID, "/.") {
 		return fmt.Errorf("oci: bad sandbox id %q", s.ID)
 	}
@@ -273,7 +277,7 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return err
 	}
-	if err := d.run(ctx, s.ID, bundle); err != nil {
+	if err := d.run(ctx, s.ID, bundle, memory); err != nil {
 		return err
 	}
 	if d.opts.Engine.Sentry {
@@ -284,8 +288,10 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) (retErr error) {
 	return d.recordPeer(s.ID, s.UIDBase)
 }
 
-// run starts the container detached and waits for its agent to say it is ready.
-func (d *Driver) run(ctx context.Context, id, bundle string) error {
+// run starts the container detached and waits for its agent to say it is ready; with a
+// memory image it restores the container from it instead, and the agent, restored as it
+// was, takes connections on the new channel at once.
+func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 	sock, err := d.bindAgentSocket(id)
 	if err != nil {
 		return err
@@ -318,11 +324,23 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 		return err
 	}
 	args := append(append(d.globalArgs(), logArgs...), "run", "--detach", "--bundle", bundle)
-	args = append(args, d.opts.Engine.passFDs(2)...)
+	cmd := exec.CommandContext(ctx, d.opts.Engine.Path)
+	if d.opts.Engine.Sentry {
+		// The channel is the agent's stdin: an engine restores a container with new
+		// standard descriptors, but not with other descriptors passed in (see
+		// checkpoint.go).
+		cmd.Stdin = channel
+		cmd.ExtraFiles = []*os.File{readyW} // fd 3
+		args = append(args, d.opts.Engine.passFDs(1)...)
+	} else {
+		cmd.ExtraFiles = []*os.File{readyW, channel} // fds 3 and 4 (agentFD)
+		args = append(args, d.opts.Engine.passFDs(2)...)
+	}
+	if memory != "" {
+		args = append(append(d.globalArgs(), logArgs...), "restore", "--detach", "--bundle", bundle, "--image-path", memory)
+	}
 	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
-	cmd := exec.CommandContext(ctx, d.opts.Engine.Path, args...)
-	cmd.ExtraFiles = []*os.File{readyW, channel} // fds 3 and 4 (agentFD)
-	cmd.Stdin = nil
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	err = cmd.Start()
@@ -331,7 +349,10 @@ func (d *Driver) run(ctx context.Context, id, bundle string) error {
 		err = cmd.Wait()
 	}
 	if err != nil {
-		return fmt.Errorf("%s run: %w: %s%s", d.opts.Engine.Name, err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
+		return fmt.Errorf("%s %s: %w: %s%s", d.opts.Engine.Name, args[len(d.globalArgs())+len(logArgs)], err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
+	}
+	if memory != "" {
+		return nil // a restored agent said it was ready before it was saved
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.ReadyTimeout)
 	defer cancel()

@@ -22,6 +22,9 @@ type Engine struct {
 	// process that listens on the agent's socket is the sandbox's kernel (the process
 	// the pid file names), and sandbox code cannot make host system calls.
 	Sentry bool
+	// Checkpoint says the engine saves a container's memory and processes and restores
+	// them (runsc's checkpoint and restore; checkpoint.go).
+	Checkpoint bool
 	// Logs, when set, returns the global flags that make the engine write its own logs
 	// of a start into dir, one file per process, each named *.log (runsc: its run, boot
 	// and gofer logs). The driver empties dir before every start, caps the files as it

@@ -40,11 +40,11 @@ var (
 // bundleSpec builds the OCI runtime spec of a sandbox container; binds are the image's
 // and the network's host binds.
 func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.Mount) (*specs.Spec, error) {
-	channel := "--listen-fd"
+	channel, fd := "--listen-fd", agentFD
 	if d.opts.Engine.Sentry {
-		channel = "--accept-fd" // connections come from the broker (broker.go)
+		channel, fd = "--accept-fd", 0 // connections come from the broker (broker.go)
 	}
-	args := []string{agentPath, "agent", channel, strconv.Itoa(agentFD), "--ready-fd", "3"}
+	args := []string{agentPath, "agent", channel, strconv.Itoa(fd), "--ready-fd", "3"}
 	if s.WorkingDir != "" {
 		args = append(args, "--workdir", s.WorkingDir)
 	}

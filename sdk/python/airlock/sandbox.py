@@ -330,13 +330,15 @@ class Sandbox:
     # Lifecycle.
 
     def suspend(self) -> "Sandbox":
-        """Stop compute, keeping the handle and the writable layer. Idempotent."""
+        """Stop compute, keeping the handle and the writable layer; under runsc the
+        memory and processes too (info["persistence"] says which). Idempotent."""
         self.info = self.client.suspend(self._ref)
         return self
 
     def resume(self) -> "Sandbox":
-        """Start again in a fresh container (generation + 1). Any call to a suspended
-        sandbox resumes it too; this pays the cold start up front."""
+        """Start again (generation + 1): a fresh container, or under runsc the
+        processes restored as they were suspended. Any call to a suspended sandbox
+        resumes it too; this pays the start up front."""
         self.info = self.client.resume(self._ref)
         return self
 
