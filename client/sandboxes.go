@@ -1,9 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,23 +75,23 @@ type ListOptions struct {
 // A sandbox that exists from the first page to the last is listed exactly once; one
 // created or terminated meanwhile may or may not be.
 func (c *Client) List(ctx context.Context, opts ListOptions) ([]api.Sandbox, error) {
-	var all []api.Sandbox
+	var pages [][]api.Sandbox // joined once at the end: no regrowth of a long list per page
 	after := ""
 	for {
 		page, next, err := c.ListPage(ctx, opts, after)
 		if err != nil {
 			return nil, err
 		}
-		if all == nil {
-			all = page
-		} else {
-			all = append(all, page...)
-		}
+		pages = append(pages, page)
 		if next == "" {
-			return all, nil
+			break
 		}
 		after = next
 	}
+	if all := slices.Concat(pages...); all != nil {
+		return all, nil
+	}
+	return pages[0], nil // none: as decoded, [] rather than nil
 }
 
 // ListPage returns one page of the sandboxes that match opts, from after on (the
@@ -117,9 +120,24 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (
 	if after != "" {
 		q.Set("after", after)
 	}
-	var out api.SandboxList
-	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q}, &out); err != nil {
+	r := request{method: http.MethodGet, path: "/v1/sandboxes", query: q}
+	resp, err := c.send(ctx, r)
+	if err != nil {
 		return nil, "", err
+	}
+	defer resp.Body.Close()
+	// A page can hold thousands of records: read it whole and decode it with the
+	// list's own codec (api.DecodeSandboxList), not encoding/json's reflection.
+	var body bytes.Buffer
+	if resp.ContentLength > 0 {
+		body.Grow(int(min(resp.ContentLength, 64<<20)))
+	}
+	if _, err := body.ReadFrom(resp.Body); err != nil {
+		return nil, "", c.transportError(ctx, err)
+	}
+	var out api.SandboxList
+	if err := api.DecodeSandboxList(body.Bytes(), &out); err != nil {
+		return nil, "", fmt.Errorf("decode %s %s answer: %w", r.method, r.path, err)
 	}
 	return out.Sandboxes, out.Next, nil
 }

@@ -286,7 +286,14 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 			out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	b, err := api.EncodeSandboxList(&out)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 	return nil
 }
 
