@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -57,6 +58,52 @@ func TestListShowsChangesToKeptRecords(t *testing.T) {
 		}
 		if err := st.DeleteSandbox(ctx, "sb_1"); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// A list of more records than one read of documents asks for, some decoded before at
+// their version and some not (new, or changed since), lists each record once, in order,
+// as it is stored.
+func TestListReadsDocumentsOfRecordsNotKept(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const n = 2*docBatch + 7
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var all []*store.Sandbox
+	for i := range n {
+		sb := &store.Sandbox{ID: fmt.Sprintf("sb_%05d", i), Name: fmt.Sprintf("s%d", i), Owner: "alice", State: "suspended",
+			CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+		if err := st.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, sb)
+		if i == n/2 { // the first half is decoded by this list, the rest is not
+			if _, err := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, i := range []int{0, 3, n / 2, n - 1} {
+		all[i].Failure = "changed"
+		if err := st.UpdateSandbox(ctx, all[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 2 { // the second from the records the first decoded
+		got, err := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "alice"})
+		if err != nil || len(got) != n {
+			t.Fatalf("round %d: list = %d records, %v; want %d", round, len(got), err, n)
+		}
+		for i, sb := range got {
+			if sb.ID != all[i].ID || sb.Version != all[i].Version || sb.Failure != all[i].Failure || sb.Name != all[i].Name {
+				t.Fatalf("round %d: record %d lists as %s v%d %q, want %s v%d %q", round, i, sb.ID, sb.Version, sb.Failure,
+					all[i].ID, all[i].Version, all[i].Failure)
+			}
 		}
 	}
 }

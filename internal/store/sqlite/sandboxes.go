@@ -74,36 +74,105 @@ func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*stor
 }
 
 // ListSandboxes implements store.Store. Labels are matched in SQL against the labels
-// object of the stored document, one EXISTS per pair.
+// object of the stored document, one EXISTS per pair. The list reads ids and versions
+// first and the documents only of the records not already decoded at that version
+// (reading and copying each row's document was most of a large list's time), both in
+// one read transaction, so the documents are those of the versions listed.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	q, args := listQuery(f)
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	tx, err := s.r.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	defer rows.Close()
-	var out []*store.Sandbox
+	var (
+		out     []*store.Sandbox
+		missing map[string]int // id → its place in out
+	)
 	for rows.Next() {
 		var id string
 		var version int64
-		var doc sql.RawBytes // read only when the kept record is stale
-		if err := rows.Scan(&id, &version, &doc); err != nil {
+		if err := rows.Scan(&id, &version); err != nil {
 			return nil, fmt.Errorf("list sandboxes: %w", err)
 		}
 		sb := s.decoded.get(id, version)
 		if sb == nil {
-			sb = new(store.Sandbox)
-			if err := json.Unmarshal(doc, sb); err != nil {
-				return nil, fmt.Errorf("list sandboxes: decode stored sandbox: %w", err)
+			if missing == nil {
+				missing = map[string]int{}
 			}
-			s.decoded.put(sb)
+			missing[id] = len(out)
 		}
 		out = append(out, sb)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
+	rows.Close()
+	if err := s.readDocs(ctx, tx, missing, out); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
 	return out, nil
+}
+
+// docBatch is how many documents one query of readDocs asks for (SQLite allows 32,766
+// parameters).
+const docBatch = 500
+
+// readDocs decodes the stored documents of the ids in missing into their places in
+// out, and keeps them decoded.
+func (s *Store) readDocs(ctx context.Context, tx *sql.Tx, missing map[string]int, out []*store.Sandbox) error {
+	ids := make([]any, 0, min(len(missing), docBatch))
+	flush := func() error {
+		if len(ids) == 0 {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT id, doc FROM sandboxes WHERE id IN (?"+strings.Repeat(", ?", len(ids)-1)+")", ids...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var id string
+			var doc sql.RawBytes
+			if err := rows.Scan(&id, &doc); err != nil {
+				return err
+			}
+			sb := new(store.Sandbox)
+			if err := json.Unmarshal(doc, sb); err != nil {
+				return fmt.Errorf("decode stored sandbox: %w", err)
+			}
+			i, ok := missing[id]
+			if !ok || out[i] != nil || sb.ID != id {
+				return fmt.Errorf("stored sandbox %s: its document names %s", id, sb.ID)
+			}
+			out[i] = sb
+			s.decoded.put(sb)
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != len(ids) {
+			return fmt.Errorf("%d of %d listed sandboxes vanished while read", len(ids)-n, len(ids))
+		}
+		ids = ids[:0]
+		return nil
+	}
+	for id := range missing {
+		ids = append(ids, id)
+		if len(ids) == docBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
 }
 
 // listQuery is ListSandboxes's query and its arguments.
@@ -139,7 +208,7 @@ func listQuery(f store.SandboxFilter) (string, []any) {
 		where = append(where, "(created_at, id) "+cmp+" (?, ?)")
 		args = append(args, records.FormatTime(f.After.CreatedAt), f.After.ID)
 	}
-	q := "SELECT id, version, doc FROM sandboxes"
+	q := "SELECT id, version FROM sandboxes"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
