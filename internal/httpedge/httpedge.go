@@ -46,7 +46,11 @@ func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (sta
 // The length goes with it, so that a flushed answer is whole at the client before the
 // handler returns.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b := EncodeJSON(v)
+	WriteJSONBody(w, status, EncodeJSON(v))
+}
+
+// WriteJSONBody answers b, JSON already encoded, with status, as WriteJSON does.
+func WriteJSONBody(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/auth"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/forward"
+	"github.com/airlockhq/airlock/internal/httpedge"
 	"github.com/airlockhq/airlock/internal/manager"
 )
 
@@ -290,10 +291,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(b)
+	httpedge.WriteJSONBody(w, http.StatusOK, b)
 	return nil
 }
 

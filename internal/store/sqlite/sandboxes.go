@@ -76,7 +76,7 @@ func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*stor
 // ListSandboxes implements store.Store. Labels are matched in SQL against the labels
 // object of the stored document, one EXISTS per pair. The list reads ids and versions
 // first and the documents only of the records not already decoded at that version
-// (reading and copying each row's document was most of a large list's time), both in
+// (reading and copying each row's document was a large part of a long list's time), both in
 // one read transaction, so the documents are those of the versions listed.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	q, args := listQuery(f)
@@ -147,9 +147,12 @@ func (s *Store) readDocs(ctx context.Context, tx *sql.Tx, missing map[string]int
 			if err := json.Unmarshal(doc, sb); err != nil {
 				return fmt.Errorf("decode stored sandbox: %w", err)
 			}
-			i, ok := missing[id]
-			if !ok || out[i] != nil || sb.ID != id {
+			if sb.ID != id {
 				return fmt.Errorf("stored sandbox %s: its document names %s", id, sb.ID)
+			}
+			i, ok := missing[id]
+			if !ok || out[i] != nil {
+				return fmt.Errorf("stored sandbox %s read twice or unasked", id)
 			}
 			out[i] = sb
 			s.decoded.put(sb)
