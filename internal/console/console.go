@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -124,6 +125,8 @@ func Mount(api, console http.Handler) http.Handler {
 		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/metrics" {
 			if strings.HasPrefix(r.URL.Path, "/v1/ports/") {
 				w.Header().Set("Content-Security-Policy", portPolicy)
+				// What a sandbox serves never sees the viewer's session, nor sets one.
+				r, w = withoutSession(r), portWriter{w}
 			}
 			api.ServeHTTP(w, r)
 			return
@@ -131,6 +134,48 @@ func Mount(api, console http.Handler) http.Handler {
 		console.ServeHTTP(w, r)
 	})
 }
+
+// withoutSession is r without the console's session cookie (the browser sends it with
+// every request to this origin, an exposed port's too); other cookies are kept.
+func withoutSession(r *http.Request) *http.Request {
+	cookies := r.Cookies()
+	if !slices.ContainsFunc(cookies, func(c *http.Cookie) bool { return c.Name == cookieName }) {
+		return r
+	}
+	r = r.Clone(r.Context())
+	r.Header.Del("Cookie")
+	for _, c := range cookies {
+		if c.Name != cookieName {
+			r.AddCookie(c)
+		}
+	}
+	return r
+}
+
+// portWriter passes an exposed port's answer but for a Set-Cookie of the console's
+// session cookie, which would sign the viewer in as someone else (or out).
+type portWriter struct{ http.ResponseWriter }
+
+func (w portWriter) clean() {
+	h := w.Header()
+	sc := h.Values("Set-Cookie")
+	kept := slices.DeleteFunc(slices.Clone(sc), func(v string) bool {
+		name, _, _ := strings.Cut(v, "=")
+		return strings.TrimSpace(name) == cookieName
+	})
+	if len(kept) != len(sc) {
+		h["Set-Cookie"] = kept
+	}
+}
+
+func (w portWriter) WriteHeader(code int) { w.clean(); w.ResponseWriter.WriteHeader(code) }
+
+func (w portWriter) Write(b []byte) (int, error) { w.clean(); return w.ResponseWriter.Write(b) }
+
+func (w portWriter) Flush() { w.clean(); http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the connection (an upgrade's hijack).
+func (w portWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ServeHTTP serves the console's pages and calls.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
