@@ -1,12 +1,16 @@
 package console
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +225,46 @@ func TestPortNeverSeesNorSetsTheSession(t *testing.T) {
 	}
 	if _, body := do(t, hc, "GET", srv.URL+"/console/session", "", nil); !strings.Contains(body, "csrf") {
 		t.Errorf("after the port's answer the console's session is gone: %s", body)
+	}
+}
+
+// TestPortUpgradeSetsNoSession: an exposed port's answer to an upgrade (a WebSocket),
+// which the proxy writes on the hijacked connection itself, cannot set the console's
+// session cookie either.
+func TestPortUpgradeSetsNoSession(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n" +
+			"Set-Cookie: " + cookieName + "=planted; Path=/console\r\nSet-Cookie: app=1\r\n\r\nhello")
+		brw.Flush()
+	}))
+	defer app.Close()
+	target, _ := url.Parse(app.URL)
+	api := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }}
+	c := New(Options{API: api})
+	srv := httptest.NewServer(Mount(api, c))
+	defer func() { srv.Close(); c.Close() }()
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/ports/sb_x/80/ HTTP/1.1\r\nHost: "+srv.Listener.Addr().String()+"\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := resp.Header.Values("Set-Cookie"); resp.StatusCode != 101 || len(sc) != 1 || sc[0] != "app=1" {
+		t.Errorf("the upgrade's answer: %d, Set-Cookie %q; want 101 with only the app's own cookie", resp.StatusCode, sc)
+	}
+	if b, _ := io.ReadAll(io.LimitReader(br, 5)); string(b) != "hello" {
+		t.Errorf("after the upgrade's header: %q, want the app's bytes", b)
 	}
 }
