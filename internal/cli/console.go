@@ -67,7 +67,7 @@ func runConsole(c *cmd, args []string) error {
 		FlushInterval: -1,
 	}
 	hs := &http.Server{ReadHeaderTimeout: 30 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+		if !consolePath(r.URL.Path) {
 			// Over the socket the daemon knows the caller by uid: never lend it.
 			http.Error(w, "the API is not served here: only the console's pages are", http.StatusNotFound)
 			return
@@ -86,4 +86,15 @@ func runConsole(c *cmd, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// consolePath reports whether path is one of the console's own (its page, assets and
+// calls, which carry the viewer's session): the only paths airlock console passes to
+// the socket. Everything else the daemon serves there (/v1, /metrics, and whatever
+// comes next) would answer as this command's user.
+func consolePath(path string) bool {
+	if strings.Contains(path, "/..") || strings.Contains(path, "//") {
+		return false
+	}
+	return path == "/" || strings.HasPrefix(path, "/assets/") || strings.HasPrefix(path, "/console/")
 }

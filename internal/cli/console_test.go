@@ -21,8 +21,8 @@ func TestConsoleVerbPassesOnlyTheConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	daemon := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			io.WriteString(w, `{"version":"test"}`)
+		if strings.HasPrefix(r.URL.Path, "/v1/") || !strings.HasPrefix(r.URL.Path, "/console/") && r.URL.Path != "/" {
+			io.WriteString(w, `{"version":"test"}`) // the API, or /metrics: answered as the socket's uid
 			return
 		}
 		io.WriteString(w, "console page, host "+r.Host)
@@ -55,7 +55,7 @@ func TestConsoleVerbPassesOnlyTheConsole(t *testing.T) {
 	if code, body := get("/"); code != 200 || body != "console page, host "+strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/") {
 		t.Errorf("GET /: got %d %q, want the console's page with the local Host kept", code, body)
 	}
-	for _, p := range []string{"/v1/status", "/v1", "/v1/sandboxes"} {
+	for _, p := range []string{"/v1/status", "/v1", "/v1/sandboxes", "/metrics", "/console/../metrics", "/console/%2e%2e/v1/status", "//v1/status"} {
 		if code, body := get(p); code != http.StatusNotFound || strings.Contains(body, "version") {
 			t.Errorf("GET %s: got %d %q, want 404: the API is not passed", p, code, body)
 		}

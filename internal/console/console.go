@@ -15,12 +15,16 @@
 package console
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -124,12 +128,110 @@ func Mount(api, console http.Handler) http.Handler {
 		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/metrics" {
 			if strings.HasPrefix(r.URL.Path, "/v1/ports/") {
 				w.Header().Set("Content-Security-Policy", portPolicy)
+				// What a sandbox serves never sees the viewer's session, nor sets one.
+				r, w = withoutSession(r), portWriter{w}
 			}
 			api.ServeHTTP(w, r)
 			return
 		}
 		console.ServeHTTP(w, r)
 	})
+}
+
+// withoutSession is r without the console's session cookie (the browser sends it with
+// every request to this origin, an exposed port's too); other cookies are kept.
+func withoutSession(r *http.Request) *http.Request {
+	cookies := r.Cookies()
+	if !slices.ContainsFunc(cookies, func(c *http.Cookie) bool { return c.Name == cookieName }) {
+		return r
+	}
+	r = r.Clone(r.Context())
+	r.Header.Del("Cookie")
+	for _, c := range cookies {
+		if c.Name != cookieName {
+			r.AddCookie(c)
+		}
+	}
+	return r
+}
+
+// portWriter passes an exposed port's answer but for a Set-Cookie of the console's
+// session cookie, which would sign the viewer in as someone else (or out).
+type portWriter struct{ http.ResponseWriter }
+
+func (w portWriter) clean() {
+	h := w.Header()
+	sc := h.Values("Set-Cookie")
+	kept := slices.DeleteFunc(slices.Clone(sc), setsSession)
+	if len(kept) != len(sc) {
+		h["Set-Cookie"] = kept
+	}
+}
+
+// setsSession says whether the value of a Set-Cookie header sets the console's cookie.
+func setsSession(v string) bool {
+	name, _, _ := strings.Cut(v, "=")
+	return strings.TrimSpace(name) == cookieName
+}
+
+func (w portWriter) WriteHeader(code int) { w.clean(); w.ResponseWriter.WriteHeader(code) }
+
+func (w portWriter) Write(b []byte) (int, error) { w.clean(); return w.ResponseWriter.Write(b) }
+
+func (w portWriter) Flush() { w.clean(); http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach what portWriter does not implement.
+func (w portWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack hands an upgrade its connection; the answer's header, which the proxy then
+// writes itself (101 Switching Protocols), still loses the session's Set-Cookie.
+func (w portWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return conn, brw, err
+	}
+	return conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriter(&headFilter{w: brw.Writer})), nil
+}
+
+// headFilter drops the session's Set-Cookie lines from the HTTP header written through
+// it, and passes the rest (and everything after the header) as it is.
+type headFilter struct {
+	w    *bufio.Writer
+	head []byte
+	done bool
+}
+
+func (f *headFilter) Write(b []byte) (int, error) {
+	if f.done {
+		n, err := f.w.Write(b)
+		return n, errors.Join(err, f.w.Flush())
+	}
+	f.head = append(f.head, b...)
+	end := bytes.Index(f.head, []byte("\r\n\r\n"))
+	if end < 0 {
+		if len(f.head) > 1<<20 {
+			return 0, errors.New("an upgrade's header of more than 1 MiB")
+		}
+		return len(b), nil
+	}
+	f.done = true
+	var out []byte
+	for line := range strings.SplitSeq(string(f.head[:end+2]), "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(strings.TrimSpace(k), "Set-Cookie") {
+			if setsSession(v) {
+				continue
+			}
+		}
+		if line != "" {
+			out = append(append(out, line...), "\r\n"...)
+		}
+	}
+	out = append(append(out, "\r\n"...), f.head[end+4:]...)
+	f.head = nil
+	if _, err := f.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), f.w.Flush()
 }
 
 // ServeHTTP serves the console's pages and calls.

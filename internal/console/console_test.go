@@ -1,12 +1,16 @@
 package console
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +21,12 @@ type fakeAPI struct{ last *http.Request }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.last = r.Clone(r.Context())
+	if strings.HasPrefix(r.URL.Path, "/v1/ports/") { // what a sandbox's server answers
+		w.Header().Add("Set-Cookie", cookieName+"=planted; Path=/console")
+		w.Header().Add("Set-Cookie", "app=1; Path=/v1/ports/")
+		io.WriteString(w, "the app")
+		return
+	}
 	if r.Header.Get("Authorization") != "Bearer good" {
 		writeError(w, http.StatusUnauthorized, "unauthenticated", "bad token")
 		return
@@ -190,5 +200,71 @@ func TestSandboxNamedLikeARoute(t *testing.T) {
 	}
 	if resp, _ := do(t, hc, "GET", srv.URL+"/console/v1/sandboxes/a/pty", "", nil); resp.StatusCode != 404 {
 		t.Errorf("the PTY route through the proxy: got %d, want 404 (the console's terminal is /console/pty)", resp.StatusCode)
+	}
+}
+
+// TestPortNeverSeesNorSetsTheSession: an exposed port, served on the console's origin,
+// gets the browser's other cookies but never the console's session cookie, and its
+// answer cannot set one.
+func TestPortNeverSeesNorSetsTheSession(t *testing.T) {
+	srv, api, hc := newTestConsole(t)
+	signIn(t, srv, hc)
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/ports/sb_x/80/", nil)
+	req.AddCookie(&http.Cookie{Name: "app", Value: "mine"})
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ck := api.last.Header.Get("Cookie"); strings.Contains(ck, cookieName) || !strings.Contains(ck, "app=mine") {
+		t.Errorf("the port got Cookie %q, want the app's own cookie and not the console's session", ck)
+	}
+	sc := resp.Header.Values("Set-Cookie")
+	if len(sc) != 1 || !strings.HasPrefix(sc[0], "app=1") {
+		t.Errorf("the port's answer set cookies %q, want only the app's own", sc)
+	}
+	if _, body := do(t, hc, "GET", srv.URL+"/console/session", "", nil); !strings.Contains(body, "csrf") {
+		t.Errorf("after the port's answer the console's session is gone: %s", body)
+	}
+}
+
+// TestPortUpgradeSetsNoSession: an exposed port's answer to an upgrade (a WebSocket),
+// which the proxy writes on the hijacked connection itself, cannot set the console's
+// session cookie either.
+func TestPortUpgradeSetsNoSession(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n" +
+			"Set-Cookie: " + cookieName + "=planted; Path=/console\r\nSet-Cookie: app=1\r\n\r\nhello")
+		brw.Flush()
+	}))
+	defer app.Close()
+	target, _ := url.Parse(app.URL)
+	api := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }}
+	c := New(Options{API: api})
+	srv := httptest.NewServer(Mount(api, c))
+	defer func() { srv.Close(); c.Close() }()
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/ports/sb_x/80/ HTTP/1.1\r\nHost: "+srv.Listener.Addr().String()+"\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := resp.Header.Values("Set-Cookie"); resp.StatusCode != 101 || len(sc) != 1 || sc[0] != "app=1" {
+		t.Errorf("the upgrade's answer: %d, Set-Cookie %q; want 101 with only the app's own cookie", resp.StatusCode, sc)
+	}
+	if b, _ := io.ReadAll(io.LimitReader(br, 5)); string(b) != "hello" {
+		t.Errorf("after the upgrade's header: %q, want the app's bytes", b)
 	}
 }

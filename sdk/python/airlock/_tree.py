@@ -87,6 +87,28 @@ def check_name(name: str) -> List[str]:
     return out
 
 
+#: The most bytes of a header's own records (a PAX header, a GNU long name or link)
+#: that are read: tarfile reads them whole into memory (Go's archive/tar stops at the
+#: same 1 MiB).
+MAX_HEADER_RECORDS = 1 << 20
+
+_RECORD_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                 tarfile.GNUTYPE_LONGLINK)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A header whose records tarfile would read into memory whatever their size (or, for
+    a GNU sparse file, block after block) is refused before they are read."""
+
+    def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _RECORD_TYPES and self.size > MAX_HEADER_RECORDS:
+            raise ArchiveRefused(self.name, f"a header of {self.size} bytes of records; at most {MAX_HEADER_RECORDS} are read",
+                                 limit=True)
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise ArchiveRefused(self.name, f"an entry of type {self.type!r}; only directories, regular files and links are unpacked")
+        return super()._proc_member(tf)
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -244,7 +266,7 @@ def extract(stream: IO[bytes], dest: str, *, max_entries: int = DEFAULT_MAX_ENTR
     x = _Extractor(root_fd, max_entries, max_bytes, progress)
     try:
         try:
-            tf = tarfile.open(fileobj=stream, mode="r|")
+            tf = tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo)
         except tarfile.TarError as e:
             raise ArchiveRefused("", f"not a valid tar stream: {e}") from None
         n = 0

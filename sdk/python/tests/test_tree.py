@@ -132,6 +132,35 @@ def test_entry_limit(tmp_path) -> None:
     assert src.n < 2000
 
 
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_huge_header_refused(tmp_path, kind) -> None:
+    """A header claiming 64 MiB of records (which tarfile would read into memory whole)
+    is refused having read no more than a bound of it."""
+
+    class Zeros(io.RawIOBase):
+        def __init__(self) -> None:
+            ti = tarfile.TarInfo("././@LongLink")
+            ti.type, ti.size = kind, 64 << 20
+            self.head, self.read_bytes = ti.tobuf(format=tarfile.USTAR_FORMAT), 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:  # type: ignore[override]
+            chunk = self.head[:len(b)] or bytes(len(b))
+            self.head = self.head[len(chunk):]
+            b[:len(chunk)] = chunk
+            self.read_bytes += len(chunk)
+            return len(chunk)
+
+    src = Zeros()
+    with pytest.raises(airlock.ArchiveRefused) as ei:
+        _tree.extract(io.BufferedReader(src), str(tmp_path))
+    assert ei.value.limit and "at most 1048576 are read" in str(ei.value)
+    assert src.read_bytes < 2 << 20
+    assert os.listdir(tmp_path) == []
+
+
 def test_setuid_dropped_and_link_replaced(tmp_path) -> None:
     target = tmp_path / "target"
     target.write_text("keep")
