@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -36,7 +37,7 @@ func Adapt(ew ErrorWriter, h Handler) http.HandlerFunc {
 // answered with and h's error: what the request audit records.
 func Run(w http.ResponseWriter, r *http.Request, ew ErrorWriter, h Handler) (status int, err error) {
 	rec := &Recorder{ResponseWriter: w}
-	if err = h(rec, r); err != nil {
+	if err = h(rec, r); err != nil && !errors.As(err, new(cutError)) {
 		ew(rec, r, err)
 	}
 	return rec.Status(), err

@@ -56,7 +56,7 @@ func (s *Recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (s *Recorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Tracker passes writes on to W and notes whether any byte went: once one has, a
-// handler's failure can no longer be its answer (it logs it and returns nil).
+// handler's failure can no longer be its answer (it returns Cut(err)).
 type Tracker struct {
 	W    io.Writer
 	Sent bool
@@ -65,4 +65,24 @@ type Tracker struct {
 func (t *Tracker) Write(p []byte) (int, error) {
 	t.Sent = true
 	return t.W.Write(p)
+}
+
+// cutError is a handler's failure after its answer's first byte.
+type cutError struct{ err error }
+
+func (c cutError) Error() string { return c.err.Error() }
+func (c cutError) Unwrap() error { return c.err }
+
+// Cut marks err as a failure after the answer began: its status is gone, so Run writes
+// no error answer, and the caller ends the connection without ending the answer (Abort)
+// once it has recorded the request. A client then sees the body end early — never a
+// short stream that looks whole, as a chunked tar stream cut between two entries would.
+func Cut(err error) error { return cutError{err} }
+
+// Abort ends the connection of a request whose handler failed with Cut, without the
+// answer's end; any other err returns.
+func Abort(err error) {
+	if errors.As(err, new(cutError)) {
+		panic(http.ErrAbortHandler)
+	}
 }

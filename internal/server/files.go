@@ -91,6 +91,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
+		return httpedge.Cut(err)
 	}
 	return nil
 }
@@ -128,6 +129,7 @@ func (s *Server) downloadRange(w http.ResponseWriter, r *http.Request, tw *httpe
 			return err
 		}
 		s.log.Warn("download cut short", "path", p, "err", err)
+		return httpedge.Cut(err)
 	}
 	return nil
 }

@@ -183,6 +183,7 @@ func (s *Server) adapt(rt route) http.HandlerFunc {
 			}
 			s.auditRequest(r, rt.pattern, noted(), status, err, start)
 		}
+		httpedge.Abort(err)
 	}
 }
 

@@ -24,8 +24,8 @@ func (s *Server) uploadTree(w http.ResponseWriter, r *http.Request) error {
 }
 
 // downloadTree streams the tree under the directory ?path= as a tar stream. A failure
-// before the first byte is an error answer; after it, the stream is cut short (the
-// archive then lacks its end, which every reader notices).
+// before the first byte is an error answer; after it, the connection is cut before the
+// answer's end (a tar stream cut between two entries would otherwise read as whole).
 func (s *Server) downloadTree(w http.ResponseWriter, r *http.Request) error {
 	p, wk, err := s.treeWork(r)
 	if err != nil {
@@ -39,6 +39,7 @@ func (s *Server) downloadTree(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		s.log.Warn("tree download cut short", "path", p, "err", err)
+		return httpedge.Cut(err)
 	}
 	return nil
 }
