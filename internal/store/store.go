@@ -188,6 +188,8 @@ type Sandbox struct {
 	Network Network `json:"network"`
 	// Workspace, if set, is the host directory the sandbox sees at /workspace.
 	Workspace *Workspace `json:"workspace,omitempty"`
+	// Volumes are the volumes attached to the sandbox, mounted at each start.
+	Volumes []SandboxVolume `json:"volumes,omitempty"`
 	// Ports are the sandbox\'s exposed ports.
 	Ports   []Port `json:"ports,omitempty"`
 	Failure string `json:"failure,omitempty"` // why it is failed, or lost
@@ -473,6 +475,7 @@ type Store interface {
 	ClusterKeys // keys.go
 	ClusterCA   // clusterca.go
 	Snapshots   // snapshots.go
+	Volumes     // volumes.go
 
 	Close() error
 }

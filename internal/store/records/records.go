@@ -280,3 +280,33 @@ func ScanReserved(rows Rows) (map[string]store.Resources, error) {
 	}
 	return out, nil
 }
+
+// VolumeColumns are the columns of a volume record, in the order of VolumeArgs and
+// ScanVolume; doc holds the whole record.
+const VolumeColumns = `id, kind, owner, name, version, doc`
+
+// VolumeArgs returns v's values in the order of VolumeColumns.
+func VolumeArgs(v *store.Volume) ([]any, error) {
+	c := *v
+	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, errdefs.Invalid("volume %s cannot be stored: %v", v.ID, err)
+	}
+	return []any{v.ID, v.Kind, v.Owner, v.Name, v.Version, string(b)}, nil
+}
+
+// ScanVolume reads a row of VolumeColumns.
+func ScanVolume(row Scanner) (*store.Volume, error) {
+	var id, kind, owner, name, doc string
+	var version int64
+	if err := row.Scan(&id, &kind, &owner, &name, &version, &doc); err != nil {
+		return nil, err
+	}
+	var v store.Volume
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		return nil, fmt.Errorf("decode stored volume %s: %w", id, err)
+	}
+	v.ID, v.Kind, v.Owner, v.Name, v.Version = id, kind, owner, name, version
+	return &v, nil
+}

@@ -181,8 +181,8 @@ func TestMigrations(t *testing.T) {
 
 	// A later release adds a migration: only it is applied.
 	next := append(ms, store.Migration{Version: len(ms) + 1, Name: "next.sql", SQL: `
-		CREATE TABLE volumes (id TEXT PRIMARY KEY);
-		CREATE INDEX volumes_id ON volumes (id);`})
+		CREATE TABLE later_things (id TEXT PRIMARY KEY);
+		CREATE INDEX later_things_id ON later_things (id);`})
 	for range 2 {
 		if err := migrate(ctx, s.w, next); err != nil {
 			t.Fatalf("migrate with a new migration: got error %v, want none", err)
@@ -191,7 +191,7 @@ func TestMigrations(t *testing.T) {
 	if v, rows := version(t, ctx, s); v != len(next) || rows != len(next) {
 		t.Errorf("after a new migration: got version %d with %d rows, want %d with %d", v, rows, len(next), len(next))
 	}
-	if _, err := s.w.ExecContext(ctx, `INSERT INTO volumes (id) VALUES ('v1')`); err != nil {
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO later_things (id) VALUES ('v1')`); err != nil {
 		t.Errorf("insert into the new table: got error %v, want none", err)
 	}
 

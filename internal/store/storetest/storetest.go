@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClusterCA", testClusterCA},
 		{"ConcurrentClusterCA", testConcurrentClusterCA},
 		{"SnapshotRecords", testSnapshotRecords},
+		{"Volumes", testVolumes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
