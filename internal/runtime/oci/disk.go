@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/loopdev"
 )
 
 // A sandbox with a disk limit keeps its upper layer on its own ext4 filesystem: a
@@ -177,7 +179,7 @@ func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) err
 			return err
 		}
 	}
-	err := mountLoop(img, dir, opts)
+	err := loopdev.Mount(img, dir, opts)
 	if !needsRepair(err) {
 		return err
 	}
@@ -189,50 +191,7 @@ func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) err
 	if rerr := repairDisk(ctx, log, img, err.Error()); rerr != nil {
 		return rerr
 	}
-	return mountLoop(img, dir, opts)
-}
-
-// mountLoop attaches img to a free loop device and mounts its ext4 at dir.
-func mountLoop(img, dir, opts string) error {
-	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loop devices unavailable: %w", err)
-	}
-	defer ctl.Close()
-	for attempt := 0; attempt < 32; attempt++ {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			return fmt.Errorf("find a free loop device: %w", err)
-		}
-		dev := "/dev/loop" + strconv.Itoa(n)
-		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		err = unix.IoctlLoopConfigure(int(lf.Fd()), cfg)
-		if errors.Is(err, unix.EBUSY) {
-			lf.Close()
-			continue // another create took it first
-		}
-		if err != nil {
-			lf.Close()
-			return fmt.Errorf("attach %s to %s: %w", img, dev, err)
-		}
-		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, opts)
-		lf.Close() // the mount holds the device; autoclear detaches it on unmount
-		if err != nil {
-			return fmt.Errorf("mount %s: %w", dev, err)
-		}
-		return nil
-	}
-	return errors.New("no free loop device after 32 attempts")
+	return loopdev.Mount(img, dir, opts)
 }
 
 // Every unmount here is lazy (MNT_DETACH): the ext4 of a disk image lives on, with
@@ -251,7 +210,7 @@ const releaseWait = 30 * time.Second
 func waitReleased(img string) error {
 	deadline := time.Now().Add(releaseWait)
 	for {
-		dev, err := loopOf(img)
+		dev, err := loopdev.Of(img)
 		if err != nil || dev == "" {
 			return err
 		}
@@ -260,34 +219,6 @@ func waitReleased(img string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// loopOf names a loop device backed by img, or "" if none is.
-func loopOf(img string) (string, error) {
-	var want unix.Stat_t
-	if err := unix.Stat(img, &want); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return "", nil
-		}
-		return "", err
-	}
-	// Only attached devices have a backing_file: read it directly instead of globbing
-	// sysfs, which walks every device's directory.
-	devs, _ := os.ReadDir("/sys/block")
-	for _, e := range devs {
-		if !strings.HasPrefix(e.Name(), "loop") {
-			continue
-		}
-		b, err := os.ReadFile("/sys/block/" + e.Name() + "/loop/backing_file")
-		if err != nil {
-			continue // not attached, or detached meanwhile
-		}
-		var st unix.Stat_t
-		if unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-			return e.Name(), nil
-		}
-	}
-	return "", nil
 }
 
 // diskPool keeps a few formatted images of one size ready.

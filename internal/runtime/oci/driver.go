@@ -36,6 +36,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
+	"github.com/airlockhq/airlock/internal/loopdev"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/oci/sidecar"
 )
@@ -601,7 +602,7 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 		if err := os.MkdirAll(fsDir, 0o711); err != nil {
 			return err
 		}
-		return mountLoop(img, fsDir, "")
+		return loopdev.Mount(img, fsDir, "")
 	}
 	return mountDisk(ctx, d.log, img, fsDir, "")
 }

@@ -1,0 +1,87 @@
+// Package loopdev attaches image files to loop devices and mounts their ext4: the
+// sandboxes' own disks and volumes are such images. It must not know what an image
+// holds or whose it is.
+package loopdev
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mount attaches img to a free loop device (detached automatically when the mount goes)
+// and mounts its ext4 at dir with the mount options opts.
+func Mount(img, dir, opts string) error {
+	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loop devices unavailable: %w", err)
+	}
+	defer ctl.Close()
+	for attempt := 0; attempt < 32; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("find a free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		err = unix.IoctlLoopConfigure(int(lf.Fd()), cfg)
+		if errors.Is(err, unix.EBUSY) {
+			lf.Close()
+			continue // another create took it first
+		}
+		if err != nil {
+			lf.Close()
+			return fmt.Errorf("attach %s to %s: %w", img, dev, err)
+		}
+		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, opts)
+		lf.Close() // the mount holds the device; autoclear detaches it on unmount
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", dev, err)
+		}
+		return nil
+	}
+	return errors.New("no free loop device after 32 attempts")
+}
+
+// Of names a loop device backed by img ("loop3"), or "" if none is.
+func Of(img string) (string, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(img, &want); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "", nil
+		}
+		return "", err
+	}
+	// Only attached devices have a backing_file: read it directly instead of globbing
+	// sysfs, which walks every device's directory.
+	devs, _ := os.ReadDir("/sys/block")
+	for _, e := range devs {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		b, err := os.ReadFile("/sys/block/" + e.Name() + "/loop/backing_file")
+		if err != nil {
+			continue // not attached, or detached meanwhile
+		}
+		var st unix.Stat_t
+		if unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			return e.Name(), nil
+		}
+	}
+	return "", nil
+}
+
