@@ -24,8 +24,11 @@ import (
 
 // Mapping says which on-disk owner appears as which: files of FromUID/FromGID on disk
 // appear as ToUID/ToGID through the mount, and files created through it as ToUID/ToGID
-// land on disk as FromUID/FromGID. Every other id appears as the overflow id (nobody).
-type Mapping struct{ FromUID, FromGID, ToUID, ToGID uint32 }
+// land on disk as FromUID/FromGID. Size ids from each are mapped so, one to one (0 is
+// one). Every other id appears as the overflow id (nobody).
+type Mapping struct{ FromUID, FromGID, ToUID, ToGID, Size uint32 }
+
+func (m Mapping) size() int { return int(max(m.Size, 1)) }
 
 // Mount makes an id-mapped bind mount of the directory open at dir (an *os.File opened
 // with O_PATH|O_DIRECTORY is fine; the caller checked who owns it) at target, an
@@ -122,8 +125,8 @@ func userns(m Mapping) (int, error) {
 	cmd := exec.Command(sleep, "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.FromUID), HostID: int(m.ToUID), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.FromGID), HostID: int(m.ToGID), Size: 1}},
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.FromUID), HostID: int(m.ToUID), Size: m.size()}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(m.FromGID), HostID: int(m.ToGID), Size: m.size()}},
 		Pdeathsig:   syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/durable"
+	"github.com/airlockhq/airlock/internal/loopdev"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -33,7 +34,7 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 		return nil, fmt.Errorf("%w: sandbox %s has no disk image", errors.ErrUnsupported, src)
 	}
 	if m := mountsUnder(filepath.Join(d.dir(src), "fs")); len(m) == 0 {
-		if err := waitReleased(srcImg); err != nil {
+		if err := loopdev.WaitReleased(srcImg); err != nil {
 			return nil, err
 		}
 	} else if err := syncfsAt(filepath.Join(d.dir(src), "fs")); err != nil {

@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/loopdev"
 )
@@ -31,26 +28,7 @@ const diskImage = "disk.img"
 func mkfsDisk(ctx context.Context, path string, size int64) error {
 	tmp := path + ".tmp"
 	os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		// No reserved blocks: the whole cap is the sandbox's. Lazy init keeps it fast
-		// (mke2fs discards the file's blocks, so the inode tables read as zeroed).
-		out, cerr := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
-			"-E", "lazy_itable_init=1,lazy_journal_init=1", tmp).CombinedOutput()
-		if cerr != nil {
-			if strings.Contains(string(out), "No space left on device") {
-				cerr = unix.ENOSPC
-			}
-			err = fmt.Errorf("mkfs.ext4: %w: %s", cerr, strings.TrimSpace(string(out)))
-		}
-	}
+	err := loopdev.MakeImage(ctx, tmp, size)
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
@@ -166,7 +144,7 @@ func syncFile(path string) error {
 // any earlier mount of img to be gone for good (see waitReleased), and repairs the file
 // system first if it records errors or if the mount finds it damaged (diskcheck.go).
 func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) error {
-	if err := waitReleased(img); err != nil {
+	if err := loopdev.WaitReleased(img); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -185,7 +163,7 @@ func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) err
 	}
 	// The failed mount's loop device goes on its last close; e2fsck must have the
 	// image to itself.
-	if werr := waitReleased(img); werr != nil {
+	if werr := loopdev.WaitReleased(img); werr != nil {
 		return errors.Join(err, werr)
 	}
 	if rerr := repairDisk(ctx, log, img, err.Error()); rerr != nil {
@@ -201,25 +179,6 @@ func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) err
 // without those writes, and a second ext4 over the same file would lose them for
 // good. So whoever is about to read the image, and a stop about to report the sandbox
 // stopped, first waits for its loop device to be gone.
-
-// releaseWait bounds waitReleased.
-const releaseWait = 30 * time.Second
-
-// waitReleased waits until no loop device is backed by img any more, and fails if one
-// still is after releaseWait. The kernel tells of no detach, so it polls.
-func waitReleased(img string) error {
-	deadline := time.Now().Add(releaseWait)
-	for {
-		dev, err := loopdev.Of(img)
-		if err != nil || dev == "" {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the disk image %s is still in use (by %s) after %s", img, dev, releaseWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // diskPool keeps a few formatted images of one size ready.
 type diskPool struct {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/loopdev"
 )
 
 // TestMountDiskRepairs: a disk image whose ext4 was damaged (errors recorded, metadata
@@ -84,7 +86,7 @@ func mountAndUnmount(t *testing.T, log *slog.Logger, img, fsDir string, fn func(
 	if err := unix.Unmount(fsDir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitReleased(img); err != nil {
+	if err := loopdev.WaitReleased(img); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -413,7 +413,7 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	} else if err := bindsource.Unmount(filepath.Join(dir, "fs")); err != nil {
 		errs = append(errs, err)
-	} else if err := waitReleased(filepath.Join(dir, diskImage)); err != nil {
+	} else if err := loopdev.WaitReleased(filepath.Join(dir, diskImage)); err != nil {
 		errs = append(errs, err) // not stopped until its writes are in the image
 	}
 	d.peers.Delete(id)
