@@ -81,6 +81,8 @@ type CreateSandboxRequest struct {
 	// for a caller on the node's unix socket, and only a directory it owns (any, for
 	// root); runc runtime only.
 	Workspace *Workspace `json:"workspace,omitempty"`
+	// Volumes are the caller's volumes to attach (see VolumeMount).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // Workspace is a directory of the node a sandbox sees at /workspace: its owner shows
@@ -180,9 +182,11 @@ type Sandbox struct {
 	Failure string        `json:"failure,omitempty"`
 	Network NetworkPolicy `json:"network"`
 	// Workspace is the node's directory the sandbox sees at /workspace, if any.
-	Workspace  *Workspace `json:"workspace,omitempty"`
-	Parent     string     `json:"parent,omitempty"`      // snapshot it was restored or forked from
-	ForkedFrom string     `json:"forked_from,omitempty"` // sandbox it was forked from
+	Workspace *Workspace `json:"workspace,omitempty"`
+	// Volumes are the volumes attached to the sandbox.
+	Volumes    []VolumeMount `json:"volumes,omitempty"`
+	Parent     string        `json:"parent,omitempty"`      // snapshot it was restored or forked from
+	ForkedFrom string        `json:"forked_from,omitempty"` // sandbox it was forked from
 	// Persistence says what a suspend of the sandbox keeps under its runtime, and
 	// whether a suspended one's memory is kept.
 	Persistence *Persistence `json:"persistence,omitempty"`
@@ -277,6 +281,8 @@ type RestoreRequest struct {
 type ForkRequest struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Volumes are volumes to attach to the fork; it gets none of its source's.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{ref}/exec.
@@ -841,4 +847,64 @@ type RouteDecision struct {
 	// Degraded says the work would run in a sandbox but no runtime can run one: Place
 	// is fence instead, and the audit log has a sandbox.degraded record.
 	Degraded bool `json:"degraded,omitempty"`
+}
+
+// VolumeMount is a volume attached to a sandbox at an absolute path, read-only or not
+// (one writer at a time: a volume's writer lease).
+type VolumeMount struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// Volume is a volume, or a volume snapshot (kind snapshot: its name is its id).
+type Volume struct {
+	ID    string `json:"id"`
+	Kind  string `json:"kind"` // volume or snapshot
+	Name  string `json:"name"`
+	Owner string `json:"owner"`
+	Node  string `json:"node"`
+	// Size is the capacity in bytes; GrowTo, when set, is a grow that takes effect at
+	// the volume's next mount that no running sandbox holds.
+	Size        int64              `json:"size"`
+	GrowTo      int64              `json:"grow_to,omitempty"`
+	Source      string             `json:"source,omitempty"`   // the snapshot it was made from, or the volume a snapshot copies
+	Checksum    string             `json:"checksum,omitempty"` // a snapshot's
+	Attachments []VolumeAttachment `json:"attachments"`
+	CreatedAt   time.Time          `json:"created_at"`
+	UpdatedAt   time.Time          `json:"updated_at"`
+}
+
+// VolumeAttachment is a sandbox a volume is attached to.
+type VolumeAttachment struct {
+	Sandbox  string `json:"sandbox"` // its id
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// VolumeList is the body of GET /v1/volumes.
+type VolumeList struct {
+	Volumes []Volume `json:"volumes"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	Name string `json:"name"`
+	// Size is the capacity in bytes (at least 16 MiB); from a snapshot, at least its size
+	// (0: the snapshot's).
+	Size int64 `json:"size"`
+	// From is a volume snapshot ("vsnap_…") whose contents the volume starts with.
+	From string `json:"from,omitempty"`
+}
+
+// ResizeVolumeRequest is the body of POST /v1/volumes/{name}/resize.
+type ResizeVolumeRequest struct {
+	Size int64 `json:"size"` // bytes; above the current size: a volume only grows
+}
+
+// AttachVolumeRequest is the body of POST /v1/volumes/{name}/attach and /detach.
+type AttachVolumeRequest struct {
+	Sandbox  string `json:"sandbox"` // name or id; it must be suspended
+	Path     string `json:"path,omitempty"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }

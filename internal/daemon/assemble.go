@@ -35,6 +35,7 @@ import (
 	"github.com/airlockhq/airlock/internal/store/postgres"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 	"github.com/airlockhq/airlock/internal/version"
+	"github.com/airlockhq/airlock/internal/volume"
 )
 
 // Options are what Assemble takes besides the configuration: the parts a test
@@ -196,6 +197,11 @@ func Assemble(ctx context.Context, cfg config.Config, opts Options) (_ *Node, re
 	n.FenceSocket, n.FenceNote = fenceSocket(cfg.Socket)
 	n.Manager.AddProbe(func(context.Context) (runtime.Check, bool) { return fenceCheck(n.FenceSocket, n.FenceNote), true })
 	n.Manager.SetSnapshots(n.Snapshots)
+	vols, err := volume.New(filepath.Join(cfg.StateDir, "volumes"), log)
+	if err != nil {
+		return nil, fmt.Errorf("open volumes: %w", err)
+	}
+	n.Manager.SetVolumes(vols)
 	if err := n.openPlanes(ctx, cfg, set, keys, opts); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,8 @@ type CreateRequest struct {
 	Role string `json:"role,omitempty"`
 	// Workspace, if set, mounts a host directory at /workspace (workspace.go).
 	Workspace *WorkspaceRequest `json:"workspace,omitempty"`
+	// Volumes are the owner's volumes to attach (volumes.go).
+	Volumes []VolumeMountRequest `json:"volumes,omitempty"`
 	// MayPull says the caller holds the permission to pull images (the edge checked
 	// it); a create that would have to pull without it is refused.
 	MayPull bool `json:"-"`
@@ -108,6 +110,9 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 			return nil, nil, err
 		}
 	}
+	if err := m.checkVolumeMounts(&store.Sandbox{Name: req.Name, Runtime: req.Runtime}, req.Volumes); err != nil {
+		return nil, nil, err
+	}
 	img, pull, err := m.createImage(call, req)
 	if err != nil {
 		return nil, nil, err
@@ -173,6 +178,10 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
 	m.event(sb, "created", "create", nil)
+	if err := m.attachVolumes(ctx, sb, req.Volumes); err != nil {
+		m.rollbackCreate(sb)
+		return op, nil, m.finishOp(op, "", err)
+	}
 	sb.Generation = 1 // the container being built is the first
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		m.rollbackCreate(sb)
@@ -250,10 +259,18 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		}
 		files = append(files, mnt)
 	}
+	vols, err := m.mountVolumes(ctx, sb)
+	if err != nil {
+		m.stopSecrets(sb.ID)
+		m.unmountWorkspace(sb.ID)
+		return err
+	}
+	files = append(files, vols...)
 	attached, err := m.attach(ctx, sb, &spec, files)
 	if err != nil {
 		m.stopSecrets(sb.ID)
 		m.unmountWorkspace(sb.ID)
+		m.unmountVolumes(sb.ID)
 		return err
 	}
 	if err := m.startFromMemory(ctx, sb, spec); err != nil { // memory.go
@@ -282,6 +299,7 @@ func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 		}
 		return
 	}
+	m.releaseVolumes(ctx, sb)
 	if err := m.store.DeleteSandbox(ctx, sb.ID); err != nil {
 		m.log.Error("roll back create record", "sandbox", sb.ID, "err", err)
 	}
@@ -355,6 +373,7 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 	if err := m.tombstone(ctx, sb, cause); err != nil {
 		return err
 	}
+	m.releaseVolumes(ctx, sb) // the volumes stay, free for other sandboxes
 	m.startCleanup(sb.ID, op)
 	return nil
 }

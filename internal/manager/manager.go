@@ -36,6 +36,7 @@ import (
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/volume"
 )
 
 // Config holds the manager's rules.
@@ -100,6 +101,9 @@ type Config struct {
 	// less than MinFreeStateDisk bytes free (statedisk.go).
 	StateDir         string
 	MinFreeStateDisk int64
+	// VolumeQuota is the most bytes of volumes and volume snapshots one owner keeps
+	// (0: 1 TiB).
+	VolumeQuota int64
 	// MaxFileUpload is the most bytes one file uploaded to a sandbox may have, through
 	// any plane (0: DefaultMaxFileUpload).
 	MaxFileUpload int64
@@ -162,6 +166,7 @@ type Manager struct {
 	snaps          *snapshot.Store
 	net            netattach.Network
 	secrets        *secret.Service  // nil: no secrets
+	vols           *volume.Host     // nil: no volumes (volumes.go)
 	delivery       *secret.Delivery // nil: secrets are not delivered
 
 	closePort PortCloser

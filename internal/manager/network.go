@@ -106,10 +106,11 @@ func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.S
 	return wait, nil
 }
 
-// detach ends a sandbox's secret delivery, workspace mount and network.
+// detach ends a sandbox's secret delivery, workspace and volume mounts, and network.
 func (m *Manager) detach(ctx context.Context, id string) error {
 	m.stopSecrets(id)
 	m.unmountWorkspace(id)
+	m.unmountVolumes(id)
 	if m.net == nil {
 		return nil
 	}

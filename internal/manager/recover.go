@@ -68,6 +68,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.log.Info("remove leftover workspace mount", "sandbox", id)
 		m.unmountWorkspace(id)
 	}
+	m.reconcileVolumes(ctx, cleaning)
 	return m.eachDriverIDs(ctx, func(drv runtime.Driver, ids []string) {
 		for _, id := range ids {
 			sb, err := m.store.GetSandbox(ctx, id)

@@ -316,6 +316,8 @@ func corruptErr(err error) error {
 type ForkRequest struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels"`
+	// Volumes are volumes to attach to the fork: it gets none of its source's.
+	Volumes []VolumeMountRequest `json:"volumes,omitempty"`
 }
 
 // Fork makes a new, independent sandbox from a snapshot ("snap_…") or from a sandbox
@@ -417,9 +419,12 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	defer unlock()
 	m.event(sb, "created", "fork", map[string]any{"from": parent.ID, "snapshot": sb.Parent})
 	durable := func() error { return nil }
-	if clone {
+	err = m.attachVolumes(ctx, sb, req.Volumes)
+	switch {
+	case err != nil:
+	case clone:
 		durable, err = m.cloneFrom(ctx, parent.ID, sb, cloner)
-	} else {
+	default:
 		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
 			return m.snaps.Restore(ctx, man.ID, upper, sb.UIDBase)
 		})

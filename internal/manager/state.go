@@ -83,6 +83,7 @@ const (
 	VerbNetwork  Verb = "network" // change its egress policy, expose or close a port
 	VerbLifetime Verb = "lifetime"
 	VerbSecret   Verb = "secret" // bind a secret to it
+	VerbVolume   Verb = "volume" // attach or detach a volume
 )
 
 // precondition is from which states a verb may start, and what its refusal says.
@@ -105,6 +106,7 @@ var preconditions = map[Verb]precondition{
 	VerbNetwork:  {from: []State{Creating, Running, Suspending, Suspended, Resuming, Failed}, rule: "a terminated sandbox has no network to change"},
 	VerbLifetime: {from: []State{Running, Suspended}, rule: "only a running or suspended sandbox's lifetime can be changed"},
 	VerbSecret:   {from: []State{Creating, Running, Suspending, Suspended, Resuming, Failed}, rule: "a terminating or terminated sandbox takes no new secrets"},
+	VerbVolume:   {from: []State{Suspended}, rule: "volumes are attached to and detached from a suspended sandbox (suspend it first)", reason: "not_suspended"},
 }
 
 // may says whether verb may start on sb here: another node's sandbox is that node's to

@@ -296,7 +296,8 @@ func (s *Service) Delete(ctx context.Context, owner, name string) error {
 	return err
 }
 
-// Rekey seals every secret's every version under a new key, then forgets the old keys.
+// Rekey seals every secret's every version, and every volume's data key, under a new
+// key, then forgets the old keys.
 // Until it ends, both keys open; an interrupted rekey is finished by the next one.
 func (s *Service) Rekey(ctx context.Context) (int, error) {
 	s.mu.Lock()
@@ -351,6 +352,9 @@ func (s *Service) Rekey(ctx context.Context) (int, error) {
 			break
 		}
 	}
+	if _, err := s.rekeyVolumes(ctx, id); err != nil {
+		return n, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.ring.Keys {
@@ -392,3 +396,53 @@ type (
 	Secret  = store.Secret
 	Version = store.SecretVersion
 )
+
+// SealKey seals a data key (a volume's) under the node's current secret key, as a
+// secret's value is sealed; the store keeps only what it returns.
+func (s *Service) SealKey(key []byte) (keyID string, sealed []byte, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sealed, err = s.seal(s.ring.Current, key)
+	return s.ring.Current, sealed, err
+}
+
+// OpenKey opens a data key SealKey sealed.
+func (s *Service) OpenKey(keyID string, sealed []byte) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.open(store.SecretVersion{KeyID: keyID, Sealed: sealed})
+}
+
+// rekeyVolumes seals every volume's data key under the key id (the data keys, and so
+// the volumes' contents, do not change), and says how many it sealed again.
+func (s *Service) rekeyVolumes(ctx context.Context, id string) (int, error) {
+	all, err := s.st.ListVolumes(ctx, "", "")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range all {
+		for v.KeyID != id {
+			plain, err := s.OpenKey(v.KeyID, v.Key)
+			if err == nil {
+				v.KeyID, v.Key, err = s.SealKey(plain)
+				clear(plain)
+			}
+			if err != nil {
+				return n, fmt.Errorf("rekey volume %s of %s: %w", v.Name, v.Owner, err)
+			}
+			err = s.st.UpdateVolume(ctx, v)
+			if errors.Is(err, errdefs.ErrVersionConflict) {
+				if v, err = s.st.GetVolume(ctx, v.ID); err != nil {
+					return n, err
+				}
+				continue
+			}
+			if err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}

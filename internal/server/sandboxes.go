@@ -24,7 +24,7 @@ func toAPISandbox(sb *manager.Sandbox) *api.Sandbox {
 		Env:    sb.Env, Labels: sb.Labels, Generation: sb.Generation, Version: sb.Version,
 		CreatedAt: sb.CreatedAt, LastActivity: sb.LastActivity, ExpiresAt: sb.ExpiresAt, Failure: sb.Failure,
 		IdleSuspend: sb.IdleSuspend.String(), TTL: sb.TTL.String(), Parent: sb.Parent, ForkedFrom: sb.ForkedFrom,
-		Network: toAPINetwork(sb.Network),
+		Network: toAPINetwork(sb.Network), Volumes: toAPIVolumeMounts(sb),
 	}
 	if ws := sb.Workspace; ws != nil {
 		out.Workspace = &api.Workspace{Path: ws.Path, Access: "rw"}
@@ -143,7 +143,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	cr := manager.CreateRequest{Network: network,
 		Name: req.Name, Image: req.Image, Pull: req.Pull, Env: req.Env, Labels: req.Labels, NodeSelector: req.NodeSelector, MaxLifetime: req.MaxLifetime,
-		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
+		IdleSuspend: req.IdleSuspend, TTL: req.TTL, Runtime: req.Runtime, Role: req.Role, Workspace: ws, Volumes: fromAPIVolumeMounts(req.Volumes),
 		Limits:  manager.Limits{CPU: req.Limits.CPU, Memory: req.Limits.Memory, PIDs: req.Limits.PIDs, OpenFiles: req.Limits.OpenFiles, Disk: req.Limits.Disk},
 		MayPull: principal(r).Can(auth.ImageCreate),
 	}

@@ -1,0 +1,560 @@
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/failpoint"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/units"
+	"github.com/airlockhq/airlock/internal/volume"
+)
+
+// A volume is data that outlives a sandbox: an encrypted ext4 filesystem of its own
+// (internal/volume) that one of its owner's sandboxes writes and any number read. Its
+// record holds its attachments, and with them the writer lease: at most one
+// attachment writes. A sandbox's record lists its volumes too (what its start mounts);
+// an attach stores the volume's record first and the sandbox's next, a detach the
+// other way round, so a crash between leaves at most a volume naming a sandbox that
+// does not name it, which recovery drops (reconcileVolumes).
+//
+// Attach and detach need a suspended sandbox: a running container's mounts are made
+// once, at its start. Suspend, resume, restore and daemon restarts keep the volumes;
+// snapshots and forks leave them out (a fork gets only what it asks for); a terminated
+// sandbox lets go of them and they stay.
+
+// Volume is a volume's record (the edge never shows its sealed key).
+type Volume = store.Volume
+
+// Volume kinds.
+const (
+	VolumeKindVolume   = store.VolumeKindVolume
+	VolumeKindSnapshot = store.VolumeKindSnapshot
+)
+
+// Volume limits.
+const (
+	MinVolumeSize = 16 << 20
+	// MaxVolumes is how many volumes and volume snapshots one owner may keep.
+	MaxVolumes = 100
+)
+
+// VolumeMountRequest asks for a volume at a path in a sandbox.
+type VolumeMountRequest struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// SetVolumes gives the manager the node's volumes; without them, volume calls are
+// refused.
+func (m *Manager) SetVolumes(h *volume.Host) { m.vols = h }
+
+func (m *Manager) volumesReady() error {
+	if m.vols == nil || m.secrets == nil {
+		return errdefs.Unavailable("this node keeps no volumes (they need its state directory and its secret key)")
+	}
+	return nil
+}
+
+// VolumeQuota is the most bytes of volumes and volume snapshots one owner may keep.
+func (m *Manager) VolumeQuota() int64 {
+	if m.cfg.VolumeQuota > 0 {
+		return m.cfg.VolumeQuota
+	}
+	return 1 << 40
+}
+
+// checkVolumeRoom refuses adding size bytes (and, if one is new, one volume) past
+// owner's quota.
+func (m *Manager) checkVolumeRoom(ctx context.Context, owner string, size int64, oneMore bool) error {
+	all, err := m.store.ListVolumes(ctx, owner, "")
+	if err != nil {
+		return err
+	}
+	var used int64
+	for _, v := range all {
+		used += max(v.Size, v.GrowTo)
+	}
+	if oneMore && len(all) >= MaxVolumes {
+		return errdefs.Quota("owner %q already keeps %d volumes and volume snapshots, the cap is %d; remove one first", owner, len(all), MaxVolumes).
+			WithDetails(map[string]any{"cap": MaxVolumes, "count": len(all)})
+	}
+	if q := m.VolumeQuota(); used+size > q {
+		return errdefs.Quota("owner %q keeps %s of volumes; %s more would pass the quota of %s", owner,
+			units.FormatSize(used), units.FormatSize(size), units.FormatSize(q)).
+			WithDetails(map[string]any{"quota_bytes": q, "used_bytes": used, "asked_bytes": size})
+	}
+	return nil
+}
+
+func checkVolumeSize(size, most int64) error {
+	if size < MinVolumeSize || size > most {
+		return errdefs.Invalid("volume size %d bytes is out of range: give %s to %s (such as 10G)", size,
+			units.FormatSize(MinVolumeSize), units.FormatSize(most))
+	}
+	return nil
+}
+
+// GetVolume returns owner's volume named name.
+func (m *Manager) GetVolume(ctx context.Context, owner, name string) (*Volume, error) {
+	if err := m.volumesReady(); err != nil {
+		return nil, err
+	}
+	v, err := m.store.GetVolumeByName(ctx, owner, store.VolumeKindVolume, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("volume %q not found", name)
+	}
+	return v, err
+}
+
+// ListVolumes returns owner's volumes, or its volume snapshots (kind snapshot).
+func (m *Manager) ListVolumes(ctx context.Context, owner, kind string) ([]*Volume, error) {
+	if err := m.volumesReady(); err != nil {
+		return nil, err
+	}
+	return m.store.ListVolumes(ctx, owner, kind)
+}
+
+// CreateVolume makes owner's volume name of size bytes, empty or (from, one of owner's
+// volume snapshots) a copy of the snapshot, checked against its checksum first. The
+// volume exists on the host before its record does; a crash between leaves a
+// directory that recovery removes.
+func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int64, from string) (_ *Volume, retErr error) {
+	if err := m.volumesReady(); err != nil {
+		return nil, err
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, errdefs.Invalid("invalid volume name %q: a name is %s", name, NameRule)
+	}
+	var snap *store.Volume
+	if from != "" {
+		s, err := m.store.GetVolume(ctx, from)
+		if err != nil || s.Owner != owner || s.Kind != store.VolumeKindSnapshot {
+			return nil, errdefs.NotFound("volume snapshot %q not found", from)
+		}
+		snap, size = s, max(size, s.Size)
+	}
+	if err := checkVolumeSize(size, m.cfg.MaxLimits.Disk); err != nil {
+		return nil, err
+	}
+	if _, err := m.store.GetVolumeByName(ctx, owner, store.VolumeKindVolume, name); err == nil {
+		return nil, errdefs.Exists("a volume named %q already exists", name)
+	}
+	if err := m.checkVolumeRoom(ctx, owner, size, true); err != nil {
+		return nil, err
+	}
+	now := m.now()
+	v := &store.Volume{ID: newID("vol_"), Kind: store.VolumeKindVolume, Owner: owner, Name: name, Node: m.cfg.NodeName,
+		Size: size, CreatedAt: now, UpdatedAt: now}
+	var key []byte
+	var err error
+	if snap != nil {
+		v.Source, v.KeyID, v.Key = snap.ID, snap.KeyID, snap.Key
+		if key, err = m.secrets.OpenKey(snap.KeyID, snap.Key); err != nil {
+			return nil, err
+		}
+	} else {
+		key = make([]byte, volume.KeySize)
+		rand.Read(key)
+		if v.KeyID, v.Key, err = m.secrets.SealKey(key); err != nil {
+			return nil, err
+		}
+	}
+	defer clear(key)
+	defer func() {
+		if retErr != nil {
+			if err := m.vols.Remove(v.ID); err != nil {
+				m.log.Warn("remove a volume that was not made", "volume", v.ID, "err", err)
+			}
+		}
+	}()
+	if snap != nil {
+		if err := m.vols.Verify(ctx, snap.ID, snap.Checksum); err != nil {
+			return nil, errdefs.Precondition("volume snapshot %s cannot be used", snap.ID).WithCause(err)
+		}
+		if _, err := m.vols.Copy(ctx, snap.ID, v.ID); err != nil {
+			return nil, err
+		}
+		if size > snap.Size {
+			if err := m.vols.Grow(ctx, v.ID, size, key); err != nil {
+				return nil, err
+			}
+		}
+	} else if err := m.vols.Make(ctx, v.ID, size, key); err != nil {
+		return nil, unavailable(err, "volume %q could not be made", name)
+	}
+	if err := m.store.CreateVolume(ctx, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// ResizeVolume grows owner's volume name to size bytes; a volume never shrinks. The new
+// size is recorded first (GrowTo) and the host grows next, in place while sandboxes
+// use it where the node can; otherwise it grows at its next mount that no running
+// sandbox holds (GrowTo stays until then). A crash between is finished by the next
+// mount, or by recovery.
+func (m *Manager) ResizeVolume(ctx context.Context, owner, name string, size int64) (*Volume, error) {
+	v, err := m.GetVolume(ctx, owner, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkVolumeSize(size, m.cfg.MaxLimits.Disk); err != nil {
+		return nil, err
+	}
+	cur := max(v.Size, v.GrowTo)
+	if size < cur {
+		return nil, errdefs.Invalid("volume %q is %s (%d bytes) and a volume only grows: give a size above it", name, units.FormatSize(cur), cur).
+			WithDetails(map[string]any{"size": cur})
+	}
+	if size == cur {
+		return v, nil
+	}
+	if err := m.checkVolumeRoom(ctx, owner, size-cur, false); err != nil {
+		return nil, err
+	}
+	unlock := m.locks.lock(v.ID)
+	defer unlock()
+	if v, err = m.store.GetVolume(ctx, v.ID); err != nil {
+		return nil, err
+	}
+	v.GrowTo, v.UpdatedAt = size, m.now()
+	if err := m.store.UpdateVolume(ctx, v); err != nil {
+		return nil, err
+	}
+	failpoint.Hit("volume.resize-recorded")
+	return v, m.growVolume(ctx, v)
+}
+
+// growVolume finishes v's recorded grow on the host and records it done; the caller
+// holds v's lock. A grow the node must leave to the next mount is not an error.
+func (m *Manager) growVolume(ctx context.Context, v *store.Volume) error {
+	if v.GrowTo <= v.Size {
+		return nil
+	}
+	key, err := m.secrets.OpenKey(v.KeyID, v.Key)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+	err = m.vols.Grow(ctx, v.ID, v.GrowTo, key)
+	if errors.Is(err, volume.ErrGrowsOffline) {
+		return nil // GrowTo says it is pending
+	}
+	if err != nil {
+		return unavailable(err, "volume %q could not grow yet; it grows at its next mount", v.Name)
+	}
+	return m.grown(ctx, v)
+}
+
+// grown records that v's filesystem has reached its GrowTo, if it has.
+func (m *Manager) grown(ctx context.Context, v *store.Volume) error {
+	if v.GrowTo <= v.Size {
+		return nil
+	}
+	if have, err := m.vols.Size(v.ID); err != nil || have < v.GrowTo {
+		return err
+	}
+	v.Size, v.GrowTo, v.UpdatedAt = v.GrowTo, 0, m.now()
+	return m.store.UpdateVolume(ctx, v)
+}
+
+// DeleteVolume removes owner's volume (or volume snapshot: a "vsnap_" id) name; a
+// volume still attached is refused, naming its sandboxes. The record goes first, so a
+// crash leaves only files, which recovery removes.
+func (m *Manager) DeleteVolume(ctx context.Context, owner, name string) error {
+	var v *store.Volume
+	var err error
+	if strings.HasPrefix(name, "vsnap_") {
+		if err = m.volumesReady(); err == nil {
+			v, err = m.store.GetVolume(ctx, name)
+			if err == nil && v.Owner != owner {
+				err = errdefs.NotFound("volume snapshot %q not found", name)
+			}
+		}
+	} else {
+		v, err = m.GetVolume(ctx, owner, name)
+	}
+	if err != nil {
+		return err
+	}
+	unlock := m.locks.lock(v.ID)
+	defer unlock()
+	if v, err = m.store.GetVolume(ctx, v.ID); err != nil {
+		return err
+	}
+	if len(v.Attachments) > 0 {
+		return errdefs.Precondition("volume %q is attached to %s; detach it first", v.Name, m.attachedNames(ctx, v)).
+			WithDetails(map[string]any{"sandboxes": attachedIDs(v)})
+	}
+	if err := m.store.DeleteVolume(ctx, v.ID); err != nil {
+		return err
+	}
+	if err := m.vols.Remove(v.ID); err != nil {
+		m.log.Warn("remove a deleted volume's files", "volume", v.ID, "err", err)
+	}
+	return nil
+}
+
+func attachedIDs(v *store.Volume) []string {
+	var out []string
+	for _, a := range v.Attachments {
+		out = append(out, a.SandboxID)
+	}
+	return out
+}
+
+// attachedNames names v's sandboxes for a message.
+func (m *Manager) attachedNames(ctx context.Context, v *store.Volume) string {
+	var names []string
+	for _, a := range v.Attachments {
+		n := a.SandboxID
+		if sb, err := m.store.GetSandbox(ctx, a.SandboxID); err == nil {
+			n = fmt.Sprintf("%q (%s)", sb.Name, sb.ID)
+		}
+		if !a.ReadOnly {
+			n += " as its writer"
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, ", ")
+}
+
+// SnapshotVolume copies owner's volume name to a new volume snapshot: byte for byte
+// (a volume in use is frozen meanwhile), checksummed, under the volume's data key.
+func (m *Manager) SnapshotVolume(ctx context.Context, owner, name string) (*Volume, error) {
+	v, err := m.GetVolume(ctx, owner, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkVolumeRoom(ctx, owner, v.Size, true); err != nil {
+		return nil, err
+	}
+	id := newID("vsnap_")
+	now := m.now()
+	s := &store.Volume{ID: id, Kind: store.VolumeKindSnapshot, Owner: owner, Name: id, Node: m.cfg.NodeName,
+		Size: v.Size, KeyID: v.KeyID, Key: v.Key, Source: v.ID, CreatedAt: now, UpdatedAt: now}
+	if s.Checksum, err = m.vols.Copy(ctx, v.ID, id); err != nil {
+		m.vols.Remove(id)
+		return nil, unavailable(err, "volume %q could not be copied", name)
+	}
+	if err := m.store.CreateVolume(ctx, s); err != nil {
+		m.vols.Remove(id)
+		return nil, err
+	}
+	return s, nil
+}
+
+// reservedPaths are where a volume may not go in a sandbox.
+var reservedPaths = []string{"/proc", "/sys", "/dev", "/run", "/tmp", "/.airlock", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", WorkspaceMountPoint}
+
+// checkVolumePath refuses a mount path that is not absolute and clean, or is the root
+// or a reserved place.
+func checkVolumePath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return errdefs.Invalid("volume path %q must be an absolute, clean path below / (such as /data)", p)
+	}
+	for _, r := range reservedPaths {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return errdefs.Invalid("volume path %q is in %s, which a volume may not cover; these are reserved: %v", p, r, reservedPaths)
+		}
+	}
+	return nil
+}
+
+// AttachVolume attaches owner's volume to one of owner's suspended sandboxes at path.
+// A second writer is refused, naming the one that holds the lease.
+func (m *Manager) AttachVolume(ctx context.Context, owner, name, ref string, req VolumeMountRequest) (*store.Sandbox, error) {
+	sb, unlock, err := m.lockSuspended(ctx, owner, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	req.Name = name
+	if err := m.attachVolumes(ctx, sb, []VolumeMountRequest{req}); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// lockSuspended resolves owner's sandbox ref and locks it, if volumes may be attached
+// to or detached from it now.
+func (m *Manager) lockSuspended(ctx context.Context, owner, ref string) (_ *store.Sandbox, unlock func(), err error) {
+	if err := m.volumesReady(); err != nil {
+		return nil, nil, err
+	}
+	sb, err := m.Resolve(ctx, owner, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock = m.locks.lock(sb.ID)
+	if sb, err = m.store.GetSandbox(ctx, sb.ID); err == nil {
+		err = m.may(VerbVolume, sb)
+	}
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return sb, unlock, nil
+}
+
+// checkVolumeMounts checks a create's (or an attach's) volume requests against each
+// other and sb's volumes, before anything is stored.
+func (m *Manager) checkVolumeMounts(sb *store.Sandbox, reqs []VolumeMountRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	if err := m.volumesReady(); err != nil {
+		return err
+	}
+	if !m.mountsWorkspace(sb.Runtime) {
+		return errdefs.Invalid("the runtime %q cannot mount volumes; of this node's runtimes, these can: %v", sb.Runtime, m.workspaceRuntimes())
+	}
+	paths, names := map[string]bool{}, map[string]bool{}
+	for _, v := range sb.Volumes {
+		paths[v.Path], names[v.Name] = true, true
+	}
+	for _, r := range reqs {
+		if err := checkVolumePath(r.Path); err != nil {
+			return err
+		}
+		if paths[r.Path] {
+			return errdefs.Invalid("two volumes at %s", r.Path)
+		}
+		if names[r.Name] {
+			return errdefs.Invalid("volume %q is attached to sandbox %q once already", r.Name, sb.Name)
+		}
+		paths[r.Path], names[r.Name] = true, true
+	}
+	return nil
+}
+
+// attachVolumes records reqs on their volumes (taking the writer lease of each one
+// written) and then on sb. The caller holds sb's lock; on an error nothing is left
+// recorded.
+func (m *Manager) attachVolumes(ctx context.Context, sb *store.Sandbox, reqs []VolumeMountRequest) (retErr error) {
+	if err := m.checkVolumeMounts(sb, reqs); err != nil {
+		return err
+	}
+	var done []store.SandboxVolume
+	defer func() {
+		if retErr != nil {
+			for _, sv := range done {
+				m.releaseVolume(context.WithoutCancel(ctx), sv.VolumeID, sb.ID)
+			}
+		}
+	}()
+	for _, r := range reqs {
+		sv, err := m.leaseVolume(ctx, sb, r)
+		if err != nil {
+			return err
+		}
+		done = append(done, sv)
+	}
+	failpoint.Hit("volume.attach-leased")
+	sb.Volumes = append(slices.Clip(sb.Volumes), done...)
+	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		sb.Volumes = sb.Volumes[:len(sb.Volumes)-len(done)]
+		return err
+	}
+	return nil
+}
+
+// leaseVolume records sb's attachment on the volume r names.
+func (m *Manager) leaseVolume(ctx context.Context, sb *store.Sandbox, r VolumeMountRequest) (store.SandboxVolume, error) {
+	v, err := m.GetVolume(ctx, sb.Owner, r.Name)
+	if err != nil {
+		return store.SandboxVolume{}, err
+	}
+	if v.Node != m.cfg.NodeName {
+		return store.SandboxVolume{}, errdefs.Precondition("volume %q is on node %s and sandbox %q on %s: a volume is attached on its own node", v.Name, v.Node, sb.Name, m.cfg.NodeName)
+	}
+	unlock := m.locks.lock(v.ID)
+	defer unlock()
+	if v, err = m.store.GetVolume(ctx, v.ID); err != nil {
+		return store.SandboxVolume{}, err
+	}
+	if !r.ReadOnly {
+		for _, a := range v.Attachments {
+			if !a.ReadOnly {
+				holder := a.SandboxID
+				if h, err := m.store.GetSandbox(ctx, a.SandboxID); err == nil {
+					holder = fmt.Sprintf("%q (%s)", h.Name, h.ID)
+				}
+				return store.SandboxVolume{}, errdefs.Precondition("volume %q has a writer already: sandbox %s holds its writer lease; "+
+					"attach it read-only, or detach it from that sandbox first", v.Name, holder).
+					WithDetails(map[string]any{"writer": a.SandboxID})
+			}
+		}
+	}
+	v.Attachments = append(v.Attachments, store.VolumeAttachment{SandboxID: sb.ID, Path: r.Path, ReadOnly: r.ReadOnly})
+	v.UpdatedAt = m.now()
+	if err := m.store.UpdateVolume(ctx, v); err != nil {
+		return store.SandboxVolume{}, err
+	}
+	return store.SandboxVolume{VolumeID: v.ID, Name: v.Name, Path: r.Path, ReadOnly: r.ReadOnly}, nil
+}
+
+// releaseVolume drops sandbox's attachments from volume id's record.
+func (m *Manager) releaseVolume(ctx context.Context, id, sandbox string) error {
+	unlock := m.locks.lock(id)
+	defer unlock()
+	for {
+		v, err := m.store.GetVolume(ctx, id)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		n := len(v.Attachments)
+		v.Attachments = slices.DeleteFunc(v.Attachments, func(a store.VolumeAttachment) bool { return a.SandboxID == sandbox })
+		if len(v.Attachments) == n {
+			return nil
+		}
+		v.UpdatedAt = m.now()
+		err = m.store.UpdateVolume(ctx, v)
+		if !errors.Is(err, errdefs.ErrVersionConflict) {
+			return err
+		}
+	}
+}
+
+// DetachVolume detaches owner's volume from one of owner's suspended sandboxes.
+func (m *Manager) DetachVolume(ctx context.Context, owner, name, ref string) (*store.Sandbox, error) {
+	sb, unlock, err := m.lockSuspended(ctx, owner, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	i := slices.IndexFunc(sb.Volumes, func(v store.SandboxVolume) bool { return v.Name == name })
+	if i < 0 {
+		return nil, errdefs.NotFound("volume %q is not attached to sandbox %q", name, sb.Name)
+	}
+	id := sb.Volumes[i].VolumeID
+	sb.Volumes = slices.Delete(slices.Clone(sb.Volumes), i, i+1)
+	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		return nil, err
+	}
+	failpoint.Hit("volume.detach-recorded")
+	if err := m.releaseVolume(ctx, id, sb.ID); err != nil {
+		m.log.Warn("release a volume lease (recovery finishes it)", "volume", id, "sandbox", sb.ID, "err", err)
+	}
+	return sb, nil
+}
+
+// releaseVolumes lets go of every volume of sb (terminated): the volumes stay.
+func (m *Manager) releaseVolumes(ctx context.Context, sb *store.Sandbox) {
+	for _, v := range sb.Volumes {
+		if err := m.releaseVolume(ctx, v.VolumeID, sb.ID); err != nil {
+			m.log.Warn("release a volume lease (recovery finishes it)", "volume", v.VolumeID, "sandbox", sb.ID, "err", err)
+		}
+	}
+}
