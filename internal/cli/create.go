@@ -12,7 +12,7 @@ import (
 
 var createVerb = &verb{
 	name:  "create",
-	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--node-selector K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--workspace DIR[:ro]] [--idempotency-key K]",
+	args:  "NAME [--image IMG] [--cpu N] [--memory SIZE] [--pids N] [--open-files N] [--disk SIZE] [--network MODE] [--allow HOST[:PORT][/METHODS]]... [--env K=V]... [--label K=V]... [--node-selector K=V]... [--max-lifetime D] [--idle-suspend D] [--ttl D] [--workspace DIR[:ro]] [--volume NAME:/PATH[:ro]]... [--idempotency-key K]",
 	short: "create a sandbox and wait until it runs",
 	long: `SIZE is bytes (1048576) or a number with a unit: 512M, 1G, 1.5GiB.
 --image names an image here or a registry reference (python:3.12-slim): the daemon
@@ -22,6 +22,8 @@ or never; the pull shows a progress bar per layer on a terminal.
 read-write or with :ro read-only: its owner shows as the sandbox's root, so what the
 sandbox writes there is yours. Only a directory you own, and only through the daemon's
 unix socket.
+--volume attaches one of your volumes (airlock volume create) at /PATH, read-only with
+:ro; a volume has one writer at a time.
 Prints NAME ID STATE IMAGE GEN, or the operation and sandbox as JSON with -o json.`,
 	run: runCreate,
 }
@@ -92,6 +94,8 @@ func runCreate(c *cmd, args []string) error {
 	life.register(c)
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`: a retry with the same key returns the same operation")
 	workspace := c.fs.String("workspace", "", "mount directory `DIR` of this machine at /workspace; DIR:ro read-only")
+	var vols repeatFlag
+	c.fs.Var(&vols, "volume", "attach volume `NAME:/PATH[:ro]` (repeatable)")
 	pos, _, err := c.parse(args, 1, false)
 	if err != nil {
 		return err
@@ -101,6 +105,9 @@ func runCreate(c *cmd, args []string) error {
 		return err
 	}
 	req.Labels, req.NodeSelector = labels.orNil(), selector.orNil()
+	if req.Volumes, err = volumeFlag(vols); err != nil {
+		return err
+	}
 	if *workspace != "" {
 		if req.Workspace, err = workspaceFlag(*workspace); err != nil {
 			return err

@@ -24,7 +24,8 @@ type verb struct {
 var verbList = []*verb{
 	createVerb, lsVerb, getVerb, execVerb, runVerb, runCodeVerb, logsVerb, shellVerb, cpVerb, rmVerb,
 	suspendVerb, resumeVerb, eventsVerb, statsVerb,
-	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb, gcVerb, poolSetVerb, poolLsVerb, poolRmVerb,
+	snapshotCreateVerb, snapshotLsVerb, snapshotGetVerb, snapshotRmVerb, restoreVerb, forkVerb,
+	volumeCreateVerb, volumeLsVerb, volumeGetVerb, volumeResizeVerb, volumeRmVerb, volumeSnapshotVerb, volumeAttachVerb, volumeDetachVerb, gcVerb, poolSetVerb, poolLsVerb, poolRmVerb,
 	nodeLsVerb, nodeDrainVerb, nodeReadyVerb,
 	networkGetVerb, networkSetVerb, egressLogVerb, portExposeVerb, portLsVerb, portCloseVerb,
 	opsGetVerb, imageImportVerb, imagePullVerb, imagePrewarmVerb, imageLsVerb, imageInspectVerb, imageExportVerb, imageRmVerb, imagePruneVerb,
@@ -44,7 +45,8 @@ var verbs = func() map[string]*verb {
 
 // groups are the verbs that take a subcommand.
 var groups = map[string]bool{"image": true, "ops": true, "snapshot": true, "network": true, "egress": true, "port": true,
-	"user": true, "role": true, "token": true, "audit": true, "secret": true, "registry": true, "pool": true, "node": true}
+	"user": true, "role": true, "token": true, "audit": true, "secret": true, "registry": true, "pool": true, "node": true,
+	"volume": true}
 
 const helpHeader = `airlock runs untrusted code in durable, named, isolated sandboxes.
 

@@ -48,10 +48,11 @@ is printed, with the command that undoes the restore. -v prints the operation to
 
 var forkVerb = &verb{
 	name:  "fork",
-	args:  "SRC NEW [--label K=V]... [--idempotency-key K]",
+	args:  "SRC NEW [--label K=V]... [--volume NAME:/PATH[:ro]]... [--idempotency-key K]",
 	short: "make a new sandbox from a sandbox or a snapshot (snap_…)",
-	long:  `The new sandbox shares no writable storage with its source; its lineage is recorded.`,
-	run:   runFork,
+	long: `The new sandbox shares no writable storage with its source; its lineage is recorded.
+It gets none of its source's volumes: --volume attaches one (a volume has one writer).`,
+	run: runFork,
 }
 
 func runSnapshotCreate(c *cmd, args []string) error {
@@ -159,12 +160,18 @@ func runFork(c *cmd, args []string) error {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
+	var vols repeatFlag
+	c.fs.Var(&vols, "volume", "attach volume `NAME:/PATH[:ro]` (repeatable)")
 	pos, cl, err := c.connect(args, 2)
 	if err != nil {
 		return err
 	}
+	mounts, err := volumeFlag(vols)
+	if err != nil {
+		return err
+	}
 	opts := c.callOpts(*key, 0)
-	resp, err := cl.Fork(c.ctx, pos[0], api.ForkRequest{Name: pos[1], Labels: labels.orNil()}, opts...)
+	resp, err := cl.Fork(c.ctx, pos[0], api.ForkRequest{Name: pos[1], Labels: labels.orNil(), Volumes: mounts}, opts...)
 	if err != nil {
 		return err
 	}

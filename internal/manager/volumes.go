@@ -440,6 +440,9 @@ func (m *Manager) checkVolumeMounts(sb *store.Sandbox, reqs []VolumeMountRequest
 // written) and then on sb. The caller holds sb's lock; on an error nothing is left
 // recorded.
 func (m *Manager) attachVolumes(ctx context.Context, sb *store.Sandbox, reqs []VolumeMountRequest) (retErr error) {
+	if len(reqs) == 0 {
+		return nil
+	}
 	if err := m.checkVolumeMounts(sb, reqs); err != nil {
 		return err
 	}
