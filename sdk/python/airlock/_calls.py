@@ -61,6 +61,7 @@ def create(
     node_selector: Optional[Mapping[str, str]] = None,
     workspace_access: str = "rw",
     idempotency_key: Optional[str] = None,
+    volumes: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> Request[SandboxInfo]:
     body: Dict[str, Any] = {"name": v.name(name)}
     if image is not None:
@@ -96,6 +97,8 @@ def create(
         if workspace_access not in ("ro", "rw"):
             raise InvalidArgument(f"invalid workspace_access {workspace_access!r}: ro or rw")
         body["workspace"] = {"path": workspace, "access": workspace_access}
+    if volumes:
+        body["volumes"] = _volume_mounts(volumes)
     return Request("POST", "/v1/sandboxes", json=body, idempotency_key=v.idempotency_key(idempotency_key), parse=_op_sandbox)
 
 
@@ -342,3 +345,64 @@ def fork(src: str, name: str, labels: Optional[Mapping[str, str]] = None, *, ide
     if labels:
         body["labels"] = v.labels(labels)
     return Request("POST", path, json=body, idempotency_key=v.idempotency_key(idempotency_key), parse=_op_sandbox)
+
+
+# Volumes.
+
+
+def _volume_mounts(volumes: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """[{"name": "data", "path": "/data", "read_only": False}, …] as the API takes it."""
+    out = []
+    for m in volumes:
+        if not isinstance(m, Mapping) or not isinstance(m.get("name"), str) or not isinstance(m.get("path"), str) or not m["path"].startswith("/"):
+            raise InvalidArgument(f"invalid volume mount {m!r}: give {{'name': NAME, 'path': '/ABSOLUTE', 'read_only': bool}}")
+        out.append({"name": m["name"], "path": m["path"], "read_only": bool(m.get("read_only", False))})
+    return out
+
+
+def _volume_path(name: str, verb: str = "") -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"invalid volume name {name!r}")
+    return "/v1/volumes/" + quote(name, safe="") + ("/" + verb if verb else "")
+
+
+def create_volume(name: str, size: Union[int, str, None] = None, *, from_snapshot: Optional[str] = None) -> Request[Dict[str, Any]]:
+    body: Dict[str, Any] = {"name": v.name(name)}
+    if size is not None:
+        body["size"] = v.size(size, "size")
+    if from_snapshot is not None:
+        body["from"] = from_snapshot
+    if "size" not in body and "from" not in body:
+        raise InvalidArgument("a volume needs a size (such as '10G') or a snapshot to start from")
+    return Request("POST", "/v1/volumes", json=body, parse=dict)
+
+
+def volumes(kind: str = "volume") -> Request[List[Dict[str, Any]]]:
+    if kind not in ("volume", "snapshot"):
+        raise InvalidArgument(f"invalid kind {kind!r}: volume or snapshot")
+    return Request("GET", "/v1/volumes", query=[("kind", kind)], parse=lambda d: list(d.get("volumes") or []))
+
+
+def get_volume(name: str) -> Request[Dict[str, Any]]:
+    return Request("GET", _volume_path(name), parse=dict)
+
+
+def delete_volume(name: str) -> Request[None]:
+    return Request("DELETE", _volume_path(name))
+
+
+def resize_volume(name: str, size: Union[int, str]) -> Request[Dict[str, Any]]:
+    return Request("POST", _volume_path(name, "resize"), json={"size": v.size(size, "size")}, parse=dict)
+
+
+def snapshot_volume(name: str) -> Request[Dict[str, Any]]:
+    return Request("POST", _volume_path(name, "snapshot"), json={}, parse=dict)
+
+
+def attach_volume(name: str, sandbox: str, path: str, read_only: bool = False) -> Request[SandboxInfo]:
+    body = {"sandbox": v.ref(sandbox), "path": path, "read_only": bool(read_only)}
+    return Request("POST", _volume_path(name, "attach"), json=body, parse=SandboxInfo.from_json)
+
+
+def detach_volume(name: str, sandbox: str) -> Request[SandboxInfo]:
+    return Request("POST", _volume_path(name, "detach"), json={"sandbox": v.ref(sandbox)}, parse=SandboxInfo.from_json)

@@ -169,13 +169,14 @@ class AsyncClient:
         workspace_access: str = "rw",
         node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, Any]]] = None,
     ) -> SandboxInfo:
         return await self._do(
             _calls.create(
                 name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
                 workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
-                idempotency_key=idempotency_key,
+                idempotency_key=idempotency_key, volumes=volumes,
             )
         )
 
@@ -322,6 +323,40 @@ class AsyncClient:
 
     async def remove(self, ref: str, path: str, *, recursive: bool = False) -> None:
         await self._do(_calls.remove(ref, path, recursive))
+
+    # Volumes: encrypted filesystems of their own that outlive sandboxes.
+
+    async def create_volume(self, name: str, size: Union[int, str, None] = None, *, from_snapshot: Optional[str] = None) -> Dict[str, Any]:
+        """Make a volume of size bytes ("10G"), empty or a copy of a volume snapshot."""
+        return await self._do(_calls.create_volume(name, size, from_snapshot=from_snapshot))
+
+    async def volumes(self, kind: str = "volume") -> List[Dict[str, Any]]:
+        """The caller's volumes, or its volume snapshots (kind="snapshot")."""
+        return await self._do(_calls.volumes(kind))
+
+    async def get_volume(self, name: str) -> Dict[str, Any]:
+        """One volume, with the sandboxes it is attached to."""
+        return await self._do(_calls.get_volume(name))
+
+    async def delete_volume(self, name: str) -> None:
+        """Remove a volume (refused while attached) or a volume snapshot (by id)."""
+        await self._do(_calls.delete_volume(name))
+
+    async def resize_volume(self, name: str, size: Union[int, str]) -> Dict[str, Any]:
+        """Grow a volume; a volume never shrinks."""
+        return await self._do(_calls.resize_volume(name, size))
+
+    async def snapshot_volume(self, name: str) -> Dict[str, Any]:
+        """Copy a volume to a checksummed volume snapshot."""
+        return await self._do(_calls.snapshot_volume(name))
+
+    async def attach_volume(self, name: str, sandbox: str, path: str, read_only: bool = False) -> SandboxInfo:
+        """Attach a volume to a suspended sandbox (one writer at a time)."""
+        return await self._do(_calls.attach_volume(name, sandbox, path, read_only))
+
+    async def detach_volume(self, name: str, sandbox: str) -> SandboxInfo:
+        """Detach a volume from a suspended sandbox."""
+        return await self._do(_calls.detach_volume(name, sandbox))
 
     async def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
         return await self._do(_calls.snapshot(ref, labels, idempotency_key=idempotency_key))

@@ -181,6 +181,7 @@ class Client:
         workspace_access: str = "rw",
         node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, Any]]] = None,
     ) -> SandboxInfo:
         """Make a sandbox; answers once it is running. See :meth:`Sandbox.create`."""
         return self._do(
@@ -188,7 +189,7 @@ class Client:
                 name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
                 max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
                 workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
-                idempotency_key=idempotency_key,
+                idempotency_key=idempotency_key, volumes=volumes,
             )
         )
 
@@ -377,6 +378,40 @@ class Client:
         self._do(_calls.remove(ref, path, recursive))
 
     # Snapshots and forks.
+
+    # Volumes: encrypted filesystems of their own that outlive sandboxes.
+
+    def create_volume(self, name: str, size: Union[int, str, None] = None, *, from_snapshot: Optional[str] = None) -> Dict[str, Any]:
+        """Make a volume of size bytes ("10G"), empty or a copy of a volume snapshot."""
+        return self._do(_calls.create_volume(name, size, from_snapshot=from_snapshot))
+
+    def volumes(self, kind: str = "volume") -> List[Dict[str, Any]]:
+        """The caller's volumes, or its volume snapshots (kind="snapshot")."""
+        return self._do(_calls.volumes(kind))
+
+    def get_volume(self, name: str) -> Dict[str, Any]:
+        """One volume, with the sandboxes it is attached to."""
+        return self._do(_calls.get_volume(name))
+
+    def delete_volume(self, name: str) -> None:
+        """Remove a volume (refused while attached) or a volume snapshot (by id)."""
+        self._do(_calls.delete_volume(name))
+
+    def resize_volume(self, name: str, size: Union[int, str]) -> Dict[str, Any]:
+        """Grow a volume; a volume never shrinks."""
+        return self._do(_calls.resize_volume(name, size))
+
+    def snapshot_volume(self, name: str) -> Dict[str, Any]:
+        """Copy a volume to a checksummed volume snapshot."""
+        return self._do(_calls.snapshot_volume(name))
+
+    def attach_volume(self, name: str, sandbox: str, path: str, read_only: bool = False) -> SandboxInfo:
+        """Attach a volume to a suspended sandbox (one writer at a time)."""
+        return self._do(_calls.attach_volume(name, sandbox, path, read_only))
+
+    def detach_volume(self, name: str, sandbox: str) -> SandboxInfo:
+        """Detach a volume from a suspended sandbox."""
+        return self._do(_calls.detach_volume(name, sandbox))
 
     def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
         """Snapshot a running (crash-consistent) or suspended sandbox's writable layer."""

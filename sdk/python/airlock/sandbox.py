@@ -182,6 +182,7 @@ class Sandbox:
         workspace_access: str = "rw",
         node_selector: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, Any]]] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Make a sandbox and return it once it is running.
@@ -207,6 +208,9 @@ class Sandbox:
             node_selector: str to str: labels the sandbox's node must carry (the
                 daemons' config ``node.labels``).
             idempotency_key: makes a retry after a lost answer safe.
+            volumes: the caller's volumes to attach, each
+                ``{"name": "data", "path": "/data", "read_only": False}`` (one writer
+                per volume at a time).
             client: the client to use (default: :func:`default_client`).
         """
         c = client or default_client()
@@ -214,7 +218,7 @@ class Sandbox:
             name, image=image, pull=pull, cpu=cpu, memory=memory, disk=disk, network=network, idle_suspend=idle_suspend,
             max_lifetime=max_lifetime, ttl=ttl, env=env, labels=labels, runtime=runtime, role=role,
             workspace=workspace, workspace_access=workspace_access, node_selector=node_selector,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, volumes=volumes,
         )
         return cls(info, c)
 

@@ -111,6 +111,8 @@ class SandboxInfo:
     parent: str = ""
     forked_from: str = ""
     owner: str = ""
+    # The volumes attached: [{"name", "path", "read_only"}, …].
+    volumes: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -129,6 +131,7 @@ class SandboxInfo:
             expires_at=d.get("expires_at", ""),
             idle_suspend=d.get("idle_suspend", ""),
             ttl=d.get("ttl", ""),
+            volumes=list(d.get("volumes") or []),
             runtime=d.get("runtime", ""),
             role=d.get("role", ""),
             env=dict(d.get("env") or {}),

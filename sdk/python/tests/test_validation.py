@@ -35,6 +35,8 @@ BAD_CREATES = [
     ({"name": "ok", "image": ""}, "image"),
     ({"name": "ok", "workspace": "relative/dir"}, "workspace"),
     ({"name": "ok", "workspace": "/tmp", "workspace_access": "rwx"}, "workspace_access"),
+    ({"name": "ok", "volumes": [{"name": "data", "path": "relative"}]}, "volume mount"),
+    ({"name": "ok", "volumes": ["data:/data"]}, "volume mount"),
 ]
 
 
@@ -319,3 +321,12 @@ def test_a_lost_sandbox_reads_with_its_node_and_when():
     info = airlock.SandboxInfo.from_json({"id": "sb_abc", "name": "abc", "state": "lost", "node": "node-b",
                                           "lost_at": "2026-12-06T10:00:00Z", "files_at": "2026-12-06T09:00:00Z"})
     assert (info.state, info.node, info.lost_at, info.files_at) == ("lost", "node-b", "2026-12-06T10:00:00Z", "2026-12-06T09:00:00Z")
+
+
+def test_volume_calls_validate_before_sending(nowhere):
+    with pytest.raises(airlock.InvalidArgument):
+        nowhere.create_volume("data")  # no size
+    with pytest.raises(airlock.InvalidArgument):
+        nowhere.resize_volume("data", "lots")
+    with pytest.raises(airlock.InvalidArgument):
+        nowhere.volumes(kind="everything")
