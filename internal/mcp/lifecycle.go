@@ -17,20 +17,21 @@ import (
 
 // CreateSandboxInput is the input of create_sandbox.
 type CreateSandboxInput struct {
-	Name        string            `json:"name" jsonschema:"the sandbox's name, unique among yours: 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"`
-	Image       string            `json:"image,omitempty" jsonschema:"image to run: an image here, or a registry reference such as python:3.12-slim, pulled when it is not here (default: host, the node's own /usr tree, read-only)"`
-	CPU         float64           `json:"cpu,omitempty" jsonschema:"CPU limit in cores (default: the node's)"`
-	MemoryMB    int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: the node's)"`
-	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables of every command in the sandbox"`
-	Labels      map[string]string `json:"labels,omitempty" jsonschema:"labels to find the sandbox by (list_sandboxes)"`
-	Network     string            `json:"network,omitempty" jsonschema:"egress mode: none, deny_all, baseline (package registries only; the default), allowlist or unrestricted"`
-	Allow       []string          `json:"allow,omitempty" jsonschema:"egress rules HOST[:PORT][/METHODS] (HOST may be *.domain); implies allowlist"`
-	IdleSuspend string            `json:"idle_suspend,omitempty" jsonschema:"suspend after this long without calls, as a duration such as 30m (default 10m)"`
-	MaxLifetime string            `json:"max_lifetime,omitempty" jsonschema:"terminate this long after the start, such as 8h (default 8h)"`
-	TTL         string            `json:"ttl,omitempty" jsonschema:"terminate after this long suspended, such as 168h (default 168h)"`
-	Role        string            `json:"role,omitempty" jsonschema:"the one role the sandbox acts with, one you hold (default: all of yours)"`
-	Workspace   string            `json:"workspace,omitempty" jsonschema:"absolute path of a project directory of this machine, yours, to mount at /workspace as it is (no copy); only when the server runs over stdio"`
-	ReadOnly    bool              `json:"workspace_read_only,omitempty" jsonschema:"mount the workspace read-only"`
+	Name        string             `json:"name" jsonschema:"the sandbox's name, unique among yours: 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"`
+	Image       string             `json:"image,omitempty" jsonschema:"image to run: an image here, or a registry reference such as python:3.12-slim, pulled when it is not here (default: host, the node's own /usr tree, read-only)"`
+	CPU         float64            `json:"cpu,omitempty" jsonschema:"CPU limit in cores (default: the node's)"`
+	MemoryMB    int64              `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: the node's)"`
+	Env         map[string]string  `json:"env,omitempty" jsonschema:"environment variables of every command in the sandbox"`
+	Labels      map[string]string  `json:"labels,omitempty" jsonschema:"labels to find the sandbox by (list_sandboxes)"`
+	Network     string             `json:"network,omitempty" jsonschema:"egress mode: none, deny_all, baseline (package registries only; the default), allowlist or unrestricted"`
+	Allow       []string           `json:"allow,omitempty" jsonschema:"egress rules HOST[:PORT][/METHODS] (HOST may be *.domain); implies allowlist"`
+	IdleSuspend string             `json:"idle_suspend,omitempty" jsonschema:"suspend after this long without calls, as a duration such as 30m (default 10m)"`
+	MaxLifetime string             `json:"max_lifetime,omitempty" jsonschema:"terminate this long after the start, such as 8h (default 8h)"`
+	TTL         string             `json:"ttl,omitempty" jsonschema:"terminate after this long suspended, such as 168h (default 168h)"`
+	Role        string             `json:"role,omitempty" jsonschema:"the one role the sandbox acts with, one you hold (default: all of yours)"`
+	Workspace   string             `json:"workspace,omitempty" jsonschema:"absolute path of a project directory of this machine, yours, to mount at /workspace as it is (no copy); only when the server runs over stdio"`
+	ReadOnly    bool               `json:"workspace_read_only,omitempty" jsonschema:"mount the workspace read-only"`
+	Volumes     []VolumeMountInput `json:"volumes,omitempty" jsonschema:"your volumes to attach (create_volume)"`
 }
 
 // SandboxRef names one sandbox.
@@ -180,7 +181,7 @@ func (t *tools) createSandbox(ctx context.Context, _ *mcpsdk.CallToolRequest, in
 	}
 	req := api.CreateSandboxRequest{Name: in.Name, Image: in.Image, Env: in.Env, Labels: in.Labels,
 		Limits:      api.Limits{CPU: in.CPU, Memory: in.MemoryMB << 20},
-		IdleSuspend: in.IdleSuspend, MaxLifetime: in.MaxLifetime, TTL: in.TTL, Role: in.Role}
+		IdleSuspend: in.IdleSuspend, MaxLifetime: in.MaxLifetime, TTL: in.TTL, Role: in.Role, Volumes: volumeMounts(in.Volumes)}
 	if in.Workspace != "" {
 		switch {
 		case !t.opts.HostWorkspaces:

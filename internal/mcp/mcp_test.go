@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ import (
 // of every file call.
 
 var allTools = []string{"run_code", "exec", "read_file", "write_file", "list_files", "create_sandbox",
-	"list_sandboxes", "suspend", "resume", "terminate", "snapshot", "fork", "sandbox_stats"}
+	"list_sandboxes", "suspend", "resume", "terminate", "snapshot", "fork", "sandbox_stats", "create_volume", "list_volumes"}
 
 // session connects an MCP client to a server that calls the daemon through cl.
 func session(t *testing.T, cl *client.Client, opts mcp.Options) *mcpsdk.ClientSession {
@@ -532,5 +533,33 @@ func TestMCPSandboxStats(t *testing.T) {
 	wantContains(t, "sandbox_stats text", text, "st (", "memory: 1 MiB", "processes: 1")
 	if res := call(t, cs, "sandbox_stats", map[string]any{"sandbox": "nosuch"}); !res.IsError {
 		t.Errorf("sandbox_stats of no sandbox: %q; want a tool error", resultText(res))
+	}
+}
+
+// TestMCPVolumes: create_volume makes a volume that list_volumes shows, and
+// create_sandbox attaches it.
+func TestMCPVolumes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root (loop devices, mounts)")
+	}
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	cs := session(t, n.Client, mcp.Options{})
+	var v mcp.VolumeInfo
+	callOK(t, cs, "create_volume", map[string]any{"name": "data", "size_mb": 16}, &v)
+	if v.Name != "data" || v.Size != 16<<20 || v.ID == "" {
+		t.Fatalf("create_volume: got %+v, want data of 16 MiB with an id", v)
+	}
+	var created mcp.SandboxOutput
+	callOK(t, cs, "create_sandbox", map[string]any{"name": "w", "volumes": []map[string]any{{"name": "data", "path": "/data"}}}, &created)
+	var list mcp.ListVolumesOutput
+	callOK(t, cs, "list_volumes", map[string]any{}, &list)
+	if len(list.Volumes) != 1 || len(list.Volumes[0].Attached) != 1 || !strings.HasPrefix(list.Volumes[0].Attached[0], created.Sandbox.ID+":/data:rw") {
+		t.Errorf("list_volumes: got %+v, want data attached to %s at /data", list.Volumes, created.Sandbox.ID)
+	}
+	if _, err := n.Client.Terminate(context.Background(), "w"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Client.DeleteVolume(context.Background(), "data"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -106,6 +106,7 @@ func New(cl *client.Client, opts Options) (*mcpsdk.Server, error) {
 	t.addFileTools(r)
 	t.addLifecycleTools(r)
 	t.addStatsTools(r)
+	t.addVolumeTools(r)
 	if r.err != nil {
 		return nil, r.err
 	}
