@@ -175,7 +175,7 @@ var notServed = []struct {
 	{[]string{"/templates", "/templates/", "/v2/templates", "/v2/templates/", "/v3/templates", "/v3/templates/"},
 		"templates are Airlock images: import or pull one with Airlock's API (airlock image import, airlock image pull) and give its name as templateID; a snapshot id (snap_…) is a template too"},
 	{[]string{"/volumes", "/volumes/", "/volumecontent", "/volumecontent/"},
-		"Airlock has no volumes: a sandbox keeps its own disk; copy files in and out with files.read and files.write (or airlock cp), and keep or share a sandbox's files with snapshots and forks"},
+		"Airlock's volumes are made and managed with its own API (airlock volume create, POST /v1/volumes), not this one; a sandbox created here attaches them with volumeMounts [{name, path}]"},
 	{[]string{"/secrets", "/secrets/"},
 		"hand a sandbox secrets with Airlock's secret brokering (airlock secret create, airlock secret bind)"},
 	{[]string{"/teams", "/teams/"},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -292,8 +293,8 @@ func TestControlPlaneNotServed(t *testing.T) {
 		{"DELETE", "/templates/base", "airlock image rm"},
 		{"POST", "/v2/templates/t/builds/b", "airlock image"},
 		{"POST", "/v3/templates", "airlock image"},
-		{"POST", "/volumes", "snapshots and forks"},
-		{"GET", "/volumecontent/v/file", "snapshots and forks"},
+		{"POST", "/volumes", "airlock volume create"},
+		{"GET", "/volumecontent/v/file", "airlock volume create"},
 		{"GET", "/secrets", "airlock secret"},
 		{"DELETE", "/secrets/s", "airlock secret"},
 		{"GET", "/teams", "airlock user"},
@@ -485,5 +486,34 @@ func TestControlPlaneNetwork(t *testing.T) {
 	f.want("updateNetwork allow", st, b, 204)
 	if got := policy(id); got.Mode != manager.DefaultNetwork.Mode {
 		t.Errorf("after allow_internet_access true: policy %+v, want the default %s", got, manager.DefaultNetwork.Mode)
+	}
+}
+
+// TestControlPlaneVolumeMounts: a create with volumeMounts attaches the caller's
+// volumes (made with Airlock's own API); another owner's is not found.
+func TestControlPlaneVolumeMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root (loop devices, mounts)")
+	}
+	f, alice, bob := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.node.Manager.CreateVolume(ctx, "alice", "data", 16<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	st, body, _ := f.do("POST", "/sandboxes", bob, `{"templateID":"base","volumeMounts":[{"name":"data","path":"/data"}]}`)
+	f.want("another owner's volume", st, body, 404)
+	st, body, _ = f.do("POST", "/sandboxes", alice, `{"templateID":"base","volumeMounts":[{"name":"data","path":"/data"}]}`)
+	f.want("create with a volume", st, body, 201)
+	var made struct{ SandboxID string }
+	json.Unmarshal(body, &made)
+	v, err := f.node.Manager.GetVolume(ctx, "alice", "data")
+	if err != nil || len(v.Attachments) != 1 || v.Attachments[0].Path != "/data" {
+		t.Fatalf("the volume after the create: %+v, %v; want it attached at /data", v, err)
+	}
+	st, body, _ = f.do("DELETE", "/sandboxes/"+made.SandboxID, alice, "")
+	f.want("kill", st, body, 204)
+	f.node.Manager.WaitCleanups(ctx)
+	if err := f.node.Manager.DeleteVolume(ctx, "alice", "data"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -34,8 +34,15 @@ type newSandbox struct {
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	MCP                 map[string]any    `json:"mcp"`
-	VolumeMounts        []any             `json:"volumeMounts"`
+	VolumeMounts        []volumeMount     `json:"volumeMounts"`
 	IAM                 map[string]any    `json:"iam"`
+}
+
+// volumeMount is E2B's SandboxVolumeMount: one of the caller's volumes (Airlock's,
+// made with its own API) at a path.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // sandbox is E2B's Sandbox answer.
@@ -156,8 +163,8 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 	switch {
 	case req.MCP != nil:
 		return errdefs.Invalid("mcp is not supported by Airlock")
-	case len(req.VolumeMounts) > 0:
-		return errdefs.Invalid("volumeMounts are not supported: Airlock has no volumes; move files in and out with the files API (airlock cp) or keep state in snapshots")
+	case len(req.VolumeMounts) > 0 && strings.HasPrefix(req.TemplateID, "snap_"):
+		return errdefs.Invalid("volumeMounts apply to a sandbox made from a template here, not from a snapshot: attach the volume to the new sandbox with Airlock's API (airlock volume attach) once it is suspended")
 	case len(req.IAM) > 0:
 		return errdefs.Invalid("iam tokens are not supported: hand a sandbox secrets with Airlock's secret brokering (airlock secret)")
 	}
@@ -170,6 +177,9 @@ func (c *Control) create(w http.ResponseWriter, r *http.Request, p *auth.Princip
 		}
 	}
 	cr := manager.CreateRequest{Name: newName(), Env: req.EnvVars, Labels: req.Metadata}
+	for _, v := range req.VolumeMounts {
+		cr.Volumes = append(cr.Volumes, manager.VolumeMountRequest{Name: v.Name, Path: v.Path})
+	}
 	if req.TemplateID != "" && req.TemplateID != BaseTemplate {
 		cr.Image, cr.MayPull = req.TemplateID, p.Can(auth.ImageCreate)
 		// A registry reference (a tag, a digest or a registry host in it) is pulled
