@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
 
@@ -142,5 +143,47 @@ func TestConcurrentRotations(t *testing.T) {
 	}
 	if !slices.Equal(versions, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
 		t.Errorf("versions after 8 concurrent rotations: %v", versions)
+	}
+}
+
+// TestRekeyResealsVolumeKeys: a rekey seals every volume's data key under the new node
+// key, the data key itself unchanged (so the volume still opens), and the old node key
+// opens nothing afterwards.
+func TestRekeyResealsVolumeKeys(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, 64)
+	kid, sealed, err := s.SealKey(data)
+	if err != nil || bytes.Contains(sealed, data) {
+		t.Fatalf("SealKey: %v (sealed holds the key: %v)", err, bytes.Contains(sealed, data))
+	}
+	v := &store.Volume{ID: "vol_a", Kind: store.VolumeKindVolume, Owner: "alice", Name: "data", KeyID: kid, Key: sealed}
+	if err := st.CreateVolume(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rekey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetVolume(ctx, "vol_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.KeyID == kid {
+		t.Fatalf("after a rekey the volume key is still sealed under %s", kid)
+	}
+	if plain, err := s.OpenKey(got.KeyID, got.Key); err != nil || !bytes.Equal(plain, data) {
+		t.Fatalf("the re-sealed volume key opens to %x, %v; want the same data key", plain, err)
+	}
+	if _, err := s.OpenKey(kid, sealed); err == nil {
+		t.Fatal("the old node key still opens the old seal after the rekey")
 	}
 }

@@ -1,0 +1,66 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/manager"
+	"github.com/airlockhq/airlock/internal/testenv"
+)
+
+// TestVolumeQuotaAndAudit: an owner's volumes (snapshots and grows included) stay within
+// its volume quota, a refusal says so and changes nothing, bad sizes are refused, and
+// every volume call is in the audit log with its identity.
+func TestVolumeQuotaAndAudit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root (loop devices, mounts)")
+	}
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.VolumeQuota = 40 << 20 }})
+	ctx := context.Background()
+	c := n.Client
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "a", Size: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "b", Size: 32 << 20})
+	if e, ok := err.(*client.Error); !ok || e.Code != "quota_exceeded" {
+		t.Fatalf("a volume past the quota: %v; want quota_exceeded", err)
+	}
+	_, err = c.ResizeVolume(ctx, "a", 48<<20)
+	if e, ok := err.(*client.Error); !ok || e.Code != "quota_exceeded" {
+		t.Fatalf("a grow past the quota: %v; want quota_exceeded", err)
+	}
+	if _, err := c.SnapshotVolume(ctx, "a"); err != nil { // 32 MiB of 40
+		t.Fatal(err)
+	}
+	_, err = c.SnapshotVolume(ctx, "a")
+	if e, ok := err.(*client.Error); !ok || e.Code != "quota_exceeded" {
+		t.Fatalf("a snapshot past the quota: %v; want quota_exceeded", err)
+	}
+	for _, bad := range []api.CreateVolumeRequest{{Name: "Bad_Name", Size: 16 << 20}, {Name: "c", Size: 1}, {Name: "c", Size: 1 << 60}} {
+		_, err := c.CreateVolume(ctx, bad)
+		if e, ok := err.(*client.Error); !ok || e.Code != "invalid_argument" {
+			t.Errorf("create %+v: %v; want invalid_argument", bad, err)
+		}
+	}
+	if list, _ := c.Volumes(ctx, ""); len(list) != 1 || list[0].Size != 16<<20 {
+		t.Errorf("after the refusals the volumes are %+v; want a alone, 16 MiB", list)
+	}
+	recs, err := c.AuditLog(ctx, client.AuditFilter{Action: "POST /v1/volumes"})
+	if err != nil || len(recs) != 5 {
+		t.Fatalf("audit records of volume creates: %d, %v; want 5", len(recs), err)
+	}
+	if !strings.Contains(string(recs[0].Record), `"identity":"local"`) {
+		t.Errorf("the audit record does not name the caller: %s", recs[0].Record)
+	}
+	snaps, _ := c.Volumes(ctx, "snapshot")
+	for _, s := range snaps {
+		c.DeleteVolume(ctx, s.ID)
+	}
+	if err := c.DeleteVolume(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+}
