@@ -64,3 +64,65 @@ func TestVolumeQuotaAndAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVolumeWriterLeaseUnderConcurrentAttaches: of several suspended sandboxes that ask
+// at once to write one volume, exactly one gets it; the others are refused naming the
+// holder, and read-only attaches still go through.
+func TestVolumeWriterLeaseUnderConcurrentAttaches(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root (loop devices, mounts)")
+	}
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	ctx := context.Background()
+	c := n.Client
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "shared", Size: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	const k = 6
+	for i := range k {
+		name := "s" + string(rune('a'+i))
+		if _, err := c.Create(ctx, api.CreateSandboxRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Suspend(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, k)
+	for i := range k {
+		go func() {
+			_, err := c.AttachVolume(ctx, "shared", api.AttachVolumeRequest{Sandbox: "s" + string(rune('a'+i)), Path: "/data"})
+			errs <- err
+		}()
+	}
+	won := 0
+	for range k {
+		err := <-errs
+		if err == nil {
+			won++
+			continue
+		}
+		if e, ok := err.(*client.Error); !ok || e.Code != "failed_precondition" || !strings.Contains(e.Message, "writer lease") {
+			t.Errorf("a losing attach: %v; want failed_precondition naming the writer lease", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d sandboxes got the writer lease; want exactly 1", won)
+	}
+	v, err := c.GetVolume(ctx, "shared")
+	if err != nil || len(v.Attachments) != 1 || v.Attachments[0].ReadOnly {
+		t.Fatalf("the volume after the race: %+v, %v; want one writer", v, err)
+	}
+	writer := v.Attachments[0].Sandbox
+	for i := range k {
+		name := "s" + string(rune('a'+i))
+		if sb, _ := c.Get(ctx, name); sb != nil && sb.ID != writer {
+			if _, err := c.AttachVolume(ctx, "shared", api.AttachVolumeRequest{Sandbox: name, Path: "/ro", ReadOnly: true}); err != nil {
+				t.Errorf("a read-only attach beside the writer: %v", err)
+			}
+		}
+	}
+	if v, _ := c.GetVolume(ctx, "shared"); v == nil || len(v.Attachments) != k {
+		t.Errorf("after the readers attached: %+v; want %d attachments", v, k)
+	}
+}
