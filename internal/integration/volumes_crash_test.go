@@ -92,6 +92,13 @@ func TestVolumesSurviveAKilledDaemon(t *testing.T) {
 	if total, _ := strconv.ParseInt(lines[1], 10, 64); total < 48<<20 {
 		t.Errorf("df inside says %s bytes; want about %d", lines[1], 64<<20)
 	}
+	// A daemon killed while the sandbox runs: the sandbox keeps its volumes, and the
+	// restart's recovery leaves their mounts in place.
+	d.stop(syscall.SIGKILL)
+	d.start()
+	if out := d.must("exec", "sb", "--", "sh", "-c", "cat /data/f /v2/w; echo again >> /data/f && tail -1 /data/f"); out != "kept\nw\nagain\n" {
+		t.Errorf("after a daemon restart the running sandbox reads %q; want kept, w, again", out)
+	}
 	d.must("rm", "sb")
 	d.must("volume", "rm", "v", "--yes")
 	d.must("volume", "rm", "v2", "--yes")

@@ -160,6 +160,21 @@ func TestVolumes(t *testing.T) {
 	if out := mustRun(t, n, "w", "head -c 31 /data/f"); out != volumeMarker {
 		t.Errorf("after suspend and resume /data/f starts %q", out)
 	}
+	// A restore replaces the upper layer and keeps the volume.
+	snapResp, err := alice.Snapshot(background, "w", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, n, "w", "echo after > /data/after")
+	if _, err := alice.Suspend(background, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Restore(background, "w", api.RestoreRequest{Snapshot: snapResp.Snapshot.ID, NoSafetySnapshot: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, n, "w", "cat /data/after"); out != "after\n" {
+		t.Errorf("after a restore the volume holds %q; want what was written after the snapshot (volumes are not in snapshots)", out)
+	}
 	if _, err := alice.Fork(background, "w", api.ForkRequest{Name: "forked"}); err != nil {
 		t.Fatal(err)
 	}
