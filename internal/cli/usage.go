@@ -120,8 +120,11 @@ func habitHint(verb, flag string) string {
 			return "expose a port once the sandbox runs: airlock port expose NAME PORT"
 		}
 	case "v", "volume", "mount":
-		if verb == "run" || verb == "create" {
-			return "copy files in with 'airlock cp', or give run --profile strict --workspace DIR (at /workspace)"
+		if verb == "create" {
+			return "attach a volume with --volume NAME:/PATH[:ro] (airlock volume create makes one)"
+		}
+		if verb == "run" {
+			return "attach a volume at create (airlock create NAME --volume VOL:/PATH), copy files in with 'airlock cp', or give run --profile strict --workspace DIR (at /workspace)"
 		}
 	}
 	return ""
