@@ -154,7 +154,8 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		IdleSuspend: idle, TTL: ttl, Network: network, Runtime: req.Runtime, Role: req.Role, Workspace: ws,
 		NodeSelector: req.NodeSelector,
 	}
-	if claimed, err := m.claimPooled(ctx, call, sb); err != nil { // pool_claim.go
+	// A pooled member started without volumes: a create that attaches some is cold.
+	if claimed, err := m.claimPooled(ctx, call, sb, len(req.Volumes) == 0); err != nil { // pool_claim.go
 		return op, nil, m.finishOp(op, "", err)
 	} else if claimed {
 		return op, sb, m.finishOp(op, sb.ID, nil)

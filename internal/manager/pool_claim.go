@@ -28,10 +28,11 @@ import (
 const claimPage = 16
 
 // claimPooled lets sb, a create's record not yet stored, take a ready member of a pool
-// that matches it. On a claim sb becomes that member's record, stored and running.
-func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox) (claimed bool, err error) {
+// that matches it, if may. On a claim sb becomes that member's record, stored and
+// running.
+func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox, may bool) (claimed bool, err error) {
 	p := m.poolFor(sb)
-	if p == nil {
+	if p == nil || !may {
 		return false, nil
 	}
 	hn, ok := m.driver(sb).(runtime.Hostnamer)

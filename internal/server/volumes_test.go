@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -124,5 +125,41 @@ func TestVolumeWriterLeaseUnderConcurrentAttaches(t *testing.T) {
 	}
 	if v, _ := c.GetVolume(ctx, "shared"); v == nil || len(v.Attachments) != k {
 		t.Errorf("after the readers attached: %+v; want %d attachments", v, k)
+	}
+}
+
+// TestVolumeCreateSkipsThePool: a create that attaches a volume is never served by a
+// warm pool's member (started without it): it is made cold, with its volume.
+func TestVolumeCreateSkipsThePool(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root (loop devices, mounts)")
+	}
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	ctx := context.Background()
+	c := n.Client
+	if _, err := c.SetPool(ctx, "warm", api.PoolRequest{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeletePool(context.Background(), "warm") })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if pools, _ := c.Pools(ctx); len(pools) == 1 && pools[0].Ready == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool has no ready member after 30s")
+		}
+	}
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", Size: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Create(ctx, api.CreateSandboxRequest{Name: "w", Volumes: []api.VolumeMount{{Name: "data", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Sandbox.Volumes; len(got) != 1 || got[0].Name != "data" {
+		t.Fatalf("the create's sandbox has volumes %+v; want data", got)
+	}
+	if pools, _ := c.Pools(ctx); len(pools) != 1 || pools[0].Hits != 0 {
+		t.Errorf("the pool after a create with a volume: %+v; want no hit", pools)
 	}
 }
