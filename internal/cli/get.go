@@ -57,6 +57,13 @@ func sandboxFields(sb *api.Sandbox) [][2]string {
 	if ws := sb.Workspace; ws != nil {
 		f = append(f, [2]string{"workspace", ws.Path + " at /workspace (" + ws.Access + ")"})
 	}
+	for _, v := range sb.Volumes {
+		access := "rw"
+		if v.ReadOnly {
+			access = "ro"
+		}
+		f = append(f, [2]string{"volume", v.Name + " at " + v.Path + " (" + access + ")"})
+	}
 	if sb.SuspendedAt != nil {
 		f = append(f, [2]string{"suspended_at", formatTime(*sb.SuspendedAt)})
 	}
