@@ -215,7 +215,7 @@ func (h *Host) open(ctx context.Context, id string, size int64, key []byte) (was
 		}
 		return false, err
 	}
-	if err := growOnline(ctx, img, dev, size); err != nil {
+	if err := growOnline(ctx, img, dev, mnt, size); err != nil {
 		return wasOpen, fmt.Errorf("grow volume %s: %w", id, err)
 	}
 	return wasOpen, nil
@@ -269,9 +269,10 @@ func growOffline(ctx context.Context, img string, size int64) error {
 	return nil
 }
 
-// growOnline grows the loop device dev over img and the ext4 on it to size bytes, if
-// the filesystem is smaller.
-func growOnline(ctx context.Context, img, dev string, size int64) error {
+// growOnline grows the loop device dev over img and the ext4 on it (mounted at mnt) to
+// size bytes, if the filesystem is smaller, and writes its superblock back to img (where
+// Size reads it).
+func growOnline(ctx context.Context, img, dev, mnt string, size int64) error {
 	have, err := fsSize(img)
 	if err != nil || have >= size {
 		return err
@@ -292,7 +293,12 @@ func growOnline(ctx context.Context, img, dev string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("resize2fs: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }
 
 // fsSize reads the size of the ext4 in img from its superblock.
