@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -492,9 +491,7 @@ func TestControlPlaneNetwork(t *testing.T) {
 // TestControlPlaneVolumeMounts: a create with volumeMounts attaches the caller's
 // volumes (made with Airlock's own API); another owner's is not found.
 func TestControlPlaneVolumeMounts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("volumes need root (loop devices, mounts)")
-	}
+	testenv.RequireVolumes(t)
 	f, alice, bob := newFixture(t)
 	ctx := context.Background()
 	if _, err := f.node.Manager.CreateVolume(ctx, "alice", "data", 16<<20, ""); err != nil {

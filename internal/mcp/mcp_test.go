@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -539,9 +538,7 @@ func TestMCPSandboxStats(t *testing.T) {
 // TestMCPVolumes: create_volume makes a volume that list_volumes shows, and
 // create_sandbox attaches it.
 func TestMCPVolumes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("volumes need root (loop devices, mounts)")
-	}
+	testenv.RequireVolumes(t)
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
 	cs := session(t, n.Client, mcp.Options{})
 	var v mcp.VolumeInfo

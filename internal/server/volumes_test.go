@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +16,7 @@ import (
 // its volume quota, a refusal says so and changes nothing, bad sizes are refused, and
 // every volume call is in the audit log with its identity.
 func TestVolumeQuotaAndAudit(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("volumes need root (loop devices, mounts)")
-	}
+	testenv.RequireVolumes(t)
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.VolumeQuota = 40 << 20 }})
 	ctx := context.Background()
 	c := n.Client
@@ -70,9 +67,7 @@ func TestVolumeQuotaAndAudit(t *testing.T) {
 // at once to write one volume, exactly one gets it; the others are refused naming the
 // holder, and read-only attaches still go through.
 func TestVolumeWriterLeaseUnderConcurrentAttaches(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("volumes need root (loop devices, mounts)")
-	}
+	testenv.RequireVolumes(t)
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
 	ctx := context.Background()
 	c := n.Client
@@ -131,9 +126,7 @@ func TestVolumeWriterLeaseUnderConcurrentAttaches(t *testing.T) {
 // TestVolumeCreateSkipsThePool: a create that attaches a volume is never served by a
 // warm pool's member (started without it): it is made cold, with its volume.
 func TestVolumeCreateSkipsThePool(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("volumes need root (loop devices, mounts)")
-	}
+	testenv.RequireVolumes(t)
 	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
 	ctx := context.Background()
 	c := n.Client
@@ -161,5 +154,39 @@ func TestVolumeCreateSkipsThePool(t *testing.T) {
 	}
 	if pools, _ := c.Pools(ctx); len(pools) != 1 || pools[0].Hits != 0 {
 		t.Errorf("the pool after a create with a volume: %+v; want no hit", pools)
+	}
+}
+
+// TestVolumeForkGetsOnlyWhatItAsks: a fork gets none of its source's volumes; with
+// volumes it gets those, and the writer lease holds across the two (the source keeps
+// its volume's; the fork may read it).
+func TestVolumeForkGetsOnlyWhatItAsks(t *testing.T) {
+	testenv.RequireVolumes(t)
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	ctx := context.Background()
+	c := n.Client
+	if _, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", Size: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, api.CreateSandboxRequest{Name: "src", Volumes: []api.VolumeMount{{Name: "data", Path: "/data"}}}); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.Fork(ctx, "src", api.ForkRequest{Name: "plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Sandbox.Volumes) != 0 {
+		t.Errorf("a fork without volumes has %+v", plain.Sandbox.Volumes)
+	}
+	_, err = c.Fork(ctx, "src", api.ForkRequest{Name: "writer", Volumes: []api.VolumeMount{{Name: "data", Path: "/data"}}})
+	if e, ok := err.(*client.Error); !ok || e.Code != "failed_precondition" {
+		t.Errorf("a fork that writes the source's volume: %v; want failed_precondition (the writer lease)", err)
+	}
+	reader, err := c.Fork(ctx, "src", api.ForkRequest{Name: "reader", Volumes: []api.VolumeMount{{Name: "data", Path: "/data", ReadOnly: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := reader.Sandbox.Volumes; len(v) != 1 || v[0].Name != "data" || !v[0].ReadOnly {
+		t.Errorf("a fork that reads the volume has %+v; want data read-only", v)
 	}
 }

@@ -67,6 +67,27 @@ func RequireHost(t testing.TB) {
 	t.Skip(msg)
 }
 
+// RequireVolumes skips (or, in CI, fails) unless the host can hold volumes: root (loop
+// devices, mounts) and e2fsprogs.
+func RequireVolumes(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := exec.LookPath("resize2fs"); err != nil {
+		missing = append(missing, "e2fsprogs (apt-get install -y e2fsprogs)")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "volumes need " + strings.Join(missing, " and ")
+	if InCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
 var (
 	buildOnce sync.Once
 	binPath   string
