@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -51,8 +52,23 @@ func TestVolumesSurviveAKilledDaemon(t *testing.T) {
 	d.must("suspend", "sb")
 
 	d.stop(syscall.SIGTERM)
-	d.env = []string{failpoint.EnvVar + "=volume.attach-leased,volume.resize-recorded"}
+	d.env = []string{failpoint.EnvVar + "=volume.attach-leased,volume.resize-recorded,volume.create-made"}
 	d.start()
+
+	// A create broken off between the host's volume and its record.
+	if _, errOut, code := d.airlock("volume", "create", "v3", "--size", "16M"); code == 0 {
+		t.Fatalf("the create succeeded past its crash point: %s", errOut)
+	}
+	if !d.killed(30 * time.Second) {
+		t.Fatal("the daemon was not killed in the create")
+	}
+	d.start()
+	if out, _, code := d.airlock("volume", "get", "v3"); code == 0 {
+		t.Errorf("after a crash in the create the volume is there: %s", out)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(d.dir, "state", "volumes")); len(entries) != 3 { // v, v2, binds
+		t.Errorf("after a crash in the create the volumes directory holds %d entries; want 3 (v, v2, binds)", len(entries))
+	}
 
 	// An attach broken off between the volume's record and the sandbox's.
 	if _, errOut, code := d.airlock("volume", "attach", "v2", "--sandbox", "sb", "--path", "/v2"); code == 0 {

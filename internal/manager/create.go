@@ -260,28 +260,28 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		}
 		files = append(files, mnt)
 	}
-	vols, err := m.mountVolumes(ctx, sb)
-	if err != nil {
-		m.stopSecrets(sb.ID)
-		m.unmountWorkspace(sb.ID)
-		return err
-	}
-	files = append(files, vols...)
+	// The volumes are mounted while the driver builds the root filesystem and the
+	// network is made: the driver's hook waits for all three.
+	volumes := m.startVolumes(ctx, sb)
 	attached, err := m.attach(ctx, sb, &spec, files)
 	if err != nil {
+		volumes()
 		m.stopSecrets(sb.ID)
 		m.unmountWorkspace(sb.ID)
 		m.unmountVolumes(sb.ID)
 		return err
 	}
+	spec.Network = withVolumes(spec.Network, volumes)
 	if err := m.startFromMemory(ctx, sb, spec); err != nil { // memory.go
 		attached()
+		volumes() // no mount is made after the detach
 		m.detach(context.WithoutCancel(ctx), sb.ID)
 		if errors.Is(err, errRestoreFailed) {
 			return m.startContainer(ctx, sb, img) // afresh: the memory is dropped
 		}
 		return err
 	}
+	volumes() // done already, unless the driver never called its hook
 	return attached()
 }
 

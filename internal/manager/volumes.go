@@ -188,6 +188,7 @@ func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int
 	} else if err := m.vols.Make(ctx, v.ID, size, key); err != nil {
 		return nil, unavailable(err, "volume %q could not be made", name)
 	}
+	failpoint.Hit("volume.create-made")
 	if err := m.store.CreateVolume(ctx, v); err != nil {
 		return nil, err
 	}

@@ -52,6 +52,42 @@ func (m *Manager) mountVolumes(ctx context.Context, sb *store.Sandbox) (_ []runt
 	return out, nil
 }
 
+// startVolumes starts mountVolumes for sb and returns its wait, which may be called any
+// number of times.
+func (m *Manager) startVolumes(ctx context.Context, sb *store.Sandbox) (wait func() ([]runtime.Mount, error)) {
+	if len(sb.Volumes) == 0 {
+		return func() ([]runtime.Mount, error) { return nil, nil }
+	}
+	var mounts []runtime.Mount
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mounts, err = m.mountVolumes(ctx, sb)
+	}()
+	return func() ([]runtime.Mount, error) { <-done; return mounts, err }
+}
+
+// withVolumes makes a start's network hook (nil: none) wait for the volumes' mounts too
+// and add them to its own.
+func withVolumes(network func() (runtime.NetworkJoin, error), volumes func() ([]runtime.Mount, error)) func() (runtime.NetworkJoin, error) {
+	return func() (runtime.NetworkJoin, error) {
+		var j runtime.NetworkJoin
+		if network != nil {
+			var err error
+			if j, err = network(); err != nil {
+				return j, err
+			}
+		}
+		mounts, err := volumes()
+		if err != nil {
+			return runtime.NetworkJoin{}, err
+		}
+		j.Mounts = append(j.Mounts, mounts...)
+		return j, nil
+	}
+}
+
 // unmountVolumes removes sandbox id's volume mounts, and lets go of each volume no
 // other sandbox's mount uses.
 func (m *Manager) unmountVolumes(id string) {
