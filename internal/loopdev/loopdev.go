@@ -19,25 +19,31 @@ import (
 // Mount attaches img to a free loop device (detached automatically when the mount goes)
 // and mounts its ext4 at dir with the mount options opts.
 func Mount(img, dir, opts string) error {
+	_, err := MountDev(img, dir, opts)
+	return err
+}
+
+// MountDev is Mount, and names the loop device ("loop3") the mount holds.
+func MountDev(img, dir, opts string) (string, error) {
 	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer f.Close()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("loop devices unavailable: %w", err)
+		return "", fmt.Errorf("loop devices unavailable: %w", err)
 	}
 	defer ctl.Close()
 	for attempt := 0; attempt < 32; attempt++ {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return fmt.Errorf("find a free loop device: %w", err)
+			return "", fmt.Errorf("find a free loop device: %w", err)
 		}
 		dev := "/dev/loop" + strconv.Itoa(n)
 		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return err
+			return "", err
 		}
 		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
@@ -48,16 +54,39 @@ func Mount(img, dir, opts string) error {
 		}
 		if err != nil {
 			lf.Close()
-			return fmt.Errorf("attach %s to %s: %w", img, dev, err)
+			return "", fmt.Errorf("attach %s to %s: %w", img, dev, err)
 		}
 		err = unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, opts)
 		lf.Close() // the mount holds the device; autoclear detaches it on unmount
 		if err != nil {
-			return fmt.Errorf("mount %s: %w", dev, err)
+			return "", fmt.Errorf("mount %s: %w", dev, err)
 		}
-		return nil
+		return "loop" + strconv.Itoa(n), nil
 	}
-	return errors.New("no free loop device after 32 attempts")
+	return "", errors.New("no free loop device after 32 attempts")
+}
+
+// Backs says whether the loop device dev ("loop3") is backed by img: a look at one
+// device, where Of looks at every one.
+func Backs(dev, img string) (bool, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(img, &want); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	return backedBy(dev, &want), nil
+}
+
+// backedBy says whether dev's backing file is the file want describes.
+func backedBy(dev string, want *unix.Stat_t) bool {
+	b, err := os.ReadFile("/sys/block/" + dev + "/loop/backing_file")
+	if err != nil {
+		return false // not attached, or detached meanwhile
+	}
+	var st unix.Stat_t
+	return unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
 }
 
 // Of names a loop device backed by img ("loop3"), or "" if none is.
@@ -73,35 +102,27 @@ func Of(img string) (string, error) {
 	// sysfs, which walks every device's directory.
 	devs, _ := os.ReadDir("/sys/block")
 	for _, e := range devs {
-		if !strings.HasPrefix(e.Name(), "loop") {
-			continue
-		}
-		b, err := os.ReadFile("/sys/block/" + e.Name() + "/loop/backing_file")
-		if err != nil {
-			continue // not attached, or detached meanwhile
-		}
-		var st unix.Stat_t
-		if unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+		if strings.HasPrefix(e.Name(), "loop") && backedBy(e.Name(), &want) {
 			return e.Name(), nil
 		}
 	}
 	return "", nil
 }
 
-// releaseWait bounds WaitReleased.
-const releaseWait = 30 * time.Second
+// ReleaseWait bounds WaitReleased.
+const ReleaseWait = 30 * time.Second
 
 // WaitReleased waits until no loop device is backed by img any more, and fails if one
-// still is after releaseWait. The kernel tells of no detach, so it polls.
+// still is after ReleaseWait. The kernel tells of no detach, so it polls.
 func WaitReleased(img string) error {
-	deadline := time.Now().Add(releaseWait)
+	deadline := time.Now().Add(ReleaseWait)
 	for {
 		dev, err := Of(img)
 		if err != nil || dev == "" {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the disk image %s is still in use (by %s) after %s", img, dev, releaseWait)
+			return fmt.Errorf("the disk image %s is still in use (by %s) after %s", img, dev, ReleaseWait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

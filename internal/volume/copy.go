@@ -43,6 +43,9 @@ func (h *Host) Copy(ctx context.Context, src, dst string) (sum string, retErr er
 		}
 	}()
 	sum, err := copyExtents(ctx, h.image(src), tmp)
+	if err == nil {
+		err = os.WriteFile(h.loopRecord(dst), nil, 0o600) // no device holds it
+	}
 	if err != nil {
 		return "", err
 	}
