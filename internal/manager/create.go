@@ -173,16 +173,19 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return op, nil, m.finishOp(op, "", err)
 	}
 	defer admitted()
+	// The leases first, and the record with its volumes (no second write); a crash
+	// between leaves leases of no sandbox, which recovery drops.
+	if sb.Volumes, err = m.leaseVolumes(ctx, sb, req.Volumes); err != nil {
+		release()
+		return op, nil, m.finishOp(op, "", err)
+	}
 	if err := m.insertSandbox(ctx, sb, release); err != nil {
+		m.releaseVolumes(ctx, sb)
 		return op, nil, m.finishOp(op, "", err)
 	}
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
 	m.event(sb, "created", "create", nil)
-	if err := m.attachVolumes(ctx, sb, req.Volumes); err != nil {
-		m.rollbackCreate(sb)
-		return op, nil, m.finishOp(op, "", err)
-	}
 	sb.Generation = 1 // the container being built is the first
 	if err := m.startContainer(ctx, sb, img); err != nil {
 		m.rollbackCreate(sb)

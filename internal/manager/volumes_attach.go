@@ -102,35 +102,50 @@ func (m *Manager) checkVolumeMounts(sb *store.Sandbox, reqs []VolumeMountRequest
 // attachVolumes records reqs on their volumes (taking the writer lease of each one
 // written) and then on sb. The caller holds sb's lock; on an error nothing is left
 // recorded.
-func (m *Manager) attachVolumes(ctx context.Context, sb *store.Sandbox, reqs []VolumeMountRequest) (retErr error) {
-	if len(reqs) == 0 {
-		return nil
-	}
-	if err := m.checkVolumeMounts(sb, reqs); err != nil {
+func (m *Manager) attachVolumes(ctx context.Context, sb *store.Sandbox, reqs []VolumeMountRequest) error {
+	done, err := m.leaseVolumes(ctx, sb, reqs)
+	if err != nil || len(done) == 0 {
 		return err
-	}
-	var done []store.SandboxVolume
-	defer func() {
-		if retErr != nil {
-			for _, sv := range done {
-				m.releaseVolume(context.WithoutCancel(ctx), sv.VolumeID, sb.ID)
-			}
-		}
-	}()
-	for _, r := range reqs {
-		sv, err := m.leaseVolume(ctx, sb, r)
-		if err != nil {
-			return err
-		}
-		done = append(done, sv)
 	}
 	failpoint.Hit("volume.attach-leased")
 	sb.Volumes = append(slices.Clip(sb.Volumes), done...)
 	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
 		sb.Volumes = sb.Volumes[:len(sb.Volumes)-len(done)]
+		m.releaseLeases(ctx, sb.ID, done)
 		return err
 	}
 	return nil
+}
+
+// leaseVolumes records reqs on their volumes, taking the writer lease of each one
+// written, for sb (whose record may not exist yet: recovery drops an attachment whose
+// sandbox does not list it). On an error none is left recorded.
+func (m *Manager) leaseVolumes(ctx context.Context, sb *store.Sandbox, reqs []VolumeMountRequest) ([]store.SandboxVolume, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	if err := m.checkVolumeMounts(sb, reqs); err != nil {
+		return nil, err
+	}
+	var done []store.SandboxVolume
+	for _, r := range reqs {
+		sv, err := m.leaseVolume(ctx, sb, r)
+		if err != nil {
+			m.releaseLeases(ctx, sb.ID, done)
+			return nil, err
+		}
+		done = append(done, sv)
+	}
+	return done, nil
+}
+
+// releaseLeases drops sandbox's attachments to the volumes of done.
+func (m *Manager) releaseLeases(ctx context.Context, sandbox string, done []store.SandboxVolume) {
+	for _, sv := range done {
+		if err := m.releaseVolume(context.WithoutCancel(ctx), sv.VolumeID, sandbox); err != nil {
+			m.log.Warn("release a volume lease (recovery finishes it)", "volume", sv.VolumeID, "sandbox", sandbox, "err", err)
+		}
+	}
 }
 
 // leaseVolume records sb's attachment on the volume r names.
@@ -218,9 +233,5 @@ func (m *Manager) DetachVolume(ctx context.Context, owner, name, ref string) (*s
 
 // releaseVolumes lets go of every volume of sb (terminated): the volumes stay.
 func (m *Manager) releaseVolumes(ctx context.Context, sb *store.Sandbox) {
-	for _, v := range sb.Volumes {
-		if err := m.releaseVolume(ctx, v.VolumeID, sb.ID); err != nil {
-			m.log.Warn("release a volume lease (recovery finishes it)", "volume", v.VolumeID, "sandbox", sb.ID, "err", err)
-		}
-	}
+	m.releaseLeases(ctx, sb.ID, sb.Volumes)
 }
