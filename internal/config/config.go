@@ -230,6 +230,8 @@ type Config struct {
 	// ExecOutputLimit bounds, per stream, the encoded size of the output a non-streamed
 	// exec or send returns; the rest is dropped and counted in the result.
 	ExecOutputLimit string `yaml:"exec_output_limit"`
+	// VolumeQuota is the most bytes of volumes and volume snapshots one owner may keep.
+	VolumeQuota string `yaml:"volume_quota"`
 	// ExecOutputBudget bounds the output all non-streamed calls buffer at once.
 	ExecOutputBudget string `yaml:"exec_output_budget"`
 	Images           Images `yaml:"images"`
@@ -364,6 +366,7 @@ func Default() Config {
 		MinIdleSuspend: "1m",
 		MinMaxLifetime: "1m",
 		LiveCap:        100,
+		VolumeQuota:    "1TiB",
 		Network:        Network{Enabled: true, Subnet: "10.203.0.0/16", Table: "airlock", HostPrefix: "al"},
 		Console:        Console{Enabled: true},
 		TmpfsSize:      "1GiB",
@@ -418,6 +421,7 @@ type Settings struct {
 	ImageUpload, ImageUnpacked            int64
 	ImageQuota, ImageCacheMax             int64
 	FileUpload                            int64
+	VolumeQuota                           int64
 	TreeEntries, TreeBytes                int64
 	AuditCoalesce, EventMaxAge            time.Duration
 	AuditLogMaxAge                        time.Duration
@@ -608,7 +612,8 @@ func (c Config) Settings() (Settings, error) {
 		n       *int64
 	}{{"images.max_upload", c.Images.MaxUpload, &s.ImageUpload},
 		{"images.max_unpacked", c.Images.MaxUnpacked, &s.ImageUnpacked}, {"images.owner_quota", c.Images.OwnerQuota, &s.ImageQuota},
-		{"files.max_upload", c.Files.MaxUpload, &s.FileUpload}, {"files.max_tree_bytes", c.Files.MaxTreeBytes, &s.TreeBytes}} {
+		{"files.max_upload", c.Files.MaxUpload, &s.FileUpload}, {"files.max_tree_bytes", c.Files.MaxTreeBytes, &s.TreeBytes},
+		{"volume_quota", c.VolumeQuota, &s.VolumeQuota}} {
 		if *f.n, err = units.ParseSize(f.v); err != nil || *f.n < 1<<20 {
 			errs = append(errs, fmt.Errorf("%s %q must be a size of at least 1MiB, such as 2GiB", f.name, f.v))
 		}

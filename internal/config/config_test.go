@@ -143,6 +143,7 @@ func TestLimitsAndPathsAreChecked(t *testing.T) {
 		{"default_limits: {open_files: 0}\n", "default_limits.open_files 0"},
 		{"tmpfs_size: \"0\"\n", `tmpfs_size "0"`},
 		{"files: {max_upload: 1KiB}\n", `files.max_upload "1KiB" must be a size of at least 1MiB`},
+		{"volume_quota: lots\n", `volume_quota "lots" must be a size of at least 1MiB`},
 		{"audit: {rate: .nan}\n", "audit.rate (NaN)"},
 		{"state_dir: /srv/al\nsecrets_dir: /srv/al/..s\n", "must be outside each other"},
 		{"state_dir: /srv/al/secrets/state\nsecrets_dir: /srv/al/secrets\n", "must be outside each other"},

@@ -251,6 +251,7 @@ func managerConfig(cfg config.Config, set config.Settings) manager.Config {
 	mcfg.NodeMemory = set.Node.Memory
 	mcfg.DefaultMaxLifetime, mcfg.MinIdleSuspend, mcfg.MinMaxLifetime = set.MaxLifetime, set.MinIdleSuspend, set.MinMaxLifetime
 	mcfg.LiveCap = cfg.LiveCap
+	mcfg.VolumeQuota = set.VolumeQuota
 	mcfg.MaxFileUpload = set.FileUpload
 	mcfg.MaxTreeEntries, mcfg.MaxTreeBytes = set.TreeEntries, set.TreeBytes
 	mcfg.Router = manager.RouterConfig{Profile: cfg.Router.Profile, Threshold: cfg.Router.Threshold, FailClosed: cfg.Router.FailClosed}
