@@ -72,8 +72,8 @@ func TestMCPVerbStdio(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tools/list: %v", err)
 	}
-	if len(tools.Tools) != 13 {
-		t.Errorf("tools/list: %d tools, want 13", len(tools.Tools))
+	if len(tools.Tools) != 15 {
+		t.Errorf("tools/list: %d tools, want 15", len(tools.Tools))
 	}
 	wantContains(t, "run_code", mcpCall(t, cs, "run_code", map[string]any{"language": "bash", "code": "echo from-bash"}), "from-bash", "exit code 0")
 	cs.Close() // closes stdin: the server ends

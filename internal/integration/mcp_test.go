@@ -201,7 +201,7 @@ func TestMCPInspectorCLI(t *testing.T) {
 			t.Errorf("tool %s: want a description and described properties, got %q %s", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	want := []string{"create_sandbox", "exec", "fork", "list_files", "list_sandboxes", "read_file",
+	want := []string{"create_sandbox", "create_volume", "exec", "fork", "list_files", "list_sandboxes", "list_volumes", "read_file",
 		"resume", "run_code", "sandbox_stats", "snapshot", "suspend", "terminate", "write_file"}
 	slices.Sort(names)
 	if !slices.Equal(names, want) {

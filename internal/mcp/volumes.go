@@ -31,6 +31,11 @@ type VolumeInfo struct {
 	Attached []string `json:"attached,omitempty" jsonschema:"the sandboxes (ids) it is attached to, with path and access"`
 }
 
+// ListVolumesInput is the input of list_volumes.
+type ListVolumesInput struct {
+	Snapshots bool `json:"snapshots,omitempty" jsonschema:"list your volume snapshots instead of your volumes"`
+}
+
 // ListVolumesOutput is the caller's volumes.
 type ListVolumesOutput struct {
 	Volumes []VolumeInfo `json:"volumes"`
@@ -75,8 +80,12 @@ func (t *tools) createVolume(ctx context.Context, _ *mcpsdk.CallToolRequest, in 
 	return textResult(fmt.Sprintf("volume %s (%s) created: %d bytes", v.Name, v.ID, v.Size)), volumeInfo(v), nil
 }
 
-func (t *tools) listVolumes(ctx context.Context, _ *mcpsdk.CallToolRequest, _ struct{}) (*mcpsdk.CallToolResult, ListVolumesOutput, error) {
-	list, err := t.cl.Volumes(ctx, "")
+func (t *tools) listVolumes(ctx context.Context, _ *mcpsdk.CallToolRequest, in ListVolumesInput) (*mcpsdk.CallToolResult, ListVolumesOutput, error) {
+	kind := ""
+	if in.Snapshots {
+		kind = "snapshot"
+	}
+	list, err := t.cl.Volumes(ctx, kind)
 	if err != nil {
 		return nil, ListVolumesOutput{}, err
 	}
