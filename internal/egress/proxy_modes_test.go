@@ -133,7 +133,8 @@ func TestProxyAudit(t *testing.T) {
 		port := map[string]int{"http": 80, "https": 443}[scheme]
 		r := e.waitRecord(scheme+" POST", func(r Record) bool { return r.Method == "POST" })
 		want := Record{Sandbox: "sb_audit", Generation: 7, Host: "api.example.com", Addr: "127.0.0.1", Port: port,
-			Method: "POST", BytesUp: 1000, BytesDown: 5000, Allowed: true, Decision: DecisionAllow, Rule: "api.example.com/GET,POST", Time: r.Time}
+			Method: "POST", BytesUp: 1000, BytesDown: 5000, Allowed: true, Decision: DecisionAllow, Rule: "api.example.com/GET,POST", Time: r.Time,
+			Mode: string(ModeAllowlist)}
 		if !reflect.DeepEqual(r, want) {
 			t.Errorf("%s POST record = %+v, want %+v", scheme, r, want)
 		}

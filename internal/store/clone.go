@@ -19,6 +19,7 @@ func (sb *Sandbox) Clone() *Sandbox {
 		c.Workspace = &ws
 	}
 	c.Ports = slices.Clone(sb.Ports)
+	c.Volumes = slices.Clone(sb.Volumes)
 	c.Extra = slices.Clone(sb.Extra)
 	return &c
 }

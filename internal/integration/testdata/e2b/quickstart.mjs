@@ -263,10 +263,13 @@ async function main() {
   for (const fork of others.slice(0, 2)) expectEqual(await fork.kill(), true, `kill() of fork ${fork.sandboxId}`)
   others = []
 
-  step('a call Airlock does not serve (getMetrics) throws a SandboxError with 501, not a not-found')
-  const metrics = await expectThrow(sandbox.getMetrics(), SandboxError, 'getMetrics()')
-  expect(!(metrics instanceof NotFoundError) && metrics.message.startsWith('501: '),
-    `getMetrics(): ${metrics.constructor.name}: ${metrics.message}, want a SandboxError with 501`)
+  step('getMetrics answers the sandbox\'s usage samples in E2B\'s shape')
+  const metrics = await sandbox.getMetrics()
+  expect(Array.isArray(metrics), `getMetrics(): ${JSON.stringify(metrics)}, want a list of samples`)
+  for (const m of metrics) {
+    expect(m.timestamp instanceof Date && typeof m.cpuCount === 'number' && typeof m.memTotal === 'number' && m.memTotal > 0,
+      `getMetrics() sample ${JSON.stringify(m)}: want timestamp, cpuCount and memTotal`)
+  }
 
   step('updateNetwork sets the egress policy')
   await sandbox.updateNetwork({ denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org'] })
