@@ -246,4 +246,11 @@ type Checkpointer interface {
 	// and restores its processes from dir instead of starting its agent afresh. The
 	// image is only read; a Restore that fails leaves no container, as Start.
 	Restore(ctx context.Context, spec Spec, dir string) error
+	// CheckpointFrozen saves the container's memory and processes into dir as
+	// Checkpoint does, but leaves the container in place, frozen as Freeze leaves it,
+	// so its files can be copied at the very point its memory was saved; the caller
+	// Thaws it then. The image may be restored into another sandbox's container (a
+	// clone: its own bundle, identity and network). On error the container is left
+	// running, not frozen.
+	CheckpointFrozen(ctx context.Context, id, dir string) error
 }

@@ -43,15 +43,52 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	// Connections from the host cannot be saved: the agent closes the ones it holds.
+	if err := d.quiesce(ctx, id); err != nil {
+		return err
+	}
+	if err := d.save(ctx, id, dir); err != nil {
+		return err
+	}
+	return d.Stop(ctx, id)
+}
+
+// quiesce has the agent close its host connections: they cannot be saved.
+func (d *Driver) quiesce(ctx context.Context, id string) error {
 	cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
 	if err := cl.Quiesce(ctx); err != nil {
 		return fmt.Errorf("close the agent's connections: %w", err)
 	}
-	if _, err := d.runc(ctx, "checkpoint", "--exclude-committed-zero-pages", "--image-path", dir, d.containerID(id)); err != nil {
+	return nil
+}
+
+// save writes the container's image into dir; extra are more checkpoint flags.
+func (d *Driver) save(ctx context.Context, id, dir string, extra ...string) error {
+	args := append([]string{"checkpoint", "--exclude-committed-zero-pages", "--image-path", dir}, extra...)
+	_, err := d.runc(ctx, append(args, d.containerID(id))...)
+	return err
+}
+
+// CheckpointFrozen implements runtime.Checkpointer: the container is paused (Freeze)
+// before the save and the save resumes its kernel's tasks only as far as the pause
+// allows, so nothing runs between the image and the caller's copy of its files.
+func (d *Driver) CheckpointFrozen(ctx context.Context, id, dir string) error {
+	if !d.opts.Engine.Checkpoint {
+		return fmt.Errorf("%s: %w", d.opts.Engine.Name, ErrNoCheckpoint)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return d.Stop(ctx, id)
+	if err := d.quiesce(ctx, id); err != nil {
+		return err
+	}
+	if err := d.Freeze(ctx, id); err != nil {
+		return err
+	}
+	if err := d.save(ctx, id, dir, "--leave-running"); err != nil {
+		d.Thaw(context.WithoutCancel(ctx), id)
+		return err
+	}
+	return nil
 }
 
 // Restore implements runtime.Checkpointer.

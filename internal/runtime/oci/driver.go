@@ -324,7 +324,8 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 		readyW.Close()
 		return err
 	}
-	args := append(append(d.globalArgs(), logArgs...), "run", "--detach", "--bundle", bundle)
+	sub := "run"
+	args := append(append(d.globalArgs(), logArgs...), sub, "--detach", "--bundle", bundle)
 	cmd := exec.CommandContext(ctx, d.opts.Engine.Path)
 	if d.opts.Engine.Sentry {
 		// The channel is the agent's stdin: an engine restores a container with new
@@ -338,7 +339,11 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 		args = append(args, d.opts.Engine.passFDs(2)...)
 	}
 	if memory != "" {
-		args = append(append(d.globalArgs(), logArgs...), "restore", "--detach", "--bundle", bundle, "--image-path", memory)
+		// The spec is the daemon's own, never the sandbox's; a clone's differs from its
+		// source's in its identity (ids, mounts, network), which runsc's default check
+		// refuses, so a difference is only logged.
+		sub = "restore"
+		args = append(append(d.globalArgs(), logArgs...), "--restore-spec-validation=warning", sub, "--detach", "--bundle", bundle, "--image-path", memory)
 	}
 	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
 	cmd.Args = append(cmd.Args, args...)
@@ -350,7 +355,7 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 		err = cmd.Wait()
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s%s", d.opts.Engine.Name, args[len(d.globalArgs())+len(logArgs)], err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
+		return fmt.Errorf("%s %s: %w: %s%s", d.opts.Engine.Name, sub, err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
 	}
 	if memory != "" {
 		return nil // a restored agent said it was ready before it was saved
