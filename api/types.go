@@ -258,6 +258,22 @@ type Snapshot struct {
 	Chunks      []string          `json:"chunks,omitempty"` // chunk checksums, on GET of one snapshot
 	Created     time.Time         `json:"created"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// Memory is the memory part of a snapshot taken with --memory (runsc): its image's
+	// size on disk and files with their checksums. Absent: files only.
+	Memory *SnapshotMemory `json:"memory,omitempty"`
+}
+
+// SnapshotMemory is a snapshot's memory image.
+type SnapshotMemory struct {
+	Bytes int64                `json:"bytes"`
+	Files []SnapshotMemoryFile `json:"files,omitempty"`
+}
+
+// SnapshotMemoryFile is one file of a snapshot's memory image.
+type SnapshotMemoryFile struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.
@@ -268,6 +284,10 @@ type SnapshotList struct {
 // SnapshotRequest is the body of POST /v1/sandboxes/{ref}/snapshots.
 type SnapshotRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
+	// Memory keeps the sandbox's memory and processes too (a running runsc sandbox
+	// whose secrets are delivered by proxy only); a fork of the snapshot runs on from
+	// that point. Refused, with the reason, where it cannot be kept.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // RestoreRequest is the body of POST /v1/sandboxes/{ref}/restore.

@@ -11,8 +11,15 @@ import (
 // Snapshot takes a snapshot of a running (frozen for a crash-consistent copy) or
 // suspended sandbox.
 func (c *Client) Snapshot(ctx context.Context, ref string, labels map[string]string, opts ...CallOption) (*api.OperationResponse, error) {
+	return c.SnapshotWith(ctx, ref, api.SnapshotRequest{Labels: labels}, opts...)
+}
+
+// SnapshotWith snapshots a sandbox as req says; with req.Memory, a running runsc
+// sandbox's memory and processes too, so a fork of the snapshot runs on from that
+// point (refused, with the reason, where they cannot be kept).
+func (c *Client) SnapshotWith(ctx context.Context, ref string, req api.SnapshotRequest, opts ...CallOption) (*api.OperationResponse, error) {
 	var out api.OperationResponse
-	r := request{method: http.MethodPost, path: sandboxPath(ref, "snapshots"), in: api.SnapshotRequest{Labels: labels}, opts: opts}
+	r := request{method: http.MethodPost, path: sandboxPath(ref, "snapshots"), in: req, opts: opts}
 	if err := c.do(ctx, r, &out); err != nil {
 		return nil, err
 	}

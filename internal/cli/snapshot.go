@@ -1,18 +1,26 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 var snapshotCreateVerb = &verb{
 	name:  "snapshot create",
-	args:  "NAME [--label K=V]... [--idempotency-key K]",
+	args:  "NAME [--memory] [--label K=V]... [--idempotency-key K]",
 	short: "snapshot a sandbox's writable layer (frozen while it runs)",
-	run:   runSnapshotCreate,
+	long: `--memory keeps a running runsc sandbox's memory and processes too: a fork of the
+snapshot runs on from that point. It is refused, with the reason, under runc, for a
+sandbox that is not running, and for one with a secret delivered by file or env (a
+memory image never holds a secret's value). The memory image's size is listed.`,
+	run: runSnapshotCreate,
 }
 
 var snapshotLsVerb = &verb{
@@ -48,23 +56,36 @@ is printed, with the command that undoes the restore. -v prints the operation to
 
 var forkVerb = &verb{
 	name:  "fork",
-	args:  "SRC NEW [--label K=V]... [--volume NAME:/PATH[:ro]]... [--idempotency-key K]",
+	args:  "SRC NEW [--count N] [--label K=V]... [--volume NAME:/PATH[:ro]]... [--idempotency-key K]",
 	short: "make a new sandbox from a sandbox or a snapshot (snap_…)",
 	long: `The new sandbox shares no writable storage with its source; its lineage is recorded.
-It gets none of its source's volumes: --volume attaches one (a volume has one writer).`,
+It gets none of its source's volumes: --volume attaches one (a volume has one writer).
+Under runsc a running sandbox is forked with its memory: the new sandbox's processes
+run on from the point of the fork (so does a fork of a snapshot taken with --memory),
+with its own name, id, session credential file, network address and egress policy.
+What was in memory is the same in every clone: its hostname, environment, random
+seeds and ids made before the fork, a token already read, a cached address, TLS
+sessions; the credential file itself is each sandbox's own, so read it anew. Under
+runc, for a sandbox with a secret delivered by file or env, and where volumes are
+attached to the source or the fork, the fork keeps files only, and its events say why
+(memory_not_kept).
+--count N makes N sandboxes, NEW-1 … NEW-N, all from one point: a sandbox is first
+snapshotted (with its memory where it can be kept), and each is a fork of that
+snapshot. A volume has one writer, so --count and --volume do not go together.`,
 	run: runFork,
 }
 
 func runSnapshotCreate(c *cmd, args []string) error {
 	labels := kvFlag{}
 	c.fs.Var(labels, "label", "label `K=V` (repeatable)")
+	memory := c.fs.Bool("memory", false, "keep the sandbox's memory and processes too (runsc)")
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
 	pos, cl, err := c.connect(args, 1)
 	if err != nil {
 		return err
 	}
 	opts := c.callOpts(*key, 0)
-	resp, err := cl.Snapshot(c.ctx, pos[0], labels.orNil(), opts...)
+	resp, err := cl.SnapshotWith(c.ctx, pos[0], api.SnapshotRequest{Labels: labels.orNil(), Memory: *memory}, opts...)
 	if err != nil {
 		return err
 	}
@@ -108,7 +129,7 @@ func runSnapshotGet(c *cmd, args []string) error {
 		{"id", s.ID}, {"sandbox", sandboxAndID(newSandboxNames(c, cl).name, s.SandboxID)}, {"image", s.ImageDigest}, {"parent", orNone(s.Parent)},
 		{"state", s.State}, {"consistency", s.Consistency}, {"logical_size", formatSize(s.LogicalSize)},
 		{"stored_size", formatSize(s.StoredSize)}, {"files", strconv.Itoa(s.Files)},
-		{"chunks", strconv.Itoa(len(s.Chunks))}, {"created", formatTime(s.Created)}, {"labels", formatMap(s.Labels)},
+		{"chunks", strconv.Itoa(len(s.Chunks))}, {"memory", snapshotMemoryFiles(s)}, {"created", formatTime(s.Created)}, {"labels", formatMap(s.Labels)},
 	})
 }
 
@@ -162,6 +183,7 @@ func runFork(c *cmd, args []string) error {
 	key := c.fs.String("idempotency-key", "", "idempotency key `K`")
 	var vols repeatFlag
 	c.fs.Var(&vols, "volume", "attach volume `NAME:/PATH[:ro]` (repeatable)")
+	count := c.fs.Int("count", 0, "make `N` sandboxes, NEW-1 … NEW-N, from one point")
 	pos, cl, err := c.connect(args, 2)
 	if err != nil {
 		return err
@@ -170,15 +192,77 @@ func runFork(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := c.callOpts(*key, 0)
-	resp, err := cl.Fork(c.ctx, pos[0], api.ForkRequest{Name: pos[1], Labels: labels.orNil(), Volumes: mounts}, opts...)
-	if err != nil {
-		return err
+	if !c.isSet("count") {
+		opts := c.callOpts(*key, 0)
+		resp, err := cl.Fork(c.ctx, pos[0], api.ForkRequest{Name: pos[1], Labels: labels.orNil(), Volumes: mounts}, opts...)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return c.printJSON(resp)
+		}
+		return printSandboxRow(c.stdout, resp.Sandbox)
+	}
+	if *count < 1 || *count > maxForkCount {
+		return usagef("--count must be 1 to %d, not %d", maxForkCount, *count)
+	}
+	if len(mounts) > 0 {
+		return usagef("--count and --volume do not go together: a volume has one writer")
+	}
+	src := pos[0]
+	if !strings.HasPrefix(src, "snap_") {
+		src, err = forkPoint(c, cl, src, *key)
+		if err != nil {
+			return err
+		}
+	}
+	var made []api.Sandbox
+	for i := 1; i <= *count; i++ {
+		name := fmt.Sprintf("%s-%d", pos[1], i)
+		resp, err := cl.Fork(c.ctx, src, api.ForkRequest{Name: name, Labels: labels.orNil()}, c.callOpts(keyFor(*key, name), 0)...)
+		if err != nil {
+			return fmt.Errorf("fork %s (%d of %d made): %w", name, len(made), *count, err)
+		}
+		made = append(made, *resp.Sandbox)
 	}
 	if c.json() {
-		return c.printJSON(resp)
+		return c.printJSON(made)
 	}
-	return printSandboxRow(c.stdout, resp.Sandbox)
+	for i := range made {
+		if err := printSandboxRow(c.stdout, &made[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyFor derives the idempotency key of one call of several from the one given ("":
+// none).
+func keyFor(key, part string) string {
+	if key == "" {
+		return ""
+	}
+	return key + "/" + part
+}
+
+// maxForkCount bounds fork --count.
+const maxForkCount = 64
+
+// forkPoint snapshots sandbox ref for a fork into several clones, with its memory
+// where it can be kept (else files only, as a fork says), and returns the snapshot.
+func forkPoint(c *cmd, cl *client.Client, ref, key string) (string, error) {
+	opts := c.callOpts(keyFor(key, "snapshot"), 0)
+	labels := map[string]string{"airlock.fork": "count"}
+	resp, err := cl.SnapshotWith(c.ctx, ref, api.SnapshotRequest{Labels: labels, Memory: true}, opts...)
+	var ae *client.Error
+	if errors.As(err, &ae) && errors.Is(err, errdefs.ErrFailedPrecondition) {
+		fmt.Fprintf(c.stderr, "forking files only: %s\n", ae.Message)
+		resp, err = cl.SnapshotWith(c.ctx, ref, api.SnapshotRequest{Labels: labels}, opts...)
+	}
+	if err != nil {
+		return "", err
+	}
+	return resp.Snapshot.ID, nil
 }
 
 // sandboxAndID is "name (id)", or the id alone when its name is unknown.
@@ -191,12 +275,33 @@ func sandboxAndID(name func(string) string, id string) string {
 
 func printSnapshots(w io.Writer, list []api.Snapshot, name func(id string) string) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tSANDBOX\tSTATE\tCONSISTENCY\tSIZE\tSTORED\tCREATED")
+	fmt.Fprintln(tw, "ID\tSANDBOX\tSTATE\tCONSISTENCY\tSIZE\tSTORED\tMEMORY\tCREATED")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, name(s.SandboxID), s.State, s.Consistency,
-			formatSize(s.LogicalSize), formatSize(s.StoredSize), formatAge(s.Created))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, name(s.SandboxID), s.State, s.Consistency,
+			formatSize(s.LogicalSize), formatSize(s.StoredSize), snapshotMemory(s), formatAge(s.Created))
 	}
 	return tw.Flush()
+}
+
+// snapshotMemoryFiles is a snapshot's memory image with its files' checksums.
+func snapshotMemoryFiles(s *api.Snapshot) string {
+	if s.Memory == nil {
+		return "none (files only)"
+	}
+	out := formatSize(s.Memory.Bytes) + " image"
+	for _, f := range s.Memory.Files {
+		out += fmt.Sprintf("; %s %s sha256:%s", f.Name, formatSize(f.Size), f.SHA256)
+	}
+	return out
+}
+
+// snapshotMemory is a snapshot's memory image as listed: its size on disk, "-" when
+// it keeps files only.
+func snapshotMemory(s api.Snapshot) string {
+	if s.Memory == nil {
+		return "-"
+	}
+	return formatSize(s.Memory.Bytes)
 }
 
 func orNone(s string) string {

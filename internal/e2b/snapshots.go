@@ -164,7 +164,7 @@ func (c *Control) createSnapshot(w http.ResponseWriter, r *http.Request, p *auth
 	if req.Name != "" {
 		labels = map[string]string{snapshotNameLabel: req.Name}
 	}
-	_, man, err := c.m.Snapshot(r.Context(), call(p), sb.ID, labels)
+	_, man, err := c.m.Snapshot(r.Context(), call(p), sb.ID, manager.SnapshotRequest{Labels: labels})
 	if err != nil {
 		var e *errdefs.Error
 		if errors.As(err, &e) && errors.Is(err, errdefs.ErrInvalidArgument) {

@@ -20,6 +20,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err := m.backfillSnapshots(ctx); err != nil {
 		return fmt.Errorf("record snapshots: %w", err)
 	}
+	m.recoverSnapshotMemory() // memsnap.go
 	all, err := m.ownSandboxes(ctx)
 	if err != nil {
 		return err

@@ -25,16 +25,28 @@ func (m *Manager) storage(sb *store.Sandbox) (runtime.Storage, error) {
 	return st, nil
 }
 
+// SnapshotRequest says what a snapshot keeps: its labels, and with Memory the
+// sandbox's memory and processes too (memsnap.go).
+type SnapshotRequest struct {
+	Labels map[string]string `json:"labels"`
+	Memory bool              `json:"memory"`
+}
+
 // Snapshot takes an immutable snapshot of a sandbox's upper layer: frozen for a
-// crash-consistent copy while it runs, or as it is while suspended.
-func (m *Manager) Snapshot(ctx context.Context, call Call, ref string, labels map[string]string) (*store.Operation, *snapshot.Manifest, error) {
-	if err := validateLabels(labels); err != nil {
+// crash-consistent copy while it runs, or as it is while suspended; with req.Memory,
+// its memory image too.
+func (m *Manager) Snapshot(ctx context.Context, call Call, ref string, req SnapshotRequest) (*store.Operation, *snapshot.Manifest, error) {
+	if err := validateLabels(req.Labels); err != nil {
 		return nil, nil, err
 	}
+	var body any = req.Labels // the request as recorded before memory snapshots, for replays
+	if req.Memory {
+		body = req
+	}
 	var man *snapshot.Manifest
-	op, _, err := m.lifecycleOpBody(ctx, call, ref, "snapshot", labels, func(ctx context.Context, sb *store.Sandbox, op *store.Operation) error {
+	op, _, err := m.lifecycleOpBody(ctx, call, ref, "snapshot", body, func(ctx context.Context, sb *store.Sandbox, op *store.Operation) error {
 		var err error
-		if man, err = m.snapshot(ctx, sb, labels); err == nil {
+		if man, err = m.snapshotWith(ctx, sb, req.Labels, req.Memory); err == nil {
 			op.Result, _ = json.Marshal(man.ID)
 		}
 		return err
@@ -49,6 +61,11 @@ func (m *Manager) Snapshot(ctx context.Context, call Call, ref string, labels ma
 
 // snapshot does the work; the caller holds the sandbox's lock.
 func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[string]string) (*snapshot.Manifest, error) {
+	return m.snapshotWith(ctx, sb, labels, false)
+}
+
+// snapshotWith is snapshot, with the sandbox's memory image too when memory is set.
+func (m *Manager) snapshotWith(ctx context.Context, sb *store.Sandbox, labels map[string]string, memory bool) (_ *snapshot.Manifest, retErr error) {
 	stg, err := m.storage(sb)
 	if err != nil {
 		return nil, err
@@ -58,8 +75,23 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 	if err := m.may(VerbSnapshot, sb); err != nil {
 		return nil, err
 	}
-	switch sb.State {
-	case Running:
+	meta.ID = snapshot.NewID()
+	switch {
+	case memory:
+		// memsnap.go: frozen at the point its memory was saved, as a Freeze leaves it.
+		thaw, mi, err := m.saveMemoryFrozen(ctx, sb, meta.ID)
+		if err != nil {
+			return nil, err
+		}
+		defer thaw()
+		defer func() {
+			if retErr != nil {
+				m.dropSnapshotMemory(meta.ID)
+			}
+		}()
+		meta.Memory = mi
+		meta.Consistency = snapshot.CrashConsistent
+	case sb.State == Running:
 		fz, ok := m.driver(sb).(runtime.Freezer)
 		if !ok {
 			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")
@@ -72,7 +104,6 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 	}
 	// The record that says whose snapshot it is comes first, so no snapshot is ever
 	// ready without one; a failed Create takes it back.
-	meta.ID = snapshot.NewID()
 	rec := &store.SnapshotRecord{ID: meta.ID, Owner: sb.Owner, SandboxID: sb.ID, Node: m.cfg.NodeName, CreatedAt: m.now()}
 	if err := m.store.CreateSnapshotRecord(ctx, rec); err != nil {
 		return nil, err
@@ -89,7 +120,11 @@ func (m *Manager) snapshot(ctx context.Context, sb *store.Sandbox, labels map[st
 		}
 		return nil, err
 	}
-	m.event(sb, "snapshot", "snapshot", map[string]any{"snapshot": man.ID, "stored_size": man.StoredSize, "consistency": man.Consistency})
+	details := map[string]any{"snapshot": man.ID, "stored_size": man.StoredSize, "consistency": man.Consistency}
+	if man.Memory != nil {
+		details["memory_bytes"] = man.Memory.Bytes
+	}
+	m.event(sb, "snapshot", "snapshot", details)
 	return man, nil
 }
 
@@ -230,6 +265,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, owner, id string) error {
 	if err != nil {
 		return err
 	}
+	m.dropSnapshotMemory(id) // memsnap.go
 	if err := m.store.DeleteSnapshotRecord(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
@@ -371,11 +407,17 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	defer cancel()
 	cloner, canClone := m.driver(parent).(runtime.StorageCloner)
 	clone := man == nil && canClone && parent.Limits.Disk > 0
+	// Why the fork keeps no memory ("": it does, memsnap.go); said in an event.
+	noMemory := m.memoryRefused(ctx, parent)
 	if man == nil && !clone {
 		unlock := m.locks.lock(parent.ID)
 		fresh, err := m.store.GetSandbox(ctx, parent.ID)
 		if err == nil {
-			man, err = m.snapshot(ctx, fresh, map[string]string{"airlock.fork": req.Name})
+			man, err = m.snapshotWith(ctx, fresh, map[string]string{"airlock.fork": req.Name}, noMemory == "")
+			if err != nil && noMemory == "" {
+				noMemory = memoryFailure(err)
+				man, err = m.snapshot(ctx, fresh, map[string]string{"airlock.fork": req.Name})
+			}
 		}
 		unlock()
 		if err != nil {
@@ -384,6 +426,15 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	} else if man != nil {
 		if err := m.snaps.Verify(ctx, man.ID); err != nil {
 			return op, nil, m.finishOp(op, "", corruptErr(err))
+		}
+		noMemory = "the snapshot keeps files only"
+		if man.Memory != nil {
+			noMemory = ""
+			if err := m.verifySnapshotMemory(man); errors.Is(err, snapshot.ErrCorrupt) {
+				return op, nil, m.finishOp(op, "", corruptErr(err))
+			} else if err != nil {
+				noMemory = err.Error()
+			}
 		}
 	}
 	id := newID("sb_")
@@ -423,13 +474,21 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	switch {
 	case err != nil:
 	case clone:
-		durable, err = m.cloneFrom(ctx, parent.ID, sb, cloner)
+		durable, err = m.cloneFrom(ctx, parent.ID, sb, cloner, &noMemory)
 	default:
 		err = stg.ReplaceLayer(ctx, sb.ID, sb.Limits.Disk, func(upper string) error {
 			return m.snaps.Restore(ctx, man.ID, upper, sb.UIDBase)
 		})
+		if err == nil && noMemory == "" {
+			if lerr := m.linkSnapshotMemory(sb, man); lerr != nil {
+				noMemory = memoryFailure(lerr)
+			}
+		}
 	}
 	sb.Generation = 1
+	if err == nil && noMemory != "" {
+		m.event(sb, "memory_not_kept", "fork", map[string]string{"reason": noMemory})
+	}
 	if err == nil {
 		if err = m.startContainer(ctx, sb, img); err != nil {
 			err = unavailable(err, "sandbox %q could not start", req.Name)
@@ -455,7 +514,11 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 // runs, so the copy is crash-consistent, as a snapshot would be. The parent runs again
 // (and its lock is released) as soon as its layer is copied, while the copy is made
 // ready; durable also waits for that.
-func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sandbox, cloner runtime.StorageCloner) (durable func() error, err error) {
+//
+// Unless *noMemory says why not, the parent's memory is saved at the point it is
+// frozen, into sb's memory image, which sb's start restores; a save that fails keeps
+// files only and says why in *noMemory.
+func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sandbox, cloner runtime.StorageCloner, noMemory *string) (durable func() error, err error) {
 	unlock := m.locks.lock(parentID)
 	thaw := func() {}
 	released := make(chan struct{})
@@ -474,7 +537,19 @@ func (m *Manager) cloneFrom(ctx context.Context, parentID string, sb *store.Sand
 	if err := m.may(VerbFork, parent); err != nil {
 		return nil, err
 	}
-	if parent.State == Running {
+	if *noMemory == "" {
+		*noMemory = m.memoryRefused(ctx, parent) // as it is now, under its lock
+	}
+	if *noMemory == "" {
+		t, err := m.checkpointFrozen(ctx, parent, m.memoryDir(sb.ID)) // memsnap.go
+		if err == nil {
+			thaw = t
+			setMemory(sb, &MemoryState{Kept: true, Generation: parent.Generation, Bytes: diskBytes(m.memoryDir(sb.ID)), At: m.now()})
+		} else {
+			*noMemory = memoryFailure(err)
+		}
+	}
+	if parent.State == Running && !MemoryOf(sb).Kept {
 		fz, ok := m.driver(parent).(runtime.Freezer)
 		if !ok {
 			return nil, errdefs.Unavailable("this runtime cannot freeze a running sandbox; suspend it first")

@@ -109,7 +109,7 @@ func TestSnapshotOwnerFromRecordNotBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, own, err := a.Snapshot(ctx, alice, "work", nil)
+	_, own, err := a.Snapshot(ctx, alice, "work", SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestSnapshotOwnerFromRecordNotBucket(t *testing.T) {
 
 	// A recorded snapshot whose manifest in the bucket is rewritten to name the victim's
 	// sandbox is refused to its owner and to the victim alike on a node that reads it.
-	_, second, err := a.Snapshot(ctx, alice, "work", nil)
+	_, second, err := a.Snapshot(ctx, alice, "work", SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestSnapshotRecordsBackfilled(t *testing.T) {
 	if _, _, err := a.Create(ctx, alice, CreateRequest{Name: "work"}); err != nil {
 		t.Fatal(err)
 	}
-	_, old, err := a.Snapshot(ctx, alice, "work", nil)
+	_, old, err := a.Snapshot(ctx, alice, "work", SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

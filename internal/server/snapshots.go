@@ -11,6 +11,12 @@ func toAPISnapshot(m *manager.Snapshot, withChunks bool) *api.Snapshot {
 	out := &api.Snapshot{ID: m.ID, SandboxID: m.SandboxID, ImageDigest: m.ImageDigest, Parent: m.Parent,
 		Consistency: m.Consistency, State: m.State, LogicalSize: m.LogicalSize, StoredSize: m.StoredSize,
 		Files: len(m.Entries), Created: m.Created, Labels: m.Labels}
+	if mi := m.Memory; mi != nil {
+		out.Memory = &api.SnapshotMemory{Bytes: mi.Bytes}
+		for _, f := range mi.Files {
+			out.Memory.Files = append(out.Memory.Files, api.SnapshotMemoryFile(f))
+		}
+	}
 	if withChunks {
 		seen := map[string]bool{}
 		out.Chunks = []string{}
@@ -32,7 +38,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	op, man, err := s.m.Snapshot(r.Context(), c, r.PathValue("ref"), req.Labels)
+	op, man, err := s.m.Snapshot(r.Context(), c, r.PathValue("ref"), manager.SnapshotRequest{Labels: req.Labels, Memory: req.Memory})
 	if err != nil {
 		return s.opResult(w, r, 0, op, nil, err)
 	}

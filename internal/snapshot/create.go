@@ -49,7 +49,7 @@ func (s *Store) Create(ctx context.Context, upperDir string, uidBase uint32, met
 	m := &Manifest{
 		ID: id, SandboxID: meta.SandboxID, ImageDigest: meta.ImageDigest, Parent: meta.Parent,
 		Consistency: meta.Consistency, State: StateCreating, Created: time.Now().UTC(),
-		Labels: cloneLabels(meta.Labels),
+		Labels: cloneLabels(meta.Labels), Memory: meta.Memory,
 	}
 	s.gc.RLock()
 	if err := s.writeManifest(m); err != nil {

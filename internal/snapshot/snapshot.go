@@ -101,6 +101,23 @@ type Manifest struct {
 	// Imported says this node read the manifest from the object store rather than
 	// taking the snapshot; set by this node only, whatever the bucket's copy says.
 	Imported bool `json:"imported,omitempty"`
+	// Memory is the memory part of a snapshot taken with its memory (runsc): the image
+	// of the sandbox's processes at the instant its files were copied, kept beside the
+	// snapshot on the node that took it (never in an object store). nil: files only.
+	Memory *MemoryImage `json:"memory,omitempty"`
+}
+
+// MemoryImage names the files of a snapshot's memory image and their checksums.
+type MemoryImage struct {
+	Bytes int64        `json:"bytes"` // on disk
+	Files []MemoryFile `json:"files"`
+}
+
+// MemoryFile is one file of a memory image.
+type MemoryFile struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // Entry is one path of the upper layer ("." is its root), with container-native ids.
