@@ -299,10 +299,16 @@ def remove(ref: str, path: str, recursive: bool = False) -> Request[None]:
     return Request("DELETE", sandbox_path(v.ref(ref), "files"), query=q)
 
 
-def snapshot(ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Request[Snapshot]:
+def snapshot(ref: str, labels: Optional[Mapping[str, str]] = None, *, memory: bool = False, idempotency_key: Optional[str] = None) -> Request[Snapshot]:
+    """Snapshot a sandbox; with memory, a running runsc sandbox's memory and processes
+    too (refused with the reason elsewhere), so a fork of it runs on from that point."""
     body: Dict[str, Any] = {}
     if labels:
         body["labels"] = v.labels(labels)
+    if not isinstance(memory, bool):
+        raise InvalidArgument(f"memory must be True or False, not {memory!r}")
+    if memory:
+        body["memory"] = True
     return Request("POST", sandbox_path(v.ref(ref), "snapshots"), json=body, idempotency_key=v.idempotency_key(idempotency_key), parse=_op_snapshot)
 
 

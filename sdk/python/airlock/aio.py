@@ -358,8 +358,8 @@ class AsyncClient:
         """Detach a volume from a suspended sandbox."""
         return await self._do(_calls.detach_volume(name, sandbox))
 
-    async def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
-        return await self._do(_calls.snapshot(ref, labels, idempotency_key=idempotency_key))
+    async def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, memory: bool = False, idempotency_key: Optional[str] = None) -> Snapshot:
+        return await self._do(_calls.snapshot(ref, labels, memory=memory, idempotency_key=idempotency_key))
 
     async def stats(self, ref: str, *, history: bool = False) -> Dict[str, Any]:
         return await self._do(_calls.stats(ref, history=history))
@@ -633,8 +633,8 @@ class AsyncSandbox:
         except NotFound:
             pass
 
-    async def snapshot(self, labels: Optional[Mapping[str, str]] = None) -> Snapshot:
-        return await self.client.snapshot(self._ref, labels)
+    async def snapshot(self, labels: Optional[Mapping[str, str]] = None, *, memory: bool = False) -> Snapshot:
+        return await self.client.snapshot(self._ref, labels, memory=memory)
 
     async def snapshots(self) -> List[Snapshot]:
         return await self.client.snapshots(self._ref)

@@ -413,9 +413,11 @@ class Client:
         """Detach a volume from a suspended sandbox."""
         return self._do(_calls.detach_volume(name, sandbox))
 
-    def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, idempotency_key: Optional[str] = None) -> Snapshot:
-        """Snapshot a running (crash-consistent) or suspended sandbox's writable layer."""
-        return self._do(_calls.snapshot(ref, labels, idempotency_key=idempotency_key))
+    def snapshot(self, ref: str, labels: Optional[Mapping[str, str]] = None, *, memory: bool = False, idempotency_key: Optional[str] = None) -> Snapshot:
+        """Snapshot a running (crash-consistent) or suspended sandbox's writable layer;
+        with memory, a running runsc sandbox's memory and processes too (``Snapshot.memory``),
+        so a fork of the snapshot runs on from that point."""
+        return self._do(_calls.snapshot(ref, labels, memory=memory, idempotency_key=idempotency_key))
 
     def stats(self, ref: str, *, history: bool = False) -> Dict[str, Any]:
         """A sandbox's resource use as the node last sampled it: ``cpu``, ``memory``,

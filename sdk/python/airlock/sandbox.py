@@ -354,9 +354,10 @@ class Sandbox:
         except NotFound:
             pass
 
-    def snapshot(self, labels: Optional[Mapping[str, str]] = None) -> Snapshot:
-        """Take a snapshot of the writable layer (crash-consistent while running)."""
-        return self.client.snapshot(self._ref, labels)
+    def snapshot(self, labels: Optional[Mapping[str, str]] = None, *, memory: bool = False) -> Snapshot:
+        """Take a snapshot of the writable layer (crash-consistent while running); with
+        memory, its memory and processes too (runsc), so a fork of it runs on from there."""
+        return self.client.snapshot(self._ref, labels, memory=memory)
 
     def stats(self, *, history: bool = False) -> Dict[str, Any]:
         """This sandbox's resource use (see :meth:`Client.stats`)."""

@@ -289,6 +289,9 @@ class Snapshot:
     created: str = ""
     labels: Dict[str, str] = field(default_factory=dict)
     chunks: List[str] = field(default_factory=list)
+    #: The memory image of a snapshot taken with memory (runsc): ``{"bytes": …, "files":
+    #: [{"name", "size", "sha256"}]}``; None: files only.
+    memory: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "Snapshot":
@@ -305,6 +308,7 @@ class Snapshot:
             created=d.get("created", ""),
             labels=dict(d.get("labels") or {}),
             chunks=list(d.get("chunks") or []),
+            memory=dict(d["memory"]) if isinstance(d.get("memory"), dict) else None,
         )
 
 

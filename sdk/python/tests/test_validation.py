@@ -330,3 +330,17 @@ def test_volume_calls_validate_before_sending(nowhere):
         nowhere.resize_volume("data", "lots")
     with pytest.raises(airlock.InvalidArgument):
         nowhere.volumes(kind="everything")
+
+
+def test_snapshot_memory(nowhere):
+    """memory=True asks for the memory image too; anything but a bool is refused
+    before anything is sent."""
+    from airlock import _calls
+
+    assert _calls.snapshot("box", memory=True).json == {"memory": True}
+    assert _calls.snapshot("box").json == {}
+    with pytest.raises(airlock.InvalidArgument, match="memory"):
+        nowhere.snapshot("box", memory="yes")
+    snap = airlock.Snapshot.from_json({"id": "snap_1", "memory": {"bytes": 5, "files": [{"name": "pages.img", "size": 5, "sha256": "ab"}]}})
+    assert snap.memory["bytes"] == 5
+    assert airlock.Snapshot.from_json({"id": "snap_2"}).memory is None
