@@ -199,3 +199,30 @@ func TestMemorySnapshotSecret(t *testing.T) {
 		t.Errorf("the fork's events say memory_not_kept %q; want the secret's reason", reasons["memory_not_kept"])
 	}
 }
+
+// TestForkRuncFilesOnly checks that under runc a fork keeps files only and says so
+// (memory_not_kept, naming the runtime), and that a memory snapshot is refused with
+// the reason, leaving no image.
+func TestForkRuncFilesOnly(t *testing.T) {
+	n := testenv.NewNode(t, testenv.Options{})
+	sb := n.Create(t, api.CreateSandboxRequest{Name: "plain"})
+	mustRun(t, n, sb.Name, "echo kept > /root/f")
+	f, err := n.Client.Fork(background, sb.Name, api.ForkRequest{Name: "plain-fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, n, f.Sandbox.Name, "cat /root/f"); out != "kept\n" {
+		t.Errorf("the fork's file: %q; want kept", out)
+	}
+	if _, reasons, _ := eventTypes(t, n, f.Sandbox.Name, 0); !strings.Contains(reasons["memory_not_kept"], "runc") {
+		t.Errorf("the fork's events: memory_not_kept %q; want it naming runc", reasons["memory_not_kept"])
+	}
+	_, err = n.Client.SnapshotWith(background, sb.Name, api.SnapshotRequest{Memory: true})
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Code != "failed_precondition" || !strings.Contains(ae.Message, "only runsc") {
+		t.Errorf("a memory snapshot under runc: %v; want failed_precondition saying only runsc can", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(n.Dir, "memory")); len(entries) != 0 {
+		t.Errorf("a refused memory snapshot left %d memory images", len(entries))
+	}
+}
