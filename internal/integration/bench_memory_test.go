@@ -85,8 +85,10 @@ func BenchmarkMemoryResume(b *testing.B) {
 //
 // cold_ms: create → first exec result; fork_ms: fork of a running sandbox whose Python
 // REPL holds 50 MiB → the clone's REPL's first answer (its variables there);
-// snapfork_ms: the same from a snapshot taken with its memory; snapshot_ms: that
-// snapshot (the source frozen, memory and files saved).
+// fork_small_ms: the same of a sandbox whose REPL holds next to nothing;
+// snapfork_ms: a fork of a snapshot of the 50 MiB one taken with its memory;
+// snapshot_ms: that snapshot (the source frozen, memory and files saved);
+// fork_call_ms: the fork call alone (the clone running), over all three kinds.
 func BenchmarkMemoryFork(b *testing.B) {
 	if os.Getenv("AIRLOCK_TEST_RUNTIME") != "runsc" {
 		b.Skip("runs on runsc: AIRLOCK_TEST_RUNTIME=runsc")
@@ -94,37 +96,45 @@ func BenchmarkMemoryFork(b *testing.B) {
 	_, cl := daemonClient(b)
 	ctx := context.Background()
 	const n = 7
-	if _, err := cl.Create(ctx, api.CreateSandboxRequest{Name: "forkb-src"}); err != nil {
-		b.Fatal(err)
+	source := func(name, fill string) string {
+		if _, err := cl.Create(ctx, api.CreateSandboxRequest{Name: name}); err != nil {
+			b.Fatal(err)
+		}
+		ses, err := cl.StartSession(ctx, name, api.SessionRequest{Kind: "python"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := cl.Send(ctx, name, ses.ID, fill); err != nil || res.State != api.ExecSucceeded {
+			b.Fatalf("send: %+v, %v", res, err)
+		}
+		return ses.ID
 	}
-	defer cl.Terminate(ctx, "forkb-src")
-	ses, err := cl.StartSession(ctx, "forkb-src", api.SessionRequest{Kind: "python"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if res, err := cl.Send(ctx, "forkb-src", ses.ID, "blob = bytearray(b'\\x01') * (50 << 20)"); err != nil || res.State != api.ExecSucceeded {
-		b.Fatalf("send: %+v, %v", res, err)
-	}
+	big := source("forkb-big", "blob = bytearray(b'\\x01') * (50 << 20)")
+	defer cl.Terminate(ctx, "forkb-big")
+	small := source("forkb-small", "blob = bytearray(b'\\x01') * 4")
+	defer cl.Terminate(ctx, "forkb-small")
 	t0 := time.Now()
-	snap, err := cl.SnapshotWith(ctx, "forkb-src", api.SnapshotRequest{Memory: true})
+	snap, err := cl.SnapshotWith(ctx, "forkb-big", api.SnapshotRequest{Memory: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	snapshot := time.Since(t0)
 	defer cl.DeleteSnapshot(ctx, snap.Snapshot.ID)
-	clone := func(src, name string) time.Duration {
+	var call []time.Duration
+	clone := func(src, ses, name string, size int) time.Duration {
 		t0 := time.Now()
 		if _, err := cl.Fork(ctx, src, api.ForkRequest{Name: name}); err != nil {
 			b.Fatal(err)
 		}
-		if res, err := cl.Send(ctx, name, ses.ID, "len(blob)"); err != nil || res.Stdout != fmt.Sprintln(50<<20) {
+		call = append(call, time.Since(t0))
+		if res, err := cl.Send(ctx, name, ses, "len(blob)"); err != nil || res.Stdout != fmt.Sprintln(size) {
 			b.Fatalf("the clone's REPL: %+v, %v", res, err)
 		}
 		d := time.Since(t0)
 		cl.Terminate(ctx, name)
 		return d
 	}
-	var cold, fork, snapfork []time.Duration
+	var cold, fork, forkSmall, snapfork []time.Duration
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("forkb-cold-%d", i)
 		t0 := time.Now()
@@ -136,11 +146,14 @@ func BenchmarkMemoryFork(b *testing.B) {
 		}
 		cold = append(cold, time.Since(t0))
 		cl.Terminate(ctx, name)
-		fork = append(fork, clone("forkb-src", fmt.Sprintf("forkb-live-%d", i)))
-		snapfork = append(snapfork, clone(snap.Snapshot.ID, fmt.Sprintf("forkb-snap-%d", i)))
+		fork = append(fork, clone("forkb-big", big, fmt.Sprintf("forkb-live-%d", i), 50<<20))
+		forkSmall = append(forkSmall, clone("forkb-small", small, fmt.Sprintf("forkb-small-%d", i), 4))
+		snapfork = append(snapfork, clone(snap.Snapshot.ID, big, fmt.Sprintf("forkb-snap-%d", i), 50<<20))
 	}
 	b.ReportMetric(p50(cold), "cold_ms")
 	b.ReportMetric(p50(fork), "fork_ms")
+	b.ReportMetric(p50(call), "fork_call_ms")
+	b.ReportMetric(p50(forkSmall), "fork_small_ms")
 	b.ReportMetric(p50(snapfork), "snapfork_ms")
 	b.ReportMetric(float64(snapshot.Milliseconds()), "snapshot_ms")
 	b.ReportMetric(float64(snap.Snapshot.Memory.Bytes)/(1<<20), "image_MiB")
