@@ -50,7 +50,9 @@ var restoreVerb = &verb{
 	short: "replace a suspended sandbox's files with a snapshot's",
 	long: `The sandbox must be suspended. The snapshot's checksums and image are checked first,
 and a safety snapshot of the current state is taken unless --no-safety-snapshot; its id
-is printed, with the command that undoes the restore. -v prints the operation too.`,
+is printed, with the command that undoes the restore. -v prints the operation too.
+A snapshot taken with --memory gives a runsc sandbox its memory too: its resume runs
+its processes on from the snapshot's point.`,
 	run: runRestore,
 }
 

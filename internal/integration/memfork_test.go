@@ -41,9 +41,10 @@ func step(t *testing.T, n *testenv.Node, ref, ses, by string) string {
 // TestMemorySnapshotFork checks snapshots and forks that keep memory under runsc: a
 // snapshot taken with --memory lists its memory image's size and checksums, which are
 // verified before a fork (a changed image is refused as corrupt); a sandbox forked
-// from it continues a Python session's counter from the snapshot's value; three clones
-// forked from one point each continue it from the same value and then diverge, each
-// with its own name, id and address; snapshot rm removes the memory image.
+// from it continues a Python session's counter from the snapshot's value, and so does a
+// sandbox restored from it once resumed; three clones forked from one point each
+// continue it from the same value and then diverge, each with its own name, id,
+// address and session credential; snapshot rm removes the memory image.
 func TestMemorySnapshotFork(t *testing.T) {
 	runscStage(t)
 	netRequireHostNetns(t)
@@ -132,6 +133,18 @@ func TestMemorySnapshotFork(t *testing.T) {
 		}
 		if got := step(t, n, sb.Name, ses, "0"); got != "141" {
 			t.Errorf("the source after a fork counts %q; want 141", got)
+		}
+	})
+
+	t.Run("a restore brings the snapshot's processes back at resume", func(t *testing.T) {
+		if _, err := n.Client.Suspend(background, "clone-1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Client.Restore(background, "clone-1", api.RestoreRequest{Snapshot: snap.ID, NoSafetySnapshot: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := step(t, n, "clone-1", ses, "0"); got != "41" {
+			t.Errorf("clone-1 restored from the memory snapshot counts %q after resume; want 41", got)
 		}
 	})
 

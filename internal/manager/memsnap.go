@@ -182,6 +182,25 @@ func (m *Manager) linkSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifest) 
 	return nil
 }
 
+// restoreSnapshotMemory gives suspended sb, whose files were just replaced by man's, the
+// snapshot's memory image too when it has one (verified by the caller), so its resume runs its processes on from
+// the snapshot's point; where that cannot be, an event says the memory was not kept.
+// The record is stored by the caller.
+func (m *Manager) restoreSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifest) {
+	if man.Memory == nil {
+		return
+	}
+	why := ""
+	if _, ok := m.checkpointer(sb); !ok {
+		why = fmt.Sprintf("its runtime (%s) cannot restore memory; its files are the snapshot's", runtimeName(sb))
+	} else if err := m.linkSnapshotMemory(sb, man); err != nil {
+		why = memoryFailure(err)
+	}
+	if why != "" {
+		m.event(sb, "memory_not_kept", "restore", map[string]string{"reason": why})
+	}
+}
+
 // dropSnapshotMemory removes a snapshot's memory image.
 func (m *Manager) dropSnapshotMemory(id string) {
 	if dir := m.memoryDir(id); dir != "" && strings.HasPrefix(id, "snap_") {

@@ -280,6 +280,8 @@ type RestoreRequest struct {
 
 // Restore replaces a suspended sandbox's upper layer with a snapshot's, after checking
 // the snapshot's integrity and image, and after a safety snapshot unless told not to.
+// A snapshot taken with its memory gives the sandbox its memory image too, which its
+// resume restores (runsc).
 // It returns the safety snapshot (nil without one), which the operation's result names.
 func (m *Manager) Restore(ctx context.Context, call Call, ref string, req RestoreRequest) (*store.Operation, *store.Sandbox, *snapshot.Manifest, error) {
 	if _, err := m.SnapshotOwned(ctx, call.Owner, req.Snapshot); err != nil {
@@ -307,6 +309,9 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 		if err := m.snaps.Verify(ctx, man.ID); err != nil {
 			return corruptErr(err)
 		}
+		if err := m.verifySnapshotMemory(man); errors.Is(err, snapshot.ErrCorrupt) { // memsnap.go
+			return corruptErr(err)
+		}
 		if !req.NoSafety {
 			safety, err := m.snapshot(ctx, sb, map[string]string{"airlock.safety": "before-restore-" + man.ID})
 			if err != nil {
@@ -325,7 +330,9 @@ func (m *Manager) Restore(ctx context.Context, call Call, ref string, req Restor
 			return corruptErr(err)
 		}
 		sb.Parent = man.ID
+		m.restoreSnapshotMemory(sb, man) // memsnap.go
 		if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+			m.dropMemory(sb)
 			return err
 		}
 		m.event(sb, "restored", "restore", map[string]any{"snapshot": man.ID})
