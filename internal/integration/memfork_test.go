@@ -239,3 +239,40 @@ func TestForkRuncFilesOnly(t *testing.T) {
 		t.Errorf("a refused memory snapshot left %d memory images", len(entries))
 	}
 }
+
+// TestMemoryForkCount checks airlock fork --count under runsc: three sandboxes named
+// NEW-1 … NEW-3, each continuing a Python session's counter from the one point the
+// source was at, through one memory snapshot the CLI lists with its memory's size.
+func TestMemoryForkCount(t *testing.T) {
+	runscStage(t)
+	d := startDaemon(t)
+	cl, err := client.New(client.Options{Socket: d.socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.must("create", "src")
+	ses, err := cl.StartSession(background, "src", api.SessionRequest{Kind: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := cl.Send(background, "src", ses.ID, "n = 41"); err != nil || res.State != api.ExecSucceeded {
+		t.Fatalf("send: %+v, %v", res, err)
+	}
+	out := d.must("fork", "src", "c", "--count", "3")
+	for i, name := range []string{"c-1", "c-2", "c-3"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("fork --count 3 printed %q; want %s in it", out, name)
+		}
+		res, err := cl.Send(background, name, ses.ID, "n += "+[]string{"1", "2", "3"}[i]+"; n")
+		if want := []string{"42\n", "43\n", "44\n"}[i]; err != nil || res.Stdout != want {
+			t.Errorf("clone %s: %+v, %v; want %s", name, res, err, want)
+		}
+	}
+	ls := d.must("snapshot", "ls", "src")
+	if !strings.Contains(ls, "MEMORY") || strings.Contains(strings.Split(ls, "\n")[1], " - ") {
+		t.Errorf("snapshot ls after fork --count: %q; want the fork point listed with its memory's size", ls)
+	}
+	if _, stderr, code := d.airlock("fork", "src", "c", "--count", "0"); code == 0 || !strings.Contains(stderr, "--count") {
+		t.Errorf("fork --count 0: exit %d, %q; want a usage error naming --count", code, stderr)
+	}
+}
