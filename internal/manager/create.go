@@ -294,6 +294,7 @@ func (m *Manager) rollbackCreate(sb *store.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	m.detach(ctx, sb.ID)
+	m.dropMemory(sb) // a fork's memory image (memsnap.go)
 	if err := m.driver(sb).Delete(ctx, sb.ID); err != nil {
 		m.log.Error("roll back create", "sandbox", sb.ID, "err", err)
 		// Keep the record, failed, so recovery retries the delete.

@@ -1,0 +1,62 @@
+package manager
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/snapshot"
+)
+
+// A snapshot's memory image is checked against its manifest: as written it passes; a
+// changed byte, a file added or one missing is corrupt; an image not on this node is
+// an error that is not corruption (the fork keeps files only).
+func TestSnapshotMemoryVerify(t *testing.T) {
+	m := &Manager{cfg: Config{StateDir: t.TempDir()}}
+	dir := m.memoryDir("snap_1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("checkpoint.img", "kernel state")
+	write("pages.img", "pages")
+	mi, err := memoryImageOf(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mi.Files) != 2 || mi.Files[0].Name != "checkpoint.img" || mi.Files[1].Size != 5 || len(mi.Files[1].SHA256) != 64 {
+		t.Fatalf("memoryImageOf = %+v; want both files with their sizes and sha256", mi)
+	}
+	man := &snapshot.Manifest{ID: "snap_1", Memory: mi}
+	if err := m.verifySnapshotMemory(man); err != nil {
+		t.Fatalf("the image as written: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		change func()
+		undo   func()
+	}{
+		{"a changed byte", func() { write("pages.img", "pagez") }, func() { write("pages.img", "pages") }},
+		{"a file added", func() { write("extra.img", "x") }, func() { os.Remove(filepath.Join(dir, "extra.img")) }},
+		{"a file missing", func() { os.Remove(filepath.Join(dir, "pages.img")) }, func() { write("pages.img", "pages") }},
+	} {
+		c.change()
+		if err := m.verifySnapshotMemory(man); !errors.Is(err, snapshot.ErrCorrupt) {
+			t.Errorf("%s: %v; want ErrCorrupt", c.name, err)
+		}
+		c.undo()
+	}
+	m.dropSnapshotMemory("snap_1")
+	if err := m.verifySnapshotMemory(man); err == nil || errors.Is(err, snapshot.ErrCorrupt) {
+		t.Errorf("an image not on this node: %v; want an error that is not ErrCorrupt", err)
+	}
+	if err := m.verifySnapshotMemory(&snapshot.Manifest{ID: "snap_2"}); err != nil {
+		t.Errorf("a files-only snapshot: %v; want nothing to check", err)
+	}
+}
