@@ -43,6 +43,9 @@ func (m *Manager) memoryRefused(ctx context.Context, sb *store.Sandbox) string {
 	if sb.State != Running {
 		return fmt.Sprintf("it is %s; memory is saved from a running sandbox", sb.State)
 	}
+	if len(sb.Volumes) > 0 {
+		return "volumes are attached to it, and a fork gets none of them: its processes would find the files they opened gone"
+	}
 	return m.memoryUnsafe(ctx, sb)
 }
 

@@ -444,6 +444,9 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 			}
 		}
 	}
+	if len(req.Volumes) > 0 && noMemory == "" {
+		noMemory = "volumes are attached to the fork: its processes would see other files than they opened"
+	}
 	id := newID("sb_")
 	release, err := m.reserveLive(ctx, call.Owner, id)
 	if err != nil {
