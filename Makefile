@@ -54,7 +54,9 @@ test: deps runsc sdk-cross
 # cores busy, and timing-sensitive tests (output bounds, netlink under load) flaked
 # beside it on two cores.
 # The lifecycle, snapshot, persistence and network tests again, on runsc by default,
-# and the suspend that keeps memory, which only runsc has.
+# and what only runsc has: the suspend that keeps memory (TestMemorySuspend, …), memory
+# snapshots and forks into running clones (TestMemorySnapshotFork, TestMemorySnapshotSecret,
+# TestMemoryForkCount); TestMemory names them all.
 RUNSC_TESTS = TestSecretsAndSessionCredential|TestPersistenceMatrix|TestSnapshotRestoreFork|TestNetworkModes|TestNetworkPorts|TestCrashRecovery|TestAPI|TestMemory
 
 # The public Go SDK builds on every OS the SDK's users run.
