@@ -50,6 +50,7 @@ type ListSandboxesInput struct {
 type SnapshotInput struct {
 	Sandbox string            `json:"sandbox" jsonschema:"name or id of the sandbox to snapshot (running or suspended)"`
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels of the snapshot"`
+	Memory  bool              `json:"memory,omitempty" jsonschema:"keep the running sandbox's memory and processes too (runsc only; refused with the reason elsewhere): a fork of the snapshot runs on from that point"`
 }
 
 // ForkInput is the input of fork.
@@ -98,6 +99,7 @@ type SnapshotInfo struct {
 	StoredSize  int64     `json:"stored_size"`
 	Files       int       `json:"files"`
 	Created     time.Time `json:"created"`
+	MemoryBytes int64     `json:"memory_bytes,omitempty" jsonschema:"the size of the snapshot's memory image, when it keeps memory"`
 }
 
 // SnapshotOutput answers snapshot.
@@ -247,7 +249,7 @@ func (t *tools) snapshot(ctx context.Context, _ *mcpsdk.CallToolRequest, in Snap
 	if err := needSandbox(in.Sandbox); err != nil {
 		return nil, SnapshotOutput{}, err
 	}
-	resp, err := t.cl.Snapshot(ctx, in.Sandbox, in.Labels)
+	resp, err := t.cl.SnapshotWith(ctx, in.Sandbox, api.SnapshotRequest{Labels: in.Labels, Memory: in.Memory})
 	if err != nil {
 		return nil, SnapshotOutput{}, err
 	}
@@ -257,8 +259,13 @@ func (t *tools) snapshot(ctx context.Context, _ *mcpsdk.CallToolRequest, in Snap
 	s := resp.Snapshot
 	out := SnapshotOutput{Operation: resp.Operation.ID, Snapshot: SnapshotInfo{ID: s.ID, SandboxID: s.SandboxID, State: s.State,
 		Consistency: s.Consistency, LogicalSize: s.LogicalSize, StoredSize: s.StoredSize, Files: s.Files, Created: s.Created}}
-	text := fmt.Sprintf("snapshot %s of sandbox %s: %s, %s, %d files, %d bytes (fork it with source=%s)",
-		s.ID, in.Sandbox, s.State, s.Consistency, s.Files, s.LogicalSize, s.ID)
+	memory := ""
+	if s.Memory != nil {
+		out.Snapshot.MemoryBytes = s.Memory.Bytes
+		memory = fmt.Sprintf(", memory image %d bytes", s.Memory.Bytes)
+	}
+	text := fmt.Sprintf("snapshot %s of sandbox %s: %s, %s, %d files, %d bytes%s (fork it with source=%s)",
+		s.ID, in.Sandbox, s.State, s.Consistency, s.Files, s.LogicalSize, memory, s.ID)
 	return textResult(text), out, nil
 }
 
