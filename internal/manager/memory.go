@@ -269,13 +269,30 @@ func (m *Manager) forgetMemory(ctx context.Context, sb *store.Sandbox, cause, wh
 	if !MemoryOf(sb).Kept {
 		return nil
 	}
-	setMemory(sb, nil)
+	dropped, undo := m.unkeepMemory(sb, cause, why)
 	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		undo()
 		return err
 	}
-	m.dropMemory(sb)
-	m.event(sb, "memory_not_kept", cause, map[string]string{"reason": why})
+	dropped()
 	return nil
+}
+
+// unkeepMemory clears a suspended sandbox's memory entry in sb, for a change the caller
+// stores next with it (its mounts, its files): once stored, dropped removes the image
+// and records why; if the store fails, undo puts the entry back. Both do nothing when
+// no memory is kept.
+func (m *Manager) unkeepMemory(sb *store.Sandbox, cause, why string) (dropped, undo func()) {
+	ms := MemoryOf(sb)
+	if !ms.Kept {
+		return func() {}, func() {}
+	}
+	setMemory(sb, nil)
+	dropped = func() {
+		m.dropMemory(sb)
+		m.event(sb, "memory_not_kept", cause, map[string]string{"reason": why})
+	}
+	return dropped, func() { setMemory(sb, &ms) }
 }
 
 // recoverMemory makes a sandbox's memory image agree with its record after a restart:
