@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +189,50 @@ func TestVolumeForkGetsOnlyWhatItAsks(t *testing.T) {
 	}
 	if v := reader.Sandbox.Volumes; len(v) != 1 || v[0].Name != "data" || !v[0].ReadOnly {
 		t.Errorf("a fork that reads the volume has %+v; want data read-only", v)
+	}
+}
+
+// TestVolumesOutOfReachFromInside: code inside a sandbox cannot attach its owner's
+// volumes to a sandbox it creates or forks (it would read and write them through that
+// sandbox): the request is refused and makes nothing, and the volume has no attachment.
+func TestVolumesOutOfReachFromInside(t *testing.T) {
+	testenv.RequireVolumes(t)
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	ctx := context.Background()
+	if _, err := n.Client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "private", Size: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Client.DeleteVolume(ctx, "private")
+	a := createSandbox(t, n, "inside")
+	token, err := n.Auth.SessionToken(ctx, "local", "", a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		n.Server.ServeFromSandbox(w, r, a.ID)
+		return w.Code, w.Body.String()
+	}
+	vols := `"volumes":[{"name":"private","path":"/data","read_only":true}]`
+	for _, c := range []struct{ what, path, body string }{
+		{"create", "/v1/sandboxes", `{"name":"child",` + vols + `}`},
+		{"fork", "/v1/sandboxes/inside/fork", `{"name":"forked",` + vols + `}`},
+	} {
+		code, body := call("POST", c.path, c.body)
+		if code != 403 || !strings.Contains(body, "volume") {
+			t.Errorf("a %s with a volume from inside: HTTP %d (%s); want 403 saying volumes are attached from outside", c.what, code, strings.TrimSpace(body))
+		}
+	}
+	for _, name := range []string{"child", "forked"} {
+		if sb, err := n.Client.Get(ctx, name); err == nil {
+			t.Errorf("a refused request made sandbox %s", sb.ID)
+		}
+	}
+	if v, err := n.Client.GetVolume(ctx, "private"); err != nil || len(v.Attachments) != 0 {
+		t.Errorf("the volume after the refused requests: %+v, %v; want no attachment", v, err)
 	}
 }
