@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,16 +86,11 @@ func TestVolumeWriterLeaseUnderConcurrentAttaches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	errs := make(chan error, k)
-	for i := range k {
-		go func() {
-			_, err := c.AttachVolume(ctx, "shared", api.AttachVolumeRequest{Sandbox: "s" + string(rune('a'+i)), Path: "/data"})
-			errs <- err
-		}()
-	}
 	won := 0
-	for range k {
-		err := <-errs
+	for _, err := range atOnce(k, func(i int) error {
+		_, err := c.AttachVolume(ctx, "shared", api.AttachVolumeRequest{Sandbox: "s" + string(rune('a'+i)), Path: "/data"})
+		return err
+	}) {
 		if err == nil {
 			won++
 			continue
@@ -235,4 +231,50 @@ func TestVolumesOutOfReachFromInside(t *testing.T) {
 	if v, err := n.Client.GetVolume(ctx, "private"); err != nil || len(v.Attachments) != 0 {
 		t.Errorf("the volume after the refused requests: %+v, %v; want no attachment", v, err)
 	}
+}
+
+// TestVolumeQuotaHoldsUnderConcurrentCreates: creates that race each other stay within
+// the owner's quota together, as they would one after the other.
+func TestVolumeQuotaHoldsUnderConcurrentCreates(t *testing.T) {
+	testenv.RequireVolumes(t)
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.VolumeQuota = 40 << 20 }})
+	ctx := context.Background()
+	c := n.Client
+	const k = 5
+	made := 0
+	for _, err := range atOnce(k, func(i int) error {
+		_, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v" + string(rune('a'+i)), Size: 16 << 20})
+		return err
+	}) {
+		if err == nil {
+			made++
+		} else if e, ok := err.(*client.Error); !ok || e.Code != "quota_exceeded" {
+			t.Errorf("a create past the quota: %v; want quota_exceeded", err)
+		}
+	}
+	list, err := c.Volumes(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range list {
+		defer c.DeleteVolume(ctx, v.Name)
+	}
+	if made != 2 || len(list) != 2 {
+		t.Errorf("%d of %d concurrent 16 MiB creates went through (%d volumes kept) under a 40 MiB quota; want 2", made, k, len(list))
+	}
+}
+
+// atOnce runs call(0) … call(k-1) at the same time and returns their errors.
+func atOnce(k int, call func(i int) error) []error {
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = call(i)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
