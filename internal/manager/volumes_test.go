@@ -99,3 +99,43 @@ func TestVolumeAttachDetachDropsKeptMemory(t *testing.T) {
 		t.Errorf("the memory image is still on disk: %v", err)
 	}
 }
+
+// flakyStore fails every read of one sandbox's record, as a store that cannot answer
+// for a moment does.
+type flakyStore struct {
+	store.Store
+	id string
+}
+
+func (f flakyStore) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
+	if id == f.id {
+		return nil, errors.New("database is locked")
+	}
+	return f.Store.GetSandbox(ctx, id)
+}
+
+// Recovery removes the volume mounts of sandboxes that do not run, and only those: a
+// sandbox whose record cannot be read keeps them (its volume, key and all, may be in
+// use by its running container).
+func TestReconcileVolumesKeepsMountsOfSandboxesItCannotRead(t *testing.T) {
+	m, _, st := newTestManager(t)
+	dir := t.TempDir()
+	vols, err := volume.New(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetVolumes(vols)
+	for _, sb := range []string{"sb_unreadable", "sb_gone"} {
+		if err := os.MkdirAll(filepath.Join(dir, "binds", sb, "vol_1"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.store = flakyStore{Store: st, id: "sb_unreadable"}
+	m.reconcileVolumes(context.Background(), map[string]bool{})
+	if _, err := os.Stat(filepath.Join(dir, "binds", "sb_unreadable", "vol_1")); err != nil {
+		t.Errorf("the volume mount of a sandbox whose record could not be read was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "binds", "sb_gone")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the volume mounts of a sandbox without a record are still there: %v", err)
+	}
+}
