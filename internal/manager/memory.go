@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/failpoint"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/units"
 )
 
 // Suspend that keeps memory. Under a runtime that can save a container's memory and
@@ -140,6 +141,9 @@ func (m *Manager) stopKeepingMemory(ctx context.Context, sb *store.Sandbox, caus
 	if why := m.memoryUnsafe(ctx, sb); why != "" {
 		return m.stopLosingMemory(ctx, sb, cause, errors.New(why))
 	}
+	if why := m.memoryRoom(sb); why != "" {
+		return m.stopLosingMemory(ctx, sb, cause, errors.New(why))
+	}
 	// What an earlier suspend left: an image the record no longer names, a part-written
 	// one.
 	os.RemoveAll(saving)
@@ -184,6 +188,25 @@ func (m *Manager) memoryUnsafe(ctx context.Context, sb *store.Sandbox) string {
 	}
 	if values {
 		return "a secret is delivered to it by value (file or env), which its memory may hold; only proxy deliveries let a suspend keep memory"
+	}
+	return ""
+}
+
+// memoryRoom says why sb's memory image may not be written to the state disk now ("":
+// it may): an image takes up to the sandbox's memory, and after it the disk must keep
+// its floor (Config.MinFreeStateDisk) free, without which no sandbox of any owner
+// starts (statedisk.go).
+func (m *Manager) memoryRoom(sb *store.Sandbox) string {
+	if m.cfg.StateDir == "" || m.cfg.MinFreeStateDisk <= 0 {
+		return ""
+	}
+	free, _, err := m.stateDiskFree()
+	if err != nil {
+		return "the room on the node's disk cannot be read: " + err.Error()
+	}
+	if need := max(sb.Limits.Memory, 0) + m.cfg.MinFreeStateDisk; free < need {
+		return fmt.Sprintf("the node's disk has %s free: a memory image may take the sandbox's memory (%s), and %s must stay free",
+			units.FormatSize(free), units.FormatSize(max(sb.Limits.Memory, 0)), units.FormatSize(m.cfg.MinFreeStateDisk))
 	}
 	return ""
 }

@@ -46,7 +46,10 @@ func (m *Manager) memoryRefused(ctx context.Context, sb *store.Sandbox) string {
 	if len(sb.Volumes) > 0 {
 		return "volumes are attached to it, and a fork gets none of them: its processes would find the files they opened gone"
 	}
-	return m.memoryUnsafe(ctx, sb)
+	if why := m.memoryUnsafe(ctx, sb); why != "" {
+		return why
+	}
+	return m.memoryRoom(sb) // memory.go
 }
 
 func runtimeName(sb *store.Sandbox) string {
