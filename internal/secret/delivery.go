@@ -52,6 +52,16 @@ type liveSandbox struct {
 	values bool
 }
 
+// pinnedGone says whether a secret pinned for a container is bound to it no more.
+func pinnedGone(pinned map[string]int, bound []Bound) bool {
+	for name := range pinned {
+		if !slices.ContainsFunc(bound, func(b Bound) bool { return b.Secret == name }) {
+			return true
+		}
+	}
+	return false
+}
+
 // givesValues says whether any of bound may put a secret's value inside a sandbox (with
 // revoked, counting the revoked ones too).
 func givesValues(bound []Bound, revoked bool) bool {
@@ -215,8 +225,9 @@ func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32,
 	}
 	ls.bound = bound
 	// A container a restarted daemon finds running may have been given a value before
-	// its secret was revoked.
-	ls.values = givesValues(bound, running)
+	// its secret was revoked, or by a binding removed since (its pin stays; how it was
+	// delivered is not known, so it counts as a value).
+	ls.values = givesValues(bound, running) || running && pinnedGone(ls.pinned, bound)
 	ls.subs = d.substitutions(owner, sandbox, ls.pinned, bound)
 	d.mu.Lock()
 	d.live[sandbox] = ls

@@ -229,3 +229,46 @@ func TestDeliversValuesRemembersWhatWasGiven(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliversValuesAcrossARestart: a daemon restarted while a sandbox runs still counts
+// the values given to it before the restart, by a binding removed since.
+func TestDeliversValuesAcrossARestart(t *testing.T) {
+	s, dir := newService(t)
+	ctx := context.Background()
+	files := filepath.Join(dir, "delivered")
+	d, err := secret.NewFakeDelivery(s, files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"db", "gh"} {
+		if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: name, Type: "token", AllowedHosts: []string{"api.example.com"}, Value: []byte("value-of-" + name)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "db", Sandbox: "sb_1", Target: "DB_PASSWORD", Delivery: "env"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "gh", Sandbox: "sb_2", Target: "GH_TOKEN", Delivery: "proxy"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []string{"sb_1", "sb_2"} {
+		if _, err := d.Start(ctx, "alice", sb, uint32(os.Getuid())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Unbind(ctx, "alice", "db", "sb_1", "DB_PASSWORD"); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := secret.NewFakeDelivery(s, files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sb, want := range map[string]bool{"sb_1": true, "sb_2": false} {
+		if _, err := restarted.Resume(ctx, "alice", sb, uint32(os.Getuid())); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := restarted.DeliversValues(ctx, "alice", sb); err != nil || got != want {
+			t.Errorf("%s after a restart: DeliversValues = %v, %v; want %v", sb, got, err, want)
+		}
+	}
+}
