@@ -199,6 +199,9 @@ func (m *Manager) restoreSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifes
 	why := ""
 	if _, ok := m.checkpointer(sb); !ok {
 		why = fmt.Sprintf("its runtime (%s) cannot restore memory; its files are the snapshot's", runtimeName(sb))
+	} else if len(sb.Volumes) > 0 {
+		// A memory snapshot is of a sandbox without volumes (memoryRefused).
+		why = "volumes are attached to it: the snapshot's processes would find mounts they were not saved with; its files are the snapshot's"
 	} else if err := m.linkSnapshotMemory(sb, man); err != nil {
 		why = memoryFailure(err)
 	}
