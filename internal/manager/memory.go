@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/failpoint"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/units"
 )
 
 // Suspend that keeps memory. Under a runtime that can save a container's memory and
@@ -140,6 +141,9 @@ func (m *Manager) stopKeepingMemory(ctx context.Context, sb *store.Sandbox, caus
 	if why := m.memoryUnsafe(ctx, sb); why != "" {
 		return m.stopLosingMemory(ctx, sb, cause, errors.New(why))
 	}
+	if why := m.memoryRoom(sb); why != "" {
+		return m.stopLosingMemory(ctx, sb, cause, errors.New(why))
+	}
 	// What an earlier suspend left: an image the record no longer names, a part-written
 	// one.
 	os.RemoveAll(saving)
@@ -184,6 +188,25 @@ func (m *Manager) memoryUnsafe(ctx context.Context, sb *store.Sandbox) string {
 	}
 	if values {
 		return "a secret is delivered to it by value (file or env), which its memory may hold; only proxy deliveries let a suspend keep memory"
+	}
+	return ""
+}
+
+// memoryRoom says why sb's memory image may not be written to the state disk now ("":
+// it may): an image takes up to the sandbox's memory, and after it the disk must keep
+// its floor (Config.MinFreeStateDisk) free, without which no sandbox of any owner
+// starts (statedisk.go).
+func (m *Manager) memoryRoom(sb *store.Sandbox) string {
+	if m.cfg.StateDir == "" || m.cfg.MinFreeStateDisk <= 0 {
+		return ""
+	}
+	free, _, err := m.stateDiskFree()
+	if err != nil {
+		return "the room on the node's disk cannot be read: " + err.Error()
+	}
+	if need := max(sb.Limits.Memory, 0) + m.cfg.MinFreeStateDisk; free < need {
+		return fmt.Sprintf("the node's disk has %s free: a memory image may take the sandbox's memory (%s), and %s must stay free",
+			units.FormatSize(free), units.FormatSize(max(sb.Limits.Memory, 0)), units.FormatSize(m.cfg.MinFreeStateDisk))
 	}
 	return ""
 }
@@ -269,13 +292,30 @@ func (m *Manager) forgetMemory(ctx context.Context, sb *store.Sandbox, cause, wh
 	if !MemoryOf(sb).Kept {
 		return nil
 	}
-	setMemory(sb, nil)
+	dropped, undo := m.unkeepMemory(sb, cause, why)
 	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		undo()
 		return err
 	}
-	m.dropMemory(sb)
-	m.event(sb, "memory_not_kept", cause, map[string]string{"reason": why})
+	dropped()
 	return nil
+}
+
+// unkeepMemory clears a suspended sandbox's memory entry in sb, for a change the caller
+// stores next with it (its mounts, its files): once stored, dropped removes the image
+// and records why; if the store fails, undo puts the entry back. Both do nothing when
+// no memory is kept.
+func (m *Manager) unkeepMemory(sb *store.Sandbox, cause, why string) (dropped, undo func()) {
+	ms := MemoryOf(sb)
+	if !ms.Kept {
+		return func() {}, func() {}
+	}
+	setMemory(sb, nil)
+	dropped = func() {
+		m.dropMemory(sb)
+		m.event(sb, "memory_not_kept", cause, map[string]string{"reason": why})
+	}
+	return dropped, func() { setMemory(sb, &ms) }
 }
 
 // recoverMemory makes a sandbox's memory image agree with its record after a restart:

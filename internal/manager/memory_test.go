@@ -1,13 +1,18 @@
 package manager
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/runtime"
+	"github.com/airlockhq/airlock/internal/runtime/fake"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -50,5 +55,63 @@ func TestMemoryFailure(t *testing.T) {
 	}
 	if got := memoryFailure(errors.New(strings.Repeat("x", 5000))); len(got) > 520 {
 		t.Errorf("a long error gives %d bytes; want at most ~512", len(got))
+	}
+}
+
+// saver is the fake driver with a memory save that writes an image of a few bytes.
+type saver struct{ *fake.Driver }
+
+func (saver) Checkpoints() bool { return true }
+func (s saver) Checkpoint(ctx context.Context, id, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("pages"), 0o600); err != nil {
+		return err
+	}
+	return s.Stop(ctx, id)
+}
+func (saver) Restore(context.Context, runtime.Spec, string) error { return errors.New("not restored") }
+func (saver) CheckpointFrozen(context.Context, string, string) error {
+	return errors.New("not saved")
+}
+
+// A memory image takes up to the sandbox's memory on the state disk: a suspend keeps
+// memory only where that leaves the disk's floor free for every sandbox's start, and
+// otherwise keeps files only, saying why.
+func TestSuspendKeepsMemoryOnlyWithRoomForIt(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		floor int64
+		kept  bool
+	}{
+		{"room", 1, true},
+		{"no room", 1 << 62, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.StateDir = t.TempDir()
+			m, st := newManagerWith(t, cfg, saver{newFake(t)})
+			ctx := context.Background()
+			_, sb, err := m.Create(ctx, local, CreateRequest{Name: "box"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Terminate(ctx, local, sb.ID)
+			m.cfg.MinFreeStateDisk = c.floor // after the create, which checks it too
+			if _, _, err := m.Suspend(ctx, local, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			cur, err := st.GetSandbox(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if MemoryOf(cur).Kept != c.kept {
+				t.Errorf("memory kept %v with a floor of %d bytes; want %v", MemoryOf(cur).Kept, c.floor, c.kept)
+			}
+			if _, err := os.Stat(m.memoryDir(sb.ID)); (err == nil) != c.kept {
+				t.Errorf("the memory image on disk: %v; want it there %v", err, c.kept)
+			}
+		})
 	}
 }

@@ -46,7 +46,10 @@ func (m *Manager) memoryRefused(ctx context.Context, sb *store.Sandbox) string {
 	if len(sb.Volumes) > 0 {
 		return "volumes are attached to it, and a fork gets none of them: its processes would find the files they opened gone"
 	}
-	return m.memoryUnsafe(ctx, sb)
+	if why := m.memoryUnsafe(ctx, sb); why != "" {
+		return why
+	}
+	return m.memoryRoom(sb) // memory.go
 }
 
 func runtimeName(sb *store.Sandbox) string {
@@ -196,6 +199,9 @@ func (m *Manager) restoreSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifes
 	why := ""
 	if _, ok := m.checkpointer(sb); !ok {
 		why = fmt.Sprintf("its runtime (%s) cannot restore memory; its files are the snapshot's", runtimeName(sb))
+	} else if len(sb.Volumes) > 0 {
+		// A memory snapshot is of a sandbox without volumes (memoryRefused).
+		why = "volumes are attached to it: the snapshot's processes would find mounts they were not saved with; its files are the snapshot's"
 	} else if err := m.linkSnapshotMemory(sb, man); err != nil {
 		why = memoryFailure(err)
 	}

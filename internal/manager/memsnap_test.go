@@ -4,9 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // A snapshot's memory image is checked against its manifest: as written it passes; a
@@ -58,5 +60,43 @@ func TestSnapshotMemoryVerify(t *testing.T) {
 	}
 	if err := m.verifySnapshotMemory(&snapshot.Manifest{ID: "snap_2"}); err != nil {
 		t.Errorf("a files-only snapshot: %v; want nothing to check", err)
+	}
+}
+
+// A restore gives a suspended sandbox the snapshot's memory only when nothing but its
+// files differ: a sandbox with volumes attached (a memory snapshot never has any) keeps
+// the snapshot's files only, as a fork given volumes does.
+func TestRestoreWithVolumesKeepsNoSnapshotMemory(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	m, _ := newManagerWith(t, cfg, saver{newFake(t)})
+	dir := m.memoryDir("snap_1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), []byte("pages"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mi, err := memoryImageOf(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man := &snapshot.Manifest{ID: "snap_1", Memory: mi}
+	for _, c := range []struct {
+		name    string
+		volumes []store.SandboxVolume
+		kept    bool
+	}{
+		{"no volumes", nil, true},
+		{"a volume", []store.SandboxVolume{{VolumeID: "vol_1", Name: "data", Path: "/data"}}, false},
+	} {
+		sb := &store.Sandbox{ID: "sb_" + strings.ReplaceAll(c.name, " ", ""), Owner: local.Owner, State: Suspended, Volumes: c.volumes}
+		m.restoreSnapshotMemory(sb, man)
+		if MemoryOf(sb).Kept != c.kept {
+			t.Errorf("%s: memory kept %v; want %v", c.name, MemoryOf(sb).Kept, c.kept)
+		}
+		if _, err := os.Stat(m.memoryDir(sb.ID)); (err == nil) != c.kept {
+			t.Errorf("%s: the sandbox's memory image: %v; want it there %v", c.name, err, c.kept)
+		}
 	}
 }

@@ -69,8 +69,15 @@ func (m *Manager) VolumeQuota() int64 {
 	return 1 << 40
 }
 
+// lockVolumeRoom serialises owner's calls that add volumes or volume bytes, from the
+// check of its quota (checkVolumeRoom) until the record that takes the room is stored:
+// otherwise calls at once would each find the room the others take.
+func (m *Manager) lockVolumeRoom(owner string) (unlock func()) {
+	return m.locks.lock("volumes of " + owner)
+}
+
 // checkVolumeRoom refuses adding size bytes (and, if one is new, one volume) past
-// owner's quota.
+// owner's quota; the caller holds lockVolumeRoom.
 func (m *Manager) checkVolumeRoom(ctx context.Context, owner string, size int64, oneMore bool) error {
 	all, err := m.store.ListVolumes(ctx, owner, "")
 	if err != nil {
@@ -145,6 +152,7 @@ func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int
 	if _, err := m.store.GetVolumeByName(ctx, owner, store.VolumeKindVolume, name); err == nil {
 		return nil, errdefs.Exists("a volume named %q already exists", name)
 	}
+	defer m.lockVolumeRoom(owner)()
 	if err := m.checkVolumeRoom(ctx, owner, size, true); err != nil {
 		return nil, err
 	}
@@ -201,6 +209,7 @@ func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int
 // sandbox holds (GrowTo stays until then). A crash between is finished by the next
 // mount, or by recovery.
 func (m *Manager) ResizeVolume(ctx context.Context, owner, name string, size int64) (*Volume, error) {
+	defer m.lockVolumeRoom(owner)() // the size it grows from is read under it too
 	v, err := m.GetVolume(ctx, owner, name)
 	if err != nil {
 		return nil, err
@@ -333,6 +342,7 @@ func (m *Manager) SnapshotVolume(ctx context.Context, owner, name string) (*Volu
 	if err != nil {
 		return nil, err
 	}
+	defer m.lockVolumeRoom(owner)()
 	if err := m.checkVolumeRoom(ctx, owner, v.Size, true); err != nil {
 		return nil, err
 	}

@@ -109,13 +109,21 @@ func (m *Manager) attachVolumes(ctx context.Context, sb *store.Sandbox, reqs []V
 	}
 	failpoint.Hit("volume.attach-leased")
 	sb.Volumes = append(slices.Clip(sb.Volumes), done...)
+	dropped, undo := m.unkeepMemory(sb, "volume", memoryOverOtherMounts) // memory.go
 	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		undo()
 		sb.Volumes = sb.Volumes[:len(sb.Volumes)-len(done)]
 		m.releaseLeases(ctx, sb.ID, done)
 		return err
 	}
+	dropped()
 	return nil
 }
+
+// memoryOverOtherMounts is why a suspended sandbox's memory image goes when its volumes
+// change: its processes hold files (and the engine cached pages) of the mounts it was
+// saved with, which a restore over other mounts would mix up with what is there now.
+const memoryOverOtherMounts = "its volumes changed while it was suspended: its saved processes would find other files than they had open"
 
 // leaseVolumes records reqs on their volumes, taking the writer lease of each one
 // written, for sb (whose record may not exist yet: recovery drops an attachment whose
@@ -221,9 +229,12 @@ func (m *Manager) DetachVolume(ctx context.Context, owner, name, ref string) (*s
 	}
 	id := sb.Volumes[i].VolumeID
 	sb.Volumes = slices.Delete(slices.Clone(sb.Volumes), i, i+1)
+	dropped, undo := m.unkeepMemory(sb, "volume", memoryOverOtherMounts) // memory.go
 	if err := m.store.UpdateSandbox(ctx, sb); err != nil {
+		undo()
 		return nil, err
 	}
+	dropped()
 	failpoint.Hit("volume.detach-recorded")
 	if err := m.releaseVolume(ctx, id, sb.ID); err != nil {
 		m.log.Warn("release a volume lease (recovery finishes it)", "volume", id, "sandbox", sb.ID, "err", err)

@@ -141,6 +141,12 @@ func (m *Manager) reconcileVolumes(ctx context.Context, cleaning map[string]bool
 	}
 	for _, id := range m.vols.Bound() {
 		sb, err := m.store.GetSandbox(ctx, id)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			// Its container may run on them: their removal would take the volume's
+			// key out of the kernel under it. The next restart looks again.
+			m.log.Warn("keep the volume mounts of a sandbox whose record cannot be read", "sandbox", id, "err", err)
+			continue
+		}
 		if cleaning[id] || err == nil && slices.Contains([]State{Running, Creating, Resuming}, sb.State) {
 			continue
 		}

@@ -46,6 +46,28 @@ type liveSandbox struct {
 	pinned map[string]int    // secret name -> the version a sandbox-scoped binding delivers
 	files  map[string]string // binding id -> the host file behind its mount
 	subs   []egress.Substitution
+	// values says a secret's value (a file or env delivery) may have been given to
+	// the container since it started: its processes may hold it after its binding is
+	// unbound or its secret revoked, so it is never cleared until the container stops.
+	values bool
+}
+
+// pinnedGone says whether a secret pinned for a container is bound to it no more.
+func pinnedGone(pinned map[string]int, bound []Bound) bool {
+	for name := range pinned {
+		if !slices.ContainsFunc(bound, func(b Bound) bool { return b.Secret == name }) {
+			return true
+		}
+	}
+	return false
+}
+
+// givesValues says whether any of bound may put a secret's value inside a sandbox (with
+// revoked, counting the revoked ones too).
+func givesValues(bound []Bound, revoked bool) bool {
+	return slices.ContainsFunc(bound, func(b Bound) bool {
+		return b.Binding.Delivery != DeliverProxy && (revoked || !b.Revoked)
+	})
 }
 
 // Mount puts a delivered file at its target in a sandbox, read-only.
@@ -202,6 +224,10 @@ func (d *Delivery) start(ctx context.Context, owner, sandbox string, uid uint32,
 		return nil, fmt.Errorf("record the delivered secret versions: %w", err)
 	}
 	ls.bound = bound
+	// A container a restarted daemon finds running may have been given a value before
+	// its secret was revoked, or by a binding removed since (its pin stays; how it was
+	// delivered is not known, so it counts as a value).
+	ls.values = givesValues(bound, running) || running && pinnedGone(ls.pinned, bound)
 	ls.subs = d.substitutions(owner, sandbox, ls.pinned, bound)
 	d.mu.Lock()
 	d.live[sandbox] = ls
@@ -329,19 +355,22 @@ func (d *Delivery) substitutions(owner, sandbox string, pinned map[string]int, b
 }
 
 // DeliversValues says whether sandbox has a binding that puts a secret's value itself
-// inside it (a file or env delivery, not revoked): its processes' memory may then hold
+// inside it (a file or env delivery, not revoked), or, running, was given one since its
+// container started (unbound or revoked since): its processes' memory may then hold
 // the value. Proxy deliveries put only placeholders there.
 func (d *Delivery) DeliversValues(ctx context.Context, owner, sandbox string) (bool, error) {
+	d.mu.Lock()
+	ls, live := d.live[sandbox]
+	given := live && ls.values
+	d.mu.Unlock()
+	if given {
+		return true, nil
+	}
 	bound, err := d.svc.BindingsOf(ctx, owner, sandbox)
 	if err != nil {
 		return false, err
 	}
-	for _, b := range bound {
-		if !b.Revoked && b.Binding.Delivery != DeliverProxy {
-			return true, nil
-		}
-	}
-	return false, nil
+	return givesValues(bound, false), nil
 }
 
 // ExecEnv is the variables one execution in a sandbox gets from its bindings: the
@@ -434,6 +463,7 @@ func (d *Delivery) refresh(owner, sandbox string) {
 				}
 			}
 			ls.bound, ls.pinned, ls.subs = bound, pins, subs
+			ls.values = ls.values || givesValues(bound, false)
 		}
 		d.mu.Unlock()
 	}

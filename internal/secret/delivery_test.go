@@ -165,3 +165,110 @@ func TestDeliveryMountsItsOwnTmpfs(t *testing.T) {
 		t.Errorf("after a second start %d mounts at %s, want the first kept alone", mounts(), dir)
 	}
 }
+
+// TestDeliversValuesRemembersWhatWasGiven: a value delivered to a running sandbox may
+// stay in its processes' memory after its binding is unbound or its secret revoked, so
+// the sandbox still counts as holding values until its container stops; a container
+// started afresh after the revocation got none.
+func TestDeliversValuesRemembersWhatWasGiven(t *testing.T) {
+	s, dir := newService(t)
+	ctx := context.Background()
+	d, err := secret.NewFakeDelivery(s, filepath.Join(dir, "delivered"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"db", "api", "gh"} {
+		if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: name, Type: "token", AllowedHosts: []string{"api.example.com"}, Value: []byte("value-of-" + name)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind := func(name, sandbox, target, delivery string) {
+		t.Helper()
+		if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: name, Sandbox: sandbox, Target: target, Delivery: delivery}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	values := func(sandbox string) bool {
+		t.Helper()
+		v, err := d.DeliversValues(ctx, "alice", sandbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	bind("db", "sb_1", "DB_PASSWORD", "env")
+	bind("api", "sb_2", "/etc/api", "file")
+	bind("gh", "sb_3", "GH_TOKEN", "proxy")
+	for _, sb := range []string{"sb_1", "sb_2", "sb_3"} {
+		if _, err := d.Start(ctx, "alice", sb, uint32(os.Getuid())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !values("sb_1") || !values("sb_2") || values("sb_3") {
+		t.Fatalf("before any change: sb_1 %v, sb_2 %v, sb_3 %v; want true, true, false", values("sb_1"), values("sb_2"), values("sb_3"))
+	}
+	if _, err := s.Revoke(ctx, "alice", "db"); err != nil {
+		t.Fatal(err)
+	}
+	if !values("sb_1") {
+		t.Error("an env delivery's secret revoked while the sandbox runs: DeliversValues is false; its processes may still hold the value")
+	}
+	if _, _, err := s.Unbind(ctx, "alice", "api", "sb_2", "/etc/api"); err != nil {
+		t.Fatal(err)
+	}
+	if !values("sb_2") {
+		t.Error("a file delivery unbound while the sandbox runs: DeliversValues is false; its processes may have read the value")
+	}
+	for _, sb := range []string{"sb_1", "sb_2"} {
+		d.Stop(sb)
+		if _, err := d.Start(ctx, "alice", sb, uint32(os.Getuid())); err != nil {
+			t.Fatal(err)
+		}
+		if values(sb) {
+			t.Errorf("%s started afresh after its value binding went: DeliversValues is true; want false", sb)
+		}
+	}
+}
+
+// TestDeliversValuesAcrossARestart: a daemon restarted while a sandbox runs still counts
+// the values given to it before the restart, by a binding removed since.
+func TestDeliversValuesAcrossARestart(t *testing.T) {
+	s, dir := newService(t)
+	ctx := context.Background()
+	files := filepath.Join(dir, "delivered")
+	d, err := secret.NewFakeDelivery(s, files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"db", "gh"} {
+		if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: name, Type: "token", AllowedHosts: []string{"api.example.com"}, Value: []byte("value-of-" + name)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "db", Sandbox: "sb_1", Target: "DB_PASSWORD", Delivery: "env"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Bind(ctx, "alice", secret.BindRequest{Secret: "gh", Sandbox: "sb_2", Target: "GH_TOKEN", Delivery: "proxy"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []string{"sb_1", "sb_2"} {
+		if _, err := d.Start(ctx, "alice", sb, uint32(os.Getuid())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.Unbind(ctx, "alice", "db", "sb_1", "DB_PASSWORD"); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := secret.NewFakeDelivery(s, files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sb, want := range map[string]bool{"sb_1": true, "sb_2": false} {
+		if _, err := restarted.Resume(ctx, "alice", sb, uint32(os.Getuid())); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := restarted.DeliversValues(ctx, "alice", sb); err != nil || got != want {
+			t.Errorf("%s after a restart: DeliversValues = %v, %v; want %v", sb, got, err, want)
+		}
+	}
+}

@@ -116,6 +116,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if c.IfMatch != 0 {
 		return errdefs.Invalid("If-Match does not apply to a create")
 	}
+	if err := volumesFromInside(r, req.Volumes); err != nil {
+		return err
+	}
 	if req.Role != "" {
 		if err := s.opts.Auth.MayActAs(r.Context(), principal(r), req.Role); err != nil {
 			return err

@@ -110,6 +110,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, src string) error 
 	if err != nil {
 		return err
 	}
+	if err := volumesFromInside(r, req.Volumes); err != nil {
+		return err
+	}
 	op, sb, err := s.m.Fork(r.Context(), c, src, manager.ForkRequest{Name: req.Name, Labels: req.Labels, Volumes: fromAPIVolumeMounts(req.Volumes)})
 	return s.opResult(w, r, http.StatusCreated, op, sb, err)
 }

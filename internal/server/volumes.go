@@ -29,6 +29,18 @@ func fromAPIVolumeMounts(in []api.VolumeMount) []manager.VolumeMountRequest {
 	return out
 }
 
+// volumesFromInside refuses volumes named by code inside a sandbox, in a create or a
+// fork: volumes are managed from outside sandboxes, and the sandbox it makes (which it
+// then reaches) would read and write any of its owner's volumes for it.
+func volumesFromInside(r *http.Request, vols []api.VolumeMount) error {
+	p := principal(r)
+	if p == nil || p.Sandbox == "" || len(vols) == 0 {
+		return nil
+	}
+	return &errdefs.Error{Class: errdefs.ErrPermissionDenied, Msg: "from inside sandbox " + p.Sandbox +
+		", a sandbox is created or forked without volumes: volumes are attached from outside sandboxes"}
+}
+
 func toAPIVolumeMounts(sb *manager.Sandbox) []api.VolumeMount {
 	var out []api.VolumeMount
 	for _, v := range sb.Volumes {

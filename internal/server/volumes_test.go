@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,16 +86,11 @@ func TestVolumeWriterLeaseUnderConcurrentAttaches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	errs := make(chan error, k)
-	for i := range k {
-		go func() {
-			_, err := c.AttachVolume(ctx, "shared", api.AttachVolumeRequest{Sandbox: "s" + string(rune('a'+i)), Path: "/data"})
-			errs <- err
-		}()
-	}
 	won := 0
-	for range k {
-		err := <-errs
+	for _, err := range atOnce(k, func(i int) error {
+		_, err := c.AttachVolume(ctx, "shared", api.AttachVolumeRequest{Sandbox: "s" + string(rune('a'+i)), Path: "/data"})
+		return err
+	}) {
 		if err == nil {
 			won++
 			continue
@@ -189,4 +186,95 @@ func TestVolumeForkGetsOnlyWhatItAsks(t *testing.T) {
 	if v := reader.Sandbox.Volumes; len(v) != 1 || v[0].Name != "data" || !v[0].ReadOnly {
 		t.Errorf("a fork that reads the volume has %+v; want data read-only", v)
 	}
+}
+
+// TestVolumesOutOfReachFromInside: code inside a sandbox cannot attach its owner's
+// volumes to a sandbox it creates or forks (it would read and write them through that
+// sandbox): the request is refused and makes nothing, and the volume has no attachment.
+func TestVolumesOutOfReachFromInside(t *testing.T) {
+	testenv.RequireVolumes(t)
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{})
+	ctx := context.Background()
+	if _, err := n.Client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "private", Size: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Client.DeleteVolume(ctx, "private")
+	a := createSandbox(t, n, "inside")
+	token, err := n.Auth.SessionToken(ctx, "local", "", a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		n.Server.ServeFromSandbox(w, r, a.ID)
+		return w.Code, w.Body.String()
+	}
+	vols := `"volumes":[{"name":"private","path":"/data","read_only":true}]`
+	for _, c := range []struct{ what, path, body string }{
+		{"create", "/v1/sandboxes", `{"name":"child",` + vols + `}`},
+		{"fork", "/v1/sandboxes/inside/fork", `{"name":"forked",` + vols + `}`},
+	} {
+		code, body := call("POST", c.path, c.body)
+		if code != 403 || !strings.Contains(body, "volume") {
+			t.Errorf("a %s with a volume from inside: HTTP %d (%s); want 403 saying volumes are attached from outside", c.what, code, strings.TrimSpace(body))
+		}
+	}
+	for _, name := range []string{"child", "forked"} {
+		if sb, err := n.Client.Get(ctx, name); err == nil {
+			t.Errorf("a refused request made sandbox %s", sb.ID)
+		}
+	}
+	if v, err := n.Client.GetVolume(ctx, "private"); err != nil || len(v.Attachments) != 0 {
+		t.Errorf("the volume after the refused requests: %+v, %v; want no attachment", v, err)
+	}
+}
+
+// TestVolumeQuotaHoldsUnderConcurrentCreates: creates that race each other stay within
+// the owner's quota together, as they would one after the other.
+func TestVolumeQuotaHoldsUnderConcurrentCreates(t *testing.T) {
+	testenv.RequireVolumes(t)
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Config: func(c *manager.Config) { c.VolumeQuota = 40 << 20 }})
+	ctx := context.Background()
+	c := n.Client
+	const k = 5
+	made := 0
+	for _, err := range atOnce(k, func(i int) error {
+		_, err := c.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v" + string(rune('a'+i)), Size: 16 << 20})
+		return err
+	}) {
+		if err == nil {
+			made++
+		} else if e, ok := err.(*client.Error); !ok || e.Code != "quota_exceeded" {
+			t.Errorf("a create past the quota: %v; want quota_exceeded", err)
+		}
+	}
+	list, err := c.Volumes(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range list {
+		defer c.DeleteVolume(ctx, v.Name)
+	}
+	if made != 2 || len(list) != 2 {
+		t.Errorf("%d of %d concurrent 16 MiB creates went through (%d volumes kept) under a 40 MiB quota; want 2", made, k, len(list))
+	}
+}
+
+// atOnce runs call(0) … call(k-1) at the same time and returns their errors.
+func atOnce(k int, call func(i int) error) []error {
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = call(i)
+		}()
+	}
+	wg.Wait()
+	return errs
 }

@@ -1,0 +1,141 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/secret"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/volume"
+)
+
+// A suspended sandbox's memory image holds its processes' open files and cached pages
+// of the volumes it had: an attach or a detach drops the image (its resume starts
+// afresh), and says so; an attach refused changes nothing, the image included.
+func TestVolumeAttachDetachDropsKeptMemory(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	m, st := newManagerWith(t, cfg, newFake(t))
+	ctx := context.Background()
+	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetSecrets(svc, nil)
+	vols, err := volume.New(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetVolumes(vols)
+	now := m.now()
+	if err := st.CreateVolume(ctx, &store.Volume{ID: "vol_1", Kind: VolumeKindVolume, Owner: local.Owner, Name: "data",
+		Node: m.cfg.NodeName, Size: MinVolumeSize, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Terminate(ctx, local, sb.ID)
+	if _, _, err := m.Suspend(ctx, local, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	// As a runsc suspend leaves it: an image on disk, and the record naming it.
+	keep := func() {
+		t.Helper()
+		cur, err := st.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setMemory(cur, &MemoryState{Kept: true, Generation: cur.Generation})
+		if err := st.UpdateSandbox(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(m.memoryDir(sb.ID), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(m.memoryDir(sb.ID), "pages.img"), []byte("pages"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func() bool {
+		t.Helper()
+		cur, err := st.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, serr := os.Stat(m.memoryDir(sb.ID))
+		if MemoryOf(cur).Kept != (serr == nil) {
+			t.Errorf("the record says kept %v, the image on disk: %v", MemoryOf(cur).Kept, serr)
+		}
+		return MemoryOf(cur).Kept
+	}
+	keep()
+	if _, err := m.AttachVolume(ctx, local.Owner, "data", sb.ID, VolumeMountRequest{Path: "/proc/x"}); err == nil {
+		t.Fatal("a volume over /proc was attached")
+	}
+	if !kept() {
+		t.Error("a refused attach dropped the sandbox's memory image")
+	}
+	if _, err := m.AttachVolume(ctx, local.Owner, "data", sb.ID, VolumeMountRequest{Path: "/data"}); err != nil {
+		t.Fatal(err)
+	}
+	if kept() {
+		t.Error("after an attach the sandbox's memory image is still kept: its resume would restore processes over other mounts than they had")
+	}
+	keep()
+	if _, err := m.DetachVolume(ctx, local.Owner, "data", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if kept() {
+		t.Error("after a detach the sandbox's memory image is still kept: its restored processes would hold files of a volume another sandbox may now write")
+	}
+	if _, err := os.Stat(m.memoryDir(sb.ID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the memory image is still on disk: %v", err)
+	}
+}
+
+// flakyStore fails every read of one sandbox's record, as a store that cannot answer
+// for a moment does.
+type flakyStore struct {
+	store.Store
+	id string
+}
+
+func (f flakyStore) GetSandbox(ctx context.Context, id string) (*store.Sandbox, error) {
+	if id == f.id {
+		return nil, errors.New("database is locked")
+	}
+	return f.Store.GetSandbox(ctx, id)
+}
+
+// Recovery removes the volume mounts of sandboxes that do not run, and only those: a
+// sandbox whose record cannot be read keeps them (its volume, key and all, may be in
+// use by its running container).
+func TestReconcileVolumesKeepsMountsOfSandboxesItCannotRead(t *testing.T) {
+	m, _, st := newTestManager(t)
+	dir := t.TempDir()
+	vols, err := volume.New(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetVolumes(vols)
+	for _, sb := range []string{"sb_unreadable", "sb_gone"} {
+		if err := os.MkdirAll(filepath.Join(dir, "binds", sb, "vol_1"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.store = flakyStore{Store: st, id: "sb_unreadable"}
+	m.reconcileVolumes(context.Background(), map[string]bool{})
+	if _, err := os.Stat(filepath.Join(dir, "binds", "sb_unreadable", "vol_1")); err != nil {
+		t.Errorf("the volume mount of a sandbox whose record could not be read was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "binds", "sb_gone")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the volume mounts of a sandbox without a record are still there: %v", err)
+	}
+}
