@@ -179,6 +179,11 @@ func (m *Manager) keptMemory(sb *store.Sandbox, dir, cause string) error {
 // delivered by value (file or env) may be in its processes' memory, and a memory image
 // never holds a secret's value. Placeholders (proxy deliveries) are safe.
 func (m *Manager) memoryUnsafe(ctx context.Context, sb *store.Sandbox) string {
+	if len(sb.Volumes) > 0 {
+		// The runtime's cache of a volume's files would be kept in the image, outside
+		// the volume's encryption.
+		return "volumes are attached to it, whose files its memory may hold outside their encryption"
+	}
 	if m.delivery == nil {
 		return ""
 	}

@@ -81,12 +81,14 @@ func (saver) CheckpointFrozen(context.Context, string, string) error {
 // otherwise keeps files only, saying why.
 func TestSuspendKeepsMemoryOnlyWithRoomForIt(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		floor int64
-		kept  bool
+		name    string
+		floor   int64
+		volumes bool
+		kept    bool
 	}{
-		{"room", 1, true},
-		{"no room", 1 << 62, false},
+		{"room", 1, false, true},
+		{"no room", 1 << 62, false, false},
+		{"volumes attached", 1, true, false}, // their files would be kept outside their encryption
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -99,6 +101,16 @@ func TestSuspendKeepsMemoryOnlyWithRoomForIt(t *testing.T) {
 			}
 			defer m.Terminate(ctx, local, sb.ID)
 			m.cfg.MinFreeStateDisk = c.floor // after the create, which checks it too
+			if c.volumes {
+				rec, err := st.GetSandbox(ctx, sb.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec.Volumes = []store.SandboxVolume{{VolumeID: "vol_x", Name: "data", Path: "/data"}}
+				if err := st.UpdateSandbox(ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if _, _, err := m.Suspend(ctx, local, sb.ID); err != nil {
 				t.Fatal(err)
 			}
