@@ -53,44 +53,58 @@ func newUserns(argv []string, base uint32) (int, error) {
 // sandbox given a base that an earlier one had (the lowest free base is handed out
 // first) starts no holder process. The base is the whole key: the mapping is all there
 // is to such a namespace, and nothing can enter it (no process is in it, and only the
-// daemon holds it). At most max are kept, the least recently used going first.
+// daemon holds it). At most max are kept, the least recently used going first. Callers
+// asking for a base at once (a sandbox's root filesystem and its volumes) share one
+// holder.
 type usernsCache struct {
 	holder []string // newUserns's argv
 	max    int
 
-	mu    sync.Mutex
-	fds   map[uint32]int
-	order []uint32 // least recently used first
+	mu      sync.Mutex
+	fds     map[uint32]int
+	order   []uint32                 // least recently used first
+	pending map[uint32]chan struct{} // bases whose holder runs; closed when it is done
 }
 
 func newUsernsCache(holder []string, max int) *usernsCache {
-	return &usernsCache{holder: holder, max: max, fds: map[uint32]int{}}
+	return &usernsCache{holder: holder, max: max, fds: map[uint32]int{}, pending: map[uint32]chan struct{}{}}
 }
 
 // get returns a descriptor of the namespace of base, which the caller closes.
 func (c *usernsCache) get(base uint32) (int, error) {
 	c.mu.Lock()
-	if fd, ok := c.fds[base]; ok {
-		c.touch(base)
-		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	for {
+		if fd, ok := c.fds[base]; ok {
+			c.touch(base)
+			dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+			c.mu.Unlock()
+			return dup, err
+		}
+		wait, ok := c.pending[base]
+		if !ok {
+			break
+		}
+		// Another caller's holder makes it; if that fails, this caller tries its own.
 		c.mu.Unlock()
-		return dup, err
+		<-wait
+		c.mu.Lock()
 	}
+	done := make(chan struct{})
+	c.pending[base] = done
 	c.mu.Unlock()
 	fd, err := newUserns(c.holder, base)
-	if err != nil {
-		return -1, err
-	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(fd)
-		return -1, err
+	dup := -1
+	if err == nil {
+		if dup, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+			unix.Close(fd)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.fds[base]; ok { // another start of the same base was first
-		unix.Close(fd)
-		return dup, nil
+	delete(c.pending, base)
+	close(done)
+	if err != nil {
+		return -1, err
 	}
 	c.fds[base] = fd
 	c.order = append(c.order, base)

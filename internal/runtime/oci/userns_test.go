@@ -1,9 +1,12 @@
 package oci
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -67,5 +70,58 @@ func TestUsernsCacheKeyedByBase(t *testing.T) {
 	}
 	if _, ok := c.fds[b]; ok {
 		t.Fatalf("base %d was kept; the least recently used should have gone", b)
+	}
+}
+
+// TestUsernsCacheSharesAHolder: callers asking for a base at once (a sandbox's root
+// filesystem and its volumes) get one namespace, made by one holder process.
+func TestUsernsCacheSharesAHolder(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (user namespaces with a mapping)")
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("needs sh as the holder")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	starts := filepath.Join(dir, "starts")
+	// Each holder notes its start, then waits for its standard input to close.
+	c := newUsernsCache([]string{sh, "-c", `echo . >> "$0"; exec cat`, starts}, 4)
+	defer c.close()
+	const callers, base = 8, 1 << 21
+	inos := make([]uint64, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range callers {
+		wg.Go(func() {
+			<-gate
+			fd, err := c.get(base)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer unix.Close(fd)
+			var st unix.Stat_t
+			errs[i] = unix.Fstat(fd, &st)
+			inos[i] = st.Ino
+		})
+	}
+	close(gate)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, ino := range inos {
+		if ino != inos[0] {
+			t.Errorf("caller %d got namespace %d, caller 0 got %d; want one namespace", i, ino, inos[0])
+		}
+	}
+	data, _ := os.ReadFile(starts)
+	if n := strings.Count(string(data), "."); n != 1 {
+		t.Errorf("%d callers at once started %d holders; want 1", callers, n)
 	}
 }
