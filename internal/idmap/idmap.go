@@ -39,7 +39,17 @@ func (m Mapping) size() int { return int(max(m.Size, 1)) }
 // It needs CAP_SYS_ADMIN. A trailing symlink at target is not followed. Nothing is
 // left behind on failure: the clone of dir is only attached by the last step.
 func Mount(dir *os.File, target string, m Mapping, ro bool) error {
+	return MountNS(dir, target, m, nil, ro)
+}
+
+// MountNS is Mount through ns, an open user namespace that maps as m does (such as a
+// container runtime keeps for a sandbox's id range), instead of one of its own making,
+// which costs starting a process; nil is one of its own. What a namespace maps cannot
+// be read from its descriptor, so ns is checked where it shows: through it, dir must
+// appear owned by m's mapping of its on-disk owner, or nothing is mounted.
+func MountNS(dir *os.File, target string, m Mapping, ns *os.File, ro bool) error {
 	defer runtime.KeepAlive(dir) // fd is used after the last mention of dir
+	defer runtime.KeepAlive(ns)
 	fd := int(dir.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -55,14 +65,17 @@ func Mount(dir *os.File, target string, m Mapping, ro bool) error {
 		return fmt.Errorf("idmap: open_tree %s: %w", dir.Name(), err)
 	}
 	defer unix.Close(tree)
-	ns, err := userns(m)
-	if err != nil {
-		return fmt.Errorf("idmap: %w", err)
+	check := ns != nil
+	if !check {
+		if ns, err = Namespace(m); err != nil {
+			return err
+		}
+		defer ns.Close()
 	}
-	defer unix.Close(ns)
+	nsFD := int(ns.Fd())
 	// nosuid and nodev: through the mapping a set-user-ID file of the owner's is one of
 	// ToUID's, and the mount is reachable on the host as well as in the sandbox.
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns)}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(nsFD)}
 	if ro {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
@@ -78,10 +91,42 @@ func Mount(dir *os.File, target string, m Mapping, ro bool) error {
 		}
 		return fmt.Errorf("idmap: mount_setattr %s: %w", dir.Name(), err)
 	}
+	if check {
+		if err := m.check(tree, &st); err != nil {
+			return fmt.Errorf("idmap: %s: %w", dir.Name(), err)
+		}
+	}
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("idmap: move_mount to %s: %w", target, err)
 	}
 	return nil
+}
+
+// check says whether the id-mapped clone tree shows the owner m gives dir's on-disk
+// owner st; an owner outside m's ids cannot tell, and fails too.
+func (m Mapping) check(tree int, st *unix.Stat_t) error {
+	var got unix.Stat_t
+	if err := unix.Fstat(tree, &got); err != nil {
+		return err
+	}
+	uid, uok := mapID(st.Uid, m.FromUID, m.ToUID, m.size())
+	gid, gok := mapID(st.Gid, m.FromGID, m.ToGID, m.size())
+	if !uok || !gok {
+		return fmt.Errorf("owner %d:%d on disk is outside the mapping's ids, so the user namespace cannot be checked", st.Uid, st.Gid)
+	}
+	if got.Uid != uid || got.Gid != gid {
+		return fmt.Errorf("the user namespace does not map as asked: owner %d:%d on disk shows as %d:%d through it, want %d:%d", st.Uid, st.Gid, got.Uid, got.Gid, uid, gid)
+	}
+	return nil
+}
+
+// mapID maps id of from..from+size-1 to the same place from to, and says whether it
+// was there.
+func mapID(id, from, to uint32, size int) (uint32, bool) {
+	if id < from || uint64(id-from) >= uint64(size) {
+		return 0, false
+	}
+	return to + (id - from), true
 }
 
 // maxStacked bounds the mounts Unmount takes off one target.
@@ -106,11 +151,21 @@ func Unmount(target string) error {
 	return fmt.Errorf("idmap: unmount %s: still mounted after %d unmounts", target, maxStacked)
 }
 
-// userns opens a new user namespace whose uid_map is "FromUID ToUID 1" and gid_map
-// "FromGID ToGID 1": an id-mapped mount maps an on-disk id as an id inside the
-// namespace to the id outside it, so a file of FromUID appears as ToUID. Only a process
-// can make a namespace; ours is killed and reaped before userns returns, and the
-// returned fd alone keeps the namespace alive.
+// Namespace opens a new user namespace of m, for MountNS (Mount makes one for itself
+// so): its uid_map is "FromUID ToUID Size" and its gid_map "FromGID ToGID Size", since
+// an id-mapped mount maps an on-disk id as an id inside the namespace to the id outside
+// it, so that a file of FromUID appears as ToUID. The caller closes it.
+func Namespace(m Mapping) (*os.File, error) {
+	fd, err := userns(m)
+	if err != nil {
+		return nil, fmt.Errorf("idmap: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "userns"), nil
+}
+
+// userns opens a new user namespace of m (Namespace). Only a process can make a
+// namespace; ours is killed and reaped before userns returns, and the returned fd alone
+// keeps the namespace alive.
 func userns(m Mapping) (int, error) {
 	// Any program that just waits will do, and sleep surely exists. Not /proc/self/exe:
 	// in a test that is the test binary, which would run the tests again.

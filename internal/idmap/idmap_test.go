@@ -348,11 +348,78 @@ func TestMountErrors(t *testing.T) {
 	}
 }
 
-func BenchmarkMount(b *testing.B) {
+// TestMountNS: a mount through a namespace the caller holds maps as Mount's own does,
+// read-only where asked; a namespace that maps otherwise than the mapping the caller
+// states is refused, and nothing is mounted.
+func TestMountNS(t *testing.T) {
+	f := newFixture(t)
+	ns := namespace(t, user)
+	t.Cleanup(func() { Unmount(f.target) })
+	if err := MountNS(f.dir, f.target, user, ns, false); err != nil {
+		t.Fatalf("MountNS: %v", err)
+	}
+	if uid, gid := owner(t, filepath.Join(f.target, "mine")); uid != 200000 || gid != 200000 {
+		t.Errorf("mine through the mount: owner %d/%d, want 200000/200000", uid, gid)
+	}
+	if out, err := writeAs(filepath.Join(f.target, "new"), "hi"); err != nil {
+		t.Fatalf("write as 200000: %v (%s)", err, out)
+	}
+	if uid, gid := owner(t, filepath.Join(f.src, "new")); uid != 1000 || gid != 1000 {
+		t.Errorf("file created as 200000: owner on disk %d/%d, want 1000/1000", uid, gid)
+	}
+	if err := Unmount(f.target); err != nil {
+		t.Fatal(err)
+	}
+	if err := MountNS(f.dir, f.target, user, ns, true); err != nil {
+		t.Fatalf("MountNS read-only: %v", err)
+	}
+	if out, err := writeAs(filepath.Join(f.target, "mine"), "hi"); err == nil || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("write through the read-only mount: err %v (%q), want a read-only file system error", err, out)
+	}
+	if err := Unmount(f.target); err != nil {
+		t.Fatal(err)
+	}
+
+	before := mountsUnder(f.base)
+	for _, c := range []struct {
+		name string
+		ns   Mapping
+	}{
+		{"another base", Mapping{FromUID: 1000, FromGID: 1000, ToUID: 300000, ToGID: 300000}},
+		{"another gid", Mapping{FromUID: 1000, FromGID: 1000, ToUID: 200000, ToGID: 300000}},
+		{"another on-disk owner", Mapping{FromUID: 0, FromGID: 0, ToUID: 200000, ToGID: 200000, Size: 65536}},
+	} {
+		err := MountNS(f.dir, f.target, user, namespace(t, c.ns), false)
+		if err == nil || !strings.Contains(err.Error(), "does not map as asked") {
+			t.Errorf("%s: MountNS = %v, want a refusal of the namespace", c.name, err)
+		}
+		if m := mountsUnder(f.base); !slices.Equal(m, before) {
+			t.Errorf("%s: mounts after a refused namespace: %v, want %v", c.name, m, before)
+		}
+	}
+}
+
+func namespace(t testing.TB, m Mapping) *os.File {
+	t.Helper()
+	ns, err := Namespace(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// BenchmarkMount against BenchmarkMountNS: the cost of the process a mount starts for
+// its namespace.
+func BenchmarkMount(b *testing.B) { benchmarkMount(b, nil) }
+
+func BenchmarkMountNS(b *testing.B) { benchmarkMount(b, namespace(b, user)) }
+
+func benchmarkMount(b *testing.B, ns *os.File) {
 	f := newFixture(b)
 	b.Cleanup(func() { Unmount(f.target) })
 	for b.Loop() {
-		if err := Mount(f.dir, f.target, user, false); err != nil {
+		if err := MountNS(f.dir, f.target, user, ns, false); err != nil {
 			b.Fatal(err)
 		}
 		if err := Unmount(f.target); err != nil {
