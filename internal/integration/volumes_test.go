@@ -44,6 +44,46 @@ func releaseVolumes(t *testing.T, dir func() string) {
 	})
 }
 
+// checkVolumeOwners: what sandbox sb (holding volume vol at /data) gives its ids
+// 1234:2345 is owned by those ids on the volume, and by them in the sandbox's own range
+// (its uid_map's base on) through the sandbox's mount on the host, nosuid and nodev.
+func checkVolumeOwners(t *testing.T, n *testenv.Node, volDir, sb, vol string) {
+	t.Helper()
+	out := mustRun(t, n, sb, "touch /data/owned && chown 1234:2345 /data/owned && cat /proc/self/uid_map /proc/self/gid_map")
+	f := strings.Fields(out)
+	if len(f) != 6 || f[0] != "0" || f[2] != "65536" || f[3] != "0" || f[4] != f[1] || f[5] != "65536" {
+		t.Fatalf("the sandbox's id maps: %q; want one range of 65536 ids from one base", out)
+	}
+	base, _ := strconv.ParseUint(f[1], 10, 32)
+	s, err := n.Client.Get(background, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.Client.GetVolume(background, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		where, path string
+		uid, gid    uint64
+	}{
+		{"on the volume", filepath.Join(volDir, v.ID, "mnt", "data", "owned"), 1234, 2345},
+		{"through the sandbox's mount", filepath.Join(volDir, "binds", s.ID, v.ID, "owned"), base + 1234, base + 2345},
+	} {
+		var st unix.Stat_t
+		if err := unix.Lstat(c.path, &st); err != nil {
+			t.Errorf("%s: %v", c.where, err)
+		} else if uint64(st.Uid) != c.uid || uint64(st.Gid) != c.gid {
+			t.Errorf("%s a file the sandbox gave 1234:2345 is %d:%d; want %d:%d", c.where, st.Uid, st.Gid, c.uid, c.gid)
+		}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(volDir, "binds", s.ID, v.ID), &st); err != nil || st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+		t.Errorf("the sandbox's mount of the volume: flags %#x (%v); want nosuid and nodev", st.Flags, err)
+	}
+	mustRun(t, n, sb, "rm /data/owned")
+}
+
 func dfTotal(t *testing.T, n *testenv.Node, sb, path string) int64 {
 	t.Helper()
 	out := mustRun(t, n, sb, "df -B1 --output=size "+path+" | tail -1")
@@ -102,6 +142,7 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("the second writer's refusal does not name the holder: %q", e.Message)
 	}
 	mustRun(t, n, "w", "yes "+volumeMarker+" | head -c 1048576 > /data/f && sync")
+	checkVolumeOwners(t, n, volDir, "w", "data")
 	if out := mustRun(t, n, "r", "head -c 31 /mnt/data/f"); out != volumeMarker {
 		t.Errorf("the reader sees %q; want the writer's file", out)
 	}

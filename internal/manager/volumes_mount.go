@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -25,6 +26,12 @@ func (m *Manager) mountVolumes(ctx context.Context, sb *store.Sandbox) (_ []runt
 			m.unmountVolumes(sb.ID)
 		}
 	}()
+	var userns *os.File // taken after the first open: the driver may be making it
+	defer func() {
+		if userns != nil {
+			userns.Close()
+		}
+	}()
 	var out []runtime.Mount
 	for _, sv := range sb.Volumes {
 		v, err := m.store.GetVolume(ctx, sv.VolumeID)
@@ -43,13 +50,28 @@ func (m *Manager) mountVolumes(ctx context.Context, sb *store.Sandbox) (_ []runt
 		if err := m.grown(ctx, v); err != nil {
 			m.log.Warn("record a finished volume grow", "volume", v.ID, "err", err)
 		}
-		src, err := m.vols.Bind(sb.ID, v.ID, sb.UIDBase, sv.ReadOnly)
+		if userns == nil {
+			if userns, err = m.volumeUserns(sb); err != nil {
+				return nil, errdefs.Unavailable("volume %q of sandbox %q could not be mounted", v.Name, sb.Name).WithCause(err)
+			}
+		}
+		src, err := m.vols.Bind(sb.ID, v.ID, sb.UIDBase, userns, sv.ReadOnly)
 		if err != nil {
 			return nil, errdefs.Unavailable("volume %q of sandbox %q could not be mounted", v.Name, sb.Name).WithCause(err)
 		}
 		out = append(out, runtime.Mount{Source: src, Destination: sv.Path, ReadOnly: sv.ReadOnly})
 	}
 	return out, nil
+}
+
+// volumeUserns is the user namespace sb's volumes are id-mapped through: its driver's,
+// which its root filesystem is mapped through (no process to start), or nil where the
+// driver keeps none (the volumes make their own).
+func (m *Manager) volumeUserns(sb *store.Sandbox) (*os.File, error) {
+	if un, ok := m.driver(sb).(runtime.UserNamespacer); ok {
+		return un.UserNamespace(sb.UIDBase)
+	}
+	return nil, nil
 }
 
 // startVolumes starts mountVolumes for sb and returns its wait, which may be called any

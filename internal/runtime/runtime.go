@@ -12,6 +12,7 @@ package runtime
 import (
 	"context"
 	"net"
+	"os"
 	"time"
 )
 
@@ -191,6 +192,15 @@ type Hostnamer interface {
 // containers can; a driver without the method cannot, and a caller copies its files in.
 type WorkspaceMounter interface {
 	MountsWorkspace() bool
+}
+
+// UserNamespacer is implemented by drivers that keep, for each uid base, a user
+// namespace of a sandbox's mapping (ids 0..65535 in it are base..base+65535 on the
+// host) with no process in it: what their root filesystems are id-mapped through, and
+// so what a host directory bound into that sandbox can be id-mapped through too.
+type UserNamespacer interface {
+	// UserNamespace returns a descriptor of base's namespace, which the caller closes.
+	UserNamespace(base uint32) (*os.File, error)
 }
 
 // Check is one line of a driver's host health report.

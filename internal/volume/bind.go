@@ -17,7 +17,10 @@ func (h *Host) bindDir(sandbox string) string { return filepath.Join(h.dir, bind
 // Bind mounts volume id's data (opened: Open first) for sandbox, id-mapped so that
 // files on the volume owned by ids 0..IDRange-1 are the sandbox's own from uidBase on,
 // read-only if ro, and returns the mount's path for the sandbox's container to bind.
-func (h *Host) Bind(sandbox, id string, uidBase uint32, ro bool) (string, error) {
+// The mapping goes through userns, a user namespace of exactly that mapping (its
+// runtime's for the sandbox; it is checked against the volume's root), or, nil, one
+// made for the mount.
+func (h *Host) Bind(sandbox, id string, uidBase uint32, userns *os.File, ro bool) (string, error) {
 	if err := errors.Join(checkID(sandbox), checkID(id)); err != nil {
 		return "", err
 	}
@@ -37,7 +40,7 @@ func (h *Host) Bind(sandbox, id string, uidBase uint32, ro bool) (string, error)
 	dir := os.NewFile(uintptr(fd), dataName)
 	defer dir.Close()
 	mp := idmap.Mapping{ToUID: uidBase, ToGID: uidBase, Size: IDRange}
-	if err := idmap.Mount(dir, target, mp, ro); err != nil {
+	if err := idmap.MountNS(dir, target, mp, userns, ro); err != nil {
 		os.Remove(target)
 		return "", err
 	}

@@ -5,14 +5,17 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/idmap"
 	"github.com/airlockhq/airlock/internal/loopdev"
 )
 
@@ -115,7 +118,7 @@ func TestVolumeCapacityGrowEncryption(t *testing.T) {
 
 	// Grow it while a sandbox's mount uses it: in place where the node may resize a
 	// mounted filesystem, else at its next mount once nobody uses it.
-	if _, err := h.Bind("sb_test", "vol_a", 200000, false); err != nil {
+	if _, err := h.Bind("sb_test", "vol_a", 200000, nil, false); err != nil {
 		t.Fatalf("Bind: %v", err)
 	}
 	err = h.Grow(ctx, "vol_a", 2*size, key)
@@ -214,4 +217,77 @@ func TestVolumeCopyChecksum(t *testing.T) {
 	if err := h.Verify(ctx, "vsnap_b", sum); err == nil {
 		t.Fatal("Verify of a changed copy passed")
 	}
+}
+
+// TestVolumeBindThroughUserns: a sandbox's mount of a volume made through a user
+// namespace of the sandbox's range (its runtime's) shows the volume's ids as the
+// sandbox's own and stores the sandbox's ids as the volume's, read-only where asked; a
+// namespace of another range is refused, and nothing is left mounted.
+func TestVolumeBindThroughUserns(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	key := newKey()
+	if err := h.Make(ctx, "vol_n", 16<<20, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Open(ctx, "vol_n", 16<<20, key); err != nil {
+		t.Fatal(err)
+	}
+	const base = 300000
+	ns, err := idmap.Namespace(idmap.Mapping{ToUID: base, ToGID: base, Size: IDRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	onDisk := filepath.Join(h.mnt("vol_n"), dataName, "f")
+	if err := os.WriteFile(onDisk, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := h.Bind("sb_rw", "vol_n", base, ns, false)
+	if err != nil {
+		t.Fatalf("Bind: %v", err)
+	}
+	// The sandbox's uid 1000 is host uid base+1000; on the volume it is 1000.
+	if err := os.Chown(filepath.Join(rw, "f"), base+1000, base+1001); err != nil {
+		t.Fatalf("chown through the mount to the sandbox's 1000: %v", err)
+	}
+	if uid, gid := ownerOf(t, onDisk); uid != 1000 || gid != 1001 {
+		t.Errorf("on the volume the file is %d:%d; want 1000:1001", uid, gid)
+	}
+	if uid, gid := ownerOf(t, filepath.Join(rw, "f")); uid != base+1000 || gid != base+1001 {
+		t.Errorf("through the mount the file is %d:%d; want %d:%d", uid, gid, base+1000, base+1001)
+	}
+	if err := os.Chown(filepath.Join(rw, "f"), base-1, base-1); !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EOVERFLOW) {
+		t.Errorf("chown through the mount to an id below the range: %v; want refused", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(rw, &st); err != nil || st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+		t.Errorf("mount flags %#x (%v); want nosuid and nodev", st.Flags, err)
+	}
+
+	ro, err := h.Bind("sb_ro", "vol_n", base, ns, true)
+	if err != nil {
+		t.Fatalf("Bind read-only: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(ro, "g"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Errorf("a write through the read-only mount: %v; want EROFS", err)
+	}
+
+	// A namespace of another sandbox's range.
+	_, err = h.Bind("sb_other", "vol_n", base+IDRange, ns, false)
+	if err == nil || !strings.Contains(err.Error(), "does not map as asked") {
+		t.Errorf("Bind through another range's namespace: %v; want refused", err)
+	}
+	if _, err := os.Lstat(filepath.Join(h.bindDir("sb_other"), "vol_n")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after a refused bind its mount point: %v; want gone", err)
+	}
+}
+
+func ownerOf(t *testing.T, p string) (uid, gid uint32) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Uid, st.Gid
 }

@@ -110,6 +110,16 @@ func (d *Driver) Close() error {
 	return bindsource.Unview(d.agentViewDir())
 }
 
+// UserNamespace implements runtime.UserNamespacer with the namespaces the root
+// filesystems are id-mapped through (one holder process per base, the first time).
+func (d *Driver) UserNamespace(base uint32) (*os.File, error) {
+	fd, err := d.userns.get(base)
+	if err != nil {
+		return nil, fmt.Errorf("oci: user namespace of uid base %d: %w", base, err)
+	}
+	return os.NewFile(uintptr(fd), "userns"), nil
+}
+
 // MaxOpenFiles is the highest open-files limit a sandbox can be given on this host.
 func (d *Driver) MaxOpenFiles() int64 { return int64(d.maxFiles) }
 
