@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +47,13 @@ func MountDev(img, dir, opts string) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		// Named before it is attached: whatever device backs img is the one the record
+		// names, whenever this process dies (a device attached and not mounted goes
+		// with its last close).
+		if err := writeRecord(img, "loop"+strconv.Itoa(n)); err != nil {
+			lf.Close()
+			return "", err
+		}
 		cfg := &unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 		err = unix.IoctlLoopConfigure(int(lf.Fd()), cfg)
@@ -66,19 +75,6 @@ func MountDev(img, dir, opts string) (string, error) {
 	return "", errors.New("no free loop device after 32 attempts")
 }
 
-// Backs says whether the loop device dev ("loop3") is backed by img: a look at one
-// device, where Of looks at every one.
-func Backs(dev, img string) (bool, error) {
-	var want unix.Stat_t
-	if err := unix.Stat(img, &want); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false, nil
-		}
-		return false, err
-	}
-	return backedBy(dev, &want), nil
-}
-
 // backedBy says whether dev's backing file is the file want describes.
 func backedBy(dev string, want *unix.Stat_t) bool {
 	b, err := os.ReadFile("/sys/block/" + dev + "/loop/backing_file")
@@ -89,7 +85,9 @@ func backedBy(dev string, want *unix.Stat_t) bool {
 	return unix.Stat(strings.TrimSpace(string(b)), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
 }
 
-// Of names a loop device backed by img ("loop3"), or "" if none is.
+// Of names a loop device backed by img ("loop3"), or "" if none is. It looks at the
+// one device img's record names (see Record); every device of the node is looked at
+// only for an image without a record, made or last mounted by an earlier version.
 func Of(img string) (string, error) {
 	var want unix.Stat_t
 	if err := unix.Stat(img, &want); err != nil {
@@ -98,15 +96,84 @@ func Of(img string) (string, error) {
 		}
 		return "", err
 	}
+	dev, ok, err := readRecord(img)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return scan(&want), nil
+	}
+	if dev == "" || !backedBy(dev, &want) {
+		return "", nil // never mounted, or its device let go (and maybe reused since)
+	}
+	return dev, nil
+}
+
+// scans counts the looks at every loop device, for tests.
+var scans atomic.Int64
+
+// scan names a loop device backed by the file want describes, or "", looking at each.
+func scan(want *unix.Stat_t) string {
+	scans.Add(1)
 	// Only attached devices have a backing_file: read it directly instead of globbing
 	// sysfs, which walks every device's directory.
 	devs, _ := os.ReadDir("/sys/block")
 	for _, e := range devs {
-		if strings.HasPrefix(e.Name(), "loop") && backedBy(e.Name(), &want) {
-			return e.Name(), nil
+		if strings.HasPrefix(e.Name(), "loop") && backedBy(e.Name(), want) {
+			return e.Name()
 		}
 	}
-	return "", nil
+	return ""
+}
+
+// Record is the file beside an image (IMG.loop) naming the loop device its last mount
+// took: a node may have thousands of loop devices, and finding the one of an image by
+// looking at each costs milliseconds. Mount writes it before each attempt to attach,
+// so a device backing the image is always the one it names; an empty record says the
+// image was never mounted. A device it names that backs another file (reused since)
+// says nothing about this image. An image renamed or removed should take its record
+// along (Forget), or leave none behind.
+func Record(img string) string { return img + ".loop" }
+
+// Unmounted records that img, just made and never mounted (or known released), is
+// backed by no loop device, so that Of need not look at every one.
+func Unmounted(img string) error { return writeRecord(img, "") }
+
+// Forget removes img's record, for an image removed or renamed once released (see
+// WaitReleased).
+func Forget(img string) error {
+	if err := os.Remove(Record(img)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func writeRecord(img, dev string) error {
+	if err := os.WriteFile(Record(img), []byte(dev), 0o600); err != nil {
+		return fmt.Errorf("record the loop device of %s: %w", img, err)
+	}
+	return nil
+}
+
+// readRecord reads img's record: ok is false without one, or with one that names no
+// loop device (not written here), so that the caller looks at every device.
+func readRecord(img string) (dev string, ok bool, err error) {
+	b, err := os.ReadFile(Record(img))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	dev = string(b)
+	if dev == "" {
+		return "", true, nil
+	}
+	n, ok := strings.CutPrefix(dev, "loop")
+	if _, err := strconv.ParseUint(n, 10, 31); !ok || err != nil {
+		return "", false, nil
+	}
+	return dev, true, nil
 }
 
 // ReleaseWait bounds WaitReleased.

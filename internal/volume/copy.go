@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/loopdev"
 )
 
 // Copy copies volume src to a new volume dst, byte for byte (the copy opens with src's
@@ -44,7 +46,7 @@ func (h *Host) Copy(ctx context.Context, src, dst string) (sum string, retErr er
 	}()
 	sum, err := copyExtents(ctx, h.image(src), tmp)
 	if err == nil {
-		err = os.WriteFile(h.loopRecord(dst), nil, 0o600) // no device holds it
+		err = loopdev.Unmounted(h.image(dst)) // no device holds it
 	}
 	if err != nil {
 		return "", err

@@ -8,6 +8,7 @@
 // On disk, under the directory it is given:
 //
 //	<dir>/<id>/volume.img        the image (volume.img.tmp while it is made or copied)
+//	<dir>/<id>/volume.img.loop   the loop device of its last mount (loopdev.Record)
 //	<dir>/<id>/mnt               where the image's ext4 is mounted while a sandbox uses it
 //	<dir>/<id>/mnt/data          the encrypted directory sandboxes see
 //	<dir>/binds/<sandbox>/<id>   a sandbox's id-mapped mount of mnt/data, bound into it
@@ -25,14 +26,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -48,10 +47,11 @@ const IDRange = 65536
 
 const (
 	imageName = "volume.img"
-	loopName  = "loop"
-	mntName   = "mnt"
-	dataName  = "data"
-	bindsName = "binds"
+	// oldLoopName held the loop device of the volume's last mount in older versions.
+	oldLoopName = "loop"
+	mntName     = "mnt"
+	dataName    = "data"
+	bindsName   = "binds"
 )
 
 // Host keeps the volumes under one directory. Its methods are safe for concurrent use;
@@ -86,46 +86,6 @@ func (h *Host) lock(id string) func() {
 
 func (h *Host) image(id string) string { return filepath.Join(h.dir, id, imageName) }
 
-// loopRecord holds the name of the loop device the volume's last mount took: a node
-// may have thousands of loop devices, and finding the one of an image by looking at
-// each costs milliseconds.
-func (h *Host) loopRecord(id string) string { return filepath.Join(h.dir, id, loopName) }
-
-// loopOf names the loop device backed by volume id's image, or "": the recorded one,
-// if it still is; every device is looked at only without a record.
-func (h *Host) loopOf(id, img string) (string, error) {
-	b, err := os.ReadFile(h.loopRecord(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return loopdev.Of(img)
-	}
-	if err != nil {
-		return "", err
-	}
-	dev := strings.TrimSpace(string(b))
-	if dev == "" { // made, never mounted since
-		return "", nil
-	}
-	if ok, err := loopdev.Backs(dev, img); err != nil || !ok {
-		return "", err
-	}
-	return dev, nil
-}
-
-// waitFree waits until the loop device dev no longer backs img (a lazy unmount's
-// filesystem still held by an ending container), for at most loopdev.ReleaseWait.
-func waitFree(dev, img string) error {
-	deadline := time.Now().Add(loopdev.ReleaseWait)
-	for {
-		ok, err := loopdev.Backs(dev, img)
-		if err != nil || !ok {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the volume image %s is still in use (by %s) after %s", img, dev, loopdev.ReleaseWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 func (h *Host) mnt(id string) string { return filepath.Join(h.dir, id, mntName) }
 
 // checkID refuses an id that is not one path element of the caller's making.
@@ -176,7 +136,10 @@ func (h *Host) Make(ctx context.Context, id string, size int64, key []byte) (ret
 	if err := waitReleased(tmp); err != nil {
 		return err
 	}
-	if err := os.WriteFile(h.loopRecord(id), nil, 0o600); err != nil { // no device holds it
+	if err := loopdev.Forget(tmp); err != nil {
+		return err
+	}
+	if err := loopdev.Unmounted(h.image(id)); err != nil { // no device holds it
 		return err
 	}
 	return os.Rename(tmp, h.image(id))
@@ -231,9 +194,13 @@ func (h *Host) open(ctx context.Context, id string, size int64, key []byte) (was
 			return false, fmt.Errorf("grow volume %s: %w", id, err)
 		}
 	}
-	dev, err := h.loopOf(id, img)
+	dev, err := loopdev.Of(img)
 	if err == nil && dev == "" && mounted(mnt) {
-		dev, err = loopdev.Of(img) // mounted without a record of its device
+		// Mounted, and not through the recorded device (by an older version): look at
+		// every device rather than mount it twice.
+		if err = loopdev.Forget(img); err == nil {
+			dev, err = loopdev.Of(img)
+		}
 	}
 	if err != nil {
 		return false, err
@@ -241,7 +208,7 @@ func (h *Host) open(ctx context.Context, id string, size int64, key []byte) (was
 	wasOpen = dev != "" && mounted(mnt)
 	if !wasOpen {
 		if dev != "" { // a mount that was let go lazily: wait until it is gone for good
-			if err := waitFree(dev, img); err != nil {
+			if err := waitReleased(img); err != nil {
 				return false, err
 			}
 		}
@@ -251,16 +218,11 @@ func (h *Host) open(ctx context.Context, id string, size int64, key []byte) (was
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
 			return false, err
 		}
-		// No record while the mount is made: a crash between leaves a scan to find it.
-		if err := os.Remove(h.loopRecord(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, err
-		}
 		if dev, err = loopdev.MountDev(img, mnt, ""); err != nil {
 			return false, fmt.Errorf("mount volume %s: %w", id, err)
 		}
-		if err := os.WriteFile(h.loopRecord(id), []byte(dev), 0o600); err != nil {
-			return false, errors.Join(err, h.unmount(mnt))
-		}
+		// Its device is recorded beside the image now (loopdev.Record).
+		os.Remove(filepath.Join(h.dir, id, oldLoopName))
 	}
 	// Given again after every mount (and harmless when the kernel has it already).
 	if _, err := addKey(mnt, key); err != nil {
