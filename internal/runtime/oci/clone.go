@@ -53,10 +53,16 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 				bindsource.Unmount(fsDir)
 			}
 			os.Remove(dstImg)
+			loopdev.Forget(dstImg)
 		}
 	}()
 	err := copySparse(srcImg, dstImg)
 	copied()
+	if err == nil {
+		// A new file (copySparse makes it): no loop device holds it, and its mount
+		// need not look at every one to know.
+		err = loopdev.Unmounted(dstImg)
+	}
 	if err != nil {
 		return nil, err
 	}
