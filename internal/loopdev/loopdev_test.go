@@ -95,3 +95,30 @@ func TestRecordStale(t *testing.T) {
 		t.Fatalf("Of(%s) = %q; want %q", other, got, dev)
 	}
 }
+
+// TestRecordFailedMount: a mount that fails after attaching (no ext4 in the image)
+// still names the device it attached, which goes with its last close.
+func TestRecordFailedMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "zero.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MountDev(img, dir, ""); err == nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		t.Fatal("mounted an image of zeros")
+	}
+	b, err := os.ReadFile(Record(img))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev, ok, _ := readRecord(img); !ok || dev == "" {
+		t.Fatalf("record after a failed mount = %q; want the device it attached", b)
+	}
+	if err := WaitReleased(img); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,6 +64,16 @@ func newHost(t *testing.T) *Host {
 	return h
 }
 
+// made makes volume id of size bytes on h, and gives its key.
+func made(t *testing.T, h *Host, id string, size int64) []byte {
+	t.Helper()
+	key := newKey()
+	if err := h.Make(context.Background(), id, size, key); err != nil {
+		t.Fatalf("Make: %v", err)
+	}
+	return key
+}
+
 func newKey() []byte {
 	k := make([]byte, KeySize)
 	rand.Read(k)
@@ -181,10 +191,7 @@ func TestVolumeCapacityGrowEncryption(t *testing.T) {
 func TestVolumeCopyChecksum(t *testing.T) {
 	h := newHost(t)
 	ctx := context.Background()
-	key := newKey()
-	if err := h.Make(ctx, "vol_a", 16<<20, key); err != nil {
-		t.Fatal(err)
-	}
+	key := made(t, h, "vol_a", 16<<20)
 	if err := h.Open(ctx, "vol_a", 16<<20, key); err != nil {
 		t.Fatal(err)
 	}
@@ -226,10 +233,7 @@ func TestVolumeCopyChecksum(t *testing.T) {
 func TestVolumeBindThroughUserns(t *testing.T) {
 	h := newHost(t)
 	ctx := context.Background()
-	key := newKey()
-	if err := h.Make(ctx, "vol_n", 16<<20, key); err != nil {
-		t.Fatal(err)
-	}
+	key := made(t, h, "vol_n", 16<<20)
 	if err := h.Open(ctx, "vol_n", 16<<20, key); err != nil {
 		t.Fatal(err)
 	}
@@ -290,4 +294,37 @@ func ownerOf(t *testing.T, p string) (uid, gid uint32) {
 		t.Fatal(err)
 	}
 	return st.Uid, st.Gid
+}
+
+// TestVolumeLoopRecord: a new volume is recorded as held by no loop device, its mount
+// records the device it took (and drops the record of older versions), and no record
+// is left of the image's temporary name.
+func TestVolumeLoopRecord(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	key := made(t, h, "vol_r", 16<<20)
+	img := h.image("vol_r")
+	if b, err := os.ReadFile(loopdev.Record(img)); err != nil || len(b) != 0 {
+		t.Fatalf("record of a new volume = %q, %v; want empty", b, err)
+	}
+	if _, err := os.Stat(loopdev.Record(img + ".tmp")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("record of the temporary image left: %v", err)
+	}
+	old := filepath.Join(h.dir, "vol_r", oldLoopName)
+	if err := os.WriteFile(old, []byte("loop0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Open(ctx, "vol_r", 16<<20, key); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := loopdev.Of(img)
+	if err != nil || dev == "" {
+		t.Fatalf("Of(%s) = %q, %v; want its device", img, dev, err)
+	}
+	if b, _ := os.ReadFile(loopdev.Record(img)); string(b) != dev {
+		t.Fatalf("record of the mounted volume = %q; want %q", b, dev)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the older record is left: %v", err)
+	}
 }
