@@ -148,6 +148,7 @@ func (m *Manager) stopKeepingMemory(ctx context.Context, sb *store.Sandbox, caus
 	// one.
 	os.RemoveAll(saving)
 	os.RemoveAll(dir)
+	os.RemoveAll(dir + restoredSuffix)
 	setMemory(sb, nil)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return m.stopLosingMemory(ctx, sb, cause, err)
@@ -267,7 +268,7 @@ func (m *Manager) startFromMemory(ctx context.Context, sb *store.Sandbox, spec r
 	err := cp.Restore(ctx, spec, dir)
 	if err == nil {
 		failpoint.Hit("sandbox.restore-done")
-		os.RemoveAll(dir)
+		m.removeRestored(dir)
 		m.event(sb, "memory_restored", "resume", map[string]any{"saved_generation": ms.Generation})
 		return nil
 	}
@@ -276,6 +277,23 @@ func (m *Manager) startFromMemory(ctx context.Context, sb *store.Sandbox, spec r
 	os.RemoveAll(dir)
 	return fmt.Errorf("%w: %w", errRestoreFailed, err)
 }
+
+// removeRestored removes a memory image the sandbox was restored from. Its removal
+// (tens of megabytes of pages) is no part of the resume: the image is renamed aside at
+// once, so no later suspend can write where it is, and removed in the background. A
+// crash before that leaves dir+restoredSuffix, which the sandbox's next suspend or
+// its removal takes away.
+func (m *Manager) removeRestored(dir string) {
+	aside := dir + restoredSuffix
+	if err := os.Rename(dir, aside); err != nil {
+		os.RemoveAll(dir) // an earlier one still being removed: remove this one now
+		return
+	}
+	go os.RemoveAll(aside)
+}
+
+// restoredSuffix names a restored memory image set aside for removal.
+const restoredSuffix = ".restored"
 
 // errRestoreFailed is startFromMemory's error when the restore failed and left no
 // container: the caller starts the sandbox afresh, with a network made anew (the
@@ -288,6 +306,7 @@ func (m *Manager) dropMemory(sb *store.Sandbox) {
 	if dir := m.memoryDir(sb.ID); dir != "" {
 		os.RemoveAll(dir)
 		os.RemoveAll(dir + ".saving")
+		os.RemoveAll(dir + restoredSuffix)
 	}
 }
 

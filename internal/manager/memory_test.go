@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/runtime/fake"
@@ -125,5 +127,62 @@ func TestSuspendKeepsMemoryOnlyWithRoomForIt(t *testing.T) {
 				t.Errorf("the memory image on disk: %v; want it there %v", err, c.kept)
 			}
 		})
+	}
+}
+
+// restorer is saver whose restore starts the container as if from the image.
+type restorer struct{ saver }
+
+func (r restorer) Restore(ctx context.Context, s runtime.Spec, dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "pages.img")); err != nil {
+		return err
+	}
+	return r.Start(ctx, s)
+}
+
+// The image a sandbox was restored from is removed after the resume, and what a crash
+// left of an earlier one set aside for removal goes at the next suspend.
+func TestRestoredMemoryImageIsRemoved(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	m, st := newManagerWith(t, cfg, restorer{saver{newFake(t)}})
+	ctx := context.Background()
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Terminate(ctx, local, sb.ID)
+	dir := m.memoryDir(sb.ID)
+	left := dir + restoredSuffix // as a crash during its removal leaves it
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "pages.img"), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Suspend(ctx, local, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after a suspend, the image a crash left set aside: %v; want it removed", err)
+	}
+	if cur, err := st.GetSandbox(ctx, sb.ID); err != nil || !MemoryOf(cur).Kept {
+		t.Fatalf("the suspend kept no memory: %v", err)
+	}
+	if _, _, err := m.Resume(ctx, local, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := st.GetSandbox(ctx, sb.ID); err != nil || cur.State != Running || MemoryOf(cur).Kept {
+		t.Fatalf("after the resume: %+v, %v; want running, no memory kept", cur, err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after the resume, the image: %v; want it gone", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist); _, err = os.Stat(left) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restored image set aside is still there: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
