@@ -133,7 +133,7 @@ func (h *Host) Make(ctx context.Context, id string, size int64, key []byte) (ret
 		unix.Unmount(mnt, unix.MNT_DETACH)
 		return err
 	}
-	if err := waitReleased(tmp); err != nil {
+	if err := loopdev.WaitReleased(tmp); err != nil {
 		return err
 	}
 	if err := loopdev.Forget(tmp); err != nil {
@@ -208,7 +208,7 @@ func (h *Host) open(ctx context.Context, id string, size int64, key []byte) (was
 	wasOpen = dev != "" && mounted(mnt)
 	if !wasOpen {
 		if dev != "" { // a mount that was let go lazily: wait until it is gone for good
-			if err := waitReleased(img); err != nil {
+			if err := loopdev.WaitReleased(img); err != nil {
 				return false, err
 			}
 		}
@@ -248,7 +248,7 @@ func (h *Host) Grow(ctx context.Context, id string, size int64, key []byte) erro
 	if errors.Is(err, ErrGrowsOffline) && !h.inUse(id) {
 		// Mounted for nobody (a crash left it): unmounted, it grows offline.
 		if err = h.close(id); err == nil {
-			err = waitReleased(h.image(id))
+			err = loopdev.WaitReleased(h.image(id))
 		}
 		if err == nil {
 			wasOpen, err = h.open(ctx, id, size, key)
@@ -385,7 +385,7 @@ func (h *Host) Remove(id string) error {
 	if err := h.close(id); err != nil {
 		return err
 	}
-	if err := waitReleased(h.image(id)); err != nil {
+	if err := loopdev.WaitReleased(h.image(id)); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Join(h.dir, id))
@@ -409,9 +409,4 @@ func mounted(dir string) bool {
 		return false
 	}
 	return st.Dev != parent.Dev
-}
-
-// waitReleased waits until no loop device is backed by img.
-func waitReleased(img string) error {
-	return loopdev.WaitReleased(img)
 }
