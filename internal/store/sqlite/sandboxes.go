@@ -289,7 +289,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 
 // ReservedByNode implements store.Store.
 func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except, nodes []string) (map[string]store.Resources, error) {
-	if len(states) == 0 {
+	if len(states) == 0 || (nodes != nil && len(nodes) == 0) {
 		return map[string]store.Resources{}, nil
 	}
 	var args []any
@@ -304,12 +304,9 @@ func (s *Store) ReservedByNode(ctx context.Context, states []store.State, except
 		}
 	}
 	if nodes != nil {
-		q += ` AND node IN (?` + strings.Repeat(", ?", max(len(nodes), 1)-1) + `)`
+		q += ` AND node IN (?` + strings.Repeat(", ?", len(nodes)-1) + `)`
 		for _, n := range nodes {
 			args = append(args, n)
-		}
-		if len(nodes) == 0 {
-			args = append(args, nil) // no node: matches nothing
 		}
 	}
 	rows, err := s.r.QueryContext(ctx, q+` GROUP BY node`, args...)
