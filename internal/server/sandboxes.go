@@ -248,15 +248,10 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err := listPage(q, &f); err != nil {
 		return err
 	}
-	switch all := q.Get("all_owners"); all {
-	case "", "false":
-	case "true":
-		if err := s.adminOnly(r, "listing every owner's sandboxes (all_owners=true)"); err != nil {
-			return err
-		}
+	if all, err := s.allOwners(r, "listing every owner's sandboxes"); err != nil {
+		return err
+	} else if all {
 		f.Owner = ""
-	default:
-		return errdefs.Invalid("invalid all_owners %q: true or false", all)
 	}
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, "=")

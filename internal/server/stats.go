@@ -66,15 +66,10 @@ func (s *Server) allStats(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	who := owner(r)
-	switch all := q.Get("all_owners"); all {
-	case "", "false":
-	case "true":
-		if err := s.adminOnly(r, "reading every owner's sandboxes' usage (all_owners=true)"); err != nil {
-			return err
-		}
+	if all, err := s.allOwners(r, "reading every owner's sandboxes' usage"); err != nil {
+		return err
+	} else if all {
 		who = ""
-	default:
-		return errdefs.Invalid("invalid all_owners %q: true or false", all)
 	}
 	list, err := s.m.AllStats(r.Context(), who, visible(r))
 	if err != nil {
@@ -82,6 +77,22 @@ func (s *Server) allStats(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, api.StatsList{Sandboxes: list})
 	return nil
+}
+
+// allOwners reads the all_owners query parameter ("", "false" or "true"); true is for
+// administrators only, what names the request in the refusal.
+func (s *Server) allOwners(r *http.Request, what string) (bool, error) {
+	switch all := r.URL.Query().Get("all_owners"); all {
+	case "", "false":
+		return false, nil
+	case "true":
+		if err := s.adminOnly(r, what+" (all_owners=true)"); err != nil {
+			return false, err
+		}
+		return true, nil
+	default:
+		return false, errdefs.Invalid("invalid all_owners %q: true or false", all)
+	}
 }
 
 // flagParam reads a boolean query parameter: "", "0" and "false" are off, "1" and
