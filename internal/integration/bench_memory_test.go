@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 )
 
 // BenchmarkMemoryResume measures suspend that keeps memory under runsc, side by side with
@@ -31,14 +32,7 @@ func BenchmarkMemoryResume(b *testing.B) {
 	var image, rss float64
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("memb-%d", i)
-		t0 := time.Now()
-		if _, err := cl.Create(ctx, api.CreateSandboxRequest{Name: name}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := cl.Exec(ctx, name, api.ExecRequest{Argv: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		cold = append(cold, time.Since(t0))
+		cold = append(cold, createExec(b, cl, name))
 		ses, err := cl.StartSession(ctx, name, api.SessionRequest{Kind: "python"})
 		if err != nil {
 			b.Fatal(err)
@@ -49,7 +43,7 @@ func BenchmarkMemoryResume(b *testing.B) {
 		}
 		kb, _ := strconv.ParseFloat(strings.TrimSpace(res.Stdout), 64)
 		rss += kb / 1024 / n
-		t0 = time.Now()
+		t0 := time.Now()
 		if _, err := cl.Suspend(ctx, name); err != nil {
 			b.Fatal(err)
 		}
@@ -137,14 +131,7 @@ func BenchmarkMemoryFork(b *testing.B) {
 	var cold, fork, forkSmall, snapfork []time.Duration
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("forkb-cold-%d", i)
-		t0 := time.Now()
-		if _, err := cl.Create(ctx, api.CreateSandboxRequest{Name: name}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := cl.Exec(ctx, name, api.ExecRequest{Argv: []string{"true"}}); err != nil {
-			b.Fatal(err)
-		}
-		cold = append(cold, time.Since(t0))
+		cold = append(cold, createExec(b, cl, name))
 		cl.Terminate(ctx, name)
 		fork = append(fork, clone("forkb-big", big, fmt.Sprintf("forkb-live-%d", i), 50<<20))
 		forkSmall = append(forkSmall, clone("forkb-small", small, fmt.Sprintf("forkb-small-%d", i), 4))
@@ -157,4 +144,18 @@ func BenchmarkMemoryFork(b *testing.B) {
 	b.ReportMetric(p50(snapfork), "snapfork_ms")
 	b.ReportMetric(float64(snapshot.Milliseconds()), "snapshot_ms")
 	b.ReportMetric(float64(snap.Snapshot.Memory.Bytes)/(1<<20), "image_MiB")
+}
+
+// createExec creates the sandbox name and runs a first command in it, and returns how
+// long that took (a cold start).
+func createExec(b *testing.B, cl *client.Client, name string) time.Duration {
+	ctx := context.Background()
+	t0 := time.Now()
+	if _, err := cl.Create(ctx, api.CreateSandboxRequest{Name: name}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cl.Exec(ctx, name, api.ExecRequest{Argv: []string{"true"}}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
 }
