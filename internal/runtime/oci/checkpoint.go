@@ -37,19 +37,25 @@ func (d *Driver) Checkpoints() bool { return d.opts.Engine.Checkpoint }
 
 // Checkpoint implements runtime.Checkpointer: zero pages are left out of the image.
 func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
-	if !d.opts.Engine.Checkpoint {
-		return fmt.Errorf("%s: %w", d.opts.Engine.Name, ErrNoCheckpoint)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := d.quiesce(ctx, id); err != nil {
+	if err := d.prepareSave(ctx, id, dir); err != nil {
 		return err
 	}
 	if err := d.save(ctx, id, dir); err != nil {
 		return err
 	}
 	return d.Stop(ctx, id)
+}
+
+// prepareSave checks that the engine can save memory, makes dir, and quiesces the
+// agent: what both kinds of save do first.
+func (d *Driver) prepareSave(ctx context.Context, id, dir string) error {
+	if !d.opts.Engine.Checkpoint {
+		return fmt.Errorf("%s: %w", d.opts.Engine.Name, ErrNoCheckpoint)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return d.quiesce(ctx, id)
 }
 
 // quiesce has the agent close its host connections: they cannot be saved.
@@ -72,13 +78,7 @@ func (d *Driver) save(ctx context.Context, id, dir string, extra ...string) erro
 // before the save and the save resumes its kernel's tasks only as far as the pause
 // allows, so nothing runs between the image and the caller's copy of its files.
 func (d *Driver) CheckpointFrozen(ctx context.Context, id, dir string) error {
-	if !d.opts.Engine.Checkpoint {
-		return fmt.Errorf("%s: %w", d.opts.Engine.Name, ErrNoCheckpoint)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := d.quiesce(ctx, id); err != nil {
+	if err := d.prepareSave(ctx, id, dir); err != nil {
 		return err
 	}
 	if err := d.Freeze(ctx, id); err != nil {
