@@ -146,10 +146,7 @@ func (m *Manager) stopKeepingMemory(ctx context.Context, sb *store.Sandbox, caus
 	}
 	// What an earlier suspend left: an image the record no longer names, a part-written
 	// one.
-	os.RemoveAll(saving)
-	os.RemoveAll(dir)
-	os.RemoveAll(dir + restoredSuffix)
-	setMemory(sb, nil)
+	m.dropMemory(sb)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return m.stopLosingMemory(ctx, sb, cause, err)
 	}
