@@ -3,7 +3,6 @@ package sandboxlink
 import (
 	"errors"
 	"fmt"
-	"maps"
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
@@ -24,10 +23,15 @@ func (m *Manager) Repair() (repaired bool, err error) {
 	if retired {
 		return false, nil
 	}
+	// The first look takes the sandboxes from memory: every link this Manager made or
+	// found holds a link index, so what it owns is at least what the links are, and a
+	// dump of the host's links (every veth's peer namespace looked up by the kernel
+	// among all of them, so its cost grows with the square of the sandboxes) is left
+	// for the second look, which only damage, or a link gone under its sandbox, reaches.
 	m.mu.RLock()
-	counts, busy := m.ruleCounts, maps.Clone(m.busy)
+	counts, owned := m.ruleCounts, m.owned(m.busy)
 	m.mu.RUnlock()
-	ok, err := m.intact(counts, busy)
+	ok, err := m.intact(counts, owned)
 	if err != nil || ok {
 		return false, err
 	}
@@ -45,25 +49,26 @@ func (m *Manager) Repair() (repaired bool, err error) {
 	// link read, its elements not) looked like damage, and a node making sandboxes all
 	// the time rewrote its whole table over and over. With mu held no call starts or
 	// ends, and what is not busy is as its call left it.
-	if ok, err := m.intact(m.ruleCounts, m.busy); err != nil || ok {
-		return false, err
-	}
 	links, err := m.linkList()
 	if err != nil {
+		return false, fmt.Errorf("netns: check the table: %w", err)
+	}
+	linked := m.linked(links, m.busy)
+	if ok, err := m.intact(m.ruleCounts, linked); err != nil || ok {
 		return false, err
 	}
-	if err := m.ensureTable(m.linked(links, m.busy)...); err != nil {
+	if err := m.ensureTable(linked...); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
 // intact reports whether every chain has the rules ensureTable gave it (counts) and
-// every labelled link but the busy ones' has both its set elements. A table, chain or
+// every sandbox in want has both its set elements. A table, chain or
 // set that is not there is damage; a read that fails otherwise (a dump the kernel
 // interrupted because the ruleset changed under it, which at thousands of elements is
 // common) is an error, not damage: the next check reads again.
-func (m *Manager) intact(counts map[string]int, busy map[string]bool) (bool, error) {
+func (m *Manager) intact(counts map[string]int, want []*Sandbox) (bool, error) {
 	c, err := m.nft()
 	if err != nil {
 		return false, err
@@ -89,18 +94,28 @@ func (m *Manager) intact(counts map[string]int, busy map[string]bool) (bool, err
 	for _, e := range elems {
 		have[e.set.Name+"\x00"+string(e.Key)] = true
 	}
-	links, err := m.linkList()
-	if err != nil {
-		return false, fmt.Errorf("netns: check the table: %w", err)
-	}
-	// A sandbox whose Create or Delete is under way has its link before (or after) its
-	// elements: it is that call's to finish, not a damage.
-	for _, sb := range m.linked(links, busy) {
+	for _, sb := range want {
 		if !have[setIfs+"\x00"+string(ifKey(sb.HostIf))] || !have[setLinks+"\x00"+string(linkKey(sb.HostIf, sb.SandboxAddr, sb.HostAddr))] {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// owned returns the sandboxes that hold a link index, but for the ids in skip (a
+// sandbox whose Create or Delete is under way has its link before, or after, its
+// elements: it is that call's to finish, not a damage), with the names and addresses
+// their index gives them. The caller holds mu.
+func (m *Manager) owned(skip map[string]bool) []*Sandbox {
+	out := make([]*Sandbox, 0, len(m.slots))
+	for i, id := range m.slots {
+		if id == "" || skip[id] {
+			continue
+		}
+		host, sb := m.cfg.slotAddrs(i)
+		out = append(out, &Sandbox{ID: id, HostIf: m.cfg.hostIfName(host), HostAddr: host, SandboxAddr: sb})
+	}
+	return out
 }
 
 // missing says whether err is the kernel's answer for a table, chain or set that is

@@ -185,3 +185,42 @@ func TestRepairLeavesABusyCreate(t *testing.T) {
 		t.Errorf("Repair() once the Create is no longer under way = %v, %v; want repaired", repaired, err)
 	}
 }
+
+// TestRepairOfAnIntactTableListsNoLinks: the periodic check of an intact table takes
+// the sandboxes from memory, not from a dump of the host's links (whose kernel cost
+// grows with the square of the sandboxes); a link removed from under its sandbox, its
+// elements with it, is looked at with a dump and is not damage to put back.
+func TestRepairOfAnIntactTableListsNoLinks(t *testing.T) {
+	requireHost(t)
+	node := newTestNode(t)
+	m := newTestManager(t, node)
+	create(t, m, "sb_a", "baseline")
+	b := create(t, m, "sb_b", "baseline")
+	before := m.dumps.Load()
+	for range 3 {
+		if repaired, err := m.Repair(); err != nil || repaired {
+			t.Fatalf("Repair() = %v, %v; want nothing to repair", repaired, err)
+		}
+	}
+	if n := m.dumps.Load() - before; n != 0 {
+		t.Errorf("three checks of an intact table dumped the host's links %d times; want none", n)
+	}
+
+	// b's veth and its elements go, as a `ip link del` and an `nft delete element` would.
+	link, err := m.nl.LinkByName(b.HostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.nl.LinkDel(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.deleteElements(b.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if repaired, err := m.Repair(); err != nil || repaired {
+		t.Errorf("Repair() after b's link and elements went = %v, %v; want nothing put back", repaired, err)
+	}
+	if m.dumps.Load() == before {
+		t.Error("a table missing an owned sandbox's elements was not checked against the host's links")
+	}
+}

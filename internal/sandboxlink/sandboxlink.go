@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/vishvananda/netlink"
@@ -61,6 +62,8 @@ type Manager struct {
 
 	// failAfter, set by tests only, makes Create fail after the named step.
 	failAfter func(step string) error
+	// dumps counts the dumps of the host's links, for tests.
+	dumps atomic.Int64
 
 	mu   sync.RWMutex
 	busy map[string]bool // ids with a Create or Delete in progress
@@ -406,6 +409,7 @@ func (m *Manager) linkList() ([]netlink.Link, error) {
 	var links []netlink.Link
 	var err error
 	for range 5 {
+		m.dumps.Add(1)
 		if links, err = m.nl.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
 			break
 		}
