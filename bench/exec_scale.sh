@@ -22,13 +22,28 @@ TMP=$(mktemp -d /tmp/al-execscale.XXXXXX)
 chmod 711 "$TMP" # the sandboxes (other uids) pass through to their state
 BENCH=execscale
 . bench/lib/daemon.sh
-trap daemon_stop EXIT
+PIDMAX=
+cleanup() {
+	daemon_stop
+	if [ "${NET:-none}" = default ]; then nft delete table inet airlock_scale 2>/dev/null || true; fi
+	if [ -n "$PIDMAX" ]; then echo "$PIDMAX" >/proc/sys/kernel/pid_max; fi
+}
+trap cleanup EXIT
 
 NETFLAG=(--network none)
 if [ "${NET:-none}" = default ]; then
 	NETFLAG=()
 	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
-	trap 'daemon_stop; nft delete table inet airlock_scale 2>/dev/null || true' EXIT
+fi
+
+# Each running sandbox takes about 8 of the host's process ids (its agent's threads and
+# the kernel's worker for its disk): a kernel left at its default kernel.pid_max (32,768,
+# where systemd does not raise it to 4,194,304 as it does on Debian) runs out near 4,000
+# sandboxes, and then nothing on the host can fork. Raised for the run, put back after.
+if [ "$(cat /proc/sys/kernel/pid_max)" -lt $((N * 10 + 16384)) ]; then
+	PIDMAX=$(cat /proc/sys/kernel/pid_max)
+	echo "kernel.pid_max $PIDMAX is too low for $N sandboxes: 4194304 for this run"
+	echo 4194304 >/proc/sys/kernel/pid_max
 fi
 
 go build -o "$TMP/goexec" ./bench/goexec
