@@ -55,10 +55,15 @@ type server struct {
 	log    *slog.Logger
 	rootFD int
 
-	mu       sync.Mutex
-	closing  bool
-	procs    map[*proc]struct{}
-	conns    map[net.Conn]struct{}
+	mu      sync.Mutex
+	closing bool
+	procs   map[*proc]struct{}
+	conns   map[net.Conn]struct{}
+	idle    map[net.Conn]struct{} // kept connections waiting for their next request
+
+	nullOnce sync.Once // devNull
+	null     *os.File
+	nullErr  error
 	sessions map[string]*session
 	// endedLogs keeps the ended background sessions whose logs may still be read,
 	// endedOrder in the order they ended (sessionlog.go).
@@ -228,6 +233,7 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 		rootFD:   rootFD,
 		procs:    make(map[*proc]struct{}),
 		conns:    make(map[net.Conn]struct{}),
+		idle:     make(map[net.Conn]struct{}),
 		sessions: make(map[string]*session),
 	}
 	s.trim = time.AfterFunc(time.Hour, s.trimIfIdle) // armed by the end of the first call
@@ -265,6 +271,9 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	s.log.Info("shutting down", "reason", context.Cause(ctx))
 	ln.Close()
 	s.shutdown()
+	if s.null != nil {
+		s.null.Close()
+	}
 	return serveErr
 }
 
@@ -273,6 +282,9 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 func (s *server) shutdown() {
 	s.mu.Lock()
 	s.closing = true
+	for c := range s.idle {
+		c.Close() // a kept connection between calls: nothing to wait for
+	}
 	procs := make([]*proc, 0, len(s.procs))
 	pids := make([]int, 0, len(s.procs)) // 0 while starting: spawn then kills it itself
 	for p := range s.procs {
@@ -338,7 +350,6 @@ func (s *server) shutdown() {
 	<-handlers
 }
 
-// serveConn reads the request and runs it.
 // freeOSMemory is debug.FreeOSMemory; tests count the calls.
 var freeOSMemory = debug.FreeOSMemory
 
@@ -371,6 +382,12 @@ func (s *server) trimIfIdle() {
 	dropTextPages()
 }
 
+// keptIdle is how long a kept connection waits for its next request before the agent
+// closes it. The daemon drops a connection it has not used for a while well before.
+const keptIdle = 2 * time.Minute
+
+// serveConn reads a request and runs it; after a call whose request asked to keep the
+// connection and that ended cleanly, it reads the next request from it.
 func (s *server) serveConn(c net.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -379,34 +396,99 @@ func (s *server) serveConn(c net.Conn) {
 		delete(s.conns, c)
 		closing := s.closing
 		s.mu.Unlock()
-		s.lastDone.Store(time.Now().UnixNano())
-		if !closing {
-			s.trim.Reset(idleTrim)
-		}
+		s.callEnded(closing)
 	}()
 	fw := &frameWriter{w: c}
-	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
+	kept := false
+	for {
+		req, ok := s.readRequest(c, fw, kept)
+		if !ok {
+			return
+		}
+		keep, err := s.dispatchKept(c, fw, req)
+		if err != nil {
+			fw.error(err)
+		}
+		if !keep || !s.idleConn(c, true) {
+			return
+		}
+		s.callEnded(false)
+		kept = true
+	}
+}
+
+// callEnded notes the end of a call for trimIfIdle.
+func (s *server) callEnded(closing bool) {
+	s.lastDone.Store(time.Now().UnixNano())
+	if !closing {
+		s.trim.Reset(idleTrim)
+	}
+}
+
+// readRequest reads the request that opens a call, waiting at most requestTimeout for
+// it, or keptIdle on a kept connection, which waits as no work (see idleConn) and
+// leaves that state once a frame came.
+func (s *server) readRequest(c net.Conn, fw *frameWriter, kept bool) (*agentproto.Request, bool) {
+	wait := requestTimeout
+	if kept {
+		wait = keptIdle
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
 	t, payload, err := agentproto.ReadFrame(c)
+	if kept && !s.idleConn(c, false) {
+		return nil, false // shutting down
+	}
 	if err != nil {
 		if errors.Is(err, agentproto.ErrChecksum) {
 			s.log.Warn("damaged request frame", "err", err)
 			fw.error(err)
 		}
-		return
+		return nil, false
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	if t != agentproto.FrameRequest {
 		fw.error(errdefs.Invalid("first frame must be a request, got %q", byte(t)))
-		return
+		return nil, false
 	}
 	req, err := agentproto.DecodeRequest(payload)
 	if err != nil {
 		fw.error(errdefs.Invalid("%v", err))
-		return
+		return nil, false
 	}
-	if err := s.dispatch(c, fw, req); err != nil {
-		fw.error(err)
+	return req, true
+}
+
+// idleConn marks c as waiting for its next request (idle) or no longer (!idle). An idle
+// connection counts as no work for trimIfIdle, and shutdown closes it at once. It
+// reports false when the agent is shutting down.
+func (s *server) idleConn(c net.Conn, idle bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if idle {
+		if s.closing {
+			return false
+		}
+		s.idle[c] = struct{}{}
+		s.parked.Add(1)
+		return true
 	}
+	delete(s.idle, c)
+	s.parked.Add(-1)
+	return !s.closing
+}
+
+// dispatchKept runs req and reports whether the connection can carry the next call:
+// only when the request asked for it, for ping and an exec without stdin, once the call
+// ended cleanly.
+func (s *server) dispatchKept(c net.Conn, fw *frameWriter, req *agentproto.Request) (bool, error) {
+	switch {
+	case req.Keep && req.Op == agentproto.OpPing:
+		err := fw.json(agentproto.FrameResult, struct{}{})
+		return err == nil, err
+	case req.Keep && req.Op == agentproto.OpExec && req.Exec != nil && !req.Exec.Stdin:
+		return s.handleExec(c, fw, req.Exec, true)
+	}
+	return false, s.dispatch(c, fw, req)
 }
 
 // closeConnsBut closes every connection the agent holds but keep; their handlers end
@@ -429,7 +511,8 @@ func (s *server) dispatch(c net.Conn, fw *frameWriter, req *agentproto.Request) 
 		s.closeConnsBut(c)
 		return fw.json(agentproto.FrameResult, struct{}{}) // serveConn then closes c
 	case agentproto.OpExec:
-		return s.handleExec(c, fw, req.Exec)
+		_, err := s.handleExec(c, fw, req.Exec, false)
+		return err
 	case agentproto.OpPTY:
 		return s.handlePTY(c, fw, req.Exec)
 	case agentproto.OpSessionStart:
@@ -538,6 +621,31 @@ type control struct {
 	once    sync.Once
 	mu      sync.Mutex
 	damaged error
+	// idle says the watch ended on a read deadline having read nothing from the
+	// connection at all (see detach); read only after done.
+	idle bool
+}
+
+// countReader counts the bytes read through it.
+type countReader struct {
+	r net.Conn
+	n int64
+}
+
+func (cr *countReader) Read(b []byte) (int, error) {
+	n, err := cr.r.Read(b)
+	cr.n += int64(n)
+	return n, err
+}
+
+// detach stops the watch without closing c, once the call's process has ended: it
+// reports whether the client sent nothing after its request, so that c can carry the
+// next call. c reads without a deadline again afterwards.
+func (ctl *control) detach(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Unix(1, 0))
+	<-ctl.done
+	_ = c.SetReadDeadline(time.Time{})
+	return ctl.idle
 }
 
 // watch reads frames from c until it fails, handing every frame other than Cancel to
@@ -546,9 +654,11 @@ func watch(c net.Conn, onFrame func(agentproto.FrameType, []byte) error) *contro
 	ctl := &control{cancel: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(ctl.done)
+		cr := &countReader{r: c}
 		for {
-			t, p, err := agentproto.ReadFrame(c)
+			t, p, err := agentproto.ReadFrame(cr)
 			if err != nil {
+				ctl.idle = cr.n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
 				if errors.Is(err, agentproto.ErrChecksum) {
 					ctl.mu.Lock()
 					ctl.damaged = err

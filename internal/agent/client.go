@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/agentproto"
@@ -73,35 +74,78 @@ type call struct {
 	mu         sync.Mutex // serialises frame writes
 	maxRead    int64      // see Client.MaxRead
 	cancelOnce sync.Once
+	// kept says the request asked the agent to keep the connection (a KeptConn);
+	// spoiled that the call may have left it unfit to carry another (a Cancel sent).
+	kept    bool
+	spoiled atomic.Bool
+}
+
+// keepable says whether a request may ask the agent to keep its connection: a ping,
+// and an exec without stdin (whose client sends nothing after the request).
+func keepable(req *agentproto.Request) bool {
+	return req.Op == agentproto.OpPing || req.Op == agentproto.OpExec && req.Exec != nil && !req.Exec.Stdin
 }
 
 // open dials and sends req. ctx and callTimeout bound the send: a request larger than
-// the connection's buffer waits for an agent that may never read it.
+// the connection's buffer waits for an agent that may never read it. On a kept
+// connection the agent may have closed since, without having read anything: a send
+// that fails on one is made again on another.
 func (c *Client) open(ctx context.Context, req *agentproto.Request) (*call, error) {
-	conn, err := c.Dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("agent: dial: %w", err)
+	for tries := 0; ; tries++ {
+		conn, err := c.Dial(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("agent: dial: %w", err)
+		}
+		kc, ok := conn.(KeptConn)
+		req.Keep = ok && keepable(req) && kc.Keepable()
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		_ = conn.SetWriteDeadline(time.Now().Add(callTimeout))
+		b, err := json.Marshal(req)
+		if err == nil {
+			err = agentproto.WriteFrame(conn, agentproto.FrameRequest, b)
+		}
+		if !stop() {
+			conn.Close()
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			conn.Close()
+			return nil, ctxErr(ctx, err)
+		}
+		if err != nil {
+			conn.Close()
+			if ok && kc.Reused() && tries <= poolMax {
+				continue
+			}
+			return nil, fmt.Errorf("agent: send request: %w", err)
+		}
+		_ = conn.SetWriteDeadline(time.Time{})
+		return &call{conn: conn, maxRead: c.MaxRead, kept: req.Keep}, nil
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	_ = conn.SetWriteDeadline(time.Now().Add(callTimeout))
-	b, err := json.Marshal(req)
-	if err == nil {
-		err = agentproto.WriteFrame(conn, agentproto.FrameRequest, b)
+}
+
+// end closes the call's connection, or hands it back to its pool when the request
+// asked the agent to keep it and the call ended with the agent's answer (err nil or
+// the agent's own error) and nothing else sent.
+func (k *call) end(err error) {
+	var re *agentproto.RemoteError
+	if k.kept && !k.spoiled.Load() && (err == nil || errors.As(err, &re)) {
+		k.conn.(KeptConn).Keep()
+		return
 	}
-	if !stop() {
-		conn.Close()
-		return nil, ctx.Err()
+	k.conn.Close()
+}
+
+// keepRefused reports an agent that predates kept connections refusing a request that
+// asked for one: it ran nothing, and the call can be made again without it.
+func (k *call) keepRefused(err error) bool {
+	var re *agentproto.RemoteError
+	if !k.kept || !errors.As(err, &re) || !strings.Contains(re.Message, `unknown field "keep"`) {
+		return false
 	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		conn.Close()
-		return nil, ctxErr(ctx, err)
-	}
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("agent: send request: %w", err)
-	}
-	_ = conn.SetWriteDeadline(time.Time{})
-	return &call{conn: conn, maxRead: c.MaxRead}, nil
+	k.conn.(KeptConn).Refused()
+	k.spoiled.Store(true)
+	return true
 }
 
 // cancel asks the agent to stop the call and bounds what is left of it by cancelWait.
@@ -109,6 +153,7 @@ func (c *Client) open(ctx context.Context, req *agentproto.Request) (*call, erro
 // to an agent that reads nothing) must not keep the caller waiting for ever.
 func (k *call) cancel() {
 	k.cancelOnce.Do(func() {
+		k.spoiled.Store(true)
 		_ = k.conn.SetDeadline(time.Now().Add(cancelWait))
 		_ = k.send(agentproto.FrameCancel, nil)
 	})
@@ -132,15 +177,29 @@ func (c *Client) simpleThen(ctx context.Context, req *agentproto.Request, v any,
 	if err != nil {
 		return err
 	}
-	defer k.conn.Close()
 	stop := context.AfterFunc(ctx, func() { k.conn.Close() })
-	defer stop()
 	_ = k.conn.SetReadDeadline(time.Now().Add(callTimeout))
 	t, p, err := agentproto.ReadFrame(k.conn)
 	if err != nil {
+		stop()
+		k.conn.Close()
 		return ctxErr(ctx, err)
 	}
-	if err := finish(t, p, v); err != nil || then == nil {
+	if then == nil {
+		err := finish(t, p, v)
+		if !stop() {
+			k.spoiled.Store(true)
+		}
+		refused := k.keepRefused(err)
+		k.end(err)
+		if refused {
+			return c.simpleThen(ctx, req, v, nil)
+		}
+		return err
+	}
+	defer k.conn.Close()
+	defer stop()
+	if err := finish(t, p, v); err != nil {
 		return err
 	}
 	if err := then(k.conn); err != nil {
@@ -182,7 +241,11 @@ func (c *Client) Ping(ctx context.Context) error {
 // the result's Error that the command was stopped.
 func (k *call) stream(ctx context.Context, stdout, stderr io.Writer, v any) error {
 	stop := context.AfterFunc(ctx, k.cancel)
-	defer stop()
+	defer func() {
+		if !stop() {
+			k.spoiled.Store(true) // the cancel may still be on its way
+		}
+	}()
 	var read int64
 	over := false
 	for {
@@ -242,7 +305,6 @@ func (c *Client) Exec(ctx context.Context, spec agentproto.ExecSpec, stdin io.Re
 	if err != nil {
 		return nil, err
 	}
-	defer k.conn.Close()
 	if spec.TimeoutMS > 0 {
 		// The agent ends the command at its timeout; one that does not answer soon after
 		// is not waited for.
@@ -252,7 +314,13 @@ func (c *Client) Exec(ctx context.Context, spec agentproto.ExecSpec, stdin io.Re
 		go k.copyStdin(stdin)
 	}
 	var res agentproto.ExitResult
-	if err := k.stream(ctx, stdout, stderr, &res); err != nil {
+	err = k.stream(ctx, stdout, stderr, &res)
+	refused := k.keepRefused(err)
+	k.end(err)
+	if refused {
+		return c.Exec(ctx, spec, stdin, stdout, stderr)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -135,38 +135,44 @@ func reportStart(fw *frameWriter, err error) error {
 	return fw.json(agentproto.FrameResult, &agentproto.ExitResult{State: agentproto.StateFailed, ExitCode: se.code, Error: se.msg})
 }
 
-func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *agentproto.ExecSpec) error {
+// handleExec runs one exec. With keep (the request asked to keep the connection), once
+// the process has ended it stops reading the connection, and reports the connection
+// reusable if the client sent nothing after the request: the result is written only
+// then, so that the client's next request is never read as part of this call.
+func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *agentproto.ExecSpec, keep bool) (bool, error) {
 	argv, err := execArgv(spec)
 	if err != nil {
-		return err
+		return keep, err
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
-		return err
+		return false, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return err
+		return false, err
 	}
 	var inR, inW *os.File
 	if spec.Stdin {
 		inR, inW, err = os.Pipe()
 	} else {
-		inR, err = os.Open(os.DevNull)
+		inR, err = s.devNull()
 	}
 	if err != nil {
 		for _, f := range []*os.File{outR, outW, errR, errW} {
 			f.Close()
 		}
-		return err
+		return false, err
 	}
 	p, err := s.spawn(launch{
 		argv: argv, env: mergeEnv(s.opts.Env, spec.Env), dir: spec.Cwd,
 		uid: spec.UID, gid: spec.GID, files: []*os.File{inR, outW, errW},
 	})
-	inR.Close()
+	if inW != nil {
+		inR.Close() // the kept /dev/null stays open
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -175,7 +181,8 @@ func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *agentproto.ExecSp
 		if inW != nil {
 			inW.Close()
 		}
-		return reportStart(fw, err)
+		err = reportStart(fw, err)
+		return keep && err == nil, err
 	}
 	defer s.untrack(p)
 
@@ -189,13 +196,43 @@ func (s *server) handleExec(c net.Conn, fw *frameWriter, spec *agentproto.ExecSp
 		}
 		return nil
 	})
-	defer func() { c.Close(); <-ctl.done }()
 	ps := startPumps(fw, []*os.File{outR, errR}, []agentproto.FrameType{agentproto.FrameStdout, agentproto.FrameStderr})
 	res := await(p, ctl, spec.TimeoutMS, ps)
 	if inW != nil {
 		inW.Close()
 	}
-	return reply(fw, ctl, res)
+	if keep && ctl.detach(c) {
+		err := reply(fw, ctl, res)
+		return err == nil, err
+	}
+	err = reply(fw, ctl, res)
+	c.Close()
+	<-ctl.done
+	return false, err
+}
+
+// outputPipe makes a pipe for a process's output: the read end non-blocking, for the
+// runtime's poller, and the write end, the child's, blocking and never polled (os.Pipe
+// would register both with the poller, and Fd would then make the child's blocking
+// again: six system calls an exec does not need).
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
+}
+
+// devNull is the agent's /dev/null, opened once for reading and kept: the stdin of
+// every exec without one.
+func (s *server) devNull() (*os.File, error) {
+	s.nullOnce.Do(func() { s.null, s.nullErr = os.Open(os.DevNull) })
+	return s.null, s.nullErr
 }
 
 // openPTY opens a pseudo-terminal pair. pty.Open leaves the master in blocking mode, so

@@ -59,13 +59,21 @@ func shortDir(t testing.TB) string {
 // Root becomes a fresh temporary directory, returned as root.
 func startAgent(t testing.TB, opts Options) (c *Client, root string) {
 	t.Helper()
+	sock, root := serveAgent(t, opts)
+	return SocketClient(sock), root
+}
+
+// serveAgent serves opts in-process on a fresh socket until the test ends, and returns
+// the socket's path and the root (see startAgent).
+func serveAgent(t testing.TB, opts Options) (sock, root string) {
+	t.Helper()
 	if opts.Root == "" {
 		opts.Root = t.TempDir()
 	}
 	if opts.Env == nil {
 		opts.Env = os.Environ()
 	}
-	sock := filepath.Join(shortDir(t), "a.sock")
+	sock = filepath.Join(shortDir(t), "a.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +87,7 @@ func startAgent(t testing.TB, opts Options) (c *Client, root string) {
 			t.Errorf("Serve returned %v, want nil", err)
 		}
 	})
-	return SocketClient(sock), opts.Root
+	return sock, opts.Root
 }
 
 func ctxT(t *testing.T) context.Context {

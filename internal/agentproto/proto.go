@@ -179,6 +179,13 @@ type Request struct {
 	User string `json:"user,omitempty"`
 	// Tar (file.untar) bounds the archive.
 	Tar *TarLimits `json:"tar,omitempty"`
+	// Keep asks the agent to keep the connection once the call has ended cleanly and
+	// read the next call's request from it. The agent honours it for ping and for an
+	// exec without stdin, and keeps the connection only when the client sent nothing
+	// after the request; otherwise it closes the connection as it does without Keep. An
+	// agent that predates it refuses the request as having an unknown field, having run
+	// nothing.
+	Keep bool `json:"keep,omitempty"`
 }
 
 // ExecSpec describes one process to run.

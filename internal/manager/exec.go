@@ -83,8 +83,28 @@ func (m *Manager) agentClient(sb *store.Sandbox) *agent.Client {
 		if err != nil {
 			return nil, err
 		}
+		if kc, ok := conn.(agent.KeptConn); ok {
+			return &keptWorkConn{KeptConn: kc, end: m.beginWork(sb.ID)}, nil
+		}
 		return &workConn{Conn: conn, end: m.beginWork(sb.ID)}, nil
 	}}
+}
+
+// keptWorkConn is a kept agent connection that counts as work in progress until it is
+// closed or handed back for a later call.
+type keptWorkConn struct {
+	agent.KeptConn
+	end func()
+}
+
+func (c *keptWorkConn) Close() error {
+	c.end()
+	return c.KeptConn.Close()
+}
+
+func (c *keptWorkConn) Keep() {
+	c.end()
+	c.KeptConn.Keep()
 }
 
 // watchClient is a client for sb's agent whose connections do not count as work in

@@ -86,6 +86,7 @@ func (d *Driver) recordPeer(id string, uid uint32) error {
 	if err := os.WriteFile(filepath.Join(d.ctlDir(id), "peer.json"), data, 0o600); err != nil {
 		return err
 	}
+	d.dropKept(id)
 	d.peers.Store(id, p)
 	return nil
 }
@@ -119,13 +120,43 @@ func (d *Driver) peer(id string) (agentPeer, error) {
 	return p, nil
 }
 
-// DialAgent implements runtime.Driver. The socket is opened without following links
-// and the connection kept only when its peer is the sandbox's own agent.
+// keptConns is the pool of a container's kept agent connections: its connections were
+// all dialled to, and checked against, peer.
+type keptConns struct {
+	peer agentPeer
+	pool *agent.Pool
+}
+
+// DialAgent implements runtime.Driver. A connection an earlier call ended cleanly on is
+// used again (see agent.Pool): it was checked at its dial, its peer cannot change, and
+// the pool it comes from belongs to the container that agent runs in. The pool is
+// dropped with every change of the container (recordPeer, Stop) and whenever the
+// expected peer is another.
 func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	want, err := d.peer(id)
 	if err != nil {
 		return nil, err
 	}
+	if v, ok := d.kept.Load(id); ok && v.(*keptConns).peer == want {
+		return v.(*keptConns).pool.Dial(ctx)
+	}
+	k := &keptConns{peer: want, pool: agent.NewPool(func(ctx context.Context) (net.Conn, error) { return d.dialAgent(ctx, id, want) })}
+	if old, loaded := d.kept.Swap(id, k); loaded {
+		old.(*keptConns).pool.Close()
+	}
+	return k.pool.Dial(ctx)
+}
+
+// dropKept closes the kept agent connections of id's container.
+func (d *Driver) dropKept(id string) {
+	if old, ok := d.kept.LoadAndDelete(id); ok {
+		old.(*keptConns).pool.Close()
+	}
+}
+
+// dialAgent dials id's agent. The socket is opened without following links and the
+// connection kept only when its peer is want, the sandbox's own agent.
+func (d *Driver) dialAgent(ctx context.Context, id string, want agentPeer) (net.Conn, error) {
 	dirfd, err := unix.Open(d.ctlDir(id), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("agent channel of %s: %w", id, err)

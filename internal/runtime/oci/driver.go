@@ -89,6 +89,7 @@ type Driver struct {
 	disks          *diskTemplates
 	userns         *usernsCache
 	peers          sync.Map // sandbox id → agentPeer
+	kept           sync.Map // sandbox id → *keptConns (agentconn.go)
 	usageCache     sync.Map // sandbox id → *usageFacts (usage.go)
 	stopLogs       func()
 	log            *slog.Logger
@@ -432,6 +433,7 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 		errs = append(errs, err) // not stopped until its writes are in the image
 	}
 	d.peers.Delete(id)
+	d.dropKept(id)
 	d.usageCache.Delete(id)
 	for _, p := range []string{"bundle", "ctl", "run", "rootfs"} {
 		os.RemoveAll(filepath.Join(dir, p))

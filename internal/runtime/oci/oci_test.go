@@ -2,10 +2,16 @@ package oci_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/agent"
+	"github.com/airlockhq/airlock/internal/agentproto"
 
 	"github.com/airlockhq/airlock/internal/runtime/drivertest"
 	"github.com/airlockhq/airlock/internal/testenv"
@@ -62,5 +68,54 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("DialAgent to the sandbox's own agent: %v", err)
 		}
 		c.Close()
+	})
+	// Kept agent connections belong to one container: after a restart every call
+	// reaches the new agent, concurrent calls included, and once the container has
+	// ended a call fails at once instead of waiting on a connection of the old one.
+	t.Run("KeptConnectionsFollowTheContainer", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		id := "sbkept" + filepath.Base(dir)[len("al-oci-"):]
+		t.Cleanup(func() { d.Delete(context.Background(), id) })
+		if err := d.Start(ctx, h.Spec(id)); err != nil {
+			t.Fatal(err)
+		}
+		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+		sh := func(cmd string) (*agentproto.ExitResult, error) {
+			return cl.Exec(ctx, agentproto.ExecSpec{Shell: cmd}, nil, io.Discard, io.Discard)
+		}
+		// Four at once, so that several connections are kept.
+		four := func(cmd, when string) {
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if res, err := sh(cmd); err != nil || res.ExitCode != 0 {
+						t.Errorf("%s %s: %+v, %v", cmd, when, res, err)
+					}
+				}()
+			}
+			wg.Wait()
+		}
+		four("touch /tmp/first", "in the first container")
+		if err := d.Stop(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(ctx, h.Spec(id)); err != nil {
+			t.Fatal(err)
+		}
+		// /tmp is the container's own: the first one's file is not in the new one.
+		four("test ! -e /tmp/first", "after the restart (want it to run in the new container)")
+		if err := d.Kill(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if res, err := sh("true"); err == nil {
+			t.Errorf("exec after the container was killed: %+v, want an error", res)
+		}
+		if el := time.Since(t0); el > 5*time.Second {
+			t.Errorf("exec after the container was killed took %v to fail", el)
+		}
 	})
 }
