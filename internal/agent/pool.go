@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // read that would block; an agent that hung up or wrote out of turn loses it), and
 // only after a call that asked the agent to keep it (agentproto.Request.Keep) and that
 // ended cleanly (see Client). Idle connections are closed after poolIdle, at most
-// poolMax are kept, and Close closes them all.
+// poolMax are kept (keptMax in all pools together), and Close closes them all.
 type Pool struct {
 	dial func(ctx context.Context) (net.Conn, error)
 
@@ -38,6 +39,24 @@ const poolIdle = 20 * time.Second
 
 // poolMax is how many idle connections a pool keeps: enough for a few concurrent calls.
 const poolMax = 4
+
+// keptMax bounds the idle connections of all pools together: each is a descriptor in
+// the daemon and a waiting goroutine in an agent, and a node runs thousands of
+// sandboxes. Past it a connection is closed after its call, as without a pool. (A
+// variable for tests.)
+var keptMax int64 = 1024
+
+// keptTotal counts the idle connections of all pools.
+var keptTotal atomic.Int64
+
+// reserve counts one more idle connection, unless that would pass keptMax.
+func reserve() bool {
+	if keptTotal.Add(1) > keptMax {
+		keptTotal.Add(-1)
+		return false
+	}
+	return true
+}
 
 // NewPool returns a pool whose new connections come from dial.
 func NewPool(dial func(ctx context.Context) (net.Conn, error)) *Pool {
@@ -69,6 +88,7 @@ func (p *Pool) Dial(ctx context.Context) (net.Conn, error) {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		keptTotal.Add(-1)
 		p.mu.Unlock()
 		if now.Sub(c.used) < poolIdle && quiet(c.Conn) {
 			c.reused = true
@@ -88,6 +108,7 @@ func (p *Pool) Close() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle, p.closed = nil, true
+	keptTotal.Add(-int64(len(idle)))
 	if p.timer != nil {
 		p.timer.Stop()
 	}
@@ -112,7 +133,7 @@ func (p *Pool) put(c *keptConn) {
 	}
 	c.used = time.Now()
 	p.mu.Lock()
-	if p.closed || p.refused || len(p.idle) >= poolMax {
+	if p.closed || p.refused || len(p.idle) >= poolMax || !reserve() {
 		p.mu.Unlock()
 		c.Conn.Close()
 		return
@@ -141,6 +162,7 @@ func (p *Pool) expire() {
 	}
 	clear(p.idle[len(keep):])
 	p.idle = keep
+	keptTotal.Add(-int64(len(old)))
 	if len(keep) > 0 && !p.closed {
 		p.timer.Reset(poolIdle - now.Sub(keep[0].used))
 	}

@@ -235,8 +235,11 @@ func TestPoolAgentWritesOutOfTurn(t *testing.T) {
 			if _, err := readReq(conn); err != nil {
 				return
 			}
-			agentproto.WriteFrame(conn, agentproto.FrameResult, okResult())
-			conn.Write([]byte("garbage"))
+			// One write, so that the garbage is there when the result is.
+			var b bytes.Buffer
+			agentproto.WriteFrame(&b, agentproto.FrameResult, okResult())
+			b.WriteString("garbage")
+			conn.Write(b.Bytes())
 		}
 	})
 	c, pool, dials := pooled(sock)
@@ -362,5 +365,29 @@ func TestAgentKeepsOnlyCleanConnections(t *testing.T) {
 	}
 	if _, _, err := agentproto.ReadFrame(conn); !errors.Is(err, io.EOF) {
 		t.Errorf("after a call with a frame sent during it: %v, want the agent to close (EOF)", err)
+	}
+}
+
+// All pools together keep at most keptMax idle connections.
+func TestPoolsKeepAtMostKeptMax(t *testing.T) {
+	defer func(n int64) { keptMax = n }(keptMax)
+	keptMax = keptTotal.Load() + 1
+	ctx := ctxT(t)
+	var pools []*Pool
+	for range 3 {
+		sock, _ := serveAgent(t, Options{})
+		c, pool, _ := pooled(sock)
+		t.Cleanup(pool.Close)
+		if _, _, err := execOut(ctx, c, "true"); err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, pool)
+	}
+	idle := 0
+	for _, p := range pools {
+		idle += p.Idle()
+	}
+	if idle != 1 {
+		t.Errorf("3 pools hold %d idle connections, want 1 (the bound)", idle)
 	}
 }
