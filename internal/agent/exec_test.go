@@ -365,3 +365,13 @@ func encodeFrame(t testing.TB, ft agentproto.FrameType, p []byte) []byte {
 	}
 	return b.Bytes()
 }
+
+// Every process the agent starts has the highest OOM score (given once it has
+// started: the shell's child reads it after a moment).
+func TestExecOOMScore(t *testing.T) {
+	c, _ := startAgent(t, Options{})
+	out, res, err := execOut(ctxT(t), c, "sh", "-c", "sleep 0.1; cat /proc/self/oom_score_adj")
+	if err != nil || res.State != agentproto.StateSucceeded || out != "1000\n" {
+		t.Fatalf("oom_score_adj of an exec: %q, %+v, %v; want 1000", out, res, err)
+	}
+}

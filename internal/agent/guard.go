@@ -96,14 +96,15 @@ func protectSelf() error {
 // markOOMFirst gives a process the agent started the highest OOM score, so that when
 // sandbox code exhausts the sandbox's memory the kernel ends that code and never the
 // agent (which the host may also have given the lowest score; its children would
-// inherit that). Raising a score needs no privilege.
+// inherit that). Raising a score needs no privilege. Plain system calls: an os.File
+// would also try the runtime's poller, one more call on every exec.
 func markOOMFirst(pid int) {
-	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return // gone already, or no /proc: nothing to protect against
 	}
-	f.WriteString("1000")
-	f.Close()
+	unix.Write(fd, []byte("1000"))
+	unix.Close(fd)
 }
 
 // rateLimitedWriter passes at most burst bytes at once and rate bytes a second after
