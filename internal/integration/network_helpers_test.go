@@ -131,8 +131,7 @@ func newNetWorld(t testing.TB) *netWorld {
 		t.Fatal("no loopback address with ports 80 and 443 free")
 	}
 	hs := &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second, ErrorLog: netQuietLog()}
-	tlsSrv := &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second, ErrorLog: netQuietLog(),
-		TLSConfig: &tls.Config{GetCertificate: w.leaf, NextProtos: []string{"h2", "http/1.1"}}}
+	tlsSrv := w.httpsServer()
 	go hs.Serve(l80)
 	go tlsSrv.ServeTLS(l443, "", "")
 	t.Cleanup(func() { hs.Close(); tlsSrv.Close() })
@@ -146,6 +145,12 @@ func (w *netWorld) node(t testing.TB) *testenv.Node {
 	t.Helper()
 	netRequireHostNetns(t)
 	return testenv.NewNode(t, testenv.Options{Network: true, UpstreamDNS: w.dns.addr, ExtraCAs: []string{w.caFile}})
+}
+
+// httpsServer is the world's HTTPS upstream, offering HTTP/2 and HTTP/1.1.
+func (w *netWorld) httpsServer() *http.Server {
+	return &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second, ErrorLog: netQuietLog(),
+		TLSConfig: &tls.Config{GetCertificate: w.leaf, NextProtos: []string{"h2", "http/1.1"}}}
 }
 
 func netQuietLog() *log.Logger { return log.New(io.Discard, "", 0) }
