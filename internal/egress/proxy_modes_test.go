@@ -254,20 +254,7 @@ func TestProxyCloseWithOpenConnections(t *testing.T) {
 	e := newTestEnv(t, SandboxInfo{ID: "sb_close", Generation: 1, Policy: Policy{Mode: ModeUnrestricted, AllowPrivate: loopback8}})
 	_, tunnel := e.rawConnect(t, "pypi.org:443")
 	defer tunnel.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	e.proxy.ServeTransparent(server, netip.MustParseAddrPort("93.184.216.34:443")) // waits for a first byte
 	if err := e.proxy.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

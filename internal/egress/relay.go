@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -142,10 +143,9 @@ func relay(client, up net.Conn) (sent, received int64) {
 }
 
 // pipe copies src to dst until src ends, then half-closes dst (or, on an error,
-// closes both so the other direction ends too). Between two TCP connections io.Copy
-// splices, so the bytes never pass through user space.
+// closes both so the other direction ends too).
 func pipe(dst, src net.Conn) int64 {
-	n, err := io.Copy(dst, src)
+	n, err := copyPooled(dst, src)
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
 		cw.CloseWrite()
 	} else {
@@ -153,6 +153,73 @@ func pipe(dst, src net.Conn) int64 {
 		src.Close()
 	}
 	return n
+}
+
+// relayBufSize is the size of the buffers relayed bytes go through.
+const relayBufSize = 256 << 10
+
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+
+// copyPooled copies src to dst until src ends (a nil error, as io.Copy) and returns the
+// bytes copied. The bytes go through a buffer of relayBufs that it holds only while it
+// has something to pass on, so an idle connection holds none.
+//
+// It is a copy, not splice(2) as io.Copy between two TCP connections would do: measured
+// on a download through the proxy (BenchmarkEgressDownload512MiB), splice costs the
+// receiving client about a fifth more CPU (the segments it gets are built on the pages
+// of those the proxy received, in pieces) and the download 12–16% more time, for no less
+// CPU in the proxy.
+func copyPooled(dst io.Writer, src net.Conn) (int64, error) {
+	sc, ok := src.(syscall.Conn)
+	if !ok {
+		return io.Copy(struct{ io.Writer }{dst}, src)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for {
+		var buf *[]byte // held from a read that got bytes until they are written
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			b := relayBufs.Get().(*[]byte)
+			n, rerr = syscall.Read(int(fd), *b)
+			if rerr == syscall.EAGAIN {
+				relayBufs.Put(b)
+				return false // wait until there is something to read, holding no buffer
+			}
+			if n > 0 {
+				buf = b
+			} else {
+				relayBufs.Put(b)
+			}
+			return true
+		})
+		if err == nil {
+			err = rerr
+		}
+		if buf != nil {
+			m, werr := dst.Write((*buf)[:n])
+			relayBufs.Put(buf)
+			total += int64(m)
+			if werr == nil && m != n {
+				werr = io.ErrShortWrite
+			}
+			if werr != nil {
+				return total, werr
+			}
+			continue
+		}
+		switch {
+		case err == syscall.EINTR:
+		case err != nil:
+			return total, err
+		default:
+			return total, nil // end of file
+		}
+	}
 }
 
 // passCheck is how often a connection that passes TLS through is checked against its

@@ -106,8 +106,8 @@ func connBudget() (node, perOwner int) {
 	return node, max(node/2, 32)
 }
 
-// limitedConn is an admitted connection. It embeds the *net.TCPConn, so copying
-// between it and another TCP connection still splices.
+// limitedConn is an admitted connection. It embeds the *net.TCPConn, so the proxy's
+// relay still reaches its descriptor (SyscallConn), its half-close and its linger.
 type limitedConn struct {
 	*net.TCPConn
 	once    sync.Once
