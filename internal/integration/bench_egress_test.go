@@ -144,7 +144,7 @@ func BenchmarkEgressDownload512MiB(b *testing.B) {
 		{"pass", "direct"}, {"pass-h1", "direct-h1"}, {"terminated", "direct-h1"},
 		{"pass", "veth"}, {"pass-h1", "veth-h1"}, {"terminated", "veth-h1"},
 	} {
-		if p50[r[1]] > 0 {
+		if p50[r[0]] > 0 && p50[r[1]] > 0 {
 			b.ReportMetric(p50[r[0]]/p50[r[1]], r[0]+"/"+r[1])
 			// CPU per byte, peer over proxied: what throughput would be if CPU bound.
 			b.ReportMetric(cpu50[r[1]]/cpu50[r[0]], r[0]+"/"+r[1]+"-by-cpu")
