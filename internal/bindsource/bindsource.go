@@ -90,34 +90,36 @@ func Tmpfs(dir, opts string) error {
 	return nil
 }
 
-// IsTmpfs says whether a tmpfs is mounted at dir itself (the topmost mount there), by
-// the mount table: a directory that is merely on a tmpfs, such as one under /run, is
-// not.
+// IsTmpfs says whether a tmpfs is mounted at dir itself (the topmost mount there): a
+// directory that is merely on a tmpfs, such as one under /run, is not. It asks the
+// kernel about dir alone, never reading the mount table, whose length grows with every
+// sandbox's mounts.
 func IsTmpfs(dir string) (bool, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
+	root, err := MountRoot(dir)
+	if err != nil || !root {
 		return false, err
 	}
-	// The mount table holds the path with its links resolved (/var/run is /run).
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, &os.PathError{Op: "statfs", Path: dir, Err: err}
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	found := false
-	for _, line := range strings.Split(string(b), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		pre, post, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		if !ok || len(f) < 5 || UnescapeMount(f[4]) != abs {
-			continue
+	return st.Type == unix.TMPFS_MAGIC, nil
+}
+
+// MountRoot says whether path (its links followed) is the root of a mount, the topmost
+// one there: a mount point, or the root directory. A missing path is not.
+func MountRoot(path string) (bool, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_TYPE, &stx); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
 		}
-		fstype, _, _ := strings.Cut(post, " ")
-		found = fstype == "tmpfs" // a later line is a mount on top of an earlier one
+		return false, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
-	return found, nil
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return false, fmt.Errorf("statx %s: the kernel does not tell mount roots (Linux 5.8 or later does)", path)
+	}
+	return stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
 }
 
 // UnescapeMount undoes the octal escapes (\040 for a space) of a mountinfo path.

@@ -33,7 +33,9 @@ func (d *Driver) CloneStorage(ctx context.Context, src, dst string, srcBase, dst
 	if _, err := os.Stat(srcImg); err != nil {
 		return nil, fmt.Errorf("%w: sandbox %s has no disk image", errors.ErrUnsupported, src)
 	}
-	if m := mountsUnder(filepath.Join(d.dir(src), "fs")); len(m) == 0 {
+	if mounted, err := bindsource.MountRoot(filepath.Join(d.dir(src), "fs")); err != nil {
+		return nil, err
+	} else if !mounted {
 		if err := loopdev.WaitReleased(srcImg); err != nil {
 			return nil, err
 		}

@@ -599,8 +599,8 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 	}
 	dir := d.dir(id)
 	fsDir := filepath.Join(dir, "fs")
-	if len(mountsUnder(fsDir)) > 0 {
-		return nil
+	if mounted, err := bindsource.MountRoot(fsDir); err != nil || mounted {
+		return err
 	}
 	img := filepath.Join(dir, diskImage)
 	fresh := false
@@ -660,7 +660,10 @@ func (d *Driver) withStorage(ctx context.Context, id string, disk int64, readOnl
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	mounted := len(mountsUnder(fsDir)) > 0
+	mounted, err := bindsource.MountRoot(fsDir)
+	if err != nil {
+		return err
+	}
 	if err := d.attachStorage(ctx, id, disk); err != nil {
 		return err
 	}
