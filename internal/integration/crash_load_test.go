@@ -348,8 +348,8 @@ func checkHostAgainstRecords(t *testing.T, d *daemon, list []api.Sandbox) {
 		}
 	}
 	for _, m := range testenv.MountsUnder(d.stateMount) {
-		if m == d.stateMount || filepath.Base(m) == "view" {
-			continue // the state's own, and the node's views of its agent binary and CA bundle
+		if m == d.stateMount || testenv.NodeMount(m) {
+			continue // the state's own, and the node's (views, ready disk images)
 		}
 		owner := ""
 		for id := range states {

@@ -148,6 +148,29 @@ func Forget(img string) error {
 	return nil
 }
 
+// Rename renames the image src to dst (which must not exist) with its record, attached
+// or not: a loop device follows its file, not its name. The record of dst is written
+// first, so that whatever backs the file is named by the record beside it at every
+// step; if src is gone (another took it), dst's record goes too and the error is
+// fs.ErrNotExist.
+func Rename(src, dst string) error {
+	b, err := os.ReadFile(Record(src))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		err = Forget(dst) // no record: dst gets none either
+	case err == nil:
+		err = writeRecord(dst, string(b))
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(src, dst); err != nil {
+		Forget(dst)
+		return err
+	}
+	return Forget(src)
+}
+
 func writeRecord(img, dev string) error {
 	if err := os.WriteFile(Record(img), []byte(dev), 0o600); err != nil {
 		return fmt.Errorf("record the loop device of %s: %w", img, err)

@@ -415,17 +415,24 @@ func MountsUnder(dir string) []string {
 	return out
 }
 
-// SandboxMountsUnder is MountsUnder less the views a running node keeps for every
-// sandbox to bind files from (the agent binary's, the CA bundle's; see bindsource),
-// which go when the node closes.
+// SandboxMountsUnder is MountsUnder less the node's own mounts (NodeMount).
 func SandboxMountsUnder(dir string) []string {
 	var out []string
 	for _, m := range MountsUnder(dir) {
-		if !strings.HasSuffix(m, "-agent/view") && !strings.HasSuffix(m, "/network/ca-view/view") {
+		if !NodeMount(m) {
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// NodeMount says whether the mount point m is one a running node keeps for itself,
+// which go when the node closes: the views every sandbox binds files from (the agent
+// binary's, the CA bundle's; see bindsource), and the ready disk images of its disk
+// pools (disk-pool*/N.mnt).
+func NodeMount(m string) bool {
+	return strings.HasSuffix(m, "-agent/view") || strings.HasSuffix(m, "/network/ca-view/view") ||
+		strings.HasPrefix(filepath.Base(filepath.Dir(m)), "disk-pool") && strings.HasSuffix(m, ".mnt")
 }
 
 // RemoveHostLocks removes the lock files a root daemon of a test took for its host

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/bindsource"
 	"github.com/airlockhq/airlock/internal/loopdev"
 )
 
@@ -180,34 +183,93 @@ func mountDisk(ctx context.Context, log *slog.Logger, img, dir, opts string) err
 // good. So whoever is about to read the image, and a stop about to report the sandbox
 // stopped, first waits for its loop device to be gone.
 
-// diskPool keeps a few formatted images of one size ready.
+// diskPool keeps a few formatted images of one size ready, each attached to its loop
+// device and mounted in the pool's directory: attaching and mounting a new ext4 is
+// most of what a sandbox's disk costs its create (the mount writes the file system's
+// superblocks and flushes them), and a ready image only moves. The pool's directory
+// holds, per ready image N:
+//
+//	N.img      the image (and N.img.loop, its loop device: loopdev.Record)
+//	N.mnt      its mount
+//
+// and N.new, an image being made and mounted; an image is ready once named N.img. A
+// create takes one by renaming it into the sandbox's directory, binds its mount at the
+// sandbox's and lets go of the pool's. Whatever a daemon left in the directory (it may
+// have been killed between any two steps) is unmounted and removed when the next one
+// starts, and the pool refilled; Close unmounts the ready images.
 type diskPool struct {
 	dir  string
 	size int64
 	want int
 	tmpl *diskTemplates
+	log  *slog.Logger
 
-	mu     sync.Mutex
+	mu     sync.Mutex // held by a take and by close: close unmounts no image a take moves
+	closed bool
 	seq    int
 	wake   chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newDiskPool(dir string, size int64, want int, tmpl *diskTemplates) (*diskPool, error) {
+func newDiskPool(dir string, size int64, want int, tmpl *diskTemplates, log *slog.Logger) (*diskPool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	if err := clearDiskPool(dir); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &diskPool{dir: dir, size: size, want: want, tmpl: tmpl, wake: make(chan struct{}, 1), cancel: cancel}
+	p := &diskPool{dir: dir, size: size, want: want, tmpl: tmpl, log: log, wake: make(chan struct{}, 1), cancel: cancel}
 	p.wg.Add(1)
 	go p.fill(ctx)
 	return p, nil
 }
 
+// clearDiskPool unmounts and removes every image an earlier daemon left in dir, ready
+// or not; the templates (newDiskTemplates) are not its business. A mount left of an
+// image a sandbox took, but did not yet bind, goes too: that sandbox's create never
+// finished, and its disk is released for the rollback.
+func clearDiskPool(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		switch filepath.Ext(e.Name()) {
+		case ".mnt":
+			if err := bindsource.Unmount(p); err != nil {
+				errs = append(errs, err)
+			} else if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		case ".img", ".new", ".tmp", ".loop":
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close stops the refill and unmounts the ready images (a loop device goes with its
+// mount); the next daemon's pool removes them.
 func (p *diskPool) close() {
 	p.cancel()
 	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, img := range p.ready() {
+		bindsource.Unmount(mountOf(img))
+	}
+}
+
+// mountOf is where the pool's image img (N.img or N.new) is mounted: N.mnt.
+func mountOf(img string) string {
+	return strings.TrimSuffix(img, filepath.Ext(img)) + ".mnt"
 }
 
 func (p *diskPool) ready() []string {
@@ -221,20 +283,41 @@ func (p *diskPool) ready() []string {
 	return out
 }
 
-// take moves a ready image to dst; false when the pool is empty.
-func (p *diskPool) take(dst string) bool {
+// take moves a ready image to dst, mounted at fsDir; false when the pool is empty. An
+// error says an image was moved but could not be mounted there (it is unmounted).
+func (p *diskPool) take(dst, fsDir string) (bool, error) {
 	defer func() {
 		select {
 		case p.wake <- struct{}{}:
 		default:
 		}
 	}()
-	for _, img := range p.ready() {
-		if os.Rename(img, dst) == nil {
-			return true
-		}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false, nil
 	}
-	return false
+	for _, img := range p.ready() {
+		if err := loopdev.Rename(img, dst); err != nil {
+			continue // another create took it first
+		}
+		mnt := mountOf(img)
+		err := os.MkdirAll(fsDir, 0o711)
+		if err == nil {
+			err = unix.Mount(mnt, fsDir, "", unix.MS_BIND, "")
+		}
+		// The bind holds the file system (and so the loop device) from now on.
+		if uerr := bindsource.Unmount(mnt); uerr != nil {
+			p.log.Warn("unmount a taken disk image from the pool", "mount", mnt, "err", uerr)
+		} else {
+			os.Remove(mnt)
+		}
+		if err != nil {
+			return true, fmt.Errorf("mount the disk image %s at %s: %w", dst, fsDir, err)
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 func (p *diskPool) fill(ctx context.Context) {
@@ -243,9 +326,12 @@ func (p *diskPool) fill(ctx context.Context) {
 		for len(p.ready()) < p.want && ctx.Err() == nil {
 			p.mu.Lock()
 			p.seq++
-			name := filepath.Join(p.dir, fmt.Sprintf("%d-%d.img", time.Now().UnixNano(), p.seq))
+			name := filepath.Join(p.dir, fmt.Sprintf("%d-%d", time.Now().UnixNano(), p.seq))
 			p.mu.Unlock()
-			if err := p.tmpl.make(ctx, name, p.size); err != nil {
+			if err := p.add(ctx, name); err != nil {
+				if ctx.Err() == nil {
+					p.log.Warn("make a ready disk image", "err", err)
+				}
 				break // try again when woken
 			}
 		}
@@ -255,4 +341,27 @@ func (p *diskPool) fill(ctx context.Context) {
 		case <-p.wake:
 		}
 	}
+}
+
+// add makes the image name.new, mounts it at name.mnt and names it ready (name.img).
+func (p *diskPool) add(ctx context.Context, name string) (retErr error) {
+	img, mnt := name+".new", name+".mnt"
+	defer func() {
+		if retErr != nil {
+			bindsource.Unmount(mnt)
+			os.Remove(mnt)
+			os.Remove(img)
+			loopdev.Forget(img)
+		}
+	}()
+	if err := p.tmpl.make(ctx, img, p.size); err != nil {
+		return err
+	}
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		return err
+	}
+	if err := loopdev.Mount(img, mnt, ""); err != nil {
+		return err
+	}
+	return loopdev.Rename(img, name+".img")
 }

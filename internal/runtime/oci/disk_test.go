@@ -7,8 +7,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/bindsource"
+	"github.com/airlockhq/airlock/internal/loopdev"
 )
 
 // TestDiskTemplatesPerSize: images of two sizes come from two templates, each image has
@@ -94,4 +98,96 @@ func TestDiskTemplatesBounded(t *testing.T) {
 		}
 	}
 	mountAndUnmount(t, slog.New(slog.DiscardHandler), filepath.Join(dir, "img"+strconv.Itoa(maxDiskTemplates)), filepath.Join(dir, "fs"), func() {})
+}
+
+// TestDiskPoolMounted: a ready image is taken already mounted where the sandbox's
+// disk goes, held by that mount alone (unmounting it releases the loop device), and
+// its record names its device; what a pool leaves behind (ready images, the mount of
+// an image taken but never bound) is gone once the next pool starts.
+func TestDiskPoolMounted(t *testing.T) {
+	requireDiskTools(t)
+	dir := t.TempDir()
+	poolDir := filepath.Join(dir, "pool")
+	tm := newDiskTemplates(filepath.Join(poolDir, "templates"))
+	discard := slog.New(slog.DiscardHandler)
+	const size = 64 << 20
+	filled := func(p *diskPool, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); len(p.ready()) < want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d images ready after 30 s; want %d", len(p.ready()), want)
+			}
+		}
+	}
+	p, err := newDiskPool(poolDir, size, 2, tm, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bindsource.Unmount(filepath.Join(dir, "fs"))
+		p.close()
+	})
+	filled(p, 2)
+	for _, img := range p.ready() {
+		if ok, err := bindsource.MountRoot(mountOf(img)); err != nil || !ok {
+			t.Fatalf("ready image %s is not mounted at %s: %v", img, mountOf(img), err)
+		}
+	}
+	dst, fsDir := filepath.Join(dir, diskImage), filepath.Join(dir, "fs")
+	if ok, err := p.take(dst, fsDir); err != nil || !ok {
+		t.Fatalf("take = %v, %v; want a ready image", ok, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(fsDir, &sfs); err != nil || sfs.Type != unix.EXT4_SUPER_MAGIC {
+		t.Fatalf("%s after take: %+v, %v; want an ext4", fsDir, sfs, err)
+	}
+	if dev, err := loopdev.Of(dst); err != nil || dev == "" {
+		t.Fatalf("loopdev.Of(%s) = %q, %v; want its device", dst, dev, err)
+	}
+	if err := os.WriteFile(filepath.Join(fsDir, "mine"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(fsDir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := loopdev.WaitReleased(dst); err != nil {
+		t.Fatalf("the taken image is still held after its mount went: %v", err)
+	}
+	mountAndUnmount(t, discard, dst, fsDir, func() {
+		if _, err := os.Stat(filepath.Join(fsDir, "mine")); err != nil {
+			t.Errorf("a file written to the taken image is not in it: %v", err)
+		}
+	})
+
+	// A daemon killed between taking an image and binding it leaves the pool's mount
+	// of it; the next pool lets it go.
+	filled(p, 2)
+	left := filepath.Join(dir, "left.img")
+	ready := p.ready()
+	if err := loopdev.Rename(ready[0], left); err != nil {
+		t.Fatal(err)
+	}
+	p.cancel()
+	p.wg.Wait() // no close: the ready images stay mounted, as after a kill
+	if p, err = newDiskPool(poolDir, size, 1, tm, discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := loopdev.WaitReleased(left); err != nil {
+		t.Errorf("an image taken but not bound is still held after a new pool started: %v", err)
+	}
+	for _, img := range ready {
+		if ok, _ := bindsource.MountRoot(mountOf(img)); ok {
+			t.Errorf("%s is still mounted after a new pool started", mountOf(img))
+		}
+	}
+	filled(p, 1)
+	p.close()
+	for _, img := range p.ready() {
+		if ok, _ := bindsource.MountRoot(mountOf(img)); ok {
+			t.Errorf("%s is still mounted after close", mountOf(img))
+		}
+	}
+	if ok, err := p.take(filepath.Join(dir, "late.img"), filepath.Join(dir, "late")); ok || err != nil {
+		t.Errorf("take after close = %v, %v; want none", ok, err)
+	}
 }

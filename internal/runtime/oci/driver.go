@@ -182,7 +182,7 @@ func New(opts Options) (*Driver, error) {
 	d.disks = newDiskTemplates(filepath.Join(opts.DiskPoolDir, "templates"))
 	if opts.DiskPoolBytes > 0 {
 		var err error
-		if d.pool, err = newDiskPool(opts.DiskPoolDir, opts.DiskPoolBytes, 4, d.disks); err != nil {
+		if d.pool, err = newDiskPool(opts.DiskPoolDir, opts.DiskPoolBytes, 4, d.disks, d.log); err != nil {
 			bindsource.Unview(d.agentViewDir())
 			return nil, err
 		}
@@ -605,10 +605,13 @@ func (d *Driver) attachStorage(ctx context.Context, id string, disk int64) error
 	img := filepath.Join(dir, diskImage)
 	fresh := false
 	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
-		if d.pool == nil || disk != d.pool.size || !d.pool.take(img) {
-			if err := d.disks.make(ctx, img, disk); err != nil {
-				return err
+		if d.pool != nil && disk == d.pool.size {
+			if taken, err := d.pool.take(img, fsDir); taken || err != nil {
+				return err // mounted already
 			}
+		}
+		if err := d.disks.make(ctx, img, disk); err != nil {
+			return err
 		}
 		fresh = true
 	} else if err != nil {
