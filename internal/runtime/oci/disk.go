@@ -298,10 +298,20 @@ func (p *diskPool) take(dst, fsDir string) (bool, error) {
 		return false, nil
 	}
 	for _, img := range p.ready() {
+		mnt := mountOf(img)
+		if ok, err := bindsource.MountRoot(mnt); err != nil || !ok {
+			// Unmounted behind the pool's back: binding its directory would give the
+			// sandbox a layer on the host's disk, past its cap. It goes; the refill
+			// makes another.
+			p.log.Warn("a ready disk image is no longer mounted; dropped", "image", img, "err", err)
+			os.Remove(img)
+			loopdev.Forget(img)
+			os.Remove(mnt)
+			continue
+		}
 		if err := loopdev.Rename(img, dst); err != nil {
 			continue // another create took it first
 		}
-		mnt := mountOf(img)
 		err := os.MkdirAll(fsDir, 0o711)
 		if err == nil {
 			err = unix.Mount(mnt, fsDir, "", unix.MS_BIND, "")

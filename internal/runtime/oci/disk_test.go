@@ -193,6 +193,51 @@ func TestDiskPoolMounted(t *testing.T) {
 	}
 }
 
+// TestDiskPoolSkipsUnmounted: a ready image whose mount went behind the pool's back is
+// never handed out (its bare directory would put the sandbox's layer on the host's
+// disk, past its cap), and the pool makes another.
+func TestDiskPoolSkipsUnmounted(t *testing.T) {
+	requireDiskTools(t)
+	dir := t.TempDir()
+	poolDir := filepath.Join(dir, "pool")
+	p, err := newDiskPool(poolDir, 64<<20, 1, newDiskTemplates(filepath.Join(poolDir, "templates")), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	waitReady := func() string {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); len(p.ready()) == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no image ready after 30 s")
+			}
+		}
+		return p.ready()[0]
+	}
+	img := waitReady()
+	if err := unix.Unmount(mountOf(img), 0); err != nil {
+		t.Fatal(err)
+	}
+	fsDir := filepath.Join(dir, "fs")
+	t.Cleanup(func() { bindsource.Unmount(fsDir) }) // before the pool's close
+	if ok, err := p.take(filepath.Join(dir, diskImage), fsDir); ok || err != nil {
+		t.Fatalf("take of an unmounted ready image = %v, %v; want none", ok, err)
+	}
+	if root, _ := bindsource.MountRoot(fsDir); root {
+		t.Fatalf("%s was mounted from an unmounted ready image", fsDir)
+	}
+	if next := waitReady(); next == img {
+		t.Fatalf("the unmounted image %s is still offered", img)
+	}
+	if ok, err := p.take(filepath.Join(dir, diskImage), fsDir); !ok || err != nil {
+		t.Fatalf("take after the refill = %v, %v; want an image", ok, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(fsDir, &sfs); err != nil || sfs.Type != unix.EXT4_SUPER_MAGIC || int64(sfs.Blocks)*sfs.Bsize > 64<<20 {
+		t.Errorf("%s after take: %+v, %v; want an ext4 of at most 64 MiB", fsDir, sfs, err)
+	}
+}
+
 // BenchmarkSandboxDisk times what a create spends on its disk when the pool has one
 // ready: taken pre-mounted (what a create does), against the same ready image attached
 // and mounted in the create (what it did before), in turns. The pool's refill is not
