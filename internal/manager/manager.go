@@ -386,10 +386,8 @@ func noteSandbox(ctx context.Context, id string) {
 
 // List returns owner's sandboxes.
 func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
-	for _, s := range f.States {
-		if !validState(s) {
-			return nil, errdefs.Invalid("unknown state %q; states are %s", s, joinStates(states))
-		}
+	if err := checkStates(f.States); err != nil {
+		return nil, err
 	}
 	list, err := m.store.ListSandboxes(ctx, f)
 	if err != nil {
@@ -399,6 +397,40 @@ func (m *Manager) List(ctx context.Context, f store.SandboxFilter) ([]*store.San
 		m.overlayActivity(sb)
 	}
 	return list, nil
+}
+
+// View calls fn with each sandbox List would return, in its order. The records may be
+// shared with the store: fn must neither change nor keep them. A long list that is only
+// encoded (an API page) saves a copy of each record.
+func (m *Manager) View(ctx context.Context, f store.SandboxFilter, fn func(*store.Sandbox) error) error {
+	if err := checkStates(f.States); err != nil {
+		return err
+	}
+	v, ok := m.store.(store.SandboxViewer)
+	if !ok {
+		list, err := m.List(ctx, f)
+		if err != nil {
+			return err
+		}
+		return store.ViewList(list, fn)
+	}
+	return v.ViewSandboxes(ctx, f, func(sb *store.Sandbox) error {
+		if t, ok := m.newerActivity(sb); ok { // the shared record stays as stored
+			c := *sb
+			c.LastActivity = t
+			sb = &c
+		}
+		return fn(sb)
+	})
+}
+
+func checkStates(list []store.State) error {
+	for _, s := range list {
+		if !validState(s) {
+			return errdefs.Invalid("unknown state %q; states are %s", s, joinStates(states))
+		}
+	}
+	return nil
 }
 
 // Operation returns one of owner's operations.
@@ -447,11 +479,17 @@ func (m *Manager) busy(id string) bool {
 }
 
 func (m *Manager) overlayActivity(sb *store.Sandbox) {
-	m.mu.Lock()
-	if t, ok := m.activity[sb.ID]; ok && t.After(sb.LastActivity) {
+	if t, ok := m.newerActivity(sb); ok {
 		sb.LastActivity = t
 	}
+}
+
+// newerActivity is the traffic to sb kept in memory, if later than its record says.
+func (m *Manager) newerActivity(sb *store.Sandbox) (time.Time, bool) {
+	m.mu.Lock()
+	t, ok := m.activity[sb.ID]
 	m.mu.Unlock()
+	return t, ok && t.After(sb.LastActivity)
 }
 
 func (m *Manager) flushActivity(ctx context.Context) {

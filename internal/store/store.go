@@ -367,6 +367,26 @@ type EventRetention struct {
 	Before time.Time
 }
 
+// SandboxViewer is a Store that can show a list without copying each record for the
+// caller: fn sees the records ListSandboxes would return, in its order, shared with
+// the store, so fn must neither change nor keep them. A long list (an API page) that
+// only reads them saves a deep copy of each. Stores without it are listed through
+// ListSandboxes.
+type SandboxViewer interface {
+	ViewSandboxes(ctx context.Context, f SandboxFilter, fn func(*Sandbox) error) error
+}
+
+// ViewList passes each of list to fn in order, as ViewSandboxes does, up to fn's
+// first error.
+func ViewList(list []*Sandbox, fn func(*Sandbox) error) error {
+	for _, sb := range list {
+		if err := fn(sb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Store keeps Airlock's records. Every method is safe for concurrent use. Errors wrap
 // the errdefs classes: ErrNotFound, ErrAlreadyExists, ErrVersionConflict.
 type Store interface {

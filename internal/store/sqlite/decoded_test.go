@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 
 // A list that reuses the records an earlier list decoded still shows every change:
 // an update, a record removed and made again under the same id, and a caller's own
-// change to a listed record, which stays its own.
+// change to a listed record, which stays its own. ViewSandboxes, which shows the kept
+// records themselves, shows the same as ListSandboxes each time.
 func TestListShowsChangesToKeptRecords(t *testing.T) {
 	ctx := context.Background()
 	st, err := Open(filepath.Join(t.TempDir(), "airlock.db"))
@@ -27,9 +29,20 @@ func TestListShowsChangesToKeptRecords(t *testing.T) {
 	}
 	list := func(what string) *store.Sandbox {
 		t.Helper()
+		var v []store.Sandbox // first, so the list copies what the view kept
+		err := st.ViewSandboxes(ctx, store.SandboxFilter{Owner: "alice"}, func(sb *store.Sandbox) error {
+			v = append(v, *sb)
+			return nil
+		})
+		if err != nil || len(v) != 1 {
+			t.Fatalf("%s: view = %d records, %v; want 1", what, len(v), err)
+		}
 		l, err := st.ListSandboxes(ctx, store.SandboxFilter{Owner: "alice"})
 		if err != nil || len(l) != 1 {
 			t.Fatalf("%s: list = %d records, %v; want 1", what, len(l), err)
+		}
+		if !reflect.DeepEqual(*l[0], v[0]) {
+			t.Errorf("%s: view shows %+v, list %+v", what, v[0], *l[0])
 		}
 		return l[0]
 	}

@@ -79,6 +79,30 @@ func (s *Store) GetSandboxByName(ctx context.Context, owner, name string) (*stor
 // (reading and copying each row's document was a large part of a long list's time), both in
 // one read transaction, so the documents are those of the versions listed.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
+	list, err := s.listShared(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for i, sb := range list {
+		list[i] = sb.Clone()
+	}
+	return list, nil
+}
+
+// ViewSandboxes implements store.SandboxViewer: ListSandboxes without the copies.
+func (s *Store) ViewSandboxes(ctx context.Context, f store.SandboxFilter, fn func(*store.Sandbox) error) error {
+	list, err := s.listShared(ctx, f)
+	if err != nil {
+		return err
+	}
+	return store.ViewList(list, fn)
+}
+
+var _ store.SandboxViewer = (*Store)(nil)
+
+// listShared is what ListSandboxes lists, as the records kept decoded: nobody may
+// change them.
+func (s *Store) listShared(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	q, args := listQuery(f)
 	tx, err := s.r.BeginTx(ctx, nil)
 	if err != nil {
@@ -94,6 +118,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		out     []*store.Sandbox
 		missing map[string]int // id → its place in out
 	)
+	if f.Limit > 0 {
+		out = make([]*store.Sandbox, 0, f.Limit)
+	}
 	for rows.Next() {
 		var id string
 		var version int64
@@ -124,7 +151,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 const docBatch = 500
 
 // readDocs decodes the stored documents of the ids in missing into their places in
-// out, and keeps them decoded.
+// out, and keeps them decoded (out's records are then the kept ones).
 func (s *Store) readDocs(ctx context.Context, tx *sql.Tx, missing map[string]int, out []*store.Sandbox) error {
 	ids := make([]any, 0, min(len(missing), docBatch))
 	flush := func() error {
