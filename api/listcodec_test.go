@@ -35,7 +35,8 @@ func TestSandboxListCodec(t *testing.T) {
 		l.Sandboxes = append(l.Sandboxes, fullSandbox(i))
 	}
 	l.Sandboxes = append(l.Sandboxes, Sandbox{}, Sandbox{Limits: Limits{CPU: 1e21}}, Sandbox{Limits: Limits{CPU: 1e-7}}, Sandbox{Limits: Limits{CPU: 123456789.5}})
-	for _, list := range []SandboxList{l, {}, {Sandboxes: []Sandbox{}}} {
+	one := SandboxList{Sandboxes: l.Sandboxes[:1]}
+	for _, list := range []SandboxList{l, {}, {Sandboxes: []Sandbox{}}, one} {
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)
@@ -48,6 +49,29 @@ func TestSandboxListCodec(t *testing.T) {
 		}
 		if !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("EncodeSandboxList differs from encoding/json:\n got %s\nwant %s", got, want.Bytes())
+		}
+		if list.Sandboxes != nil {
+			w := NewSandboxListWriter([]byte("left over from an earlier list"))
+			for i := range list.Sandboxes {
+				if i%2 == 0 {
+					if err := w.Add(&list.Sandboxes[i]); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				b, err := AppendSandbox([]byte("x"), &list.Sandboxes[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.AddJSON(b[1:])
+			}
+			got, err := w.Finish(list.Next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("SandboxListWriter differs from encoding/json:\n got %s\nwant %s", got, want.Bytes())
+			}
 		}
 		var back, wantBack SandboxList
 		if err := DecodeSandboxList(got, &back); err != nil {

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -127,20 +128,30 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, after string) (
 	}
 	defer resp.Body.Close()
 	// A page can hold thousands of records: read it whole and decode it with the
-	// list's own codec (api.DecodeSandboxList), not encoding/json's reflection.
+	// list's own codec (api.DecodeSandboxList), not encoding/json's reflection, into
+	// room for a full page (no regrowth of the slice as it fills).
 	var body bytes.Buffer
 	if resp.ContentLength > 0 {
-		body.Grow(int(min(resp.ContentLength, 64<<20)))
+		// MinRead more: ReadFrom wants that much room to see the end, and would
+		// otherwise grow the buffer once more when it is full
+		body.Grow(int(min(resp.ContentLength, 64<<20)) + bytes.MinRead)
 	}
 	if _, err := body.ReadFrom(resp.Body); err != nil {
 		return nil, "", c.transportError(ctx, err)
 	}
-	var out api.SandboxList
+	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, min(size, body.Len()/minSandboxJSON+1))}
 	if err := api.DecodeSandboxList(body.Bytes(), &out); err != nil {
 		return nil, "", fmt.Errorf("decode %s %s answer: %w", r.method, r.path, err)
 	}
 	return out.Sandboxes, out.Next, nil
 }
+
+// minSandboxJSON is the length of the shortest record a list can hold (every field
+// empty): a page of n bytes holds at most n/minSandboxJSON records.
+var minSandboxJSON = func() int {
+	b, _ := json.Marshal(api.Sandbox{})
+	return len(b)
+}()
 
 // Terminate ends a sandbox and deletes what it owns; the handle remains as a tombstone.
 // WithIfMatch guards against terminating a sandbox that changed since it was read.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -82,5 +83,66 @@ func TestListPages(t *testing.T) {
 		if code, _, body := get(q); code != 400 || !strings.Contains(body, strings.SplitN(q, "=", 2)[0]) {
 			t.Errorf("?%s: %d %s; want 400 naming the parameter", q, code, body)
 		}
+	}
+}
+
+// A list shows each record as it is now: a record listed before (whose JSON the server
+// keeps) is listed again as it changed, for a change of its record (suspend) and for
+// traffic kept in memory only (its last activity), and as GET shows it; another
+// owner's list never shows it.
+func TestListShowsEachChange(t *testing.T) {
+	n := testenv.NewFakeNode(t, testenv.FakeOptions{Owners: []string{"alice", "bob"}})
+	alice, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "alice")})
+	bob, _ := client.New(client.Options{Addr: n.Addr, Token: n.Token(t, "bob")})
+	for _, name := range []string{"a-0", "a-1"} {
+		if _, err := alice.Create(bg, api.CreateSandboxRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := bob.Create(bg, api.CreateSandboxRequest{Name: "b-0"}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, c := range []struct {
+			who  *client.Client
+			want string
+		}{{alice, "a-0 a-1"}, {bob, "b-0"}} {
+			list, err := c.who.List(bg, client.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, sb := range list {
+				names = append(names, sb.Name)
+				got, _ := json.Marshal(sb)
+				one, err := c.who.Get(bg, sb.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := json.Marshal(one)
+				if string(got) != string(want) {
+					t.Errorf("%s: %s listed as\n%s\nGET shows\n%s", step, sb.Name, got, want)
+				}
+			}
+			if strings.Join(names, " ") != c.want {
+				t.Errorf("%s: listed %v, want %s", step, names, c.want)
+			}
+		}
+	}
+	check("created")
+	before, _ := alice.Get(bg, "a-0")
+	time.Sleep(2 * time.Millisecond) // a later activity than the record's
+	n.Manager.Touch(before.ID)
+	if after, _ := alice.Get(bg, "a-0"); !after.LastActivity.After(before.LastActivity) {
+		t.Fatalf("traffic to a-0 did not move its last activity (%v, then %v)", before.LastActivity, after.LastActivity)
+	}
+	check("touched")
+	if _, err := alice.Suspend(bg, "a-1"); err != nil {
+		t.Fatal(err)
+	}
+	check("suspended")
+	if list, _ := alice.List(bg, client.ListOptions{}); len(list) != 2 || list[1].State != api.StateSuspended {
+		t.Errorf("after the suspend of a-1, alice's list is %+v", list)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -267,30 +268,54 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if limit > 0 {
 		f.Limit++ // one more says whether another page follows
 	}
-	list, err := s.m.List(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	var next string
-	if limit > 0 && len(list) > limit {
-		list = list[:limit]
-		// The place of the last one the store listed, even if the caller does not
-		// see it, so the next page does not list it again.
-		next = listCursor(manager.PlaceOf(list[limit-1]))
-	}
-	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(list)), Next: next}
+	buf := listBuffers.Get().(*[]byte)
+	defer putListBuffer(buf)
+	out := api.NewSandboxListWriter(*buf)
 	keep := visible(r)
-	for _, sb := range list {
-		if keep == nil || keep(sb) {
-			out.Sandboxes = append(out.Sandboxes, *toAPISandbox(sb))
+	var n int
+	var next string
+	err := s.m.View(r.Context(), f, func(sb *manager.Sandbox) error {
+		if n++; limit > 0 && n > limit {
+			return nil
 		}
-	}
-	b, err := api.EncodeSandboxList(&out)
+		if limit > 0 && n == limit {
+			// The place of the last one the store listed, even if the caller does not
+			// see it, so the next page does not list it again; used when one more follows.
+			next = listCursor(manager.PlaceOf(sb))
+		}
+		if keep != nil && !keep(sb) {
+			return nil
+		}
+		b, err := s.listed.json(sb)
+		if err != nil {
+			return err
+		}
+		out.AddJSON(b)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
+	if limit <= 0 || n <= limit {
+		next = ""
+	}
+	b, err := out.Finish(next)
+	if err != nil {
+		return err
+	}
+	*buf = b
 	httpedge.WriteJSONBody(w, http.StatusOK, b)
 	return nil
+}
+
+// listBuffers keep the bodies of list pages for the next: a page of 1,000 is about a
+// megabyte.
+var listBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+func putListBuffer(b *[]byte) {
+	if cap(*b) <= 16<<20 {
+		listBuffers.Put(b)
+	}
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -84,6 +84,7 @@ type Server struct {
 	// is written; a mutating call waits for those before it checks that the log can be
 	// written, so a read's failed record still stops the next change.
 	readAudits sync.RWMutex
+	listed     encodedSandboxes
 }
 
 type ctxKey int
