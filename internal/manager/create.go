@@ -386,14 +386,16 @@ func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string
 // reserveLive holds one of owner's live-sandbox slots for the sandbox id until its
 // record exists (then the record counts), so concurrent creates cannot both take the
 // last slot. The creates in flight are taken before the records are read, and each is
-// counted once: one whose record is already stored is not counted again.
+// counted once: one whose record is already stored is not counted again, even when a
+// pool claim re-keyed it to its member's id meanwhile (the ids are read again after
+// the records).
 func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release func(), err error) {
 	m.mu.Lock()
 	if m.pending[owner] == nil {
-		m.pending[owner] = map[string]bool{}
+		m.pending[owner] = map[string]*reservation{}
 	}
-	inFlight := maps.Clone(m.pending[owner])
-	m.pending[owner][id] = true
+	inFlight := slices.Collect(maps.Values(m.pending[owner]))
+	m.pending[owner][id] = &reservation{id: id}
 	m.mu.Unlock()
 	release = func() { m.releasePending(owner, id) }
 	if m.cfg.LiveCap <= 0 {
@@ -406,19 +408,26 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 		release()
 		return nil, err
 	}
-	live := len(inFlight)
-	for _, sb := range list {
-		if !inFlight[sb.ID] { // the list holds live states only
-			live++
-		}
+	counted := make(map[string]bool, len(inFlight)+len(list))
+	m.mu.Lock()
+	for _, r := range inFlight {
+		counted[r.id] = true
 	}
-	if live >= m.cfg.LiveCap {
+	m.mu.Unlock()
+	for _, sb := range list { // the list holds live states only
+		counted[sb.ID] = true
+	}
+	if live := len(counted); live >= m.cfg.LiveCap {
 		release()
 		return nil, errdefs.Quota("owner %q already has %d live sandboxes, the cap is %d; terminate one first", owner, live, m.cfg.LiveCap).
 			WithDetails(map[string]any{"cap": m.cfg.LiveCap, "live": live})
 	}
 	return release, nil
 }
+
+// A reservation is a create in flight, under the id of the sandbox it makes (a pool
+// claim moves it to the member's id).
+type reservation struct{ id string }
 
 // releasePending ends owner's in-flight create id.
 func (m *Manager) releasePending(owner, id string) {
@@ -435,9 +444,11 @@ func (m *Manager) releasePending(owner, id string) {
 func (m *Manager) movePending(owner, from, to string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if in := m.pending[owner]; in != nil && in[from] {
+	if in := m.pending[owner]; in != nil && in[from] != nil {
+		r := in[from]
 		delete(in, from)
-		in[to] = true
+		r.id = to
+		in[to] = r
 	}
 }
 

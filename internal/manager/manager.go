@@ -177,14 +177,14 @@ type Manager struct {
 	pulls keyedMutex // by owner and image name: pulls that wait for each other
 
 	mu       sync.Mutex
-	slots    map[uint32]string          // uid base -> sandbox id
-	activity map[string]time.Time       // sandbox id -> last inbound traffic not yet stored
-	working  map[string]int             // sandbox id -> agent calls in progress
-	pending  map[string]map[string]bool // owner -> sandbox ids of creates between the cap check and their record
-	admitted map[string]int64           // sandbox id -> memory held on this node while its container is made (placement.go)
-	retries  map[string]retry           // sandbox id -> backoff of a failed delete or cleanup
-	cleaning map[string]bool            // sandbox id -> its cleanup runs (cleanup.go)
-	watches  map[string]int             // sandbox id -> watches open (watches.go)
+	slots    map[uint32]string                  // uid base -> sandbox id
+	activity map[string]time.Time               // sandbox id -> last inbound traffic not yet stored
+	working  map[string]int                     // sandbox id -> agent calls in progress
+	pending  map[string]map[string]*reservation // owner -> sandbox id -> a create between the cap check and its record
+	admitted map[string]int64                   // sandbox id -> memory held on this node while its container is made (placement.go)
+	retries  map[string]retry                   // sandbox id -> backoff of a failed delete or cleanup
+	cleaning map[string]bool                    // sandbox id -> its cleanup runs (cleanup.go)
+	watches  map[string]int                     // sandbox id -> watches open (watches.go)
 
 	cleanDone chan struct{} // closed and replaced (under mu) whenever a cleanup run ends
 	cleanSem  chan struct{} // one token per running cleanup
@@ -228,7 +228,7 @@ func New(cfg Config, st store.Store, drv runtime.Driver, images *image.Store, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		cfg: cfg, store: st, drivers: map[string]runtime.Driver{cfg.runtimeName(): drv}, defaultRuntime: cfg.runtimeName(), images: images, log: log.With("component", "manager"),
-		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]bool{}, admitted: map[string]int64{}, retries: map[string]retry{},
+		now: time.Now, slots: map[uint32]string{}, activity: map[string]time.Time{}, working: map[string]int{}, pending: map[string]map[string]*reservation{}, admitted: map[string]int64{}, retries: map[string]retry{},
 		cleaning: map[string]bool{}, watches: map[string]int{}, cleanDone: make(chan struct{}), cleanSem: make(chan struct{}, cleanupWorkers),
 		ctx: ctx, cancel: cancel, evCh: make(chan struct{}), usage: newUsageBook(cfg.Usage),
 	}
