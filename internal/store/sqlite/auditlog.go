@@ -24,26 +24,23 @@ func (s *Store) AppendAudit(ctx context.Context, recs []*store.AuditRecord, seal
 	if err != nil {
 		return err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if seal != nil {
-		var h store.AuditAnchor
-		if err := tx.StmtContext(ctx, head).QueryRowContext(ctx).Scan(&h.Seq, &h.Hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("read the audit log's head: %w", err)
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if seal != nil {
+			var h store.AuditAnchor
+			if err := tx.StmtContext(ctx, head).QueryRowContext(ctx).Scan(&h.Seq, &h.Hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("read the audit log's head: %w", err)
+			}
+			seal(h, recs)
 		}
-		seal(h, recs)
-	}
-	stmt := tx.StmtContext(ctx, ins)
-	defer stmt.Close()
-	for _, r := range recs {
-		if _, err := stmt.ExecContext(ctx, records.AuditArgs(r, string(r.Doc))...); err != nil {
-			return fmt.Errorf("append audit record %d: %w", r.Seq, err)
+		stmt := tx.StmtContext(ctx, ins)
+		defer stmt.Close()
+		for _, r := range recs {
+			if _, err := stmt.ExecContext(ctx, records.AuditArgs(r, string(r.Doc))...); err != nil {
+				return fmt.Errorf("append audit record %d: %w", r.Seq, err)
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 // LastAudit implements store.Store.

@@ -30,28 +30,26 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	if err != nil {
 		return err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("append events: %w", err)
-	}
-	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx,
-		`INSERT INTO events (`+records.NewEventColumns+`) VALUES (?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("append events: %w", err)
-	}
-	defer st.Close()
 	seqs := make([]int64, len(evs))
-	for i, ev := range evs {
-		res, err := st.ExecContext(ctx, rows[i]...)
+	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx,
+			`INSERT INTO events (`+records.NewEventColumns+`) VALUES (?, ?, ?, ?, ?, ?)`)
 		if err != nil {
-			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+			return fmt.Errorf("append events: %w", err)
 		}
-		if seqs[i], err = res.LastInsertId(); err != nil {
-			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+		defer st.Close()
+		for i, ev := range evs {
+			res, err := st.ExecContext(ctx, rows[i]...)
+			if err != nil {
+				return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+			}
+			if seqs[i], err = res.LastInsertId(); err != nil {
+				return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	for i, ev := range evs {

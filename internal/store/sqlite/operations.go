@@ -34,30 +34,32 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 	if err != nil {
 		return nil, err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
-	}
-	defer tx.Rollback()
-
-	if op.IdempotencyKey != "" {
-		prev, err := records.ScanOperation(tx.QueryRowContext(ctx,
-			`SELECT `+records.OperationColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
-			op.Owner, op.IdempotencyKey))
-		switch {
-		case err == nil:
-			return prev, errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
-				op.IdempotencyKey, op.Owner)
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+	var prev *store.Operation
+	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if op.IdempotencyKey != "" {
+			p, err := records.ScanOperation(tx.QueryRowContext(ctx,
+				`SELECT `+records.OperationColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
+				op.Owner, op.IdempotencyKey))
+			switch {
+			case err == nil:
+				prev = p
+				return errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
+					op.IdempotencyKey, op.Owner)
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("create operation %s: %w", op.ID, err)
+			}
 		}
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO operations (`+records.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
+			return operationConflict(err, op, "create")
+		}
+		return nil
+	})
+	if prev != nil {
+		return prev, err
 	}
-	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO operations (`+records.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
-		return nil, operationConflict(err, op, "create")
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+	if err != nil {
+		return nil, err
 	}
 	return op, nil
 }
@@ -69,21 +71,23 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 	if err != nil {
 		return err
 	}
-	res, err := s.w.ExecContext(ctx,
-		`UPDATE operations SET kind = ?, owner = ?, sandbox_id = ?, state = ?, idempotency_key = ?,
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			`UPDATE operations SET kind = ?, owner = ?, sandbox_id = ?, state = ?, idempotency_key = ?,
 		request_hash = ?, result = ?, error_code = ?, error_message = ?, created_at = ?, updated_at = ?
 		WHERE id = ?`, append(args[1:], op.ID)...)
-	if err != nil {
-		return operationConflict(err, op, "update")
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("update operation %s: %w", op.ID, err)
-	}
-	if n == 0 {
-		return errdefs.NotFound("operation %s not found", op.ID)
-	}
-	return nil
+		if err != nil {
+			return operationConflict(err, op, "update")
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("update operation %s: %w", op.ID, err)
+		}
+		if n == 0 {
+			return errdefs.NotFound("operation %s not found", op.ID)
+		}
+		return nil
+	})
 }
 
 // GetOperation implements store.Store.

@@ -36,9 +36,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx,
-		`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU)
+	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU)
+		return err
+	})
 	if err != nil {
 		return sandboxConflict(err, sb, "create")
 	}
@@ -261,36 +264,33 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	defer tx.Rollback()
-
-	res, err := tx.ExecContext(ctx,
-		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?, memory = ?, cpu = ?
+	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?, memory = ?, cpu = ?
 		WHERE id = ? AND version = ?`,
-		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU, sb.ID, sb.Version)
-	if err != nil {
-		return sandboxConflict(err, sb, "update")
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-	}
-	if n == 0 {
-		var stored int64
-		err := tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errdefs.NotFound("sandbox %s not found", sb.ID)
+			c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU, sb.ID, sb.Version)
+		if err != nil {
+			return sandboxConflict(err, sb, "update")
 		}
+		n, err := res.RowsAffected()
 		if err != nil {
 			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 		}
-		return errdefs.VersionConflict("sandbox %s is at version %d, not %d", sb.ID, stored, sb.Version)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+		if n == 0 {
+			var stored int64
+			err := tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
+			if errors.Is(err, sql.ErrNoRows) {
+				return errdefs.NotFound("sandbox %s not found", sb.ID)
+			}
+			if err != nil {
+				return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+			}
+			return errdefs.VersionConflict("sandbox %s is at version %d, not %d", sb.ID, stored, sb.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	sb.Version, sb.UpdatedAt = c.Version, c.UpdatedAt
 	return nil

@@ -45,6 +45,7 @@ type Store struct {
 
 	stmts   stmts   // the hot queries, prepared once
 	decoded decoded // sandbox records a list decoded, by id and version
+	group   group   // writes waiting to be committed together (group.go)
 
 	closeOnce sync.Once
 	closeErr  error
