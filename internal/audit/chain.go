@@ -125,16 +125,20 @@ func (c *Chain) AppendBatch(ctx context.Context, entries []Entry) error {
 		recs[i] = &store.AuditRecord{Time: e.Time, Identity: e.Identity, Action: e.Action, Sandbox: e.Sandbox, Doc: docs[i]}
 	}
 	// The store reads the head inside its transaction, so every node writing the same
-	// store continues one chain; c.mu keeps this node's own appends in order.
+	// store continues one chain, and appends of this node's requests sent at once are
+	// chained in the order the store commits them: they are not held to one at a time
+	// here, so the store can commit them together.
+	err := c.st.AppendAudit(context.WithoutCancel(ctx), recs, c.seal)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	err := c.st.AppendAudit(context.WithoutCancel(ctx), recs, c.seal)
 	if err != nil {
 		c.failed = err
 		return fmt.Errorf("audit log: %w", err)
 	}
-	last := recs[len(recs)-1]
-	c.seq, c.last, c.failed = last.Seq, last.Hash, nil
+	if last := recs[len(recs)-1]; last.Seq > c.seq {
+		c.seq, c.last = last.Seq, last.Hash
+	}
+	c.failed = nil
 	return nil
 }
 
