@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +196,46 @@ func TestChainHealsOnceItCanWrite(t *testing.T) {
 	}
 	if res, err := c.Verify(ctx); err != nil || !res.OK {
 		t.Errorf("Verify = %+v, %v; want ok", res, err)
+	}
+}
+
+// Appends sent at once (the requests of a burst, whose records the store commits
+// together) make one chain: every record is there, numbered without a gap, and the
+// chain verifies.
+func TestConcurrentAppendsMakeOneChain(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c, err := OpenChain(ctx, st, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			entries := []Entry{{Identity: "bob", Action: "exec", Result: "ok"}}
+			if i%2 == 0 {
+				entries = append(entries, Entry{Identity: "bob", Action: "exec", Result: "ok"})
+			}
+			if err := c.AppendBatch(ctx, entries); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	want := int64(n + n/2)
+	res, err := c.Verify(ctx)
+	if err != nil || !res.OK || res.Records != want {
+		t.Fatalf("after %d appends at once: %+v, %v; want %d records that verify", n, res, err, want)
+	}
+	c.mu.Lock()
+	seq := c.seq
+	c.mu.Unlock()
+	if seq != want {
+		t.Errorf("the chain's newest record is %d, want %d", seq, want)
 	}
 }
