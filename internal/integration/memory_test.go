@@ -130,6 +130,40 @@ echo in-tmpfs > /tmp/t; echo just-before > /root/f`)
 			t.Errorf("send after a second suspend (resumed by the call): %+v, %v; want 41", res, err)
 		}
 	})
+	t.Run("memory pages that fail to load leave the files, and the sandbox runs again", func(t *testing.T) {
+		if _, err := n.Client.Suspend(background, sb.Name); err != nil {
+			t.Fatal(err)
+		}
+		// The pages go on loading after the restore returns. A short pages file has
+		// failed the restore itself so far (a fresh start); a read that fails later
+		// ends the restored sandbox, which the next call finds suspended with its files
+		// and resumes afresh. Either way the files are there.
+		pages := filepath.Join(n.Dir, "memory", sb.ID, "pages.img")
+		fi, err := os.Stat(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(pages, fi.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Client.Resume(background, sb.Name); err != nil {
+			t.Fatalf("a resume whose memory pages cannot be loaded failed: %v", err)
+		}
+		var out string
+		for i := 0; i < 3; i++ {
+			res, err := n.Client.Exec(background, sb.Name, api.ExecRequest{Shell: "cat /root/f"})
+			if err == nil && res.State == api.ExecSucceeded {
+				out = res.Stdout
+				break
+			}
+		}
+		if out != "just-before\n" {
+			t.Errorf("after memory pages that failed to load: %q; want the file", out)
+		}
+		if got, err := n.Client.Get(background, sb.Name); err != nil || got.State != api.StateRunning {
+			t.Errorf("the sandbox after a failed load: %+v, %v; want running", got, err)
+		}
+	})
 	t.Run("a restore that fails starts afresh, with its network", func(t *testing.T) {
 		if _, err := n.Client.Suspend(background, sb.Name); err != nil {
 			t.Fatal(err)
