@@ -103,8 +103,7 @@ echo in-tmpfs > /tmp/t; echo just-before > /root/f`)
 	}
 
 	t.Run("python variables", func(t *testing.T) {
-		// The image is removed as soon as the restore returns, while its pages may
-		// still be loading: every page of the blob must have its bytes.
+		// Every page of the blob comes back with its bytes.
 		res, err := n.Client.Send(background, sb.Name, ses.ID, "x + 1, len(blob), blob.count(255), blob == bytearray(range(256)) * (32 << 10)")
 		if err != nil || res.Stdout != "(42, 8388608, 32768, True)\n" {
 			t.Errorf("send after resume: %+v, %v; want (42, 8388608, 32768, True)", res, err)
@@ -134,10 +133,9 @@ echo in-tmpfs > /tmp/t; echo just-before > /root/f`)
 		if _, err := n.Client.Suspend(background, sb.Name); err != nil {
 			t.Fatal(err)
 		}
-		// The pages go on loading after the restore returns. A short pages file has
-		// failed the restore itself so far (a fresh start); a read that fails later
-		// ends the restored sandbox, which the next call finds suspended with its files
-		// and resumes afresh. Either way the files are there.
+		// A short pages file fails the restore (a fresh start); were the sandbox to end
+		// after it (a page read that fails late), the next call would find it
+		// suspended with its files and resume it afresh. Either way the files are there.
 		pages := filepath.Join(n.Dir, "memory", sb.ID, "pages.img")
 		fi, err := os.Stat(pages)
 		if err != nil {

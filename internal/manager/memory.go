@@ -277,10 +277,9 @@ func (m *Manager) startFromMemory(ctx context.Context, sb *store.Sandbox, spec r
 
 // removeRestored removes a memory image the sandbox was restored from. Its removal
 // (tens of megabytes of pages) is no part of the resume: the image is renamed aside at
-// once, so no later suspend can write where it is, and removed in the background
-// (the restored container may still be loading its pages, from files it holds open:
-// runtime.Checkpointer.Restore). A crash before that leaves dir+restoredSuffix, which
-// the sandbox's next suspend or its removal takes away.
+// once, so no later suspend can write where it is, and removed in the background. A
+// crash before that leaves dir+restoredSuffix, which the sandbox's next suspend or
+// its removal takes away.
 func (m *Manager) removeRestored(dir string) {
 	aside := dir + restoredSuffix
 	if err := os.Rename(dir, aside); err != nil {

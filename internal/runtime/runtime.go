@@ -254,9 +254,7 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, dir string) error
 	// Restore builds the container for spec as Start does, over the same upper layer,
 	// and restores its processes from dir instead of starting its agent afresh. The
-	// image is only read, and may be removed as soon as Restore returns (the container
-	// may go on reading its pages from files it holds open); a Restore that fails
-	// leaves no container, as Start.
+	// image is only read; a Restore that fails leaves no container, as Start.
 	Restore(ctx context.Context, spec Spec, dir string) error
 	// CheckpointFrozen saves the container's memory and processes into dir as
 	// Checkpoint does, but leaves the container in place, frozen as Freeze leaves it,

@@ -352,13 +352,12 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 	if memory != "" {
 		// The spec is the daemon's own, never the sandbox's; a clone's differs from its
 		// source's in its identity (ids, mounts, network), which runsc's default check
-		// refuses, so a difference is only logged. --background: the restore returns
-		// once the kernel's state is loaded, and the memory's pages (an uncompressed
-		// image, Checkpoint's) go on loading from files the sandbox holds open, so the
-		// caller may remove the image at once. A page that fails to load then ends the
-		// sandbox, which the manager sees as a container gone (files kept, memory lost).
+		// refuses, so a difference is only logged. Not --background (pages loading on
+		// after the restore returns): it gained nothing measurable for a resume's first
+		// answer (bench/RESULTS.md), and a page that failed to load would then end a
+		// sandbox already reported running.
 		sub = "restore"
-		args = append(append(d.globalArgs(), logArgs...), "--restore-spec-validation=warning", sub, "--detach", "--background", "--bundle", bundle, "--image-path", memory)
+		args = append(append(d.globalArgs(), logArgs...), "--restore-spec-validation=warning", sub, "--detach", "--bundle", bundle, "--image-path", memory)
 	}
 	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
 	cmd.Args = append(cmd.Args, args...)
