@@ -352,7 +352,10 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 	if memory != "" {
 		// The spec is the daemon's own, never the sandbox's; a clone's differs from its
 		// source's in its identity (ids, mounts, network), which runsc's default check
-		// refuses, so a difference is only logged.
+		// refuses, so a difference is only logged. Not --background (pages loading on
+		// after the restore returns): it gained nothing measurable for a resume's first
+		// answer (bench/RESULTS.md), and a page that failed to load would then end a
+		// sandbox already reported running.
 		sub = "restore"
 		args = append(append(d.globalArgs(), logArgs...), "--restore-spec-validation=warning", sub, "--detach", "--bundle", bundle, "--image-path", memory)
 	}
