@@ -17,10 +17,13 @@ import (
 // a function of the record alone (toAPISandbox reads nothing else), and which records
 // a caller sees is decided before this, so one owner never gets another's; with a
 // store shared by several nodes, a write by another node bumps the version the list
-// reads, as here. At most maxEncoded are kept; past that the next list starts afresh.
+// reads, as here. At most maxEncoded records of maxEncodedBytes in all are kept (a
+// deleted record's JSON stays until then, and one record's environment alone may be
+// megabytes); past either the next list starts afresh.
 type encodedSandboxes struct {
-	mu sync.Mutex
-	m  map[string]encodedSandbox
+	mu    sync.Mutex
+	m     map[string]encodedSandbox
+	bytes int // of the JSON in m
 }
 
 type encodedSandbox struct {
@@ -29,7 +32,10 @@ type encodedSandbox struct {
 	json              []byte // never changed once kept
 }
 
-const maxEncoded = 50_000
+const (
+	maxEncoded      = 50_000
+	maxEncodedBytes = 128 << 20
+)
 
 // json is sb as a list holds it (api.AppendSandbox of toAPISandbox).
 func (e *encodedSandboxes) json(sb *manager.Sandbox) ([]byte, error) {
@@ -44,10 +50,14 @@ func (e *encodedSandboxes) json(sb *manager.Sandbox) ([]byte, error) {
 		return nil, err
 	}
 	e.mu.Lock()
-	if e.m == nil || len(e.m) >= maxEncoded {
-		e.m = map[string]encodedSandbox{}
+	if old, ok := e.m[sb.ID]; ok {
+		e.bytes -= len(old.json)
+	}
+	if e.m == nil || len(e.m) >= maxEncoded || e.bytes+len(b) > maxEncodedBytes {
+		e.m, e.bytes = map[string]encodedSandbox{}, 0
 	}
 	e.m[sb.ID] = encodedSandbox{version: sb.Version, updated: sb.UpdatedAt, activity: sb.LastActivity, json: b}
+	e.bytes += len(b)
 	e.mu.Unlock()
 	return b, nil
 }
