@@ -25,10 +25,13 @@ type group struct {
 }
 
 type groupWrite struct {
-	ctx  context.Context
-	fn   func(ctx context.Context, tx *sql.Tx) error
-	err  error
-	wake chan bool // true: lead the next batch; false: done, err is set
+	ctx context.Context
+	fn  func(ctx context.Context, tx *sql.Tx) error
+	err error
+	// panicked is what fn panicked with, if it did: its write is not made, and inTx
+	// panics with it in the caller's goroutine, as fn would have without the batch.
+	panicked any
+	wake     chan bool // true: lead the next batch; false: done, err is set
 }
 
 // maxBatch bounds the writes of one commit.
@@ -48,7 +51,7 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	g.mu.Unlock()
 	if !lead {
 		if lead = <-w.wake; !lead {
-			return w.err
+			return w.result()
 		}
 	}
 	// Lead: commit the queue as it is now (this write is in it), then hand the lead to
@@ -75,7 +78,28 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 			o.wake <- false
 		}
 	}
+	return w.result()
+}
+
+// result is what inTx gives w's caller once its batch is done.
+func (w *groupWrite) result() error {
+	if w.panicked != nil {
+		panic(w.panicked)
+	}
 	return w.err
+}
+
+// run runs w's fn in tx and sets w.err, or w.panicked and an error if fn panics: the
+// leader runs every write of its batch, and one write's panic must neither leave the
+// others waiting nor keep the lead from passing on.
+func (w *groupWrite) run(ctx context.Context, tx *sql.Tx) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.panicked = p
+			w.err = fmt.Errorf("write panicked: %v", p)
+		}
+	}()
+	w.err = w.fn(ctx, tx)
 }
 
 // commitBatch runs the writes of batch in one transaction and sets each one's err.
@@ -95,7 +119,7 @@ func (s *Store) commitBatch(batch []*groupWrite) {
 			continue
 		}
 		if len(batch) == 1 {
-			w.err = w.fn(context.WithoutCancel(w.ctx), tx)
+			w.run(context.WithoutCancel(w.ctx), tx)
 		} else if err := savepoint(tx, w); err != nil {
 			// The transaction may be gone (SQLite rolls back on some errors): nothing
 			// of the batch is committed, and the rest must not run outside it.
@@ -134,7 +158,7 @@ func savepoint(tx *sql.Tx, w *groupWrite) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 		return err
 	}
-	if w.err = w.fn(ctx, tx); w.err != nil {
+	if w.run(ctx, tx); w.err != nil {
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
 			return err
 		}

@@ -122,3 +122,59 @@ func TestGroupCommitUnderConcurrentWrites(t *testing.T) {
 		t.Errorf("the member after the claims: %+v, %v; want version 2, owner alice", got, err)
 	}
 }
+
+// A write that panics panics in its own caller, its write not made, and writes after
+// it are still committed: the leader that ran it passes the lead on and wakes the
+// others of its batch.
+func TestGroupCommitAfterAPanic(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	insert := func(id string) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
+				VALUES (?, 'alice', ?, 'running', 1, '2026-12-06T00:00:00Z', json_object('id', ?), '', 0, 0)`, id, id, id)
+			return err
+		}
+	}
+	panicking := func(id string) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			if err := insert(id)(ctx, tx); err != nil {
+				return err
+			}
+			panic("broken write")
+		}
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "broken write" {
+				t.Errorf("the panicking write's caller recovered %v, want its panic", p)
+			}
+		}()
+		st.inTx(ctx, panicking("sb_p1"))
+	}()
+	done := make(chan error, 1)
+	go func() { done <- st.inTx(ctx, insert("sb_1")) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("a write after a panicking one: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write after a panicking one still waits after 10s")
+	}
+	batch := []*groupWrite{{ctx: ctx, fn: insert("sb_2")}, {ctx: ctx, fn: panicking("sb_p2")}, {ctx: ctx, fn: insert("sb_3")}}
+	st.commitBatch(batch)
+	if batch[1].panicked != "broken write" || batch[0].err != nil || batch[2].err != nil {
+		t.Errorf("batch with a panicking write: errors %v, %v (panicked %v), %v", batch[0].err, batch[1].err, batch[1].panicked, batch[2].err)
+	}
+	for id, want := range map[string]bool{"sb_p1": false, "sb_1": true, "sb_2": true, "sb_p2": false, "sb_3": true} {
+		_, err := st.GetSandbox(ctx, id)
+		if got := err == nil; got != want {
+			t.Errorf("%s stored = %v (%v), want %v", id, got, err, want)
+		}
+	}
+}
