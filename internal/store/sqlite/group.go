@@ -31,6 +31,7 @@ type groupWrite struct {
 	// panicked is what fn panicked with, if it did: its write is not made, and inTx
 	// panics with it in the caller's goroutine, as fn would have without the batch.
 	panicked any
+	skipped  bool      // not run: its ctx was done before its turn
 	wake     chan bool // true: lead the next batch; false: done, err is set
 }
 
@@ -116,6 +117,7 @@ func (s *Store) commitBatch(batch []*groupWrite) {
 	ok := 0
 	for i, w := range batch {
 		if w.err = w.ctx.Err(); w.err != nil {
+			w.skipped = true
 			continue
 		}
 		if len(batch) == 1 {
@@ -123,11 +125,7 @@ func (s *Store) commitBatch(batch []*groupWrite) {
 		} else if err := savepoint(tx, w); err != nil {
 			// The transaction may be gone (SQLite rolls back on some errors): nothing
 			// of the batch is committed, and the rest must not run outside it.
-			for _, o := range batch[:i+1] {
-				if o.err == nil {
-					o.err = err
-				}
-			}
+			failBatch(batch[:i+1], err)
 			for _, o := range batch[i+1:] {
 				o.err = fmt.Errorf("a write committed with it failed: %w", err)
 			}
@@ -141,11 +139,17 @@ func (s *Store) commitBatch(batch []*groupWrite) {
 		return
 	}
 	if err := tx.Commit(); err != nil {
-		err = fmt.Errorf("commit: %w", err)
-		for _, w := range batch {
-			if w.err == nil {
-				w.err = err
-			}
+		failBatch(batch, fmt.Errorf("commit: %w", err))
+	}
+}
+
+// failBatch gives err to each write of batch that ran, none of which is made: also to
+// one that failed on its own, which may have failed on what another wrote (a conflict
+// with a row, or an operation with its idempotency key, that is not committed after all).
+func failBatch(batch []*groupWrite, err error) {
+	for _, w := range batch {
+		if !w.skipped {
+			w.err = err
 		}
 	}
 }

@@ -178,3 +178,63 @@ func TestGroupCommitAfterAPanic(t *testing.T) {
 		}
 	}
 }
+
+// When a batch's commit fails, none of its writes is made, and each caller hears that
+// failure: also one whose write failed on its own, on a row of the batch that is not
+// committed after all (here: "already exists" of a row never stored, which an
+// idempotent create would answer with the operation that row was).
+func TestGroupCommitFailedCommitFailsEveryWrite(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	batch := []*groupWrite{
+		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
+				VALUES ('sb_1', 'alice', 'one', 'running', 1, '2026-12-06T00:00:00Z', json_object('id', 'sb_1'), '', 0, 0)`)
+			return err
+		}},
+		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes WHERE name = 'one'`).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return errdefs.Exists("a sandbox named one already exists")
+			}
+			return nil
+		}},
+		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
+			// A deferred foreign key left broken: the commit fails.
+			for _, q := range []string{
+				`CREATE TABLE parent (id INTEGER PRIMARY KEY)`,
+				`CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)`,
+				`INSERT INTO child VALUES (1)`,
+			} {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+	st.commitBatch(batch)
+	for i, w := range batch {
+		if w.err == nil || errors.Is(w.err, errdefs.ErrAlreadyExists) {
+			t.Errorf("write %d of a batch whose commit failed: %v, want the commit's error", i, w.err)
+		}
+	}
+	if _, err := st.GetSandbox(ctx, "sb_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("sb_1 of a batch whose commit failed: %v, want not found", err)
+	}
+	// The store still writes.
+	if err := st.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
+			VALUES ('sb_2', 'alice', 'two', 'running', 1, '2026-12-06T00:00:00Z', json_object('id', 'sb_2'), '', 0, 0)`)
+		return err
+	}); err != nil {
+		t.Errorf("a write after a failed commit: %v", err)
+	}
+}
