@@ -478,17 +478,17 @@ func (s *server) idleConn(c net.Conn, idle bool) bool {
 }
 
 // dispatchKept runs req and reports whether the connection can carry the next call:
-// only when the request asked for it, for ping and an exec without stdin, once the call
-// ended cleanly.
+// only when the request asked for it and may (keepable: a ping, an exec without stdin),
+// once the call ended cleanly.
 func (s *server) dispatchKept(c net.Conn, fw *frameWriter, req *agentproto.Request) (bool, error) {
-	switch {
-	case req.Keep && req.Op == agentproto.OpPing:
+	if !req.Keep || !keepable(req) {
+		return false, s.dispatch(c, fw, req)
+	}
+	if req.Op == agentproto.OpPing {
 		err := fw.json(agentproto.FrameResult, struct{}{})
 		return err == nil, err
-	case req.Keep && req.Op == agentproto.OpExec && req.Exec != nil && !req.Exec.Stdin:
-		return s.handleExec(c, fw, req.Exec, true)
 	}
-	return false, s.dispatch(c, fw, req)
+	return s.handleExec(c, fw, req.Exec, true)
 }
 
 // closeConnsBut closes every connection the agent holds but keep; their handlers end

@@ -222,11 +222,19 @@ func ctxErr(ctx context.Context, err error) error {
 
 // Quiesce has the agent close every connection it holds, and returns once it has
 // closed this call's own too (the end of its stream): nothing of the host is open in
-// the sandbox then but the agent's channel, until the next call.
+// the sandbox then but the agent's channel, until the next call. An agent that writes
+// past its answer instead has not closed it: that fails.
 func (c *Client) Quiesce(ctx context.Context) error {
 	return c.simpleThen(ctx, &agentproto.Request{Op: agentproto.OpQuiesce}, nil, func(conn net.Conn) error {
-		_, err := io.Copy(io.Discard, io.LimitReader(conn, 1<<10))
-		return err
+		var b [1]byte
+		switch n, err := conn.Read(b[:]); {
+		case n > 0:
+			return errors.New("quiesce: the agent wrote past its answer instead of closing the connection")
+		case err == io.EOF:
+			return nil
+		default:
+			return err
+		}
 	})
 }
 

@@ -391,3 +391,41 @@ func TestPoolsKeepAtMostKeptMax(t *testing.T) {
 		t.Errorf("3 pools hold %d idle connections, want 1 (the bound)", idle)
 	}
 }
+
+// Quiesce returns once the agent has closed the call's connection after its answer;
+// an agent that writes on instead (any amount) has not, and Quiesce says so.
+func TestQuiesceWantsTheEnd(t *testing.T) {
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name  string
+		after []byte
+		ok    bool
+	}{
+		{"closes", nil, true},
+		{"writes on", bytes.Repeat([]byte("x"), 4<<10), false},
+	} {
+		sock := rawAgent(t, func(conn net.Conn) {
+			if _, err := readReq(conn); err != nil {
+				return
+			}
+			agentproto.WriteFrame(conn, agentproto.FrameResult, []byte("{}"))
+			if tc.after == nil {
+				conn.Close()
+				return
+			}
+			conn.Write(tc.after)
+			io.Copy(io.Discard, conn) // and keeps the connection
+		})
+		c, pool, _ := pooled(sock)
+		t.Cleanup(pool.Close)
+		if err := c.Quiesce(ctx); (err == nil) != tc.ok {
+			t.Errorf("%s: Quiesce: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+	sock, _ := serveAgent(t, Options{})
+	c, pool, _ := pooled(sock)
+	t.Cleanup(pool.Close)
+	if err := c.Quiesce(ctx); err != nil {
+		t.Errorf("Quiesce of a real agent: %v", err)
+	}
+}

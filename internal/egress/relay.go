@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -155,13 +156,45 @@ func pipe(dst, src net.Conn) int64 {
 	return n
 }
 
-// relayBufSize is the size of the buffers relayed bytes go through.
-const relayBufSize = 256 << 10
+// relayBufSize is the size of the buffers relayed bytes go through, and relayBigMax how
+// many of them all relays hold at once (64 MiB): a relay holds its buffer for as long
+// as its write waits, and a sandbox can hold thousands of connections whose other end
+// reads nothing (its own, or a server's it sends to). Past relayBigMax a read goes
+// through a buffer of relaySmallSize. (A variable for tests.)
+const (
+	relayBufSize   = 256 << 10
+	relaySmallSize = 16 << 10
+)
 
-var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+var relayBigMax int64 = 256
+
+var (
+	relayBigHeld   atomic.Int64
+	relayBufs      = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+	relaySmallBufs = sync.Pool{New: func() any { b := make([]byte, relaySmallSize); return &b }}
+)
+
+// getRelayBuf returns a buffer of relayBufSize, or of relaySmallSize when relayBigMax
+// of those are held; putRelayBuf gives it back.
+func getRelayBuf() *[]byte {
+	if relayBigHeld.Add(1) <= relayBigMax {
+		return relayBufs.Get().(*[]byte)
+	}
+	relayBigHeld.Add(-1)
+	return relaySmallBufs.Get().(*[]byte)
+}
+
+func putRelayBuf(b *[]byte) {
+	if len(*b) == relaySmallSize {
+		relaySmallBufs.Put(b)
+		return
+	}
+	relayBufs.Put(b)
+	relayBigHeld.Add(-1)
+}
 
 // copyPooled copies src to dst until src ends (a nil error, as io.Copy) and returns the
-// bytes copied. The bytes go through a buffer of relayBufs that it holds only while it
+// bytes copied. The bytes go through a buffer (getRelayBuf) that it holds only while it
 // has something to pass on, so an idle connection holds none.
 //
 // It is a copy, not splice(2) as io.Copy between two TCP connections would do: measured
@@ -184,16 +217,16 @@ func copyPooled(dst io.Writer, src net.Conn) (int64, error) {
 		var n int
 		var rerr error
 		err := rc.Read(func(fd uintptr) bool {
-			b := relayBufs.Get().(*[]byte)
+			b := getRelayBuf()
 			n, rerr = syscall.Read(int(fd), *b)
 			if rerr == syscall.EAGAIN {
-				relayBufs.Put(b)
+				putRelayBuf(b)
 				return false // wait until there is something to read, holding no buffer
 			}
 			if n > 0 {
 				buf = b
 			} else {
-				relayBufs.Put(b)
+				putRelayBuf(b)
 			}
 			return true
 		})
@@ -202,7 +235,7 @@ func copyPooled(dst io.Writer, src net.Conn) (int64, error) {
 		}
 		if buf != nil {
 			m, werr := dst.Write((*buf)[:n])
-			relayBufs.Put(buf)
+			putRelayBuf(buf)
 			total += int64(m)
 			if werr == nil && m != n {
 				werr = io.ErrShortWrite

@@ -101,3 +101,52 @@ func TestRelayIdleHoldsNoBuffer(t *testing.T) {
 		c.Close()
 	}
 }
+
+// stalled is a writer that never returns, as a relay's write to a peer that reads
+// nothing; it notes the size of the first write it got.
+type stalled struct {
+	got     chan int
+	release chan struct{}
+}
+
+func (s stalled) Write(p []byte) (int, error) {
+	s.got <- len(p)
+	<-s.release
+	return 0, io.ErrClosedPipe
+}
+
+// TestRelayStalledWritesHoldBoundedBuffers: relays whose writes wait (a peer that reads
+// nothing) hold at most relayBigMax big buffers together; past that each holds a small
+// one, so a sandbox's thousands of stalled connections cannot pin 256 KiB each.
+func TestRelayStalledWritesHoldBoundedBuffers(t *testing.T) {
+	defer func(n int64) { relayBigMax = n }(relayBigMax)
+	relayBigMax = 2
+	const conns = 5
+	w := stalled{got: make(chan int, conns), release: make(chan struct{})}
+	defer close(w.release)
+	for range conns {
+		src, srcSide := tcpPair(t)
+		if _, err := src.Write(make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // all of it queued, for one big read
+		go copyPooled(w, srcSide)
+	}
+	big := 0
+	for range conns {
+		select {
+		case n := <-w.got:
+			if n > relaySmallSize {
+				big++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a relay wrote nothing")
+		}
+	}
+	if big > 2 {
+		t.Errorf("%d of %d stalled relays hold a write of more than %d bytes, want at most relayBigMax (2)", big, conns, relaySmallSize)
+	}
+	if big == 0 {
+		t.Errorf("no stalled relay got a big buffer")
+	}
+}

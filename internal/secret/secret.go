@@ -64,6 +64,7 @@ type Service struct {
 
 	mu       sync.RWMutex
 	ring     keyring
+	rekeying sync.Mutex                  // one Rekey at a time: each forgets every key but its own
 	onChange func(owner, sandbox string) // the delivery's refresh; sandbox "" is every one
 }
 
@@ -300,6 +301,8 @@ func (s *Service) Delete(ctx context.Context, owner, name string) error {
 // key, then forgets the old keys.
 // Until it ends, both keys open; an interrupted rekey is finished by the next one.
 func (s *Service) Rekey(ctx context.Context) (int, error) {
+	s.rekeying.Lock()
+	defer s.rekeying.Unlock()
 	s.mu.Lock()
 	id := fmt.Sprintf("k%d", time.Now().UnixNano())
 	s.ring.Keys[id] = randomBytes(32)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/secret"
@@ -185,5 +186,61 @@ func TestRekeyResealsVolumeKeys(t *testing.T) {
 	}
 	if _, err := s.OpenKey(kid, sealed); err == nil {
 		t.Fatal("the old node key still opens the old seal after the rekey")
+	}
+}
+
+// Two rekeys at once each end with every secret and volume key sealed under a key the
+// node still has: neither forgets the other's key, nor re-seals a volume for ever.
+func TestConcurrentRekeys(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: "token", Type: "token", Value: []byte("hunter2")}); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, 64)
+	kid, sealed, err := s.SealKey(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateVolume(ctx, &store.Volume{ID: "vol_a", Kind: store.VolumeKindVolume, Owner: "alice", Name: "data", KeyID: kid, Key: sealed}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		done := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := s.Rekey(ctx)
+				done <- err
+			}()
+		}
+		for range 2 {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("rekey: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("a rekey beside another did not end")
+			}
+		}
+		v, err := st.GetVolume(ctx, "vol_a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain, err := s.OpenKey(v.KeyID, v.Key); err != nil || !bytes.Equal(plain, data) {
+			t.Fatalf("after two rekeys at once the volume key opens to %x, %v", plain, err)
+		}
+		if got, err := s.Value(ctx, "alice", "token", 0); err != nil || string(got) != "hunter2" {
+			t.Fatalf("after two rekeys at once the secret opens to %q, %v", got, err)
+		}
 	}
 }
