@@ -185,7 +185,7 @@ func (s *Store) readDocs(ctx context.Context, tx *sql.Tx, missing map[string]int
 				return fmt.Errorf("stored sandbox %s read twice or unasked", id)
 			}
 			out[i] = sb
-			s.decoded.put(sb)
+			s.decoded.put(sb, len(doc))
 			n++
 		}
 		if err := rows.Err(); err != nil {
