@@ -144,6 +144,15 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	if old, loaded := d.kept.Swap(id, k); loaded {
 		old.(*keptConns).pool.Close()
 	}
+	// A Stop (or a new start) between the peer's read and the Swap dropped the pools
+	// before this one was put in: take it out again rather than keep it for a
+	// container that is gone, and dial without keeping.
+	if now, ok := d.peers.Load(id); !ok || now.(agentPeer) != want {
+		if d.kept.CompareAndDelete(id, k) {
+			k.pool.Close()
+		}
+		return d.dialAgent(ctx, id, want)
+	}
 	return k.pool.Dial(ctx)
 }
 
