@@ -186,7 +186,12 @@ func (m *Manager) reconcileVolumes(ctx context.Context, cleaning map[string]bool
 	for _, v := range all {
 		if v.Node == m.cfg.NodeName && v.GrowTo > v.Size {
 			unlock := m.locks.lock(v.ID)
-			if err := m.growVolume(ctx, v); err != nil {
+			// Read again: a dropped attachment above changed the record.
+			cur, err := m.store.GetVolume(ctx, v.ID)
+			if err == nil {
+				err = m.growVolume(ctx, cur)
+			}
+			if err != nil {
 				m.log.Warn("finish a volume grow", "volume", v.ID, "err", err)
 			}
 			unlock()

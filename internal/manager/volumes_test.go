@@ -2,10 +2,12 @@ package manager
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -137,5 +139,62 @@ func TestReconcileVolumesKeepsMountsOfSandboxesItCannotRead(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "binds", "sb_gone")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the volume mounts of a sandbox without a record are still there: %v", err)
+	}
+}
+
+// Recovery drops an attachment a crash left and finishes a recorded grow of the same
+// volume: the grow is recorded done over the record as the drop left it, not the one
+// read before it.
+func TestReconcileVolumesFinishesGrowAfterDroppingAttachment(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root")
+	}
+	for _, tool := range []string{"mkfs.ext4", "resize2fs", "e2fsck"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("volumes need %s", tool)
+		}
+	}
+	m, _, st := newTestManager(t)
+	ctx := context.Background()
+	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetSecrets(svc, nil)
+	vols, err := volume.New(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetVolumes(vols)
+	key := make([]byte, volume.KeySize)
+	rand.Read(key)
+	kid, sealed, err := svc.SealKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vols.Make(ctx, "vol_1", MinVolumeSize, key); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := vols.Remove("vol_1"); err != nil {
+			t.Errorf("remove the volume: %v", err)
+		}
+	})
+	now := m.now()
+	if err := st.CreateVolume(ctx, &store.Volume{ID: "vol_1", Kind: VolumeKindVolume, Owner: local.Owner, Name: "data",
+		Node: m.cfg.NodeName, Size: MinVolumeSize, GrowTo: 2 * MinVolumeSize, KeyID: kid, Key: sealed,
+		Attachments: []store.VolumeAttachment{{SandboxID: "sb_gone", Path: "/data"}}, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	m.reconcileVolumes(ctx, map[string]bool{})
+	v, err := st.GetVolume(ctx, "vol_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Attachments) != 0 {
+		t.Errorf("the attachment of a sandbox that is gone is still recorded: %+v", v.Attachments)
+	}
+	if v.Size != 2*MinVolumeSize || v.GrowTo != 0 {
+		t.Errorf("after recovery the volume is recorded at size %d, grow to %d; want %d, 0", v.Size, v.GrowTo, 2*MinVolumeSize)
 	}
 }
