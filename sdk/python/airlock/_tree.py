@@ -108,6 +108,11 @@ class _BoundedTarInfo(tarfile.TarInfo):
             raise ArchiveRefused(self.name, f"an entry of type {self.type!r}; only directories, regular files and links are unpacked")
         return super()._proc_member(tf)
 
+    def _proc_gnusparse_10(self, next: tarfile.TarInfo, pax_headers: Dict[str, str], tf: tarfile.TarFile) -> None:
+        # A PAX header's GNU sparse 1.0 file: tarfile would read its map, as many
+        # numbers as its first line says, from the entry's data into memory.
+        raise ArchiveRefused(next.name, "a GNU sparse file; only directories, regular files and links are unpacked")
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 

@@ -161,6 +161,23 @@ def test_huge_header_refused(tmp_path, kind) -> None:
     assert os.listdir(tmp_path) == []
 
 
+def test_sparse_map_refused(tmp_path) -> None:
+    """A GNU sparse 1.0 file whose map claims more numbers than there is memory (which
+    tarfile would read from the entry's data whatever their count) is refused before
+    its map is read."""
+    ti = tarfile.TarInfo("f")
+    ti.size = 8 << 20
+    ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "f",
+                      "GNU.sparse.realsize": "1"}
+    head = ti.tobuf(format=tarfile.PAX_FORMAT) + b"%d\n" % (1 << 40)
+    src = io.BytesIO(head + b"0\n" * ((8 << 20) // 2))
+    with pytest.raises(airlock.ArchiveRefused) as ei:
+        _tree.extract(src, str(tmp_path))
+    assert "GNU sparse" in str(ei.value)
+    assert src.tell() < 1 << 20
+    assert os.listdir(tmp_path) == []
+
+
 def test_setuid_dropped_and_link_replaced(tmp_path) -> None:
     target = tmp_path / "target"
     target.write_text("keep")
