@@ -23,16 +23,14 @@ func (h *Host) Copy(ctx context.Context, src, dst string) (sum string, retErr er
 	if err := errors.Join(checkID(src), checkID(dst)); err != nil {
 		return "", err
 	}
-	unlock := h.lock(src)
+	defer h.lock(src)() // released after the thaw: a close meanwhile would unmount it frozen
 	if mnt := h.mnt(src); mounted(mnt) {
 		thaw, err := freeze(mnt)
 		if err != nil {
-			unlock()
 			return "", err
 		}
 		defer thaw()
 	}
-	defer unlock()
 	defer h.lock(dst)()
 	if err := os.MkdirAll(filepath.Join(h.dir, dst), 0o700); err != nil {
 		return "", err
