@@ -50,10 +50,11 @@ func (s *Store) getVolume(ctx context.Context, where string, args ...any) (*stor
 	return v, nil
 }
 
-// ListVolumes implements store.Store.
+// ListVolumes implements store.Store. The doc's created_at is compared as a time: as
+// text it does not sort (its fraction of a second has no fixed width).
 func (s *Store) ListVolumes(ctx context.Context, owner, kind string) ([]*store.Volume, error) {
 	out, err := queryRows(ctx, s, records.ScanVolume, `SELECT `+records.VolumeColumns+` FROM volumes
-		WHERE ($1 = '' OR owner = $1) AND ($2 = '' OR kind = $2) ORDER BY doc::json ->> 'created_at', id`, owner, kind)
+		WHERE ($1 = '' OR owner = $1) AND ($2 = '' OR kind = $2) ORDER BY (doc::json ->> 'created_at')::timestamptz, id`, owner, kind)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}

@@ -38,12 +38,17 @@ func testVolumes(t *testing.T, open func(t *testing.T) store.Store) {
 	if err != nil || got.ID != "vol_a" || got.Size != 1<<30 || string(got.Key) != "\x01\x02\x03" || got.Version != 1 || !got.CreatedAt.Equal(at) {
 		t.Fatalf("GetVolumeByName(alice, data) = %+v, %v; want vol_a as stored", got, err)
 	}
-	list, err := s.ListVolumes(ctx, "alice", store.VolumeKindVolume)
-	if err != nil || len(list) != 1 || list[0].ID != "vol_a" {
-		t.Fatalf("alice's volumes = %v, %v; want [vol_a]", list, err)
+	// Half a second later: as text, "…:00.5Z" sorts before "…:00Z".
+	late := &store.Volume{ID: "vol_e", Kind: store.VolumeKindVolume, Owner: "alice", Name: "late", CreatedAt: at.Add(500 * time.Millisecond)}
+	if err := s.CreateVolume(ctx, late); err != nil {
+		t.Fatalf("CreateVolume(vol_e): %v", err)
 	}
-	if all, _ := s.ListVolumes(ctx, "", ""); len(all) != 3 {
-		t.Fatalf("every record: %d; want 3", len(all))
+	list, err := s.ListVolumes(ctx, "alice", store.VolumeKindVolume)
+	if err != nil || len(list) != 2 || list[0].ID != "vol_a" || list[1].ID != "vol_e" {
+		t.Fatalf("alice's volumes = %v, %v; want [vol_a vol_e], oldest first", list, err)
+	}
+	if all, _ := s.ListVolumes(ctx, "", ""); len(all) != 4 {
+		t.Fatalf("every record: %d; want 4", len(all))
 	}
 	got.Attachments = []store.VolumeAttachment{{SandboxID: "sb_1", Path: "/data"}}
 	if err := s.UpdateVolume(ctx, got); err != nil || got.Version != 2 {
