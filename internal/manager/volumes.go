@@ -128,9 +128,9 @@ func (m *Manager) ListVolumes(ctx context.Context, owner, kind string) ([]*Volum
 }
 
 // CreateVolume makes owner's volume name of size bytes, empty or (from, one of owner's
-// volume snapshots) a copy of the snapshot, checked against its checksum first. The
-// volume exists on the host before its record does; a crash between leaves a
-// directory that recovery removes.
+// volume snapshots) a copy of the snapshot, checked against its checksum as it is
+// copied. The volume exists on the host before its record does; a crash between leaves
+// a directory that recovery removes.
 func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int64, from string) (_ *Volume, retErr error) {
 	if err := m.volumesReady(); err != nil {
 		return nil, err
@@ -182,10 +182,11 @@ func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int
 		}
 	}()
 	if snap != nil {
-		if err := m.vols.Verify(ctx, snap.ID, snap.Checksum); err != nil {
+		_, err := m.vols.Copy(ctx, snap.ID, v.ID, snap.Checksum)
+		if errors.Is(err, volume.ErrDamaged) {
 			return nil, errdefs.Precondition("volume snapshot %s cannot be used", snap.ID).WithCause(err)
 		}
-		if _, err := m.vols.Copy(ctx, snap.ID, v.ID); err != nil {
+		if err != nil {
 			return nil, err
 		}
 		if size > snap.Size {
@@ -350,7 +351,7 @@ func (m *Manager) SnapshotVolume(ctx context.Context, owner, name string) (*Volu
 	now := m.now()
 	s := &store.Volume{ID: id, Kind: store.VolumeKindSnapshot, Owner: owner, Name: id, Node: m.cfg.NodeName,
 		Size: v.Size, KeyID: v.KeyID, Key: v.Key, Source: v.ID, CreatedAt: now, UpdatedAt: now}
-	if s.Checksum, err = m.vols.Copy(ctx, v.ID, id); err != nil {
+	if s.Checksum, err = m.vols.Copy(ctx, v.ID, id, ""); err != nil {
 		m.vols.Remove(id)
 		return nil, unavailable(err, "volume %q could not be copied", name)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/secret"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/volume"
@@ -146,26 +147,8 @@ func TestReconcileVolumesKeepsMountsOfSandboxesItCannotRead(t *testing.T) {
 // volume: the grow is recorded done over the record as the drop left it, not the one
 // read before it.
 func TestReconcileVolumesFinishesGrowAfterDroppingAttachment(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("volumes need root")
-	}
-	for _, tool := range []string{"mkfs.ext4", "resize2fs", "e2fsck"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("volumes need %s", tool)
-		}
-	}
-	m, _, st := newTestManager(t)
+	m, st, svc, vols, _ := withRealVolumes(t)
 	ctx := context.Background()
-	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetSecrets(svc, nil)
-	vols, err := volume.New(t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetVolumes(vols)
 	key := make([]byte, volume.KeySize)
 	rand.Read(key)
 	kid, sealed, err := svc.SealKey(key)
@@ -196,5 +179,72 @@ func TestReconcileVolumesFinishesGrowAfterDroppingAttachment(t *testing.T) {
 	}
 	if v.Size != 2*MinVolumeSize || v.GrowTo != 0 {
 		t.Errorf("after recovery the volume is recorded at size %d, grow to %d; want %d, 0", v.Size, v.GrowTo, 2*MinVolumeSize)
+	}
+}
+
+// withRealVolumes returns a test manager with real volumes under the directory it
+// returns, every one removed at the end; it skips where the host cannot make them.
+func withRealVolumes(t *testing.T) (*Manager, store.Store, *secret.Service, *volume.Host, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("volumes need root")
+	}
+	for _, tool := range []string{"mkfs.ext4", "resize2fs", "e2fsck"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("volumes need %s", tool)
+		}
+	}
+	m, _, st := newTestManager(t)
+	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetSecrets(svc, nil)
+	dir := t.TempDir()
+	vols, err := volume.New(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, id := range vols.IDs() {
+			if err := vols.Remove(id); err != nil {
+				t.Errorf("remove volume %s: %v", id, err)
+			}
+		}
+	})
+	m.SetVolumes(vols)
+	return m, st, svc, vols, dir
+}
+
+// A volume made from a snapshot whose image no longer matches its checksum is refused
+// as a precondition, and leaves no volume behind.
+func TestCreateVolumeFromDamagedSnapshotRefused(t *testing.T) {
+	m, _, _, vols, dir := withRealVolumes(t)
+	ctx := context.Background()
+	if _, err := m.CreateVolume(ctx, local.Owner, "data", MinVolumeSize, ""); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.SnapshotVolume(ctx, local.Owner, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateVolume(ctx, local.Owner, "intact", 0, snap.ID); err != nil {
+		t.Fatalf("a volume from an intact snapshot: %v", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, snap.ID, "volume.img"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{0xff}, 1024+0x60) // a superblock byte
+	f.Close()
+	before := len(vols.IDs())
+	if _, err := m.CreateVolume(ctx, local.Owner, "copy", 0, snap.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("a volume from a damaged snapshot: %v; want failed precondition", err)
+	}
+	if _, err := m.GetVolume(ctx, local.Owner, "copy"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a refused volume is recorded: %v", err)
+	}
+	if n := len(vols.IDs()); n != before {
+		t.Errorf("a refused volume left files: %d volumes on disk, %d before", n, before)
 	}
 }

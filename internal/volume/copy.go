@@ -17,9 +17,10 @@ import (
 )
 
 // Copy copies volume src to a new volume dst, byte for byte (the copy opens with src's
-// key), and returns the copy's checksum. A volume in use is frozen meanwhile, so the
-// copy is of a consistent filesystem.
-func (h *Host) Copy(ctx context.Context, src, dst string) (sum string, retErr error) {
+// key), and returns the copy's checksum; with want (not ""), a copy of another checksum
+// (src is damaged) is refused and leaves nothing. A volume in use is frozen meanwhile,
+// so the copy is of a consistent filesystem.
+func (h *Host) Copy(ctx context.Context, src, dst, want string) (sum string, retErr error) {
 	if err := errors.Join(checkID(src), checkID(dst)); err != nil {
 		return "", err
 	}
@@ -43,6 +44,9 @@ func (h *Host) Copy(ctx context.Context, src, dst string) (sum string, retErr er
 		}
 	}()
 	sum, err := copyExtents(ctx, h.image(src), tmp)
+	if err == nil && want != "" && sum != want {
+		err = fmt.Errorf("%w: %s's checksum is %s, recorded %s", ErrDamaged, src, sum, want)
+	}
 	if err == nil {
 		err = loopdev.Unmounted(h.image(dst)) // no device holds it
 	}
@@ -52,24 +56,11 @@ func (h *Host) Copy(ctx context.Context, src, dst string) (sum string, retErr er
 	return sum, os.Rename(tmp, h.image(dst))
 }
 
-// Verify checks volume id's image against sum.
-func (h *Host) Verify(ctx context.Context, id, sum string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	defer h.lock(id)()
-	got, err := copyExtents(ctx, h.image(id), "")
-	if err != nil {
-		return err
-	}
-	if got != sum {
-		return fmt.Errorf("volume snapshot %s is damaged: its checksum is %s, recorded %s", id, got, sum)
-	}
-	return nil
-}
+// ErrDamaged says a copy's source is not what its recorded checksum says.
+var ErrDamaged = errors.New("the volume snapshot is damaged")
 
 // copyExtents hashes the data extents of src (each as its offset, length and bytes)
-// and, when dst is not "", writes them to a new sparse file dst of src's size.
+// and writes them to a new sparse file dst of src's size.
 func copyExtents(ctx context.Context, src, dst string) (string, error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -80,15 +71,13 @@ func copyExtents(ctx context.Context, src, dst string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var out *os.File
-	if dst != "" {
-		if out, err = os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
-			return "", err
-		}
-		defer out.Close()
-		if err := out.Truncate(st.Size()); err != nil {
-			return "", err
-		}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer out.Close()
+	if err := out.Truncate(st.Size()); err != nil {
+		return "", err
 	}
 	hash := sha256.New()
 	var hdr [16]byte
@@ -115,10 +104,8 @@ func copyExtents(ctx context.Context, src, dst string) (string, error) {
 			n, err := in.ReadAt(buf[:min(int64(len(buf)), hole-pos)], pos)
 			if n > 0 {
 				hash.Write(buf[:n])
-				if out != nil {
-					if _, werr := out.WriteAt(buf[:n], pos); werr != nil {
-						return "", werr
-					}
+				if _, werr := out.WriteAt(buf[:n], pos); werr != nil {
+					return "", werr
 				}
 				pos += int64(n)
 			}
@@ -128,10 +115,8 @@ func copyExtents(ctx context.Context, src, dst string) (string, error) {
 		}
 		off = hole
 	}
-	if out != nil {
-		if err := out.Sync(); err != nil {
-			return "", err
-		}
+	if err := out.Sync(); err != nil {
+		return "", err
 	}
 	return "sha256:" + hex.EncodeToString(hash.Sum(nil)), nil
 }

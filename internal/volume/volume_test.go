@@ -198,12 +198,12 @@ func TestVolumeCopyChecksum(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.mnt("vol_a"), dataName, "f"), []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := h.Copy(ctx, "vol_a", "vsnap_b")
+	sum, err := h.Copy(ctx, "vol_a", "vsnap_b", "")
 	if err != nil {
 		t.Fatalf("Copy: %v", err)
 	}
-	if err := h.Verify(ctx, "vsnap_b", sum); err != nil {
-		t.Fatalf("Verify of an intact copy: %v", err)
+	if again, err := h.Copy(ctx, "vsnap_b", "vol_c", sum); err != nil || again != sum {
+		t.Fatalf("a copy of an intact copy: %s, %v; want %s", again, err, sum)
 	}
 	if err := h.Open(ctx, "vsnap_b", 16<<20, key); err != nil {
 		t.Fatal(err)
@@ -221,8 +221,14 @@ func TestVolumeCopyChecksum(t *testing.T) {
 	}
 	f.WriteAt([]byte{0xff}, 1024+0x60) // a superblock byte
 	f.Close()
-	if err := h.Verify(ctx, "vsnap_b", sum); err == nil {
-		t.Fatal("Verify of a changed copy passed")
+	if _, err := h.Copy(ctx, "vsnap_b", "vol_d", sum); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("a copy of a changed copy: %v; want it refused as damaged", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "vol_d", imageName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused copy left its image: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "vol_d", imageName+".tmp")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused copy left its temporary image: %v", err)
 	}
 }
 
