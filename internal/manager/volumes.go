@@ -337,21 +337,27 @@ func (m *Manager) attachedNames(ctx context.Context, v *store.Volume) string {
 }
 
 // SnapshotVolume copies owner's volume name to a new volume snapshot: byte for byte
-// (a volume in use is frozen meanwhile), checksummed, under the volume's data key.
+// (a volume in use is frozen meanwhile), checksummed, under the volume's data key. Its
+// size is the copy's filesystem's, which a grow not yet recorded done has made larger
+// than the volume's recorded size.
 func (m *Manager) SnapshotVolume(ctx context.Context, owner, name string) (*Volume, error) {
 	v, err := m.GetVolume(ctx, owner, name)
 	if err != nil {
 		return nil, err
 	}
 	defer m.lockVolumeRoom(owner)()
-	if err := m.checkVolumeRoom(ctx, owner, v.Size, true); err != nil {
+	if err := m.checkVolumeRoom(ctx, owner, max(v.Size, v.GrowTo), true); err != nil {
 		return nil, err
 	}
 	id := newID("vsnap_")
 	now := m.now()
 	s := &store.Volume{ID: id, Kind: store.VolumeKindSnapshot, Owner: owner, Name: id, Node: m.cfg.NodeName,
-		Size: v.Size, KeyID: v.KeyID, Key: v.Key, Source: v.ID, CreatedAt: now, UpdatedAt: now}
-	if s.Checksum, err = m.vols.Copy(ctx, v.ID, id, ""); err != nil {
+		KeyID: v.KeyID, Key: v.Key, Source: v.ID, CreatedAt: now, UpdatedAt: now}
+	s.Checksum, err = m.vols.Copy(ctx, v.ID, id, "")
+	if err == nil {
+		s.Size, err = m.vols.Size(id)
+	}
+	if err != nil {
 		m.vols.Remove(id)
 		return nil, unavailable(err, "volume %q could not be copied", name)
 	}

@@ -248,3 +248,32 @@ func TestCreateVolumeFromDamagedSnapshotRefused(t *testing.T) {
 		t.Errorf("a refused volume left files: %d volumes on disk, %d before", n, before)
 	}
 }
+
+// A snapshot of a volume whose grow the host finished but its record does not show yet
+// is as large as its filesystem: its size, and the owner's quota, count what it holds.
+func TestSnapshotVolumeSizeIsItsFilesystems(t *testing.T) {
+	m, st, svc, vols, _ := withRealVolumes(t)
+	ctx := context.Background()
+	v, err := m.CreateVolume(ctx, local.Owner, "data", MinVolumeSize, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := svc.OpenKey(v.KeyID, v.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a resize leaves it when the daemon stops after the host grew it.
+	if err := vols.Grow(ctx, v.ID, 2*MinVolumeSize, key); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := st.GetVolume(ctx, v.ID); cur.Size != MinVolumeSize {
+		t.Fatalf("the record's size moved: %d", cur.Size)
+	}
+	snap, err := m.SnapshotVolume(ctx, local.Owner, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Size != 2*MinVolumeSize {
+		t.Errorf("the snapshot's size is %d; its filesystem holds %d", snap.Size, 2*MinVolumeSize)
+	}
+}
