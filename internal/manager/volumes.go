@@ -99,6 +99,16 @@ func (m *Manager) checkVolumeRoom(ctx context.Context, owner string, size int64,
 	return nil
 }
 
+// volumeHere refuses a copy of v (a volume or a volume snapshot) on a node other than
+// v's: its files are on v's node alone.
+func (m *Manager) volumeHere(v *store.Volume) error {
+	if v.Node != m.cfg.NodeName {
+		return errdefs.Precondition("%s %q is on node %s, and this is node %s: call its own node", v.Kind, v.Name, v.Node, m.cfg.NodeName).
+			WithDetails(map[string]any{"node": v.Node})
+	}
+	return nil
+}
+
 func checkVolumeSize(size, most int64) error {
 	if size < MinVolumeSize || size > most {
 		return errdefs.Invalid("volume size %d bytes is out of range: give %s to %s (such as 10G)", size,
@@ -143,6 +153,9 @@ func (m *Manager) CreateVolume(ctx context.Context, owner, name string, size int
 		s, err := m.store.GetVolume(ctx, from)
 		if err != nil || s.Owner != owner || s.Kind != store.VolumeKindSnapshot {
 			return nil, errdefs.NotFound("volume snapshot %q not found", from)
+		}
+		if err := m.volumeHere(s); err != nil {
+			return nil, err
 		}
 		snap, size = s, max(size, s.Size)
 	}
@@ -342,6 +355,9 @@ func (m *Manager) attachedNames(ctx context.Context, v *store.Volume) string {
 // than the volume's recorded size.
 func (m *Manager) SnapshotVolume(ctx context.Context, owner, name string) (*Volume, error) {
 	v, err := m.GetVolume(ctx, owner, name)
+	if err == nil {
+		err = m.volumeHere(v)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -275,5 +276,45 @@ func TestSnapshotVolumeSizeIsItsFilesystems(t *testing.T) {
 	}
 	if snap.Size != 2*MinVolumeSize {
 		t.Errorf("the snapshot's size is %d; its filesystem holds %d", snap.Size, 2*MinVolumeSize)
+	}
+}
+
+// A volume's files are on its own node: another node sharing the store refuses to
+// copy them (a snapshot of a volume, a volume from a snapshot), saying where they are,
+// and changes nothing.
+func TestVolumeCopyOnAnotherNodeRefused(t *testing.T) {
+	m, _, st := newTestManager(t)
+	ctx := context.Background()
+	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetSecrets(svc, nil)
+	vols, err := volume.New(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetVolumes(vols)
+	now := m.now()
+	for _, v := range []*store.Volume{
+		{ID: "vol_1", Kind: VolumeKindVolume, Owner: local.Owner, Name: "data", Node: "other", Size: MinVolumeSize, CreatedAt: now, UpdatedAt: now},
+		{ID: "vsnap_1", Kind: VolumeKindSnapshot, Owner: local.Owner, Name: "vsnap_1", Node: "other", Size: MinVolumeSize, CreatedAt: now, UpdatedAt: now},
+	} {
+		if err := st.CreateVolume(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.SnapshotVolume(ctx, local.Owner, "data"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "node other") {
+		t.Errorf("a snapshot of a volume on another node: %v; want failed precondition naming node other", err)
+	}
+	if _, err := m.CreateVolume(ctx, local.Owner, "copy", 0, "vsnap_1"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "node other") {
+		t.Errorf("a volume from a snapshot on another node: %v; want failed precondition naming node other", err)
+	}
+	all, err := st.ListVolumes(ctx, local.Owner, "")
+	if err != nil || len(all) != 2 || all[0].Version != 1 || all[1].Version != 1 {
+		t.Errorf("after the refused calls the records are %v, %v; want both unchanged", all, err)
+	}
+	if ids := vols.IDs(); len(ids) != 0 {
+		t.Errorf("the refused calls left files: %v", ids)
 	}
 }
