@@ -105,7 +105,7 @@ func (m *Manager) checkpointFrozen(ctx context.Context, sb *store.Sandbox, dir s
 
 // memoryImageOf names the files of the image at dir with their checksums.
 func memoryImageOf(dir string) (*snapshot.MemoryImage, error) {
-	mi := &snapshot.MemoryImage{Bytes: diskBytes(dir)}
+	mi := &snapshot.MemoryImage{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -114,6 +114,7 @@ func memoryImageOf(dir string) (*snapshot.MemoryImage, error) {
 		if err != nil {
 			return err
 		}
+		mi.Bytes += onDisk(d)
 		rel, _ := filepath.Rel(dir, path)
 		mi.Files = append(mi.Files, snapshot.MemoryFile{Name: rel, Size: size, SHA256: sum})
 		return nil

@@ -35,6 +35,9 @@ func TestSnapshotMemoryVerify(t *testing.T) {
 	if len(mi.Files) != 2 || mi.Files[0].Name != "checkpoint.img" || mi.Files[1].Size != 5 || len(mi.Files[1].SHA256) != 64 {
 		t.Fatalf("memoryImageOf = %+v; want both files with their sizes and sha256", mi)
 	}
+	if mi.Bytes <= 0 || mi.Bytes != diskBytes(dir) {
+		t.Errorf("memoryImageOf's Bytes = %d; want the %d bytes the files take on disk", mi.Bytes, diskBytes(dir))
+	}
 	man := &snapshot.Manifest{ID: "snap_1", Memory: mi}
 	if err := m.verifySnapshotMemory(man); err != nil {
 		t.Fatalf("the image as written: %v", err)
