@@ -218,18 +218,25 @@ func (m *Manager) dropSnapshotMemory(id string) {
 	}
 }
 
-// recoverSnapshotMemory removes the memory images of snapshots that are gone (a
-// snapshot a crash interrupted, or deleted while the daemon was down).
+// recoverSnapshotMemory removes the memory images no snapshot of this node names (a
+// snapshot a crash interrupted, or deleted while the daemon was down). It asks only
+// this node's snapshots: a manifest the object store has names no memory image here
+// (snapshot.Store.Get), and start-up waits on no bucket.
 func (m *Manager) recoverSnapshotMemory() {
 	if m.snaps == nil || m.cfg.StateDir == "" {
 		return
 	}
 	entries, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "memory"))
+	if len(entries) == 0 {
+		return
+	}
+	heads, _ := m.snaps.List("")
+	named := make(map[string]bool, len(heads))
+	for _, h := range heads {
+		named[h.ID] = h.Memory != nil
+	}
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "snap_") {
-			continue
-		}
-		if _, err := m.snaps.Get(e.Name()); errors.Is(err, errdefs.ErrNotFound) {
+		if strings.HasPrefix(e.Name(), "snap_") && !named[e.Name()] {
 			m.dropSnapshotMemory(e.Name())
 		}
 	}
