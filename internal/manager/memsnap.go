@@ -168,20 +168,27 @@ func (m *Manager) verifySnapshotMemory(man *snapshot.Manifest) error {
 // linkSnapshotMemory gives sandbox sb a copy of a snapshot's memory image to restore
 // from (hard links: the restore only reads it, and removes its own copy after) and
 // records it as sb's kept memory; its caller starts sb.
-func (m *Manager) linkSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifest) error {
+func (m *Manager) linkSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifest) (retErr error) {
 	src, dst := m.memoryDir(man.ID), m.memoryDir(sb.ID)
 	os.RemoveAll(dst)
+	defer func() {
+		if retErr != nil {
+			os.RemoveAll(dst)
+		}
+	}()
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return err
 	}
 	for _, f := range man.Memory.Files {
+		if !filepath.IsLocal(f.Name) {
+			return fmt.Errorf("%w: snapshot %s's memory image names %q, outside the image", snapshot.ErrCorrupt, man.ID, f.Name)
+		}
 		if strings.Contains(f.Name, "/") {
 			if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(f.Name)), 0o700); err != nil {
 				return err
 			}
 		}
 		if err := os.Link(filepath.Join(src, f.Name), filepath.Join(dst, f.Name)); err != nil {
-			os.RemoveAll(dst)
 			return err
 		}
 	}

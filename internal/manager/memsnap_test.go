@@ -151,3 +151,23 @@ func TestRecoverKeepsOnlyNamedSnapshotMemory(t *testing.T) {
 		t.Errorf("recovery read %d snapshots into this node; want its own 2 (the bucket not asked)", len(l))
 	}
 }
+
+// A memory image's file names stay inside the image: a manifest naming one outside is
+// refused, and nothing is made outside the sandbox's own image directory.
+func TestLinkSnapshotMemoryStaysInside(t *testing.T) {
+	m := &Manager{cfg: Config{StateDir: t.TempDir()}}
+	if err := os.MkdirAll(m.memoryDir("snap_1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	man := &snapshot.Manifest{ID: "snap_1", Memory: &snapshot.MemoryImage{Files: []snapshot.MemoryFile{{Name: "../../outside/pages.img"}}}}
+	sb := &store.Sandbox{ID: "sb_1"}
+	if err := m.linkSnapshotMemory(sb, man); !errors.Is(err, snapshot.ErrCorrupt) {
+		t.Errorf("linkSnapshotMemory of a name outside the image: %v; want ErrCorrupt", err)
+	}
+	if _, err := os.Stat(filepath.Join(m.cfg.StateDir, "outside")); err == nil {
+		t.Error("a directory was made outside the memory images")
+	}
+	if _, err := os.Stat(m.memoryDir(sb.ID)); err == nil || MemoryOf(sb).Kept {
+		t.Errorf("a refused link left the sandbox's image (kept %v)", MemoryOf(sb).Kept)
+	}
+}
