@@ -370,17 +370,22 @@ func (m *Manager) recoverMemory(ctx context.Context, sb *store.Sandbox) {
 func diskBytes(dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
+		if err == nil && !d.IsDir() {
+			n += onDisk(d)
 		}
 		return nil
 	})
 	return n
+}
+
+// onDisk is the space the file d takes on disk (0 if it cannot be read).
+func onDisk(d fs.DirEntry) int64 {
+	if fi, err := d.Info(); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			return st.Blocks * 512
+		}
+	}
+	return 0
 }
 
 // syncDir makes a rename in dir durable.

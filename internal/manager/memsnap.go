@@ -105,7 +105,7 @@ func (m *Manager) checkpointFrozen(ctx context.Context, sb *store.Sandbox, dir s
 
 // memoryImageOf names the files of the image at dir with their checksums.
 func memoryImageOf(dir string) (*snapshot.MemoryImage, error) {
-	mi := &snapshot.MemoryImage{Bytes: diskBytes(dir)}
+	mi := &snapshot.MemoryImage{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -114,6 +114,7 @@ func memoryImageOf(dir string) (*snapshot.MemoryImage, error) {
 		if err != nil {
 			return err
 		}
+		mi.Bytes += onDisk(d)
 		rel, _ := filepath.Rel(dir, path)
 		mi.Files = append(mi.Files, snapshot.MemoryFile{Name: rel, Size: size, SHA256: sum})
 		return nil
@@ -167,20 +168,27 @@ func (m *Manager) verifySnapshotMemory(man *snapshot.Manifest) error {
 // linkSnapshotMemory gives sandbox sb a copy of a snapshot's memory image to restore
 // from (hard links: the restore only reads it, and removes its own copy after) and
 // records it as sb's kept memory; its caller starts sb.
-func (m *Manager) linkSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifest) error {
+func (m *Manager) linkSnapshotMemory(sb *store.Sandbox, man *snapshot.Manifest) (retErr error) {
 	src, dst := m.memoryDir(man.ID), m.memoryDir(sb.ID)
 	os.RemoveAll(dst)
+	defer func() {
+		if retErr != nil {
+			os.RemoveAll(dst)
+		}
+	}()
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return err
 	}
 	for _, f := range man.Memory.Files {
+		if !filepath.IsLocal(f.Name) {
+			return fmt.Errorf("%w: snapshot %s's memory image names %q, outside the image", snapshot.ErrCorrupt, man.ID, f.Name)
+		}
 		if strings.Contains(f.Name, "/") {
 			if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(f.Name)), 0o700); err != nil {
 				return err
 			}
 		}
 		if err := os.Link(filepath.Join(src, f.Name), filepath.Join(dst, f.Name)); err != nil {
-			os.RemoveAll(dst)
 			return err
 		}
 	}
@@ -217,18 +225,25 @@ func (m *Manager) dropSnapshotMemory(id string) {
 	}
 }
 
-// recoverSnapshotMemory removes the memory images of snapshots that are gone (a
-// snapshot a crash interrupted, or deleted while the daemon was down).
+// recoverSnapshotMemory removes the memory images no snapshot of this node names (a
+// snapshot a crash interrupted, or deleted while the daemon was down). It asks only
+// this node's snapshots: a manifest the object store has names no memory image here
+// (snapshot.Store.Get), and start-up waits on no bucket.
 func (m *Manager) recoverSnapshotMemory() {
 	if m.snaps == nil || m.cfg.StateDir == "" {
 		return
 	}
 	entries, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "memory"))
+	if len(entries) == 0 {
+		return
+	}
+	heads, _ := m.snaps.List("")
+	named := make(map[string]bool, len(heads))
+	for _, h := range heads {
+		named[h.ID] = h.Memory != nil
+	}
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "snap_") {
-			continue
-		}
-		if _, err := m.snaps.Get(e.Name()); errors.Is(err, errdefs.ErrNotFound) {
+		if strings.HasPrefix(e.Name(), "snap_") && !named[e.Name()] {
 			m.dropSnapshotMemory(e.Name())
 		}
 	}

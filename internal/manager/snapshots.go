@@ -414,8 +414,12 @@ func (m *Manager) Fork(ctx context.Context, call Call, src string, req ForkReque
 	defer cancel()
 	cloner, canClone := m.driver(parent).(runtime.StorageCloner)
 	clone := man == nil && canClone && parent.Limits.Disk > 0
-	// Why the fork keeps no memory ("": it does, memsnap.go); said in an event.
-	noMemory := m.memoryRefused(ctx, parent)
+	// Why the fork keeps no memory ("": it does, memsnap.go); said in an event. A
+	// snapshot's own says it for a fork of a snapshot, below.
+	var noMemory string
+	if man == nil {
+		noMemory = m.memoryRefused(ctx, parent)
+	}
 	if man == nil && !clone {
 		unlock := m.locks.lock(parent.ID)
 		fresh, err := m.store.GetSandbox(ctx, parent.ID)

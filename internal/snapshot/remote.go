@@ -166,6 +166,9 @@ func (s *Store) importManifest(id string) (*Manifest, error) {
 			WithDetails(map[string]any{"reason": "snapshot_corrupt", "snapshot_id": id}).WithCause(ErrCorrupt)
 	}
 	m.Location, m.Imported = s.objs.Where(), true
+	// A memory image stays on the node that took it: what the bucket's copy says of
+	// one names nothing here, and its file names are not this node's to follow.
+	m.Memory = nil
 	s.gc.RLock()
 	defer s.gc.RUnlock()
 	if err := s.writeManifest(&m); err != nil {

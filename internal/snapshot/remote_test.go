@@ -318,6 +318,15 @@ func TestObjectsHostileManifestRefused(t *testing.T) {
 			t.Errorf("%s: the node kept %d snapshots from a bad manifest", c.name, len(l))
 		}
 	}
+	// The memory part of a manifest is this node's own: a bucket's copy names none.
+	must(t, putJSON(ctx, objs, manifestKey("snap_mem"), []byte(`{"id":"snap_mem","state":"ready","entries":[{"path":".","type":"dir"}],`+
+		`"memory":{"bytes":1,"files":[{"name":"../../../etc/passwd","size":1,"sha256":"00"}]}}`)))
+	if m, err := b.Get("snap_mem"); err != nil || m.Memory != nil {
+		t.Errorf("Get of a bucket manifest naming a memory image = %+v, %v; want it kept without its memory part", m, err)
+	}
+	if m, err := b.readManifest("snap_mem"); err != nil || m.Memory != nil {
+		t.Errorf("the manifest kept on the node = %+v, %v; want it without a memory part", m, err)
+	}
 	if _, err := b.Get("snap_absent"); err == nil || errors.Is(err, ErrCorrupt) {
 		t.Errorf("Get of a snapshot in no store: %v, want not found", err)
 	}

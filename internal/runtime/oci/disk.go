@@ -310,7 +310,9 @@ func (p *diskPool) take(dst, fsDir string) (bool, error) {
 			continue
 		}
 		if err := loopdev.Rename(img, dst); err != nil {
-			continue // another create took it first
+			// No other take runs (p.mu): this image cannot move; try the next.
+			p.log.Warn("move a ready disk image from the pool", "image", img, "err", err)
+			continue
 		}
 		err := os.MkdirAll(fsDir, 0o711)
 		if err == nil {

@@ -335,20 +335,20 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 		readyW.Close()
 		return err
 	}
-	sub := "run"
-	args := append(append(d.globalArgs(), logArgs...), sub, "--detach", "--bundle", bundle)
-	cmd := exec.CommandContext(ctx, d.opts.Engine.Path)
+	cmd := exec.CommandContext(ctx, d.opts.Engine.Path, append(d.globalArgs(), logArgs...)...)
+	passed := 2
 	if d.opts.Engine.Sentry {
 		// The channel is the agent's stdin: an engine restores a container with new
 		// standard descriptors, but not with other descriptors passed in (see
 		// checkpoint.go).
 		cmd.Stdin = channel
 		cmd.ExtraFiles = []*os.File{readyW} // fd 3
-		args = append(args, d.opts.Engine.passFDs(1)...)
+		passed = 1
 	} else {
 		cmd.ExtraFiles = []*os.File{readyW, channel} // fds 3 and 4 (agentFD)
-		args = append(args, d.opts.Engine.passFDs(2)...)
 	}
+	sub := "run"
+	args := append([]string{sub, "--detach", "--bundle", bundle}, d.opts.Engine.passFDs(passed)...)
 	if memory != "" {
 		// The spec is the daemon's own, never the sandbox's; a clone's differs from its
 		// source's in its identity (ids, mounts, network), which runsc's default check
@@ -357,7 +357,7 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 		// answer (bench/RESULTS.md), and a page that failed to load would then end a
 		// sandbox already reported running.
 		sub = "restore"
-		args = append(append(d.globalArgs(), logArgs...), "--restore-spec-validation=warning", sub, "--detach", "--bundle", bundle, "--image-path", memory)
+		args = []string{"--restore-spec-validation=warning", sub, "--detach", "--bundle", bundle, "--image-path", memory}
 	}
 	args = append(args, "--pid-file", filepath.Join(d.ctlDir(id), "init.pid"), d.containerID(id))
 	cmd.Args = append(cmd.Args, args...)
