@@ -296,7 +296,12 @@ except Exception as e:
 	}
 	// The confirmation's button is pressed by its click(), not at its coordinates: on a
 	// loaded machine a mouse event at a box measured a moment before could miss it.
+	// First the confirmation is closed and the action clicked again in one go, so the
+	// close event of the first opening comes while the second is shown (as a quick
+	// second click, or a click handled before the queued event, makes it): the second
+	// must still act on its own answer.
 	do("terminate, confirmed", chromedp.Click(chromedp.ID("action-terminate")), chromedp.WaitVisible(chromedp.ID("confirm-ok")),
+		waitJS(`(document.getElementById("confirm").close("cancel"), document.getElementById("action-terminate").click(), document.getElementById("confirm").open)`),
 		waitJS(`(document.getElementById("confirm-ok").click(), true)`),
 		waitJS(`document.getElementById("sandbox-state") && document.getElementById("sandbox-state").textContent === "terminated"`))
 	if sb, err := ann.Get(ctx, "web"); err != nil || sb.State != "terminated" {
