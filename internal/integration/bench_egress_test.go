@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,17 +32,24 @@ import (
 //     sandbox's is (same MTU, the kernel's default offloads), straight to the same server
 //     listening on the host side of that link: a sandbox's path without the proxy's hop.
 //
-// It reports each one's p50 and p90 in MB/s and the p50 of the CPU time a download
-// takes (curl's, and this process's: the upstream server and the node with its proxy),
-// and, at the p50, each proxied case against the direct one of its protocol and against
-// the veth one (the fairer peer: the same link, one hop less), by throughput and by CPU
-// (the ratio of CPU per byte, what the throughput ratio is when the cores are the limit,
-// as on a loaded machine):
+// Each download is logged (with -v: its MB/s and CPU, for the spread). It reports each
+// case's p50 and p90 in MB/s and the p50 of the CPU time a download takes (curl's, and
+// this process's: the upstream server and the node with its proxy), and, at the p50,
+// each proxied case against the direct one of its protocol and against the veth one
+// (the fairer peer: the same link, one hop less), by throughput and by CPU (the ratio
+// of CPU per byte, what the throughput ratio is when the cores are the limit, as on a
+// loaded machine):
 //
 //	go test ./internal/integration -run '^$' -bench EgressDownload512MiB -benchtime 1x
+//
+// AIRLOCK_BENCH_PEERS (names, comma-separated) runs only those cases, and
+// AIRLOCK_BENCH_ROUNDS sets the number of rounds (7).
 func BenchmarkEgressDownload512MiB(b *testing.B) {
 	const size = 512 << 20
-	const rounds = 7
+	rounds := 7
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	if testing.Short() {
 		b.Skip("network benchmarks start a node and sandboxes; skipped under -short")
 	}
@@ -113,6 +122,10 @@ func BenchmarkEgressDownload512MiB(b *testing.B) {
 			peer{name: "veth", run: outside("behind a bare veth", front, addr)},
 			peer{name: "veth-h1", run: outside("behind a bare veth", front, addr, "--http1.1")})
 	}
+	if only := os.Getenv("AIRLOCK_BENCH_PEERS"); only != "" {
+		want := strings.Split(only, ",")
+		peers = slices.DeleteFunc(peers, func(p peer) bool { return !slices.Contains(want, p.name) })
+	}
 	b.ResetTimer()
 	for i := 0; i < rounds; i++ {
 		for j := range peers {
@@ -122,6 +135,8 @@ func BenchmarkEgressDownload512MiB(b *testing.B) {
 			// This process holds the upstream server and the node (its proxy).
 			peers[j].cpu = append(peers[j].cpu, g.cpu+(selfCPU()-t0).Seconds())
 			peers[j].curlCPU = append(peers[j].curlCPU, g.cpu)
+			b.Logf("round %d %-10s %6.1f MB/s, CPU %4.0f ms (curl %4.0f)", i, peers[j].name, g.mbps,
+				peers[j].cpu[i]*1e3, g.cpu*1e3)
 		}
 	}
 	b.StopTimer()
