@@ -272,7 +272,8 @@ func (p *Proxy) terminate(c net.Conn, t *tunnel, sb SandboxInfo) {
 			}
 		}
 		host := t.host
-		tc := tls.Server(served, &tls.Config{
+		// Each write of a response reaches the sandbox in one piece, not one per record.
+		tc := tlsServerGathered(served, &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"http/1.1"},
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
