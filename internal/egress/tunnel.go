@@ -293,8 +293,8 @@ func (p *Proxy) terminate(c net.Conn, t *tunnel, sb SandboxInfo) {
 }
 
 // passTLS relays a transparent TLS connection as it is (see SandboxInfo.passesTLS):
-// what br read ahead of the client goes first, then the bytes go both ways in the
-// kernel, and the tunnel's record counts them.
+// what br read ahead of the client goes first, then the bytes go both ways (relay),
+// and the tunnel's record counts them.
 func (p *Proxy) passTLS(br *bufio.Reader, t *tunnel, sb SandboxInfo) {
 	ctx, cancel := context.WithTimeout(p.ctx, handshakeTimeout)
 	up, ap, err := p.dialer.DialChecked(ctx, t.host, t.port, sb.Policy.AllowPrivate)

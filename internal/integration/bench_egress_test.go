@@ -21,7 +21,7 @@ import (
 // BenchmarkEgressDownload512MiB: one 512 MiB HTTPS download from the loopback upstream
 // (served from memory), in turns in each round:
 //   - pass: curl in a sandbox of mode unrestricted, through the egress proxy, which
-//     passes its TLS through (relayed in the kernel), so curl speaks HTTP/2 to the
+//     passes its TLS through (its bytes relayed as they are), so curl speaks HTTP/2 to the
 //     server as it does directly; pass-h1: the same over HTTP/1.1;
 //   - terminated: curl in a baseline sandbox to a registry host, through the proxy,
 //     which terminates TLS (speaking HTTP/1.1 to curl) and makes its own to the
