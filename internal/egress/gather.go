@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // gatherConn sits under the TLS the proxy terminates for a sandbox. While a write through
@@ -16,10 +17,11 @@ import (
 // bound it is a small one, and records go out about one per write, as without it.
 type gatherConn struct {
 	net.Conn
-	mu  sync.Mutex
-	on  bool    // a gatherTLS write is under way
-	buf *[]byte // held while on, from the first record
-	n   int     // bytes gathered in buf
+	mu      sync.Mutex
+	on      bool    // a gatherTLS write is under way
+	buf     *[]byte // held while on, from the first record
+	n       int     // bytes gathered in buf
+	closing atomic.Bool
 }
 
 func (g *gatherConn) Write(b []byte) (int, error) {
@@ -63,7 +65,11 @@ func (g *gatherConn) end() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.on = false
-	err := g.flushLocked()
+	err := net.ErrClosed
+	if !g.closing.Load() {
+		err = g.flushLocked()
+	}
+	g.n = 0
 	if g.buf != nil {
 		putRelayBuf(g.buf)
 		g.buf = nil
@@ -75,7 +81,8 @@ func (g *gatherConn) end() error {
 // connection underneath in one piece (see gatherConn).
 type gatherTLS struct {
 	*tls.Conn
-	g *gatherConn
+	g       *gatherConn
+	writing atomic.Int32 // Writes under way
 }
 
 // tlsServerGathered is tls.Server(conn, cfg) whose writes are gathered (see gatherConn).
@@ -85,10 +92,26 @@ func tlsServerGathered(conn net.Conn, cfg *tls.Config) *gatherTLS {
 }
 
 func (c *gatherTLS) Write(b []byte) (int, error) {
+	c.writing.Add(1)
+	defer c.writing.Add(-1)
 	c.g.begin()
 	n, err := c.Conn.Write(b)
 	if ferr := c.g.end(); err == nil {
 		err = ferr
 	}
 	return n, err
+}
+
+// Close is tls.Conn's, but for a Write still writing what it gathered (its TLS part
+// done): as tls.Conn does for a Write under way, it then closes the connection at once
+// instead of sending close_notify behind it, which would wait on a sandbox that reads
+// nothing.
+func (c *gatherTLS) Close() error {
+	c.g.closing.Store(true) // a Write from now on writes nothing more
+	if c.writing.Load() != 0 {
+		err := c.g.Conn.Close() // the write fails at once
+		c.Conn.Close()          // and the TLS connection is marked closed
+		return err
+	}
+	return c.Conn.Close()
 }

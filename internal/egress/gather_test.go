@@ -105,3 +105,50 @@ func TestGatherTLSPastThePoolsBound(t *testing.T) {
 		t.Fatalf("the client read %d bytes, not the %d written (or not the same)", len(b), len(want))
 	}
 }
+
+// TestGatherTLSCloseDuringAStalledWrite: a Close while a write waits on a client that
+// reads nothing, its records gathered and being written, ends it at once (as tls.Conn
+// does for a write of its own under way), not after close_notify's five seconds.
+func TestGatherTLSCloseDuringAStalledWrite(t *testing.T) {
+	srv, under, client := gatheredPair(t)
+	// Small socket buffers, so the client's unread bytes soon stall the writer.
+	under.Conn.(*net.TCPConn).SetWriteBuffer(4 << 10)
+	client.NetConn().(*net.TCPConn).SetReadBuffer(4 << 10)
+	chunk := make([]byte, 200<<10) // fits one gathered buffer: written when the Write ends
+	done := make(chan error, 1)
+	var writes atomic.Int64
+	go func() {
+		for {
+			if _, err := srv.Write(chunk); err != nil {
+				done <- err
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	// Wait until the writer is stuck (no Write has returned for a while).
+	for last := int64(-1); ; {
+		time.Sleep(200 * time.Millisecond)
+		if n := writes.Load(); n == last {
+			break
+		} else {
+			last = n
+		}
+	}
+	if srv.writing.Load() == 0 {
+		t.Fatal("the writer is not inside a Write")
+	}
+	t0 := time.Now()
+	srv.Close()
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("Close took %v during a stalled write, want it at once", d)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the stalled write ended without an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled write did not end after Close")
+	}
+}
