@@ -69,8 +69,8 @@ func TestGatherTLSOneWritePerWrite(t *testing.T) {
 		if w := under.writes.Load() - before; w != 1 {
 			t.Errorf("a write of %d bytes made %d writes to the connection, want 1", len(want)/3, w)
 		}
-		if h := relayBigHeld.Load(); h != held {
-			t.Errorf("after a write, %d big buffers are held, want %d: the write kept its buffer", h, held)
+		if h := relayBigHeld.Load(); h > held {
+			t.Errorf("after a write, %d big buffers are held, want at most %d: the write kept its buffer", h, held)
 		}
 	}
 	srv.Write(want[3*(len(want)/3):])
