@@ -24,7 +24,9 @@ const idRange = 65536
 // for its standard input to close) in a new user namespace with
 // the mapping container id 0..65535 ↔ host id base..base+65535, opens that namespace and
 // lets the holder go: the returned descriptor alone keeps the namespace, which has no
-// process in it then, and serves only as the mapping of idmapped mounts.
+// process in it then, and serves only as the mapping of idmapped mounts. The holder is
+// reaped in the background: its exit (a whole runtime's start and end) is no part of
+// what the caller waits for.
 func newUserns(argv []string, base uint32) (int, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -42,7 +44,7 @@ func newUserns(argv []string, base uint32) (int, error) {
 	}
 	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	in.Close()
-	cmd.Wait()
+	go cmd.Wait()
 	if err != nil {
 		return -1, fmt.Errorf("open user namespace: %w", err)
 	}
@@ -56,6 +58,13 @@ func newUserns(argv []string, base uint32) (int, error) {
 // daemon holds it). At most max are kept, the least recently used going first. Callers
 // asking for a base at once (a sandbox's root filesystem and its volumes) share one
 // holder.
+//
+// A base asked for the first time is a sandbox beyond the most the node has run since
+// its start; bases are handed out lowest first, so the next such sandbox will most
+// likely ask for the base after it. That one's namespace is made at once in the
+// background (while the cache has room), so the next create finds it ready rather than
+// wait for a holder process. What is made ahead is a mapping like any other kept here:
+// it holds no process, and only the daemon's descriptor keeps it.
 type usernsCache struct {
 	holder []string // newUserns's argv
 	max    int
@@ -64,6 +73,8 @@ type usernsCache struct {
 	fds     map[uint32]int
 	order   []uint32                 // least recently used first
 	pending map[uint32]chan struct{} // bases whose holder runs; closed when it is done
+	closed  bool
+	ahead   sync.WaitGroup // namespaces being made ahead
 }
 
 func newUsernsCache(holder []string, max int) *usernsCache {
@@ -100,11 +111,28 @@ func (c *usernsCache) get(base uint32) (int, error) {
 		}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.finish(base, done, fd, err)
+	c.mu.Unlock()
+	if err != nil {
+		return -1, err
+	}
+	if next := base + idRange; next > base {
+		c.makeAhead(next)
+	}
+	return dup, nil
+}
+
+// finish records the outcome of base's holder and wakes whoever waits for it; the
+// caller holds mu. A namespace made after close is not kept.
+func (c *usernsCache) finish(base uint32, done chan struct{}, fd int, err error) {
 	delete(c.pending, base)
 	close(done)
 	if err != nil {
-		return -1, err
+		return
+	}
+	if c.closed {
+		unix.Close(fd)
+		return
 	}
 	c.fds[base] = fd
 	c.order = append(c.order, base)
@@ -113,7 +141,28 @@ func (c *usernsCache) get(base uint32) (int, error) {
 		delete(c.fds, c.order[0])
 		c.order = c.order[1:]
 	}
-	return dup, nil
+}
+
+// makeAhead makes base's namespace in the background unless it is kept, being made, or
+// the cache is full or closed (a namespace made ahead must never push out one in use).
+// A failure is forgotten: the create that asks for base makes its own.
+func (c *usernsCache) makeAhead(base uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.fds[base]; ok || c.closed || len(c.fds)+len(c.pending) >= c.max {
+		return
+	}
+	if _, ok := c.pending[base]; ok {
+		return
+	}
+	done := make(chan struct{})
+	c.pending[base] = done
+	c.ahead.Go(func() {
+		fd, err := newUserns(c.holder, base)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.finish(base, done, fd, err)
+	})
 }
 
 // touch moves base to the end of the order; the caller holds mu.
@@ -123,13 +172,16 @@ func (c *usernsCache) touch(base uint32) {
 	}
 }
 
+// close lets go of every namespace kept, waiting for those being made ahead.
 func (c *usernsCache) close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.closed = true
 	for _, fd := range c.fds {
 		unix.Close(fd)
 	}
 	c.fds, c.order = map[uint32]int{}, nil
+	c.mu.Unlock()
+	c.ahead.Wait()
 }
 
 // idmapMount binds src at dst as an idmapped mount through the user namespace usFD.
