@@ -103,6 +103,23 @@ func (p *Pool) Dial(ctx context.Context) (net.Conn, error) {
 	return &keptConn{Conn: conn, pool: p}, nil
 }
 
+// Prime dials one connection ahead of any call and keeps it as an idle one, so that
+// the first call finds it (a container's first exec is usually right after its start).
+// It is used like a connection handed back: only while fresh and quiet, and a call that
+// cannot send its request on it dials again. A pool that already holds one, is closed,
+// or is at a bound keeps nothing.
+func (p *Pool) Prime(ctx context.Context) error {
+	if p.Idle() > 0 {
+		return nil
+	}
+	conn, err := p.dial(ctx)
+	if err != nil {
+		return err
+	}
+	p.put(&keptConn{Conn: conn, pool: p})
+	return nil
+}
+
 // Close closes every idle connection; connections handed back later are closed too.
 func (p *Pool) Close() {
 	p.mu.Lock()

@@ -429,3 +429,61 @@ func TestQuiesceWantsTheEnd(t *testing.T) {
 		t.Errorf("Quiesce of a real agent: %v", err)
 	}
 }
+
+// TestPoolPrime: a connection dialled ahead carries the first call, so the call dials
+// nothing; a pool that holds one already dials no other, a closed pool keeps none, and
+// a primed connection the agent hung up on is dialled again rather than failing the
+// call.
+func TestPoolPrime(t *testing.T) {
+	sock, _ := serveAgent(t, Options{})
+	c, pool, dials := pooled(sock)
+	t.Cleanup(pool.Close)
+	ctx := ctxT(t)
+	for range 2 {
+		if err := pool.Prime(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, idle := dials.Load(), pool.Idle(); n != 1 || idle != 1 {
+		t.Fatalf("two primes: %d dials, %d idle; want 1 and 1", n, idle)
+	}
+	if out, res, err := execOut(ctx, c, "echo", "first"); err != nil || res.State != agentproto.StateSucceeded || out != "first\n" {
+		t.Fatalf("first exec: %q, %+v, %v", out, res, err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("the first exec after a prime dialled: %d dials, want the primed one only", n)
+	}
+
+	// The agent hangs up on a primed connection: the call dials again.
+	var conns atomic.Int32
+	sock2 := rawAgent(t, func(conn net.Conn) {
+		if conns.Add(1) == 1 {
+			conn.Close()
+			return
+		}
+		if _, err := readReq(conn); err != nil {
+			return
+		}
+		agentproto.WriteFrame(conn, agentproto.FrameResult, []byte("{}"))
+	})
+	c2, pool2, dials2 := pooled(sock2)
+	t.Cleanup(pool2.Close)
+	if err := pool2.Prime(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the hang-up arrives
+	if err := c2.Ping(ctx); err != nil {
+		t.Fatalf("ping after the agent hung up on the primed connection: %v", err)
+	}
+	if n := dials2.Load(); n != 2 {
+		t.Fatalf("%d dials; want 2 (the primed one, then a new one)", n)
+	}
+
+	pool2.Close()
+	if err := pool2.Prime(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pool2.Idle(); n != 0 {
+		t.Fatalf("a closed pool keeps %d primed connections", n)
+	}
+}

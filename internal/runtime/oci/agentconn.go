@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -137,8 +138,18 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	pool := d.keptPool(id, want)
+	if pool == nil {
+		return d.dialAgent(ctx, id, want)
+	}
+	return pool.Dial(ctx)
+}
+
+// keptPool returns the pool of id's agent connections when that agent is want, making
+// it if need be, or nil when the container changed meanwhile.
+func (d *Driver) keptPool(id string, want agentPeer) *agent.Pool {
 	if v, ok := d.kept.Load(id); ok && v.(*keptConns).peer == want {
-		return v.(*keptConns).pool.Dial(ctx)
+		return v.(*keptConns).pool
 	}
 	k := &keptConns{peer: want, pool: agent.NewPool(func(ctx context.Context) (net.Conn, error) { return d.dialAgent(ctx, id, want) })}
 	if old, loaded := d.kept.Swap(id, k); loaded {
@@ -146,14 +157,39 @@ func (d *Driver) DialAgent(ctx context.Context, id string) (net.Conn, error) {
 	}
 	// A Stop (or a new start) between the peer's read and the Swap dropped the pools
 	// before this one was put in: take it out again rather than keep it for a
-	// container that is gone, and dial without keeping.
+	// container that is gone (the caller dials without keeping).
 	if now, ok := d.peers.Load(id); !ok || now.(agentPeer) != want {
 		if d.kept.CompareAndDelete(id, k) {
 			k.pool.Close()
 		}
-		return d.dialAgent(ctx, id, want)
+		return nil
 	}
-	return k.pool.Dial(ctx)
+	return k.pool
+}
+
+// primeAgent dials id's new agent in the background, once it said it was ready, and
+// keeps the connection for the first call (agent.Pool.Prime): that call, most often
+// the exec that follows a create, then skips the dial and the agent's accept. The
+// connection is checked like any other, and belongs to the pool of this container.
+// Not for an engine that checkpoints: a connection that reached the agent after a
+// checkpoint had it close its connections (quiesce) could not be saved.
+func (d *Driver) primeAgent(id string) {
+	if d.opts.Engine.Checkpoint {
+		return
+	}
+	want, err := d.peer(id)
+	if err != nil {
+		return
+	}
+	go func() {
+		if pool := d.keptPool(id, want); pool != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := pool.Prime(ctx); err != nil {
+				d.log.Debug("dial agent ahead", "sandbox", id, "err", err)
+			}
+		}
+	}()
 }
 
 // dropKept closes the kept agent connections of id's container.

@@ -297,7 +297,11 @@ func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retE
 			return fmt.Errorf("agent broker: %w", err)
 		}
 	}
-	return d.recordPeer(s.ID, s.UIDBase)
+	if err := d.recordPeer(s.ID, s.UIDBase); err != nil {
+		return err
+	}
+	d.primeAgent(s.ID)
+	return nil
 }
 
 // run starts the container detached and waits for its agent to say it is ready; with a

@@ -119,3 +119,34 @@ func TestConformance(t *testing.T) {
 		}
 	})
 }
+
+// TestFirstCallFindsTheAgentDialled: once a container's agent said it was ready, the
+// driver dials it in the background, and the first call takes that connection instead
+// of dialling (agent.Pool.Prime).
+func TestFirstCallFindsTheAgentDialled(t *testing.T) {
+	h, d, dir := testenv.DriverHarness(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := "sbprime" + filepath.Base(dir)[len("al-drv-"):]
+	t.Cleanup(func() { d.Delete(context.Background(), id) })
+	if err := d.Start(ctx, h.Spec(id)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); d.IdleAgentConns(id) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no connection to the new agent was dialled ahead")
+		}
+	}
+	c, err := d.DialAgent(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if kc, ok := c.(agent.KeptConn); !ok || !kc.Reused() {
+		t.Fatal("the first call dialled its own connection; want the one dialled ahead")
+	}
+	cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatalf("a call after the first: %v", err)
+	}
+}
