@@ -8,3 +8,7 @@ func (d *Driver) IdleAgentConns(id string) int {
 	}
 	return v.(*keptConns).pool.Idle()
 }
+
+// DropAgentConns closes the connections kept to id's agent, the one dialled ahead
+// after its start included.
+func (d *Driver) DropAgentConns(id string) { d.dropKept(id) }

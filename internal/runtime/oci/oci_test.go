@@ -29,6 +29,12 @@ func TestConformance(t *testing.T) {
 		if err := d.Start(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
+		// The connection dialled ahead after the start reached the real agent: wait for
+		// it and drop it, so that every dial below goes to the socket's path.
+		for deadline := time.Now().Add(5 * time.Second); d.IdleAgentConns(id) == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		d.DropAgentConns(id)
 		sock := filepath.Join(dir, "sb", id, "ctl", "agent.sock")
 		if err := os.Rename(sock, sock+".real"); err != nil {
 			t.Fatal(err)
