@@ -5,10 +5,15 @@
 # live (sandboxes made two at a time, network none, a 2 h idle window), and the host's
 # mount-table lines are counted at each step, since every start reads and copies that
 # table (runc, the kernel). With BEFORE_REV set, a daemon built from that revision does
-# the same first, so the two slopes print side by side. Needs root and runc; stops each
-# daemon by its pid and removes everything it made. Usage:
+# the same first, so the two slopes print side by side. With NET=default the sandboxes
+# get the default network (the daemon's own nftables table, subnet and veth prefix).
+# Each side also prints the host mounts a running sandbox keeps and the daemon's own
+# CPU per timed create; with PERF=DIR it records the daemon's CPU (perf record -g)
+# during each round of timed creates into DIR/LABEL-10.perf and DIR/LABEL-N.perf.
+# Needs root and runc; stops each daemon by its pid and removes everything it made. Usage:
 #   bash bench/create_scale.sh [N [ROUNDS]]        # N defaults to 200, ROUNDS to 15
 #   BEFORE_REV=main bash bench/create_scale.sh 200
+#   NET=default BEFORE_REV=main bash bench/create_scale.sh 1000
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,31 +30,64 @@ if [ "$(id -u)" != 0 ]; then
 	exit 2
 fi
 
+NETFLAG=(--network none)
+if [ "${NET:-none}" = default ]; then
+	NETFLAG=()
+	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
+fi
+stop() {
+	daemon_stop
+	if [ "${NET:-none}" = default ]; then nft delete table inet airlock_scale 2>/dev/null || true; fi
+}
+
+# cpu_ticks PID: the process's user and system CPU so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
 # one LABEL [SRC]: a daemon built from SRC (default this tree), timed at 10 and N live.
 one() {
 	local label=$1 src=${2:-.}
 	TMP=$(mktemp -d /tmp/al-createscale.XXXXXX)
 	chmod 711 "$TMP" # the sandboxes (other uids) pass through to their state
-	trap daemon_stop EXIT
+	trap stop EXIT
 	pushd "$src" >/dev/null
 	daemon_start "live_cap: $((N + 2 * ROUNDS + 10))"
 	popd >/dev/null
 	export AIRLOCK_SOCKET=$SOCK
-	make_sandboxes() { seq "$1" "$2" | xargs -P 2 -I{} "$TMP/airlock" create --network none --idle-suspend 2h "s{}" >/dev/null; }
-	timed() { # PREFIX: ROUNDS sequential creates
-		for i in $(seq "$ROUNDS"); do time_us "$TMP/airlock" create --network none --idle-suspend 2h "$1$i" >>"$TMP/$1.txt"; done
+	make_sandboxes() { seq "$1" "$2" | xargs -P 2 -I{} "$TMP/airlock" create "${NETFLAG[@]}" --idle-suspend 2h "s{}" >/dev/null; }
+	timed() { # PREFIX LIVE: ROUNDS sequential creates; prints the daemon's CPU per create (ms)
+		local c0 perf=
+		if [ -n "${PERF:-}" ]; then
+			mkdir -p "$PERF"
+			perf record -q -g -F 499 -p "$PID" -o "$PERF/$label-$2.perf" 2>/dev/null &
+			perf=$!
+			sleep 0.5
+		fi
+		c0=$(cpu_ticks "$PID")
+		for i in $(seq "$ROUNDS"); do time_us "$TMP/airlock" create "${NETFLAG[@]}" --idle-suspend 2h "$1$i" >>"$TMP/$1.txt"; done
+		echo $((($(cpu_ticks "$PID") - c0) * 1000 / $(getconf CLK_TCK) / ROUNDS))
+		if [ -n "$perf" ]; then
+			kill -INT "$perf"
+			wait "$perf" || true
+		fi
+	}
+	# mounts_of: the host's mount points naming the sandbox s1 (by its id)
+	mounts_of() {
+		local id
+		id=$("$TMP/airlock" ls | awk '$1 == "s1" { print $2 }')
+		awk -v id="$id" 'index($5, id) { n++ } END { print n + 0 }' /proc/self/mountinfo
 	}
 	make_sandboxes 1 10
-	local m10 mN
+	local m10 mN cpu10 cpuN
 	m10=$(wc -l </proc/self/mountinfo)
-	timed a
+	cpu10=$(timed a 10)
 	make_sandboxes 11 "$N"
 	mN=$(wc -l </proc/self/mountinfo)
-	timed b
-	printf '%-7s create at 10 live   %s  (host mount table: %d lines)\n' "$label" "$(stats "$TMP/a.txt")" "$m10"
-	printf '%-7s create at %-3d live  %s  (host mount table: %d lines)\n' "$label" "$((N + ROUNDS))" "$(stats "$TMP/b.txt")" "$mN"
+	cpuN=$(timed b "$N")
+	printf '%-7s create at 10 live   %s  (host mount table: %d lines; daemon CPU %d ms a create)\n' "$label" "$(stats "$TMP/a.txt")" "$m10" "$cpu10"
+	printf '%-7s create at %-3d live  %s  (host mount table: %d lines; daemon CPU %d ms a create)\n' "$label" "$((N + ROUNDS))" "$(stats "$TMP/b.txt")" "$mN" "$cpuN"
+	echo "$label: host mounts of a running sandbox: $(mounts_of); daemon RSS $(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$PID/status") MiB"
 	echo "$label at $((N + ROUNDS)) over at 10 live, p50: $(awk -v a="$(p50 "$TMP/b.txt")" -v b="$(p50 "$TMP/a.txt")" 'BEGIN { printf "%.2f", a / b }')"
-	daemon_stop
+	stop
 	trap - EXIT
 	unset PID
 }

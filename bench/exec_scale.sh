@@ -36,8 +36,8 @@ if [ "${NET:-none}" = default ]; then
 	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
 fi
 
-# Each running sandbox takes about 8 of the host's process ids (its agent's threads and
-# the kernel's worker for its disk): a kernel left at its default kernel.pid_max (32,768,
+# Each running sandbox takes about 9 of the host's process ids (its agent's threads and
+# the kernel's two for its disk): a kernel left at its default kernel.pid_max (32,768,
 # where systemd does not raise it to 4,194,304 as it does on Debian) runs out near 4,000
 # sandboxes, and then nothing on the host can fork. Raised for the run, put back after.
 if [ "$(cat /proc/sys/kernel/pid_max)" -lt $((N * 10 + 16384)) ]; then

@@ -31,7 +31,8 @@ var traversed = map[string]bool{
 	"sandboxes-runsc":   false, // gVisor's gofer opens each root as the sandbox's uid
 	"runc":              false,
 	"network":           true,
-	"network/sandboxes": false,
+	"network/sandboxes": false, // each sandbox's tmpfs of client files, before network/files
+	"network/files":     false, // the tmpfs of sandboxes' client files, a directory each
 	"network/netns":     false,
 	"workspaces":        false, // a 0700 directory of root's per sandbox, its workspace mounted at mnt
 	// The read-only views sandboxes bind the agent binary and the CA bundle from

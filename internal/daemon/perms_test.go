@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,9 +162,15 @@ network:
 	for _, o := range open {
 		t.Errorf("readable or writable by other host users: %s", o)
 	}
-	netDir := filepath.Join(dir, "network", "sandboxes", resp.Sandbox.ID)
-	if fi, err := os.Stat(netDir); err != nil || fi.Mode().Perm() != 0o710 || fi.Sys().(*syscall.Stat_t).Gid == 0 {
-		t.Errorf("the sandbox's client files directory: %v, %v; want 0710, group the sandbox's gid", err, fi)
+	netDirs, _ := filepath.Glob(filepath.Join(dir, "network", "files", "*"))
+	netDirs = slices.DeleteFunc(netDirs, func(p string) bool { fi, err := os.Stat(p); return err == nil && !fi.IsDir() })
+	if len(netDirs) != 1 {
+		t.Errorf("client files directories: %v; want the sandbox's alone", netDirs)
+	}
+	for _, netDir := range netDirs {
+		if fi, err := os.Stat(netDir); err != nil || fi.Mode().Perm() != 0o710 || fi.Sys().(*syscall.Stat_t).Gid == 0 {
+			t.Errorf("the sandbox's client files directory: %v, %v; want 0710, group the sandbox's gid", err, fi)
+		}
 	}
 	// The database, its journal, the CA key and the loosened leftovers are the daemon's alone.
 	for _, rel := range []string{"airlock.db", "airlock.db-wal", "airlock.db-shm", "network/ca/ca-key.pem", "leftover.json", "snapshots"} {

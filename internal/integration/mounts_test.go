@@ -3,6 +3,7 @@ package integration
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,5 +68,29 @@ func TestMountTableNamesNothingOfTheHost(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("mount table:\n%s", out)
+	}
+}
+
+// TestHostMountsOfANetworkedSandbox lists the host's mounts a running sandbox with the
+// default network keeps: its network namespace, its disk and its root overlay. Every
+// container start reads and copies the host's whole mount table, so a mount more a
+// sandbox is a little more time in every later create; the client files are on one
+// tmpfs of the node's, the idmapped image layers are held by the overlay alone.
+func TestHostMountsOfANetworkedSandbox(t *testing.T) {
+	netRequireHostNetns(t)
+	n := testenv.NewNode(t, testenv.Options{Network: true})
+	sb := n.Create(t, api.CreateSandboxRequest{Name: "mounts"})
+	var got []string
+	for _, m := range testenv.MountsUnder(n.Dir) {
+		if strings.Contains(m, sb.ID) {
+			got = append(got, strings.ReplaceAll(strings.TrimPrefix(m, n.Dir+"/"), sb.ID, "ID"))
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"network/netns/ID", "sandboxes/ID/fs", "sandboxes/ID/rootfs"}; !slices.Equal(got, want) {
+		t.Errorf("host mounts of a running sandbox: %v, want %v", got, want)
+	}
+	if out := mustRun(t, n, "mounts", "cat /etc/resolv.conf /run/airlock/session/token"); !strings.Contains(out, "nameserver ") || !strings.Contains(out, "al_session_") {
+		t.Errorf("the sandbox's client files: %q", out)
 	}
 }

@@ -142,7 +142,7 @@ func TestTerminateAnswersThenCleansUp(t *testing.T) {
 	if ids, _ := n.Network.List(); strings.Contains(fmt.Sprint(ids), old.ID) {
 		t.Errorf("after its cleanup the terminated sandbox's network is still there: %v", ids)
 	}
-	if _, err := os.Stat(filepath.Join(n.Dir, "network", "sandboxes", old.ID)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(n.Network.FilesDir(old.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the terminated sandbox's network files are still there (%v)", err)
 	}
 	if out := mustRun(t, n, "again", "echo ok"); out != "ok\n" {

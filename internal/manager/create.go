@@ -403,19 +403,23 @@ func (m *Manager) reserveLive(ctx context.Context, owner, id string) (release fu
 	}
 	// Past cap+len(inFlight) records the owner is at the cap whichever they are: no
 	// more is read, however many the owner holds.
-	list, err := m.store.ListSandboxes(ctx, store.SandboxFilter{Owner: owner, States: liveStates, Limit: m.cfg.LiveCap + len(inFlight)})
+	// An owner near a cap of thousands has thousands of live records, read at every
+	// create: viewed, not copied.
+	var ids []string
+	err = m.View(ctx, store.SandboxFilter{Owner: owner, States: liveStates, Limit: m.cfg.LiveCap + len(inFlight)},
+		func(sb *store.Sandbox) error { ids = append(ids, sb.ID); return nil })
 	if err != nil {
 		release()
 		return nil, err
 	}
-	counted := make(map[string]bool, len(inFlight)+len(list))
+	counted := make(map[string]bool, len(inFlight)+len(ids))
 	m.mu.Lock()
 	for _, r := range inFlight {
 		counted[r.id] = true
 	}
 	m.mu.Unlock()
-	for _, sb := range list { // the list holds live states only
-		counted[sb.ID] = true
+	for _, id := range ids { // the list holds live states only
+		counted[id] = true
 	}
 	if live := len(counted); live >= m.cfg.LiveCap {
 		release()

@@ -88,3 +88,20 @@ func BenchmarkScrape1000(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReserveLive1000 is the live-cap check of one create by an owner with 1,000
+// running sandboxes and a cap above them, as on a dense node.
+func BenchmarkReserveLive1000(b *testing.B) {
+	m := benchNode(b, 1000)
+	m.cfg.LiveCap = 5000
+	ctx := context.Background()
+	cpu0 := cpuNow()
+	for b.Loop() {
+		release, err := m.reserveLive(ctx, "local", "sb_new")
+		if err != nil {
+			b.Fatal(err)
+		}
+		release()
+	}
+	b.ReportMetric(float64((cpuNow()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}

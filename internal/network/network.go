@@ -105,6 +105,7 @@ type Node struct {
 
 	names egress.ResolvedNames // what each sandbox resolved, for plain TCP rules by name
 	limit *connLimit
+	files *bindsource.Names // the names of sandboxes' directories on the files tmpfs
 
 	mu     sync.RWMutex
 	info   map[string]egress.SandboxInfo
@@ -160,10 +161,10 @@ func New(opts Options) (_ *Node, retErr error) {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(filepath.Join(opts.Dir, "sandboxes"), 0o711); err != nil {
+	var err error
+	if n.files, err = openFiles(filepath.Join(opts.Dir, filesDir)); err != nil {
 		return nil, err
 	}
-	var err error
 	if n.ca, err = egress.LoadOrCreateCA(filepath.Join(opts.Dir, "ca")); err != nil {
 		return nil, err
 	}
@@ -388,7 +389,8 @@ func (n *Node) Close() error {
 		n.nm.Close()
 	}
 	// Running sandboxes keep their binds of the bundle; only the node's view goes.
-	return bindsource.Unview(filepath.Join(n.opts.Dir, bundleView))
+	return errors.Join(bindsource.Unview(filepath.Join(n.opts.Dir, bundleView)),
+		closeFiles(filepath.Join(n.opts.Dir, filesDir)))
 }
 
 func (n *Node) lookup(remote netip.AddrPort) (egress.SandboxInfo, bool) {
@@ -457,11 +459,8 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	n.roles[sb.ID] = sb.Role
 	n.links[sb.ID] = link
 	n.mu.Unlock()
-	// The files are on a tmpfs of the sandbox's own, mounted at its directory, so that
-	// its mount table shows them as /NAME (bindsource); a running sandbox found again
-	// after a restart of the daemon keeps the one it has, whose files it binds.
-	dir := filepath.Join(n.opts.Dir, "sandboxes", sb.ID)
-	if err := bindsource.Tmpfs(dir, "mode=0700,size=256k,nr_inodes=64"); err != nil {
+	dir, err := n.filesOf(sb.ID)
+	if err != nil {
 		return nil, err
 	}
 	if err := ownDir(dir, sb.UIDBase); err != nil {
@@ -514,12 +513,7 @@ func (n *Node) Detach(ctx context.Context, id string) error {
 		n.opts.EndSessions(id)
 	}
 	err := n.nm.Delete(ctx, id)
-	dir := filepath.Join(n.opts.Dir, "sandboxes", id)
-	if uerr := bindsource.Unmount(dir); uerr != nil {
-		return errors.Join(err, uerr) // never remove through a mount
-	}
-	os.RemoveAll(dir)
-	return err
+	return errors.Join(err, n.removeFiles(id))
 }
 
 // SetPolicy implements netattach.Network.

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +76,36 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("DialAgent to the sandbox's own agent: %v", err)
 		}
 		c.Close()
+	})
+	// Every container start reads and copies the host's whole mount table, so each
+	// running sandbox keeps as few host mounts as it can: its disk and its root overlay.
+	// The idmapped image layers are gone once the overlay holds them, and the sandbox
+	// still reads its image and writes its own layer.
+	t.Run("HostMountsOfARunningSandbox", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		id := "sbmounts" + filepath.Base(dir)[len("al-oci-"):]
+		t.Cleanup(func() { d.Delete(context.Background(), id) })
+		spec := h.Spec(id)
+		spec.Limits.Disk = 64 << 20
+		if err := d.Start(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		under := filepath.Join(dir, "sb", id)
+		var got []string
+		for _, m := range testenv.MountsUnder(under) {
+			got = append(got, strings.TrimPrefix(m, under+"/"))
+		}
+		slices.Sort(got)
+		if want := []string{"fs", "rootfs"}; !slices.Equal(got, want) {
+			t.Errorf("host mounts under the sandbox's directory: %v, want %v", got, want)
+		}
+		cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
+		var out strings.Builder
+		res, err := cl.Exec(ctx, agentproto.ExecSpec{Shell: "echo x >/root/f && stat -c %u /root/f /etc/passwd"}, nil, &out, &out)
+		if err != nil || res.ExitCode != 0 || out.String() != "0\n0\n" {
+			t.Errorf("image read and own layer written as root inside: %+v, %v, %q (want the owners 0 and 0)", res, err, out.String())
+		}
 	})
 	// Kept agent connections belong to one container: after a restart every call
 	// reaches the new agent, concurrent calls included, and once the container has

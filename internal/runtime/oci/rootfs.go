@@ -210,7 +210,7 @@ func idmapMount(usFD int, src, dst string, readOnly bool) error {
 // rootfs is the on-host layout of one sandbox's root filesystem.
 //
 //	<dir>/fs/upper, fs/work   the writable layer, in host ids of the sandbox's range
-//	<dir>/m/0..n              each image layer idmapped
+//	<dir>/m/0..n              each image layer idmapped, unmounted once the overlay holds it
 //	<dir>/rootfs              the overlay the container runs on
 type rootfs struct{ dir string }
 
@@ -259,16 +259,15 @@ func (r rootfs) mount(usFD int, base uint32, layers []string) (retErr error) {
 	if err := bindsource.MountIn(r.dir, "overlay", r.merged(), "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
-	return nil
+	return r.dropLayerMounts()
 }
 
-// unmount removes the overlay and the idmapped mounts; it is safe to call on a partly
-// mounted or unmounted rootfs.
-func (r rootfs) unmount() error {
+// dropLayerMounts unmounts the idmapped layers once the overlay is mounted: overlayfs
+// holds private copies of its layers' mounts (idmapping included), so the overlay keeps
+// working, and the host's mount table, which every container start reads and copies
+// whole, keeps one mount a sandbox fewer.
+func (r rootfs) dropLayerMounts() error {
 	var errs []error
-	if err := bindsource.Unmount(r.merged()); err != nil {
-		errs = append(errs, err)
-	}
 	mdir := filepath.Join(r.dir, "m")
 	entries, _ := os.ReadDir(mdir)
 	for _, e := range entries {
@@ -278,6 +277,21 @@ func (r rootfs) unmount() error {
 			continue
 		}
 		os.Remove(p)
+	}
+	return errors.Join(errs...)
+}
+
+// unmount removes the overlay and the idmapped mounts; it is safe to call on a partly
+// mounted or unmounted rootfs.
+func (r rootfs) unmount() error {
+	var errs []error
+	if err := bindsource.Unmount(r.merged()); err != nil {
+		errs = append(errs, err)
+	}
+	// Layers are unmounted right after the overlay; some may be left by a failed mount
+	// or by a daemon that stopped in between.
+	if err := r.dropLayerMounts(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
