@@ -123,12 +123,22 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err := m.placeHere(); err != nil {
 		return nil, nil, err
 	}
-	op, replay, err := m.beginOp(ctx, call, "create", "", req)
+	// A create that a warm pool may serve and that has no idempotency key to look up
+	// stores its operation with the claim, in one write, or before a cold create
+	// (pool_claim.go).
+	var op *store.Operation
+	opStored := call.IdempotencyKey != "" || pull || !m.mayClaimInOneWrite(&store.Sandbox{
+		ImageDigest: img.Digest, Runtime: req.Runtime, Limits: limits, Network: network}, len(req.Volumes) == 0)
+	if !opStored {
+		op, err = m.newOp(ctx, call, "create", "", req)
+	} else {
+		var replay bool
+		if op, replay, err = m.beginOp(ctx, call, "create", "", req); replay {
+			return m.replayed(ctx, op)
+		}
+	}
 	if err != nil {
 		return nil, nil, err
-	}
-	if replay {
-		return m.replayed(ctx, op)
 	}
 	if pull {
 		// Part of the operation: it goes on if the caller goes away, and a pull that
@@ -155,10 +165,17 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		NodeSelector: req.NodeSelector,
 	}
 	// A pooled member started without volumes: a create that attaches some is cold.
-	if claimed, err := m.claimPooled(ctx, call, sb, len(req.Volumes) == 0); err != nil { // pool_claim.go
+	if claimed, err := m.claimPooled(ctx, call, sb, len(req.Volumes) == 0, op, !opStored); err != nil { // pool_claim.go
+		if !opStored {
+			return op, nil, m.finishNewOp(op, "", err)
+		}
 		return op, nil, m.finishOp(op, "", err)
 	} else if claimed {
-		return op, sb, m.finishOp(op, sb.ID, nil)
+		return op, sb, m.claimedOp(op, sb)
+	} else if !opStored {
+		if _, err := m.store.CreateOperation(ctx, op); err != nil {
+			return nil, nil, err
+		}
 	}
 	defer m.coldCreate()()
 	op.SandboxID = sb.ID

@@ -48,7 +48,13 @@ func newTestManager(t *testing.T) (*Manager, *fake.Driver, store.Store) {
 // newManagerWith builds a manager with cfg and driver drv over a fresh store.
 func newManagerWith(t testing.TB, cfg Config, drv runtime.Driver) (*Manager, store.Store) {
 	t.Helper()
-	dir := t.TempDir()
+	return newManagerIn(t, t.TempDir(), cfg, drv)
+}
+
+// newManagerIn builds a manager with cfg and driver drv over a fresh store in dir,
+// whose database file is dir/db.
+func newManagerIn(t testing.TB, dir string, cfg Config, drv runtime.Driver) (*Manager, *sqlite.Store) {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(dir, "db"))
 	if err != nil {
 		t.Fatal(err)

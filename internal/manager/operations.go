@@ -30,20 +30,8 @@ func requestHash(kind string, body any) string {
 // beginOp records a new operation, or finds the one an idempotency key names. replay
 // is true when the key was seen before with the same request.
 func (m *Manager) beginOp(ctx context.Context, call Call, kind, sandboxID string, body any) (op *store.Operation, replay bool, err error) {
-	now := m.now()
-	if len(call.IdempotencyKey) > 256 {
-		return nil, false, errdefs.Invalid("Idempotency-Key is longer than 256 characters")
-	}
-	key := call.IdempotencyKey
-	if from := creatorOf(ctx); key != "" && from != "" {
-		// Code inside a sandbox has keys of its own: one its owner (or a sibling) used
-		// never replays that caller's operation to it.
-		key = from + "/" + key
-	}
-	op = &store.Operation{
-		ID: newID("op_"), Kind: kind, Owner: call.Owner, SandboxID: sandboxID, State: store.OpRunning,
-		IdempotencyKey: key, RequestHash: requestHash(kind, body),
-		CreatedAt: now, UpdatedAt: now,
+	if op, err = m.newOp(ctx, call, kind, sandboxID, body); err != nil {
+		return nil, false, err
 	}
 	existing, err := m.store.CreateOperation(ctx, op)
 	if errors.Is(err, errdefs.ErrAlreadyExists) && existing != nil {
@@ -60,8 +48,64 @@ func (m *Manager) beginOp(ctx context.Context, call Call, kind, sandboxID string
 	return op, false, nil
 }
 
+// newOp is a new operation, running, not yet stored.
+func (m *Manager) newOp(ctx context.Context, call Call, kind, sandboxID string, body any) (*store.Operation, error) {
+	now := m.now()
+	if len(call.IdempotencyKey) > 256 {
+		return nil, errdefs.Invalid("Idempotency-Key is longer than 256 characters")
+	}
+	key := call.IdempotencyKey
+	if from := creatorOf(ctx); key != "" && from != "" {
+		// Code inside a sandbox has keys of its own: one its owner (or a sibling) used
+		// never replays that caller's operation to it.
+		key = from + "/" + key
+	}
+	return &store.Operation{
+		ID: newID("op_"), Kind: kind, Owner: call.Owner, SandboxID: sandboxID, State: store.OpRunning,
+		IdempotencyKey: key, RequestHash: requestHash(kind, body),
+		CreatedAt: now, UpdatedAt: now,
+	}, nil
+}
+
 // finishOp records how an operation ended and returns err unchanged.
 func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) error {
+	return m.endOp(op, sandboxID, err, m.store.UpdateOperation)
+}
+
+// finishNewOp is finishOp for an operation newOp made and nothing stored: it is
+// stored as it ended.
+func (m *Manager) finishNewOp(op *store.Operation, sandboxID string, err error) error {
+	return m.endOp(op, sandboxID, err, func(ctx context.Context, op *store.Operation) error {
+		_, err := m.store.CreateOperation(ctx, op)
+		return err
+	})
+}
+
+// endOp ends op as settleOp does, counts it, and stores it with write.
+func (m *Manager) endOp(op *store.Operation, sandboxID string, err error, write func(context.Context, *store.Operation) error) error {
+	err = m.settleOp(op, sandboxID, err)
+	m.opDone(op)
+	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+	defer cancel()
+	if uerr := write(ctx, op); uerr != nil {
+		m.log.Error("record operation", "op", op.ID, "err", uerr)
+		if err == nil {
+			// Success that is not on record is no success to report: the stored
+			// operation still says running, and the next start closes it as failed.
+			return errdefs.Unavailable("the outcome of operation %s could not be recorded; the sandbox's state shows it", op.ID).
+				WithCause(uerr).WithDetails(map[string]any{"operation_id": op.ID})
+		}
+	}
+	if err != nil && op.ErrorCode == "internal" {
+		err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: op.ErrorMessage, Cause: err,
+			Details: map[string]any{"operation_id": op.ID}}
+	}
+	return err
+}
+
+// settleOp sets in op how it ended (err, nil on success), the store not written, and
+// returns err, or what callers hear of it.
+func (m *Manager) settleOp(op *store.Operation, sandboxID string, err error) error {
 	op.UpdatedAt = m.now()
 	if sandboxID != "" {
 		op.SandboxID = sandboxID
@@ -82,22 +126,6 @@ func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) err
 		}
 	} else {
 		op.State = store.OpSucceeded
-	}
-	m.opDone(op)
-	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
-	defer cancel()
-	if uerr := m.store.UpdateOperation(ctx, op); uerr != nil {
-		m.log.Error("record operation", "op", op.ID, "err", uerr)
-		if err == nil {
-			// Success that is not on record is no success to report: the stored
-			// operation still says running, and the next start closes it as failed.
-			return errdefs.Unavailable("the outcome of operation %s could not be recorded; the sandbox's state shows it", op.ID).
-				WithCause(uerr).WithDetails(map[string]any{"operation_id": op.ID})
-		}
-	}
-	if err != nil && op.ErrorCode == "internal" {
-		err = &errdefs.Error{Class: errdefs.ErrInternal, Msg: op.ErrorMessage, Cause: err,
-			Details: map[string]any{"operation_id": op.ID}}
 	}
 	return err
 }
@@ -120,10 +148,7 @@ func (m *Manager) replayed(ctx context.Context, op *store.Operation) (*store.Ope
 
 // event records a sandbox event; failures are logged, never returned.
 func (m *Manager) event(sb *store.Sandbox, typ, cause string, data any) {
-	ev := &store.Event{SandboxID: sb.ID, Generation: sb.Generation, Type: typ, Cause: cause, Time: m.now()}
-	if data != nil {
-		ev.Data, _ = json.Marshal(data)
-	}
+	ev := m.newEvent(sb, typ, cause, data)
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 	defer cancel()
 	if err := m.store.AppendEvent(ctx, ev); err != nil {
@@ -131,6 +156,15 @@ func (m *Manager) event(sb *store.Sandbox, typ, cause string, data any) {
 		return
 	}
 	m.notifyEvents()
+}
+
+// newEvent is an event of sb, not yet stored.
+func (m *Manager) newEvent(sb *store.Sandbox, typ, cause string, data any) *store.Event {
+	ev := &store.Event{SandboxID: sb.ID, Generation: sb.Generation, Type: typ, Cause: cause, Time: m.now()}
+	if data != nil {
+		ev.Data, _ = json.Marshal(data)
+	}
+	return ev
 }
 
 // setState moves sb to a new state through the state machine and stores it.

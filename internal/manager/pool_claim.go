@@ -24,13 +24,40 @@ import (
 // record on its version, which the store makes atomic; the loser tries the next member.
 // A drained pool is a miss, and the create goes on cold.
 
+// What a claim writes — the member's record made the caller's, the create's operation
+// and its `created` event — is one write when the store can make it one
+// (store.ClaimWriter), committed before the create is answered: a burst of claims, whose
+// writes the store commits together, then waits for one commit each instead of one per
+// record. The operation of a create with no idempotency key is then stored only by
+// that write (or, on a miss, before the cold create): nobody can ask for it before the
+// answer that names it. So that nothing is stored of a claim that fails, the member
+// takes its new identity on the host before the write, under its lock, and takes its
+// pool identity back if the write fails.
+
 // claimPage is how many members a claim reads at a time.
 const claimPage = 16
 
+// mayClaimInOneWrite says whether a create of sb (its image digest, runtime, limits and
+// network) may be served from a pool with its operation stored in the claim's write.
+func (m *Manager) mayClaimInOneWrite(sb *store.Sandbox, may bool) bool {
+	_, one := m.store.(store.ClaimWriter)
+	return one && may && m.poolFor(sb) != nil
+}
+
+// claimedOp ends op, the operation of a create that claimed sb: with a ClaimWriter the
+// claim's write stored it, otherwise it is stored now.
+func (m *Manager) claimedOp(op *store.Operation, sb *store.Sandbox) error {
+	if _, one := m.store.(store.ClaimWriter); !one {
+		return m.finishOp(op, sb.ID, nil)
+	}
+	m.opDone(op)
+	return nil
+}
+
 // claimPooled lets sb, a create's record not yet stored, take a ready member of a pool
 // that matches it, if may. On a claim sb becomes that member's record, stored and
-// running.
-func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox, may bool) (claimed bool, err error) {
+// running. op is the create's operation; newOp says it is not stored yet.
+func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox, may bool, op *store.Operation, newOp bool) (claimed bool, err error) {
 	p := m.poolFor(sb)
 	if p == nil || !may {
 		return false, nil
@@ -48,13 +75,14 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox,
 	// Members are read a page at a time: a burst of claims on a large pool would
 	// otherwise each read every member, most of them taken by the time they are tried.
 	f := m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}, Limit: claimPage})
+	c := claim{pool: p.Name, hn: hn, op: op, newOp: newOp}
 	for !claimed && err == nil {
 		var members []*store.Sandbox
 		if members, err = m.store.ListSandboxes(ctx, f); err != nil {
 			return false, err
 		}
 		for _, mem := range members {
-			if claimed, err = m.claimMember(ctx, hn, mem, sb); claimed || err != nil {
+			if claimed, err = m.claimMember(ctx, c, mem, sb); claimed || err != nil {
 				break
 			}
 		}
@@ -73,10 +101,15 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox,
 	if claimed || err == nil {
 		m.metrics.PoolClaim(p.Name, claimed)
 	}
-	if claimed {
-		m.event(sb, "created", "create", map[string]any{"pool": p.Name})
-	}
 	return claimed, err
+}
+
+// claim is what claimMember needs besides the member and the caller's record.
+type claim struct {
+	pool  string
+	hn    runtime.Hostnamer
+	op    *store.Operation // the create's
+	newOp bool             // op is not stored yet
 }
 
 // poolFor is the pool whose members sb could be, or nil.
@@ -93,7 +126,7 @@ func (m *Manager) poolFor(sb *store.Sandbox) *store.Pool {
 
 // claimMember makes mem, a member read a moment ago, the sandbox want describes, if it
 // is still an untouched member and nobody claimed it first.
-func (m *Manager) claimMember(ctx context.Context, hn runtime.Hostnamer, mem, want *store.Sandbox) (bool, error) {
+func (m *Manager) claimMember(ctx context.Context, cl claim, mem, want *store.Sandbox) (bool, error) {
 	if mem.ExpiresAt.Before(want.ExpiresAt) || !m.untouched(mem) {
 		return false, nil
 	}
@@ -105,52 +138,75 @@ func (m *Manager) claimMember(ctx context.Context, hn runtime.Hostnamer, mem, wa
 		return false, nil
 	}
 	defer unlock()
+	// Read again under the lock: the member is changed on the host before its record,
+	// and one claimed (or retired) since it was read is nobody's to change.
+	cur, err := m.store.GetSandbox(ctx, mem.ID)
+	if err != nil || cur.Version != mem.Version {
+		return false, nil
+	}
 	c := *mem
 	c.Name, c.Owner, c.Role, c.CreatedBy = want.Name, want.Owner, want.Role, want.CreatedBy
 	c.Env, c.Labels, c.Network = want.Env, want.Labels, want.Network
 	c.CreatedAt, c.LastActivity, c.ExpiresAt = want.CreatedAt, want.LastActivity, want.ExpiresAt
 	c.IdleSuspend, c.TTL = want.IdleSuspend, want.TTL
+	if err := m.takeIdentity(ctx, cl.hn, &c); err != nil {
+		m.log.Warn("a claimed pool member could not take its identity; it is removed", "sandbox", c.ID, "err", err)
+		if err := m.terminate(ctx, mem, "pool_claim_failed"); err != nil {
+			m.log.Warn("terminate a pool member whose claim failed; it is retried", "sandbox", c.ID, "err", err)
+		}
+		return false, nil // the create goes on, cold if no other member takes it
+	}
 	m.movePending(want.Owner, want.ID, c.ID)
-	switch err := m.store.UpdateSandbox(ctx, &c); {
+	err = m.writeClaim(ctx, cl, &c)
+	if err != nil {
+		m.movePending(want.Owner, c.ID, want.ID)
+		m.giveBack(ctx, cl.hn, mem)
+	}
+	switch {
 	case errors.Is(err, errdefs.ErrVersionConflict), errors.Is(err, errdefs.ErrNotFound):
-		m.movePending(want.Owner, c.ID, want.ID)
-		return false, nil // claimed, retired or changed since it was read
+		return false, nil // changed since it was read
 	case errors.Is(err, errdefs.ErrAlreadyExists):
-		m.movePending(want.Owner, c.ID, want.ID)
 		return false, errdefs.Exists("a sandbox named %q already exists", want.Name)
 	case err != nil:
-		m.movePending(want.Owner, c.ID, want.ID)
 		return false, err
-	}
-	// From here on the member is the caller's sandbox; one that cannot take its new
-	// identity goes, and the create is a cold one.
-	if err := m.takeIdentity(ctx, hn, &c); err != nil {
-		m.log.Warn("a claimed pool member could not take its identity; it is removed", "sandbox", c.ID, "err", err)
-		m.dropClaimed(ctx, mem, &c)
-		m.movePending(want.Owner, c.ID, want.ID)
-		return false, nil
 	}
 	*want = c
 	noteSandbox(ctx, c.ID)
 	return true, nil
 }
 
-// dropClaimed removes c, the record of member mem that a claim changed but whose
-// container could not take the change, as a retired member goes (retireMember): it is
-// given back its pool's identity, so its record is nobody's sandbox, and terminated;
-// the cleanup that starts frees its container, network and uid range, then the record.
-// The caller holds its lock. Should the identity not go back, the cleanup runs all the
-// same and leaves a tombstone.
-func (m *Manager) dropClaimed(ctx context.Context, mem, c *store.Sandbox) {
-	back := *mem
-	back.Version = c.Version
-	if err := m.store.UpdateSandbox(ctx, &back); err != nil {
-		m.log.Warn("give a pool member whose claim failed back its pool identity", "sandbox", c.ID, "err", err)
-	} else {
-		c = &back
+// writeClaim stores c, a member's record claimed, with what the claim records
+// (claimMember): in one write with a ClaimWriter, which also ends the create's
+// operation; otherwise the record, then the event (the caller ends the operation).
+func (m *Manager) writeClaim(ctx context.Context, cl claim, c *store.Sandbox) error {
+	data := map[string]any{"pool": cl.pool}
+	w, one := m.store.(store.ClaimWriter)
+	if !one {
+		if err := m.store.UpdateSandbox(ctx, c); err != nil {
+			return err
+		}
+		m.event(c, "created", "create", data)
+		return nil
 	}
-	if err := m.terminate(ctx, c, "pool_claim_failed"); err != nil {
-		m.log.Warn("terminate a pool member whose claim failed; it is retried", "sandbox", c.ID, "err", err)
+	ev := m.newEvent(c, "created", "create", data)
+	done := *cl.op
+	m.settleOp(&done, c.ID, nil)
+	if err := w.WriteClaim(ctx, store.Claim{Sandbox: c, Op: &done, NewOp: cl.newOp, Events: []*store.Event{ev}}); err != nil {
+		return err
+	}
+	*cl.op = done
+	m.notifyEvents()
+	return nil
+}
+
+// giveBack gives mem, a member whose claim was not stored, its pool identity back on
+// the host; one that cannot take it back is removed.
+func (m *Manager) giveBack(ctx context.Context, hn runtime.Hostnamer, mem *store.Sandbox) {
+	if err := m.takeIdentity(ctx, hn, mem); err != nil {
+		m.log.Warn("a pool member whose claim was not stored could not take its pool identity back; it is removed", "sandbox", mem.ID, "err", err)
+		if err := m.terminate(ctx, mem, "pool_claim_failed"); err != nil {
+			m.log.Warn("terminate a pool member whose claim failed; it is retried", "sandbox", mem.ID, "err", err)
+		}
 	}
 }
 

@@ -327,7 +327,8 @@ func TestPoolClaimIsAtomic(t *testing.T) {
 		wg.Go(func() {
 			want := *mem
 			want.Name, want.Owner = fmt.Sprintf("c%d", i), fmt.Sprintf("owner%d", i)
-			ok, err := m.claimMember(ctx, fd, mem, &want)
+			op := &store.Operation{ID: fmt.Sprintf("op_c%d", i), Kind: "create", Owner: want.Owner, State: store.OpRunning}
+			ok, err := m.claimMember(ctx, claim{pool: "warm", hn: fd, op: op, newOp: true}, mem, &want)
 			if err != nil {
 				t.Error(err)
 			}
@@ -343,6 +344,12 @@ func TestPoolClaimIsAtomic(t *testing.T) {
 	}
 	if winners != 1 {
 		t.Errorf("%d of %d racing claims of one member succeeded, want exactly 1", winners, n)
+	}
+	// The losers left the winner's sandbox alone, its host name included.
+	if i := slices.Index(won, true); i >= 0 {
+		if h := fd.Hostname(mem.ID); h != fmt.Sprintf("c%d", i) {
+			t.Errorf("the claimed member's host name = %q; want its winner's c%d", h, i)
+		}
 	}
 }
 

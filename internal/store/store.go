@@ -376,6 +376,23 @@ type SandboxViewer interface {
 	ViewSandboxes(ctx context.Context, f SandboxFilter, fn func(*Sandbox) error) error
 }
 
+// ClaimWriter is a Store that writes what a create served from a warm pool records, in
+// one transaction: the member's record made the caller's (a compare-and-swap on its
+// version, as UpdateSandbox), the create's operation (inserted as CreateOperation does
+// when Claim.NewOp, otherwise overwritten) and its events. Either all of it is stored
+// or none of it. Stores without it write them one after another.
+type ClaimWriter interface {
+	WriteClaim(ctx context.Context, c Claim) error
+}
+
+// Claim is what a claim of a pool member writes.
+type Claim struct {
+	Sandbox *Sandbox // the member's record as the claim makes it, at the version read
+	Op      *Operation
+	NewOp   bool // Op is not stored yet
+	Events  []*Event
+}
+
 // ViewList passes each of list to fn in order, as ViewSandboxes does, up to fn's
 // first error.
 func ViewList(list []*Sandbox, fn func(*Sandbox) error) error {

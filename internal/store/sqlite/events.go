@@ -32,28 +32,33 @@ func (s *Store) AppendEvents(ctx context.Context, evs []*store.Event) error {
 	}
 	seqs := make([]int64, len(evs))
 	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx,
-			`INSERT INTO events (`+records.NewEventColumns+`) VALUES (?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return fmt.Errorf("append events: %w", err)
-		}
-		defer st.Close()
-		for i, ev := range evs {
-			res, err := st.ExecContext(ctx, rows[i]...)
-			if err != nil {
-				return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
-			}
-			if seqs[i], err = res.LastInsertId(); err != nil {
-				return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
-			}
-		}
-		return nil
+		return appendEvents(ctx, tx, evs, rows, seqs)
 	})
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	for i, ev := range evs {
 		ev.Seq = seqs[i]
+	}
+	return nil
+}
+
+// appendEvents inserts evs (rows: their columns) in tx and sets seqs to their Seqs.
+func appendEvents(ctx context.Context, tx *sql.Tx, evs []*store.Event, rows [][]any, seqs []int64) error {
+	st, err := tx.PrepareContext(ctx,
+		`INSERT INTO events (`+records.NewEventColumns+`) VALUES (?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	defer st.Close()
+	for i, ev := range evs {
+		res, err := st.ExecContext(ctx, rows[i]...)
+		if err != nil {
+			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+		}
+		if seqs[i], err = res.LastInsertId(); err != nil {
+			return fmt.Errorf("append event to %s: %w", ev.SandboxID, err)
+		}
 	}
 	return nil
 }

@@ -35,25 +35,9 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 		return nil, err
 	}
 	var prev *store.Operation
-	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if op.IdempotencyKey != "" {
-			p, err := records.ScanOperation(tx.QueryRowContext(ctx,
-				`SELECT `+records.OperationColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
-				op.Owner, op.IdempotencyKey))
-			switch {
-			case err == nil:
-				prev = p
-				return errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
-					op.IdempotencyKey, op.Owner)
-			case !errors.Is(err, sql.ErrNoRows):
-				return fmt.Errorf("create operation %s: %w", op.ID, err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO operations (`+records.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
-			return operationConflict(err, op, "create")
-		}
-		return nil
+	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		prev, err = createOperation(ctx, tx, op, args)
+		return err
 	})
 	if prev != nil {
 		return prev, err
@@ -64,6 +48,28 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) (*stor
 	return op, nil
 }
 
+// createOperation inserts op (args: its columns) in tx; an operation of its owner with
+// its idempotency key is returned with ErrAlreadyExists.
+func createOperation(ctx context.Context, tx *sql.Tx, op *store.Operation, args []any) (*store.Operation, error) {
+	if op.IdempotencyKey != "" {
+		p, err := records.ScanOperation(tx.QueryRowContext(ctx,
+			`SELECT `+records.OperationColumns+` FROM operations WHERE owner = ? AND idempotency_key = ?`,
+			op.Owner, op.IdempotencyKey))
+		switch {
+		case err == nil:
+			return p, errdefs.Exists("an operation with idempotency key %q already exists for owner %q",
+				op.IdempotencyKey, op.Owner)
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("create operation %s: %w", op.ID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO operations (`+records.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...); err != nil {
+		return nil, operationConflict(err, op, "create")
+	}
+	return nil, nil
+}
+
 // UpdateOperation implements store.Store; an operation that is not there is
 // ErrNotFound.
 func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error {
@@ -72,22 +78,27 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 		return err
 	}
 	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx,
-			`UPDATE operations SET kind = ?, owner = ?, sandbox_id = ?, state = ?, idempotency_key = ?,
+		return updateOperation(ctx, tx, op, args)
+	})
+}
+
+// updateOperation overwrites op (args: its columns) in tx.
+func updateOperation(ctx context.Context, tx *sql.Tx, op *store.Operation, args []any) error {
+	res, err := tx.ExecContext(ctx,
+		`UPDATE operations SET kind = ?, owner = ?, sandbox_id = ?, state = ?, idempotency_key = ?,
 		request_hash = ?, result = ?, error_code = ?, error_message = ?, created_at = ?, updated_at = ?
 		WHERE id = ?`, append(args[1:], op.ID)...)
-		if err != nil {
-			return operationConflict(err, op, "update")
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("update operation %s: %w", op.ID, err)
-		}
-		if n == 0 {
-			return errdefs.NotFound("operation %s not found", op.ID)
-		}
-		return nil
-	})
+	if err != nil {
+		return operationConflict(err, op, "update")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update operation %s: %w", op.ID, err)
+	}
+	if n == 0 {
+		return errdefs.NotFound("operation %s not found", op.ID)
+	}
+	return nil
 }
 
 // GetOperation implements store.Store.

@@ -256,45 +256,65 @@ func listQuery(f store.SandboxFilter) (string, []any) {
 // UpdateSandbox implements store.Store as a compare-and-swap on version. On success
 // it sets sb.Version and sb.UpdatedAt to what was stored.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	u, err := newSandboxUpdate(sb)
+	if err != nil {
+		return err
+	}
+	if err := s.inTx(ctx, u.write); err != nil {
+		return err
+	}
+	u.done()
+	return nil
+}
+
+// sandboxUpdate is one compare-and-swap of a sandbox record, encoded ahead of the
+// transaction that writes it.
+type sandboxUpdate struct {
+	sb, c *store.Sandbox // the caller's record, and what is stored
+	doc   string
+}
+
+func newSandboxUpdate(sb *store.Sandbox) (*sandboxUpdate, error) {
 	c := *sb
 	c.Version = sb.Version + 1
 	c.UpdatedAt = time.Now().UTC()
 	doc, err := records.EncodeSandbox(&c)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &sandboxUpdate{sb: sb, c: &c, doc: doc}, nil
+}
 
-	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx,
-			`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?, memory = ?, cpu = ?
+// write makes the update in tx, or fails with ErrVersionConflict or ErrNotFound.
+func (u *sandboxUpdate) write(ctx context.Context, tx *sql.Tx) error {
+	sb, c := u.sb, u.c
+	res, err := tx.ExecContext(ctx,
+		`UPDATE sandboxes SET owner = ?, name = ?, state = ?, version = ?, created_at = ?, doc = ?, node = ?, memory = ?, cpu = ?
 		WHERE id = ? AND version = ?`,
-			c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), doc, c.Node, c.Limits.Memory, c.Limits.CPU, sb.ID, sb.Version)
-		if err != nil {
-			return sandboxConflict(err, sb, "update")
+		c.Owner, c.Name, c.State, c.Version, records.FormatTime(c.CreatedAt), u.doc, c.Node, c.Limits.Memory, c.Limits.CPU, sb.ID, sb.Version)
+	if err != nil {
+		return sandboxConflict(err, sb, "update")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
+	}
+	if n == 0 {
+		var stored int64
+		err := tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errdefs.NotFound("sandbox %s not found", sb.ID)
 		}
-		n, err := res.RowsAffected()
 		if err != nil {
 			return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
 		}
-		if n == 0 {
-			var stored int64
-			err := tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
-			if errors.Is(err, sql.ErrNoRows) {
-				return errdefs.NotFound("sandbox %s not found", sb.ID)
-			}
-			if err != nil {
-				return fmt.Errorf("update sandbox %s: %w", sb.ID, err)
-			}
-			return errdefs.VersionConflict("sandbox %s is at version %d, not %d", sb.ID, stored, sb.Version)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+		return errdefs.VersionConflict("sandbox %s is at version %d, not %d", sb.ID, stored, sb.Version)
 	}
-	sb.Version, sb.UpdatedAt = c.Version, c.UpdatedAt
 	return nil
 }
+
+// done gives the caller's record the version and update time stored, once committed.
+func (u *sandboxUpdate) done() { u.sb.Version, u.sb.UpdatedAt = u.c.Version, u.c.UpdatedAt }
 
 // DeleteSandbox implements store.Store. Deleting a sandbox that is not there is
 // ErrNotFound.
