@@ -38,14 +38,62 @@ const cleanupWorkers = 4
 // A NUL cannot come in an HTTP header, so no caller's key is ever equal to it.
 func cleanupKey(id string) string { return "\x00cleanup/" + id }
 
-// recordCleanup stores the cleanup operation of sb, or finds the one stored before.
-func (m *Manager) recordCleanup(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+// A terminate's records are two writes when the store can make each one
+// (store.ClaimWriter, the write a pool claim makes): before the kill, the cleanup
+// operation with the sandbox terminating and its state event; after it, the tombstone
+// with its state event and, for a terminate asked for, its operation ended (stored only
+// then when it has no idempotency key). Stores without it write each record on its own.
+
+// recordTerminating stores the cleanup operation of sb (or finds the one stored
+// before) and sb terminating; the caller holds its lock.
+func (m *Manager) recordTerminating(ctx context.Context, sb *store.Sandbox, cause string) (*store.Operation, error) {
+	if w, one := m.store.(store.ClaimWriter); one && sb.State != Terminating && transition(sb.State, Terminating) == nil {
+		op := m.newCleanupOp(sb)
+		ev, from := m.moveState(sb, Terminating, cause)
+		err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: op, NewOp: true, Events: []*store.Event{ev}})
+		if err == nil {
+			m.notifyEvents()
+			return op, nil
+		}
+		sb.State = from
+		if !errors.Is(err, errdefs.ErrAlreadyExists) {
+			return nil, err
+		}
+		// A cleanup recorded before (a terminate the daemon did not finish): found next.
+	}
+	op, err := m.recordCleanup(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != Terminating {
+		if err := m.setState(ctx, sb, Terminating, cause); err != nil {
+			return nil, err
+		}
+	}
+	return op, nil
+}
+
+// newCleanupOp is the cleanup operation of sb, running, not yet stored.
+func (m *Manager) newCleanupOp(sb *store.Sandbox) *store.Operation {
 	now := m.now()
-	op := &store.Operation{
+	return &store.Operation{
 		ID: newID("op_"), Kind: cleanupKind, Owner: sb.Owner, SandboxID: sb.ID, State: store.OpRunning,
 		IdempotencyKey: cleanupKey(sb.ID), RequestHash: requestHash(cleanupKind, sb.ID),
 		CreatedAt: now, UpdatedAt: now,
 	}
+}
+
+// moveState sets sb's state to to, not stored, and returns the state event that goes
+// with it and the state it had.
+func (m *Manager) moveState(sb *store.Sandbox, to State, cause string) (*store.Event, State) {
+	from := sb.State
+	sb.State = to
+	return m.newEvent(sb, "state", cause, map[string]string{"from": string(from), "to": string(to)}), from
+}
+
+// recordCleanup stores the cleanup operation of sb, or finds the one stored before.
+func (m *Manager) recordCleanup(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	op := m.newCleanupOp(sb)
 	existing, err := m.store.CreateOperation(ctx, op)
 	if errors.Is(err, errdefs.ErrAlreadyExists) && existing != nil {
 		return existing, nil
@@ -53,9 +101,50 @@ func (m *Manager) recordCleanup(ctx context.Context, sb *store.Sandbox) (*store.
 	return op, err
 }
 
-// tombstone kills sb's processes and records it terminated; the caller holds its lock
-// and has recorded its cleanup. A kill that fails leaves it terminating, for the sweep.
-func (m *Manager) tombstone(ctx context.Context, sb *store.Sandbox, cause string) error {
+// endOp is the operation of a terminate asked for, which the tombstone's write ends
+// when the store can make it one write.
+type endOp struct {
+	op    *store.Operation
+	newOp bool // op is not stored yet
+	ended bool // the tombstone's write stored it ended
+}
+
+// finish ends e's operation as finishOp does (sandboxID, err), unless the tombstone's
+// write did, and returns what the caller hears.
+func (e *endOp) finish(m *Manager, sandboxID string, err error) error {
+	switch {
+	case e.ended:
+		m.opDone(e.op)
+		return nil
+	case e.newOp:
+		return m.finishNewOp(e.op, sandboxID, err)
+	}
+	return m.finishOp(e.op, sandboxID, err)
+}
+
+// recordTerminated stores sb terminated, with end's operation ended in the same write
+// if there is one and the store can.
+func (m *Manager) recordTerminated(ctx context.Context, sb *store.Sandbox, cause string, end *endOp) error {
+	w, one := m.store.(store.ClaimWriter)
+	if end == nil || !one || transition(sb.State, Terminated) != nil {
+		return m.setState(ctx, sb, Terminated, cause)
+	}
+	done := *end.op
+	m.settleOp(&done, sb.ID, nil)
+	ev, from := m.moveState(sb, Terminated, cause)
+	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: end.newOp, Events: []*store.Event{ev}}); err != nil {
+		sb.State = from
+		return err
+	}
+	*end.op, end.ended = done, true
+	m.notifyEvents()
+	return nil
+}
+
+// tombstone kills sb's processes and records it terminated (with end, if not nil:
+// recordTerminated); the caller holds its lock and has recorded its cleanup. A kill
+// that fails leaves it terminating, for the sweep.
+func (m *Manager) tombstone(ctx context.Context, sb *store.Sandbox, cause string, end *endOp) error {
 	var err error
 	if k, ok := m.driver(sb).(runtime.Killer); ok {
 		err = k.Kill(ctx, sb.ID)
@@ -70,7 +159,7 @@ func (m *Manager) tombstone(ctx context.Context, sb *store.Sandbox, cause string
 		}
 		return unavailable(err, "sandbox %q could not be stopped yet; it will be retried", sb.Name)
 	}
-	if err := m.setState(ctx, sb, Terminated, cause); err != nil {
+	if err := m.recordTerminated(ctx, sb, cause, end); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -141,7 +230,7 @@ func (m *Manager) cleanupLocked(ctx context.Context, id string, op *store.Operat
 		return err
 	}
 	if sb.State != Terminated {
-		if err := m.tombstone(ctx, sb, "recover"); err != nil {
+		if err := m.tombstone(ctx, sb, "recover", nil); err != nil {
 			return err
 		}
 	}

@@ -345,19 +345,30 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 		return nil, nil, errdefs.VersionConflict("sandbox %q is at version %d, not %d", sb.Name, sb.Version, call.IfMatch).
 			WithDetails(map[string]any{"version": sb.Version})
 	}
-	op, replay, err := m.beginOp(ctx, call, "terminate", sb.ID, map[string]string{"sandbox": sb.ID})
+	// A terminate with no idempotency key to look up stores its operation only with
+	// the tombstone, ended, in one write (cleanup.go): nobody can ask for it before the
+	// answer that names it.
+	var op *store.Operation
+	_, one := m.store.(store.ClaimWriter)
+	end := &endOp{newOp: one && call.IdempotencyKey == ""}
+	if end.newOp {
+		op, err = m.newOp(ctx, call, "terminate", sb.ID, map[string]string{"sandbox": sb.ID})
+	} else {
+		var replay bool
+		if op, replay, err = m.beginOp(ctx, call, "terminate", sb.ID, map[string]string{"sandbox": sb.ID}); replay {
+			return m.replayed(ctx, op)
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if replay {
-		return m.replayed(ctx, op)
-	}
+	end.op = op
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
-		return op, nil, m.finishOp(op, "", err)
+		return op, nil, end.finish(m, "", err)
 	}
 	switch {
 	case m.abandoned(ctx, sb):
@@ -368,31 +379,33 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	case !m.ownRecord(sb): // it moved meanwhile
 		err = m.onThisNode(sb)
 	default:
-		err = m.terminate(ctx, sb, "terminate")
+		err = m.terminateEnding(ctx, sb, "terminate", end)
 	}
-	return op, sb, m.finishOp(op, sb.ID, err)
+	return op, sb, end.finish(m, sb.ID, err)
 }
 
 // terminate ends sb and returns once it is a tombstone whose processes are all
-// killed: it records the cleanup, then sb terminating, then kills; the rest of its resources go in the background (cleanup.go). The caller
+// killed: it records the cleanup and sb terminating, then kills, then records the
+// tombstone; the rest of its resources go in the background (cleanup.go). The caller
 // holds its lock.
 func (m *Manager) terminate(ctx context.Context, sb *store.Sandbox, cause string) error {
+	return m.terminateEnding(ctx, sb, cause, nil)
+}
+
+// terminateEnding is terminate that also ends end, the operation of a terminate asked
+// for, in the tombstone's write, if the store can make it one (endOp).
+func (m *Manager) terminateEnding(ctx context.Context, sb *store.Sandbox, cause string, end *endOp) error {
 	if sb.State == Terminated {
 		return nil
-	}
-	op, err := m.recordCleanup(ctx, sb)
-	if err != nil {
-		return err
 	}
 	// Recorded before the kill, so whoever the kill breaks off (a process stream)
 	// reads the sandbox as ending at once; a crash from here on is finished by the
 	// cleanup at the next start.
-	if sb.State != Terminating {
-		if err := m.setState(ctx, sb, Terminating, cause); err != nil {
-			return err
-		}
+	op, err := m.recordTerminating(ctx, sb, cause)
+	if err != nil {
+		return err
 	}
-	if err := m.tombstone(ctx, sb, cause); err != nil {
+	if err := m.tombstone(ctx, sb, cause, end); err != nil {
 		return err
 	}
 	m.releaseVolumes(ctx, sb) // the volumes stay, free for other sandboxes
