@@ -223,7 +223,8 @@ func TestCleanupFailureIsVisibleAndResumedAfterRestart(t *testing.T) {
 }
 
 // interruptedTerminate creates sandbox name and does what a terminate does before a
-// daemon dies: records its cleanup and, with terminating, records it terminating.
+// daemon dies: records its cleanup and, with terminating, records it terminating
+// (the terminate's first write).
 func interruptedTerminate(t *testing.T, m *Manager, name string, terminating bool) *store.Sandbox {
 	t.Helper()
 	ctx := context.Background()
@@ -234,13 +235,17 @@ func interruptedTerminate(t *testing.T, m *Manager, name string, terminating boo
 	if sb, err = m.store.GetSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.recordCleanup(ctx, sb); err != nil {
+	record := m.recordCleanup
+	if terminating { // the terminate's first write: the cleanup with the state
+		record = func(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+			return m.recordTerminating(ctx, sb, "terminate")
+		}
+	}
+	if _, err := record(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	if terminating {
-		if err := m.setState(ctx, sb, Terminating, "terminate"); err != nil {
-			t.Fatal(err)
-		}
+	if got, _ := m.store.GetSandbox(ctx, sb.ID); terminating && got.State != Terminating {
+		t.Fatalf("the interrupted terminate recorded %s; want terminating", got.State)
 	}
 	return sb
 }
