@@ -176,3 +176,23 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkListShortPage lists 16 of 100 records, as a pool claim reads its pool's
+// members (and a create its owner's live sandboxes): the query's text costs more than
+// its rows, so it is kept prepared.
+//
+//	go test -run '^$' -bench 'ListShortPage' ./internal/store/sqlite/
+func BenchmarkListShortPage(b *testing.B) {
+	st := seedSandboxes(b, 100, "pool:warm")
+	ctx := context.Background()
+	f := store.SandboxFilter{Owner: "pool:warm", States: []store.State{"suspended"}, Limit: 16}
+	for b.Loop() {
+		list, err := st.ListSandboxes(ctx, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(list) != 16 {
+			b.Fatalf("listed %d sandboxes, want 16", len(list))
+		}
+	}
+}

@@ -107,12 +107,24 @@ var _ store.SandboxViewer = (*Store)(nil)
 // change them.
 func (s *Store) listShared(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	q, args := listQuery(f)
+	// A list without labels has one of a few hundred texts (which filters are set, how
+	// many states): kept prepared, as a lookup's statement is. Prepared before the
+	// transaction, which holds a reader connection (preparing may wait for one).
+	var st *sql.Stmt
+	if len(f.Labels) == 0 {
+		st, _ = s.prepared(ctx, s.r, q) // on failure, the query below says why
+	}
 	tx, err := s.r.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, q, args...)
+	var rows *sql.Rows
+	if st != nil {
+		rows, err = tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	} else {
+		rows, err = tx.QueryContext(ctx, q, args...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
