@@ -377,20 +377,23 @@ func mountsUnder(dir string) []string {
 
 // concurrencyResult is the outcome of the many-sandboxes test.
 type concurrencyResult struct {
-	Sandboxes        int       `json:"sandboxes"`
-	Parallel         int       `json:"parallel"`
-	CreateExecWallMS float64   `json:"create_exec_wall_ms"`
-	TerminateWallMS  float64   `json:"terminate_wall_ms"`
-	CleanupWallMS    float64   `json:"cleanup_wall_ms"` // until the last background cleanup ended
-	Succeeded        int       `json:"succeeded"`
-	Failed           int       `json:"failed"`
-	Errors           []string  `json:"errors,omitempty"`
-	Leaks            []string  `json:"leaks"`
-	Foreign          int       `json:"foreign_cgroups,omitempty"` // under the parent, not this run's
-	Latency          *series   `json:"-"`                         // each sandbox's create → exec
-	AgentRSS         []float64 `json:"-"`
-	AgentPss         []float64 `json:"-"`
-	DaemonPeakMiB    float64   `json:"daemon_rss_all_running_mib"`
+	Sandboxes        int      `json:"sandboxes"`
+	Parallel         int      `json:"parallel"`
+	CreateExecWallMS float64  `json:"create_exec_wall_ms"`
+	TerminateWallMS  float64  `json:"terminate_wall_ms"`
+	CleanupWallMS    float64  `json:"cleanup_wall_ms"` // until the last background cleanup ended
+	Succeeded        int      `json:"succeeded"`
+	Failed           int      `json:"failed"`
+	Errors           []string `json:"errors,omitempty"`
+	Leaks            []string `json:"leaks"`
+	Foreign          int      `json:"foreign_cgroups,omitempty"` // under the parent, not this run's
+	Latency          *series  `json:"-"`                         // each sandbox's create → exec
+	// The parts of Latency (the create's answer, then the first exec), and the floor:
+	// an exec in each of the same sandboxes, all at once, once the pool is refilled.
+	Parts         []*series `json:"-"`
+	AgentRSS      []float64 `json:"-"`
+	AgentPss      []float64 `json:"-"`
+	DaemonPeakMiB float64   `json:"daemon_rss_all_running_mib"`
 }
 
 // manySandboxes creates n sandboxes with at most parallel calls in flight, runs
@@ -437,6 +440,7 @@ func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label strin
 		}
 	}
 	r.DaemonPeakMiB, _ = procMiB(daemon, "status", "VmRSS")
+	r.Parts = b.burstParts(ctx, c, label, ids, times, errs)
 	start = time.Now()
 	for i := range n {
 		if ids[i] == "" {
@@ -477,6 +481,61 @@ func (b *bench) manySandboxes(ctx context.Context, c *client.Client, label strin
 	r.Succeeded = n - r.Failed
 	r.Leaks, r.Foreign = leaks(ctx, b.o.runc, stateDir, cg, b.ours)
 	return r
+}
+
+// burstParts splits a burst's create → exec into the create's answer and the first
+// exec, and measures the floor of the exec part: `echo ok` in each sandbox that
+// succeeded, all at once, with no create beside them, after the pool (if any) is full
+// again, so that no refill runs meanwhile.
+func (b *bench) burstParts(ctx context.Context, c *client.Client, label string, ids []string, times []createTimes, errs []error) []*series {
+	n := len(ids)
+	create := &series{Name: fmt.Sprintf("d. burst%s: create answered, %d at once", label, n), Unit: "ms"}
+	exec := &series{Name: fmt.Sprintf("d. burst%s: its first exec", label), Unit: "ms"}
+	floor := &series{Name: fmt.Sprintf("d. burst%s floor: exec echo in the %d running, at once", label, n), Unit: "ms"}
+	for i, t := range times {
+		if errs[i] == nil {
+			create.addDuration(t.create)
+			exec.addDuration(t.exec)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		pools, err := c.Pools(ctx)
+		full := err == nil
+		for _, p := range pools {
+			full = full && p.Ready >= p.Size
+		}
+		if full {
+			break
+		}
+	}
+	took := make([]time.Duration, n)
+	ferrs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		if errs[i] != nil {
+			continue
+		}
+		wg.Go(func() {
+			t0 := time.Now()
+			res, err := c.Exec(ctx, id, api.ExecRequest{Argv: []string{"echo", "ok"}})
+			took[i] = time.Since(t0)
+			if err == nil {
+				err = checkResult(res, "ok\n")
+			}
+			ferrs[i] = err
+		})
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] == nil {
+			if ferrs[i] != nil {
+				floor.fail(ferrs[i])
+			} else {
+				floor.addDuration(took[i])
+			}
+		}
+	}
+	return []*series{create, exec, floor}
 }
 
 // terminateSettled is terminate, timed alone, followed by an untimed wait for the

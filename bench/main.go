@@ -364,6 +364,7 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 			}
 			bc := b.manySandboxes(ctx, b.before.c, blabel, b.before.pid, b.before.cg, b.before.stateDir)
 			a.beforeBurst = bc.Latency
+			a.burstParts = append(a.burstParts, bc.Parts...)
 			if bc.Failed > 0 {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("second daemon's burst: %d failed, first: %s", bc.Failed, strings.Join(bc.Errors[:min(1, len(bc.Errors))], "")))
 			}
@@ -386,8 +387,8 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 		busy.Values = []float64{conc.DaemonPeakMiB}
 	}
 
-	for _, s := range []*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc, a.cpuAirlock, a.cpuRunc, a.before, a.cpuBefore,
-		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss, conc.Latency, a.beforeBurst} {
+	for _, s := range append([]*series{a.airlock, a.create, a.toRecord, a.runtimeStart, a.toAnswer, a.firstExec, a.terminate, a.airlockNone, a.runcUsr, a.runcMin, a.runcNoSeccomp, a.deleteForce, a.killDelete, a.podmanNone, a.podmanDefault, a.runsc, a.cpuAirlock, a.cpuRunc, a.before, a.cpuBefore,
+		ex.airlock, ex.runc, ex.get, ex.runsc, idleStart, busy, idleEnd, agentWarm, agentIdle, agentRSS, agentPss, conc.Latency, a.beforeBurst}, append(conc.Parts, a.burstParts...)...) {
 		if s != nil && (len(s.Values) > 0 || s.Errors > 0) {
 			rep.Series = append(rep.Series, s.summary())
 		}

@@ -93,9 +93,10 @@ type createResults struct {
 	runcUsr, runcMin, runcNoSeccomp       *series
 	deleteForce, killDelete               *series
 	podmanNone, podmanDefault             *series
-	runsc                                 *series // the daemon's gVisor runtime, when it has one
-	cpuAirlock, cpuRunc                   *series // CPU time of one create → exec, and of one runc run
-	before, cpuBefore, beforeBurst        *series // the second daemon's (-before-socket)
+	runsc                                 *series   // the daemon's gVisor runtime, when it has one
+	cpuAirlock, cpuRunc                   *series   // CPU time of one create → exec, and of one runc run
+	before, cpuBefore, beforeBurst        *series   // the second daemon's (-before-socket)
+	burstParts                            []*series // the second daemon's burst split (manySandboxes)
 }
 
 // contender is one thing timed per round; it stops being run after maxErrors failures.
