@@ -267,7 +267,6 @@ func (m *Manager) startContainer(ctx context.Context, sb *store.Sandbox, img *im
 		WorkingDir: img.Config.WorkingDir,
 		Hostname:   sb.Name,
 		Deadline:   sb.ExpiresAt,
-		Background: poolMember(sb), // at idle priority until claimed (pool_claim.go)
 	}
 	files, err := m.deliverSecrets(ctx, sb, false)
 	if err != nil {

@@ -225,12 +225,6 @@ func poolOf(sb *store.Sandbox) (string, bool) {
 	return strings.CutPrefix(sb.Owner, store.PoolOwnerPrefix)
 }
 
-// poolMember says whether sb is a member of a pool.
-func poolMember(sb *store.Sandbox) bool {
-	_, ok := poolOf(sb)
-	return ok
-}
-
 // StartPools loads the stored pools and starts the refill loop; call it after Recover.
 // Close stops it.
 func (m *Manager) StartPools(ctx context.Context) error {

@@ -211,17 +211,10 @@ func (m *Manager) giveBack(ctx context.Context, hn runtime.Hostnamer, mem *store
 }
 
 // takeIdentity applies to the running container of a claimed member what its record
-// now says: host name, the normal CPU priority, secrets and network attachment (owner,
-// role, policy).
+// now says: host name, secrets and network attachment (owner, role, policy).
 func (m *Manager) takeIdentity(ctx context.Context, hn runtime.Hostnamer, sb *store.Sandbox) error {
 	if err := hn.SetHostname(ctx, sb.ID, sb.Name); err != nil {
 		return err
-	}
-	// A member started at idle priority; the caller's sandbox runs at the normal one.
-	if f, ok := hn.(runtime.Foregrounder); ok {
-		if err := f.Foreground(ctx, sb.ID); err != nil {
-			return err
-		}
 	}
 	m.stopSecrets(sb.ID)
 	files, err := m.deliverSecrets(ctx, sb, false)

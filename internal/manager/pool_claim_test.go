@@ -100,30 +100,3 @@ func TestPoolFailedClaimWriteLeavesNothing(t *testing.T) {
 		t.Errorf("pool members after a failed claim = %v; want the untouched %s", left, mem.ID)
 	}
 }
-
-// TestPoolMembersWaitAtIdlePriority: pool members start at idle CPU priority and a
-// claim gives the caller's sandbox the normal one; a cold create never starts idle.
-func TestPoolMembersWaitAtIdlePriority(t *testing.T) {
-	m, fd, _ := newTestManager(t)
-	ctx := context.Background()
-	members := fillPool(t, m, "warm", 2)
-	for _, id := range members {
-		if !fd.Idle(id) {
-			t.Errorf("pool member %s does not wait at idle priority", id)
-		}
-	}
-	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fd.Idle(sb.ID) {
-		t.Errorf("the claimed sandbox %s stays at idle priority", sb.ID)
-	}
-	_, cold, err := m.Create(ctx, local, CreateRequest{Name: "b", Limits: store.Limits{CPU: 0.5}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fd.Idle(cold.ID) {
-		t.Errorf("a cold create %s started at idle priority", cold.ID)
-	}
-}

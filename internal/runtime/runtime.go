@@ -55,10 +55,6 @@ type Spec struct {
 	Network func() (NetworkJoin, error)
 	// Deadline is the maximum-lifetime end the agent enforces on its own clock (zero: none).
 	Deadline time.Time
-	// Background starts the sandbox at idle CPU priority, if the driver can (see
-	// Foregrounder): a warm pool's member, whose start must not take CPU from running
-	// sandboxes.
-	Background bool
 }
 
 // ImageFiles are what a node keeps of an image for a driver that builds the root from
@@ -149,13 +145,6 @@ type Driver interface {
 	DialAgent(ctx context.Context, id string) (net.Conn, error)
 	// List returns the ids of every sandbox this driver has resources for on the host.
 	List(ctx context.Context) ([]string, error)
-}
-
-// Foregrounder is implemented by drivers that start a Spec.Background sandbox at idle
-// CPU priority. Foreground gives every process of the running sandbox id the normal
-// priority again (a pool member at its claim); a sandbox already at it is unchanged.
-type Foregrounder interface {
-	Foreground(ctx context.Context, id string) error
 }
 
 // Killer is implemented by drivers that can end a container's processes ahead of

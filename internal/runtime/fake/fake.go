@@ -44,7 +44,6 @@ var (
 	_ runtime.HealthChecker = (*Driver)(nil)
 	_ runtime.PortDialer    = (*Driver)(nil)
 	_ runtime.Hostnamer     = (*Driver)(nil)
-	_ runtime.Foregrounder  = (*Driver)(nil)
 	_ runtime.Killer        = (*Driver)(nil)
 )
 
@@ -68,7 +67,6 @@ type box struct {
 	done   chan struct{}
 	paused bool
 	host   string // the host name the container would have
-	idle   bool   // at idle CPU priority (Spec.Background, until Foreground)
 }
 
 // New returns a driver keeping its sandboxes under dir; images, if not nil, must know
@@ -165,7 +163,7 @@ func (d *Driver) Start(ctx context.Context, s runtime.Spec) error {
 		env = append(env, j.Env...)
 	}
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b := &box{conns: make(chan net.Conn), stop: cancel, done: make(chan struct{}), host: s.Hostname, idle: s.Background}
+	b := &box{conns: make(chan net.Conn), stop: cancel, done: make(chan struct{}), host: s.Hostname}
 	go func() {
 		defer close(b.done)
 		agent.Serve(actx, &listener{conns: b.conns, ctx: actx}, agent.Options{Root: upper, Workdir: upper, Env: env, KeepOwner: os.Geteuid() != 0,
@@ -183,33 +181,14 @@ func (d *Driver) RenamesHost() bool { return true }
 // SetHostname implements runtime.Hostnamer: the fake keeps the name, which Hostname
 // reads.
 func (d *Driver) SetHostname(ctx context.Context, id, name string) error {
-	return d.running(id, func(b *box) { b.host = name })
-}
-
-// running calls fn with the box of id under the driver's lock; a sandbox that is not
-// running is an error.
-func (d *Driver) running(id string, fn func(*box)) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b := d.boxes[id]
 	if b == nil {
 		return fmt.Errorf("fake: sandbox %s is not running", id)
 	}
-	fn(b)
+	b.host = name
 	return nil
-}
-
-// Foreground implements runtime.Foregrounder.
-func (d *Driver) Foreground(ctx context.Context, id string) error {
-	return d.running(id, func(b *box) { b.idle = false })
-}
-
-// Idle says whether a running sandbox would be at idle CPU priority.
-func (d *Driver) Idle(id string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	b := d.boxes[id]
-	return b != nil && b.idle
 }
 
 // Hostname is the host name of a running sandbox ("" if it is not running).

@@ -289,7 +289,7 @@ func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retE
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return err
 	}
-	if err := d.run(ctx, s.ID, bundle, memory, s.Background); err != nil {
+	if err := d.run(ctx, s.ID, bundle, memory); err != nil {
 		return err
 	}
 	if d.opts.Engine.Sentry {
@@ -307,7 +307,7 @@ func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retE
 // run starts the container detached and waits for its agent to say it is ready; with a
 // memory image it restores the container from it instead, and the agent, restored as it
 // was, takes connections on the new channel at once.
-func (d *Driver) run(ctx context.Context, id, bundle, memory string, background bool) error {
+func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 	sock, err := d.bindAgentSocket(id)
 	if err != nil {
 		return err
@@ -367,11 +367,7 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string, background 
 	cmd.Args = append(cmd.Args, args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	if background && memory == "" && !d.opts.Engine.Sentry {
-		err = startIdle(cmd) // priority.go
-	} else {
-		err = cmd.Start()
-	}
+	err = cmd.Start()
 	readyW.Close()
 	if err == nil {
 		err = cmd.Wait()
