@@ -428,10 +428,12 @@ func SandboxMountsUnder(dir string) []string {
 
 // NodeMount says whether the mount point m is one a running node keeps for itself,
 // which go when the node closes: the views every sandbox binds files from (the agent
-// binary's, the CA bundle's; see bindsource), and the ready disk images of its disk
-// pools (disk-pool*/N.mnt).
+// binary's, the CA bundle's; see bindsource), the ready disk images of its disk
+// pools (disk-pool*/N.mnt), and the one tmpfs holding every sandbox's client files
+// (network/files, which outlives a node only while a sandbox has files on it).
 func NodeMount(m string) bool {
 	return strings.HasSuffix(m, "-agent/view") || strings.HasSuffix(m, "/network/ca-view/view") ||
+		strings.HasSuffix(m, "/network/files") ||
 		strings.HasPrefix(filepath.Base(filepath.Dir(m)), "disk-pool") && strings.HasSuffix(m, ".mnt")
 }
 
