@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -91,7 +90,6 @@ func Main(ctx context.Context, args []string) error {
 	deadline := fs.Int64("deadline", 0, "stop at this Unix time in seconds (0: never)")
 	readyFD := fs.Int("ready-fd", -1, "write \"ready\\n\" to this fd once listening, then close it")
 	workdir := fs.String("workdir", "/", "default working directory of processes")
-	resetProcs := fs.Bool("reset-gomaxprocs", false, "GOMAXPROCS=1 in the environment was set for a quicker start: unset it, and take the runtime's default once ready")
 	var env envFlag
 	fs.Var(&env, "env", "K=V added to the base environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -103,9 +101,6 @@ func Main(ctx context.Context, args []string) error {
 	}
 	if n := btoi(*socket != "") + btoi(*listenFd >= 0) + btoi(*acceptFd >= 0); n != 1 {
 		return errdefs.Invalid("agent: exactly one of --socket, --listen-fd and --accept-fd is required")
-	}
-	if *resetProcs {
-		os.Unsetenv("GOMAXPROCS") // never passed on to the sandbox's processes
 	}
 	if os.Getpid() == 1 {
 		if err := protectSelf(); err != nil {
@@ -144,9 +139,6 @@ func Main(ctx context.Context, args []string) error {
 		}
 	}
 	dropTextPages() // start-up is over; after the ready signal, so it does not delay it
-	if *resetProcs {
-		runtime.SetDefaultGOMAXPROCS()
-	}
 	// The log is read on the host and sandbox code can make the agent write to it:
 	// 16 KiB a second after a 256 KiB burst, and the host caps the file besides.
 	logw := newRateLimitedWriter(os.Stderr, 16<<10, 256<<10)

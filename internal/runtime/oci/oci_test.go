@@ -107,32 +107,6 @@ func TestConformance(t *testing.T) {
 			t.Errorf("image read and own layer written as root inside: %+v, %v, %q (want the owners 0 and 0)", res, err, out.String())
 		}
 	})
-	// The agent starts on one P (GOMAXPROCS=1, for a quicker start); no process of the
-	// sandbox inherits that, and a GOMAXPROCS of the sandbox's own environment stays.
-	t.Run("AgentsGOMAXPROCSIsNotPassedOn", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		for _, c := range []struct{ suffix, env, want string }{
-			{"a", "", ""},
-			{"b", "GOMAXPROCS=3", "GOMAXPROCS=3\n"},
-		} {
-			id := "sbprocs" + c.suffix + filepath.Base(dir)[len("al-oci-"):]
-			t.Cleanup(func() { d.Delete(context.Background(), id) })
-			spec := h.Spec(id)
-			if c.env != "" {
-				spec.Env = append(slices.Clip(spec.Env), c.env)
-			}
-			if err := d.Start(ctx, spec); err != nil {
-				t.Fatal(err)
-			}
-			cl := agent.Client{Dial: func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, id) }}
-			var out strings.Builder
-			res, err := cl.Exec(ctx, agentproto.ExecSpec{Shell: "env | grep ^GOMAXPROCS= || true"}, nil, &out, &out)
-			if err != nil || res.ExitCode != 0 || out.String() != c.want {
-				t.Errorf("sandbox env %q: a process sees %q (%+v, %v), want %q", c.env, out.String(), res, err, c.want)
-			}
-		}
-	})
 	// Kept agent connections belong to one container: after a restart every call
 	// reaches the new agent, concurrent calls included, and once the container has
 	// ended a call fails at once instead of waiting on a connection of the old one.

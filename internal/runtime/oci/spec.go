@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/moby/profiles/seccomp"
@@ -53,15 +52,6 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.M
 		// Whole seconds, rounded up: the agent must never end a sandbox early.
 		args = append(args, "--deadline", strconv.FormatInt(s.Deadline.Add(time.Second-1).Unix(), 10))
 	}
-	env := s.Env
-	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
-		// The agent's start is on every create's path, and the Go runtime starts
-		// sooner on one P; the agent unsets the variable at once, so that no process
-		// of the sandbox inherits it, and takes the runtime's default once ready. A
-		// GOMAXPROCS of the sandbox's own environment is left as it is.
-		env = append(slices.Clip(env), "GOMAXPROCS=1")
-		args = append(args, "--reset-gomaxprocs")
-	}
 	nofile := uint64(s.Limits.OpenFiles)
 	if nofile == 0 {
 		nofile = 65536
@@ -81,7 +71,7 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.M
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
 			Args:            args,
-			Env:             env,
+			Env:             s.Env,
 			Cwd:             "/",
 			Capabilities:    caps,
 			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
