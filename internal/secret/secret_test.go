@@ -19,6 +19,12 @@ import (
 )
 
 func newService(t *testing.T) (*secret.Service, string) {
+	s, _, dir := newServiceStore(t)
+	return s, dir
+}
+
+// newServiceStore is newService with the store it keeps its secrets in.
+func newServiceStore(t *testing.T) (*secret.Service, *sqlite.Store, string) {
 	dir := t.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "db"))
 	if err != nil {
@@ -29,7 +35,7 @@ func newService(t *testing.T) (*secret.Service, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, dir
+	return s, st, dir
 }
 
 // stateHas says whether any file of dir holds needle.
@@ -152,16 +158,7 @@ func TestConcurrentRotations(t *testing.T) {
 // opens nothing afterwards.
 func TestRekeyResealsVolumeKeys(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st, _ := newServiceStore(t)
 	data := bytes.Repeat([]byte{7}, 64)
 	kid, sealed, err := s.SealKey(data)
 	if err != nil || bytes.Contains(sealed, data) {
@@ -193,16 +190,7 @@ func TestRekeyResealsVolumeKeys(t *testing.T) {
 // node still has: neither forgets the other's key, nor re-seals a volume for ever.
 func TestConcurrentRekeys(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s, err := secret.Open(st, filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st, _ := newServiceStore(t)
 	if _, err := s.Create(ctx, "alice", secret.CreateRequest{Name: "token", Type: "token", Value: []byte("hunter2")}); err != nil {
 		t.Fatal(err)
 	}
