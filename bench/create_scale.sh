@@ -30,15 +30,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 2
 fi
 
-NETFLAG=(--network none)
-if [ "${NET:-none}" = default ]; then
-	NETFLAG=()
-	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
-fi
-stop() {
-	daemon_stop
-	if [ "${NET:-none}" = default ]; then nft delete table inet airlock_scale 2>/dev/null || true; fi
-}
+bench_network airlock_scale 10.214.0.0/16 als
 
 # cpu_ticks PID: the process's user and system CPU so far, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -48,7 +40,7 @@ one() {
 	local label=$1 src=${2:-.}
 	TMP=$(mktemp -d /tmp/al-createscale.XXXXXX)
 	chmod 711 "$TMP" # the sandboxes (other uids) pass through to their state
-	trap stop EXIT
+	trap daemon_stop EXIT
 	pushd "$src" >/dev/null
 	daemon_start "live_cap: $((N + 2 * ROUNDS + 10))"
 	popd >/dev/null
@@ -87,7 +79,7 @@ one() {
 	printf '%-7s create at %-3d live  %s  (host mount table: %d lines; daemon CPU %d ms a create)\n' "$label" "$((N + ROUNDS))" "$(stats "$TMP/b.txt")" "$mN" "$cpuN"
 	echo "$label: host mounts of a running sandbox: $(mounts_of); daemon RSS $(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$PID/status") MiB"
 	echo "$label at $((N + ROUNDS)) over at 10 live, p50: $(awk -v a="$(p50 "$TMP/b.txt")" -v b="$(p50 "$TMP/a.txt")" 'BEGIN { printf "%.2f", a / b }')"
-	stop
+	daemon_stop
 	trap - EXIT
 	unset PID
 }

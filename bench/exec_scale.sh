@@ -25,16 +25,11 @@ BENCH=execscale
 PIDMAX=
 cleanup() {
 	daemon_stop
-	if [ "${NET:-none}" = default ]; then nft delete table inet airlock_scale 2>/dev/null || true; fi
 	if [ -n "$PIDMAX" ]; then echo "$PIDMAX" >/proc/sys/kernel/pid_max; fi
 }
 trap cleanup EXIT
 
-NETFLAG=(--network none)
-if [ "${NET:-none}" = default ]; then
-	NETFLAG=()
-	export BENCH_NETWORK="network: {enabled: true, subnet: 10.214.0.0/16, table: airlock_scale, host_prefix: als}"
-fi
+bench_network airlock_scale 10.214.0.0/16 als
 
 # Each running sandbox takes about 9 of the host's process ids (its agent's threads and
 # the kernel's two for its disk): a kernel left at its default kernel.pid_max (32,768,

@@ -36,8 +36,21 @@ daemon_start() {
 	exit 2
 }
 
+# bench_network TABLE SUBNET PREFIX: with NET=default the sandboxes get the default
+# network, in the daemon's own nftables table TABLE (subnet and veth prefix), which
+# daemon_stop deletes; otherwise NETFLAG asks each create for network none.
+bench_network() {
+	NETFLAG=(--network none)
+	if [ "${NET:-none}" = default ]; then
+		NETFLAG=()
+		BENCH_TABLE=$1
+		BENCH_NETWORK="network: {enabled: true, subnet: $2, table: $1, host_prefix: $3}"
+	fi
+}
+
 # daemon_stop stops the daemon by its pid, removes what a killed run left (mounts deepest
-# first, containers, cgroups) and then $TMP, unless a mount is still there.
+# first, containers, cgroups, the nftables table of bench_network) and then $TMP, unless
+# a mount is still there.
 daemon_stop() {
 	if [ -n "${PID:-}" ] && kill -0 "$PID" 2>/dev/null; then
 		kill -TERM "$PID"
@@ -56,6 +69,7 @@ daemon_stop() {
 		rmdir /sys/fs/cgroup/*/"airlock-$BENCH"/* /sys/fs/cgroup/"airlock-$BENCH"/* 2>/dev/null || true
 		rmdir /sys/fs/cgroup/*/"airlock-$BENCH" /sys/fs/cgroup/"airlock-$BENCH" 2>/dev/null || true
 		rm -f "/run/airlock.names/cgroup-airlock-$BENCH.lock" # the daemon's lock on its cgroup parent
+		if [ -n "${BENCH_TABLE:-}" ]; then nft delete table inet "$BENCH_TABLE" 2>/dev/null || true; fi
 	fi
 	if grep -q " $TMP/" /proc/self/mountinfo; then
 		echo "bench/$BENCH: mounts left under $TMP; not removing it" >&2
