@@ -74,8 +74,12 @@ func TestGatherTLSOneWritePerWrite(t *testing.T) {
 		}
 	}
 	srv.Write(want[3*(len(want)/3):])
+	before := under.writes.Load()
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if w := under.writes.Load() - before; w != 1 {
+		t.Errorf("Close made %d writes to the connection, want 1 (its close_notify)", w)
 	}
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("the client read %d bytes, not the %d written (or not the same)", len(b), len(want))
