@@ -107,9 +107,12 @@ func (p *Pool) Dial(ctx context.Context) (net.Conn, error) {
 // the first call finds it (a container's first exec is usually right after its start).
 // It is used like a connection handed back: only while fresh and quiet, and a call that
 // cannot send its request on it dials again. A pool that already holds one, is closed,
-// or is at a bound keeps nothing.
+// or is at a bound keeps nothing, and dials nothing either.
 func (p *Pool) Prime(ctx context.Context) error {
-	if p.Idle() > 0 {
+	p.mu.Lock()
+	full := len(p.idle) > 0 || p.closed || p.refused || keptTotal.Load() >= keptMax
+	p.mu.Unlock()
+	if full {
 		return nil
 	}
 	conn, err := p.dial(ctx)

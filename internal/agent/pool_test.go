@@ -483,7 +483,19 @@ func TestPoolPrime(t *testing.T) {
 	if err := pool2.Prime(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := pool2.Idle(); n != 0 {
-		t.Fatalf("a closed pool keeps %d primed connections", n)
+	if n, idle := dials2.Load(), pool2.Idle(); n != 2 || idle != 0 {
+		t.Fatalf("a closed pool primed: %d dials, %d idle; want 2 (none more) and 0", n, idle)
+	}
+
+	// All pools together at their bound: a prime dials nothing it could not keep.
+	defer func(n int64) { keptMax = n }(keptMax)
+	keptMax = keptTotal.Load()
+	_, pool3, dials3 := pooled(sock)
+	t.Cleanup(pool3.Close)
+	if err := pool3.Prime(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, idle := dials3.Load(), pool3.Idle(); n != 0 || idle != 0 {
+		t.Fatalf("a prime with all pools at their bound: %d dials, %d idle; want 0 and 0", n, idle)
 	}
 }

@@ -69,12 +69,6 @@ func (n *Node) FilesDir(id string) string {
 	return filepath.Join(n.opts.Dir, filesDir, n.files.Name(id))
 }
 
-// filesOf makes sure sandbox id has its files directory and returns it.
-func (n *Node) filesOf(id string) (string, error) {
-	dir := n.FilesDir(id)
-	return dir, os.MkdirAll(dir, 0o700)
-}
-
 // removeFiles removes sandbox id's files, wherever a daemon put them.
 func (n *Node) removeFiles(id string) error {
 	legacy := n.legacyFilesDir(id)

@@ -459,10 +459,7 @@ func (n *Node) Attach(ctx context.Context, sb *store.Sandbox, pol egress.Policy)
 	n.roles[sb.ID] = sb.Role
 	n.links[sb.ID] = link
 	n.mu.Unlock()
-	dir, err := n.filesOf(sb.ID)
-	if err != nil {
-		return nil, err
-	}
+	dir := n.FilesDir(sb.ID)
 	if err := ownDir(dir, sb.UIDBase); err != nil {
 		return nil, err
 	}

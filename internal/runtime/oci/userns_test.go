@@ -152,19 +152,19 @@ func countingHolder(t *testing.T) ([]string, func() int) {
 	}
 }
 
-// kept reports whether c keeps base's namespace, waiting up to 10 s for one being made
-// (a get that makes one ahead marks it as being made before it returns).
+// kept reports whether c keeps base's namespace, waiting for one being made (a get
+// that makes one ahead marks it as being made before it returns).
 func (c *usernsCache) kept(base uint32) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		c.mu.Lock()
-		_, ok := c.fds[base]
-		_, making := c.pending[base]
-		c.mu.Unlock()
-		if ok || !making {
-			return ok
-		}
+	c.mu.Lock()
+	done, making := c.pending[base]
+	c.mu.Unlock()
+	if making {
+		<-done
 	}
-	return false
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.fds[base]
+	return ok
 }
 
 // settled is the count of holder starts once it has reached want (or 5 s passed) and
