@@ -376,18 +376,20 @@ type SandboxViewer interface {
 	ViewSandboxes(ctx context.Context, f SandboxFilter, fn func(*Sandbox) error) error
 }
 
-// ClaimWriter is a Store that writes what a create served from a warm pool records, in
-// one transaction: the member's record made the caller's (a compare-and-swap on its
-// version, as UpdateSandbox), the create's operation (inserted as CreateOperation does
-// when Claim.NewOp, otherwise overwritten) and its events. Either all of it is stored
-// or none of it. Stores without it write them one after another.
+// ClaimWriter is a Store that writes a sandbox's record, an operation and events in one
+// transaction: the record (a compare-and-swap on its version, as UpdateSandbox), the
+// operation (inserted as CreateOperation does when Claim.NewOp, otherwise overwritten)
+// and the events. Either all of it is stored or none of it. A create served from a warm
+// pool writes its claim of the member so, and a terminate each of its two steps (the
+// sandbox terminating with its cleanup operation; the tombstone with the terminate's
+// operation ended). Stores without it write them one after another.
 type ClaimWriter interface {
 	WriteClaim(ctx context.Context, c Claim) error
 }
 
-// Claim is what a claim of a pool member writes.
+// Claim is what one ClaimWriter write stores.
 type Claim struct {
-	Sandbox *Sandbox // the member's record as the claim makes it, at the version read
+	Sandbox *Sandbox // the record as the write makes it, at the version read
 	Op      *Operation
 	NewOp   bool // Op is not stored yet
 	Events  []*Event

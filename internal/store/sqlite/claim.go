@@ -9,10 +9,10 @@ import (
 	"github.com/airlockhq/airlock/internal/store/records"
 )
 
-// WriteClaim implements store.ClaimWriter: the member's compare-and-swap, the
-// operation and the events in one write, so a burst of claims commits each claim once
-// instead of once per record. On success it sets the record's version and update time
-// and the events' Seqs; on failure nothing of it is stored.
+// WriteClaim implements store.ClaimWriter: the record's compare-and-swap, the
+// operation and the events in one write, so a burst of claims (or terminates) commits
+// each once instead of once per record. On success it sets the record's version and
+// update time and the events' Seqs; on failure nothing of it is stored.
 func (s *Store) WriteClaim(ctx context.Context, c store.Claim) error {
 	u, err := newSandboxUpdate(c.Sandbox)
 	if err != nil {
@@ -44,7 +44,7 @@ func (s *Store) WriteClaim(ctx context.Context, c store.Claim) error {
 		return appendEvents(ctx, tx, c.Events, rows, seqs)
 	})
 	if err != nil {
-		return fmt.Errorf("claim %s: %w", c.Sandbox.ID, err)
+		return fmt.Errorf("write sandbox %s: %w", c.Sandbox.ID, err)
 	}
 	u.done()
 	for i, ev := range c.Events {
