@@ -101,15 +101,16 @@ func (m *Manager) recordCleanup(ctx context.Context, sb *store.Sandbox) (*store.
 	return op, err
 }
 
-// endOp is the operation of a terminate asked for, which the tombstone's write ends
-// when the store can make it one write.
+// endOp is the operation of a create or a terminate asked for, which the write of the
+// record it ends with (a pool claim's, a tombstone's) ends too when the store can make
+// them one write (store.ClaimWriter).
 type endOp struct {
 	op    *store.Operation
 	newOp bool // op is not stored yet
-	ended bool // the tombstone's write stored it ended
+	ended bool // the record's write stored it ended
 }
 
-// finish ends e's operation as finishOp does (sandboxID, err), unless the tombstone's
+// finish ends e's operation as finishOp does (sandboxID, err), unless the record's
 // write did, and returns what the caller hears.
 func (e *endOp) finish(m *Manager, sandboxID string, err error) error {
 	switch {
@@ -122,6 +123,19 @@ func (e *endOp) finish(m *Manager, sandboxID string, err error) error {
 	return m.finishOp(e.op, sandboxID, err)
 }
 
+// write stores sb and ev with e's operation succeeded, in one write of w; the
+// operation is changed only once that is stored.
+func (e *endOp) write(ctx context.Context, m *Manager, w store.ClaimWriter, sb *store.Sandbox, ev *store.Event) error {
+	done := *e.op
+	m.settleOp(&done, sb.ID, nil)
+	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: e.newOp, Events: []*store.Event{ev}}); err != nil {
+		return err
+	}
+	*e.op, e.ended = done, true
+	m.notifyEvents()
+	return nil
+}
+
 // recordTerminated stores sb terminated, with end's operation ended in the same write
 // if there is one and the store can.
 func (m *Manager) recordTerminated(ctx context.Context, sb *store.Sandbox, cause string, end *endOp) error {
@@ -129,15 +143,11 @@ func (m *Manager) recordTerminated(ctx context.Context, sb *store.Sandbox, cause
 	if end == nil || !one || transition(sb.State, Terminated) != nil {
 		return m.setState(ctx, sb, Terminated, cause)
 	}
-	done := *end.op
-	m.settleOp(&done, sb.ID, nil)
 	ev, from := m.moveState(sb, Terminated, cause)
-	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: end.newOp, Events: []*store.Event{ev}}); err != nil {
+	if err := end.write(ctx, m, w, sb, ev); err != nil {
 		sb.State = from
 		return err
 	}
-	*end.op, end.ended = done, true
-	m.notifyEvents()
 	return nil
 }
 

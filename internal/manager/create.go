@@ -126,19 +126,15 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	// A create that a warm pool may serve and that has no idempotency key to look up
 	// stores its operation with the claim, in one write, or before a cold create
 	// (pool_claim.go).
-	var op *store.Operation
 	opStored := call.IdempotencyKey != "" || pull || !m.mayClaimInOneWrite(&store.Sandbox{
 		ImageDigest: img.Digest, Runtime: req.Runtime, Limits: limits, Network: network}, len(req.Volumes) == 0)
-	if !opStored {
-		op, err = m.newOp(ctx, call, "create", "", req)
-	} else {
-		var replay bool
-		if op, replay, err = m.beginOp(ctx, call, "create", "", req); replay {
-			return m.replayed(ctx, op)
-		}
-	}
+	end, replay, err := m.openOp(ctx, call, opStored, "create", "", req)
 	if err != nil {
 		return nil, nil, err
+	}
+	op := end.op
+	if replay {
+		return m.replayed(ctx, op)
 	}
 	if pull {
 		// Part of the operation: it goes on if the caller goes away, and a pull that
@@ -165,13 +161,10 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		NodeSelector: req.NodeSelector,
 	}
 	// A pooled member started without volumes: a create that attaches some is cold.
-	if claimed, err := m.claimPooled(ctx, call, sb, len(req.Volumes) == 0, op, !opStored); err != nil { // pool_claim.go
-		if !opStored {
-			return op, nil, m.finishNewOp(op, "", err)
-		}
-		return op, nil, m.finishOp(op, "", err)
+	if claimed, err := m.claimPooled(ctx, call, sb, len(req.Volumes) == 0, end); err != nil { // pool_claim.go
+		return op, nil, end.finish(m, "", err)
 	} else if claimed {
-		return op, sb, m.claimedOp(op, sb)
+		return op, sb, end.finish(m, sb.ID, nil)
 	} else if !opStored {
 		if _, err := m.store.CreateOperation(ctx, op); err != nil {
 			return nil, nil, err
@@ -348,21 +341,15 @@ func (m *Manager) Terminate(ctx context.Context, call Call, ref string) (*store.
 	// A terminate with no idempotency key to look up stores its operation only with
 	// the tombstone, ended, in one write (cleanup.go): nobody can ask for it before the
 	// answer that names it.
-	var op *store.Operation
 	_, one := m.store.(store.ClaimWriter)
-	end := &endOp{newOp: one && call.IdempotencyKey == ""}
-	if end.newOp {
-		op, err = m.newOp(ctx, call, "terminate", sb.ID, map[string]string{"sandbox": sb.ID})
-	} else {
-		var replay bool
-		if op, replay, err = m.beginOp(ctx, call, "terminate", sb.ID, map[string]string{"sandbox": sb.ID}); replay {
-			return m.replayed(ctx, op)
-		}
-	}
+	end, replay, err := m.openOp(ctx, call, !one || call.IdempotencyKey != "", "terminate", sb.ID, map[string]string{"sandbox": sb.ID})
 	if err != nil {
 		return nil, nil, err
 	}
-	end.op = op
+	op := end.op
+	if replay {
+		return m.replayed(ctx, op)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	unlock := m.locks.lock(sb.ID)

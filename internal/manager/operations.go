@@ -48,6 +48,18 @@ func (m *Manager) beginOp(ctx context.Context, call Call, kind, sandboxID string
 	return op, false, nil
 }
 
+// openOp is beginOp, or newOp when stored is false: the operation is then stored only
+// as it ends (endOp).
+func (m *Manager) openOp(ctx context.Context, call Call, stored bool, kind, sandboxID string, body any) (end *endOp, replay bool, err error) {
+	end = &endOp{newOp: !stored}
+	if stored {
+		end.op, replay, err = m.beginOp(ctx, call, kind, sandboxID, body)
+	} else {
+		end.op, err = m.newOp(ctx, call, kind, sandboxID, body)
+	}
+	return end, replay, err
+}
+
 // newOp is a new operation, running, not yet stored.
 func (m *Manager) newOp(ctx context.Context, call Call, kind, sandboxID string, body any) (*store.Operation, error) {
 	now := m.now()

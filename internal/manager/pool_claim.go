@@ -44,20 +44,10 @@ func (m *Manager) mayClaimInOneWrite(sb *store.Sandbox, may bool) bool {
 	return one && may && m.poolFor(sb) != nil
 }
 
-// claimedOp ends op, the operation of a create that claimed sb: with a ClaimWriter the
-// claim's write stored it, otherwise it is stored now.
-func (m *Manager) claimedOp(op *store.Operation, sb *store.Sandbox) error {
-	if _, one := m.store.(store.ClaimWriter); !one {
-		return m.finishOp(op, sb.ID, nil)
-	}
-	m.opDone(op)
-	return nil
-}
-
 // claimPooled lets sb, a create's record not yet stored, take a ready member of a pool
 // that matches it, if may. On a claim sb becomes that member's record, stored and
-// running. op is the create's operation; newOp says it is not stored yet.
-func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox, may bool, op *store.Operation, newOp bool) (claimed bool, err error) {
+// running. end is the create's operation, which a ClaimWriter's claim ends.
+func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox, may bool, end *endOp) (claimed bool, err error) {
 	p := m.poolFor(sb)
 	if p == nil || !may {
 		return false, nil
@@ -75,7 +65,7 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox,
 	// Members are read a page at a time: a burst of claims on a large pool would
 	// otherwise each read every member, most of them taken by the time they are tried.
 	f := m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}, Limit: claimPage})
-	c := claim{pool: p.Name, hn: hn, op: op, newOp: newOp}
+	c := claim{pool: p.Name, hn: hn, end: end}
 	for !claimed && err == nil {
 		var members []*store.Sandbox
 		if members, err = m.store.ListSandboxes(ctx, f); err != nil {
@@ -106,10 +96,9 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox,
 
 // claim is what claimMember needs besides the member and the caller's record.
 type claim struct {
-	pool  string
-	hn    runtime.Hostnamer
-	op    *store.Operation // the create's
-	newOp bool             // op is not stored yet
+	pool string
+	hn   runtime.Hostnamer
+	end  *endOp // the create's operation
 }
 
 // poolFor is the pool whose members sb could be, or nil.
@@ -188,15 +177,7 @@ func (m *Manager) writeClaim(ctx context.Context, cl claim, c *store.Sandbox) er
 		m.event(c, "created", "create", data)
 		return nil
 	}
-	ev := m.newEvent(c, "created", "create", data)
-	done := *cl.op
-	m.settleOp(&done, c.ID, nil)
-	if err := w.WriteClaim(ctx, store.Claim{Sandbox: c, Op: &done, NewOp: cl.newOp, Events: []*store.Event{ev}}); err != nil {
-		return err
-	}
-	*cl.op = done
-	m.notifyEvents()
-	return nil
+	return cl.end.write(ctx, m, w, c, m.newEvent(c, "created", "create", data))
 }
 
 // giveBack gives mem, a member whose claim was not stored, its pool identity back on

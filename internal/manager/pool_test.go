@@ -328,7 +328,7 @@ func TestPoolClaimIsAtomic(t *testing.T) {
 			want := *mem
 			want.Name, want.Owner = fmt.Sprintf("c%d", i), fmt.Sprintf("owner%d", i)
 			op := &store.Operation{ID: fmt.Sprintf("op_c%d", i), Kind: "create", Owner: want.Owner, State: store.OpRunning}
-			ok, err := m.claimMember(ctx, claim{pool: "warm", hn: fd, op: op, newOp: true}, mem, &want)
+			ok, err := m.claimMember(ctx, claim{pool: "warm", hn: fd, end: &endOp{op: op, newOp: true}}, mem, &want)
 			if err != nil {
 				t.Error(err)
 			}
