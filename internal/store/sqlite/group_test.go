@@ -14,6 +14,15 @@ import (
 	"github.com/airlockhq/airlock/internal/store"
 )
 
+// insertRow is a write that stores a sandbox id named id, without the store's checks.
+func insertRow(id string) func(context.Context, *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
+			VALUES (?, 'alice', ?, 'running', 1, '2026-12-06T00:00:00Z', json_object('id', ?), '', 0, 0)`, id, id, id)
+		return err
+	}
+}
+
 // Writes committed together stay apart: one that fails after it wrote is undone
 // alone, the others before and after it are committed and see each other's rows, and
 // one whose caller went away is not run.
@@ -24,31 +33,24 @@ func TestGroupCommitKeepsWritesApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	insert := func(id string) func(context.Context, *sql.Tx) error {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
-				VALUES (?, 'alice', ?, 'running', 1, '2026-12-06T00:00:00Z', json_object('id', ?), '', 0, 0)`, id, id, id)
-			return err
-		}
-	}
 	failed := errors.New("failed after its insert")
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	var seen int
 	batch := []*groupWrite{
-		{ctx: ctx, fn: insert("sb_1")},
+		{ctx: ctx, fn: insertRow("sb_1")},
 		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
-			if err := insert("sb_2")(ctx, tx); err != nil {
+			if err := insertRow("sb_2")(ctx, tx); err != nil {
 				return err
 			}
 			return failed
 		}},
-		{ctx: gone, fn: insert("sb_4")},
+		{ctx: gone, fn: insertRow("sb_4")},
 		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes`).Scan(&seen); err != nil {
 				return err
 			}
-			return insert("sb_3")(ctx, tx)
+			return insertRow("sb_3")(ctx, tx)
 		}},
 	}
 	st.commitBatch(batch)
@@ -133,16 +135,9 @@ func TestGroupCommitAfterAPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	insert := func(id string) func(context.Context, *sql.Tx) error {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
-				VALUES (?, 'alice', ?, 'running', 1, '2026-12-06T00:00:00Z', json_object('id', ?), '', 0, 0)`, id, id, id)
-			return err
-		}
-	}
 	panicking := func(id string) func(context.Context, *sql.Tx) error {
 		return func(ctx context.Context, tx *sql.Tx) error {
-			if err := insert(id)(ctx, tx); err != nil {
+			if err := insertRow(id)(ctx, tx); err != nil {
 				return err
 			}
 			panic("broken write")
@@ -157,7 +152,7 @@ func TestGroupCommitAfterAPanic(t *testing.T) {
 		st.inTx(ctx, panicking("sb_p1"))
 	}()
 	done := make(chan error, 1)
-	go func() { done <- st.inTx(ctx, insert("sb_1")) }()
+	go func() { done <- st.inTx(ctx, insertRow("sb_1")) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -166,7 +161,7 @@ func TestGroupCommitAfterAPanic(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a write after a panicking one still waits after 10s")
 	}
-	batch := []*groupWrite{{ctx: ctx, fn: insert("sb_2")}, {ctx: ctx, fn: panicking("sb_p2")}, {ctx: ctx, fn: insert("sb_3")}}
+	batch := []*groupWrite{{ctx: ctx, fn: insertRow("sb_2")}, {ctx: ctx, fn: panicking("sb_p2")}, {ctx: ctx, fn: insertRow("sb_3")}}
 	st.commitBatch(batch)
 	if batch[1].panicked != "broken write" || batch[0].err != nil || batch[2].err != nil {
 		t.Errorf("batch with a panicking write: errors %v, %v (panicked %v), %v", batch[0].err, batch[1].err, batch[1].panicked, batch[2].err)
@@ -191,18 +186,14 @@ func TestGroupCommitFailedCommitFailsEveryWrite(t *testing.T) {
 	}
 	defer st.Close()
 	batch := []*groupWrite{
-		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
-				VALUES ('sb_1', 'alice', 'one', 'running', 1, '2026-12-06T00:00:00Z', json_object('id', 'sb_1'), '', 0, 0)`)
-			return err
-		}},
+		{ctx: ctx, fn: insertRow("sb_1")},
 		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes WHERE name = 'one'`).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes WHERE name = 'sb_1'`).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
-				return errdefs.Exists("a sandbox named one already exists")
+				return errdefs.Exists("a sandbox named sb_1 already exists")
 			}
 			return nil
 		}},
@@ -230,11 +221,7 @@ func TestGroupCommitFailedCommitFailsEveryWrite(t *testing.T) {
 		t.Errorf("sb_1 of a batch whose commit failed: %v, want not found", err)
 	}
 	// The store still writes.
-	if err := st.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, owner, name, state, version, created_at, doc, node, memory, cpu)
-			VALUES ('sb_2', 'alice', 'two', 'running', 1, '2026-12-06T00:00:00Z', json_object('id', 'sb_2'), '', 0, 0)`)
-		return err
-	}); err != nil {
+	if err := st.inTx(ctx, insertRow("sb_2")); err != nil {
 		t.Errorf("a write after a failed commit: %v", err)
 	}
 }
