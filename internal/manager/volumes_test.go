@@ -26,16 +26,7 @@ func TestVolumeAttachDetachDropsKeptMemory(t *testing.T) {
 	cfg.StateDir = t.TempDir()
 	m, st := newManagerWith(t, cfg, newFake(t))
 	ctx := context.Background()
-	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetSecrets(svc, nil)
-	vols, err := volume.New(t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetVolumes(vols)
+	setVolumes(t, m, st, t.TempDir())
 	now := m.now()
 	if err := st.CreateVolume(ctx, &store.Volume{ID: "vol_1", Kind: VolumeKindVolume, Owner: local.Owner, Name: "data",
 		Node: m.cfg.NodeName, Size: MinVolumeSize, CreatedAt: now, UpdatedAt: now}); err != nil {
@@ -196,16 +187,8 @@ func withRealVolumes(t *testing.T) (*Manager, store.Store, *secret.Service, *vol
 		}
 	}
 	m, _, st := newTestManager(t)
-	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetSecrets(svc, nil)
 	dir := t.TempDir()
-	vols, err := volume.New(dir, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	vols := setVolumes(t, m, st, dir)
 	t.Cleanup(func() {
 		for _, id := range vols.IDs() {
 			if err := vols.Remove(id); err != nil {
@@ -213,8 +196,23 @@ func withRealVolumes(t *testing.T) (*Manager, store.Store, *secret.Service, *vol
 			}
 		}
 	})
+	return m, st, m.secrets, vols, dir
+}
+
+// setVolumes gives m a secret service and a volume host in dir.
+func setVolumes(t *testing.T, m *Manager, st store.Store, dir string) *volume.Host {
+	t.Helper()
+	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetSecrets(svc, nil)
+	vols, err := volume.New(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.SetVolumes(vols)
-	return m, st, svc, vols, dir
+	return vols
 }
 
 // A volume made from a snapshot whose image no longer matches its checksum is refused
@@ -285,16 +283,7 @@ func TestSnapshotVolumeSizeIsItsFilesystems(t *testing.T) {
 func TestVolumeCopyOnAnotherNodeRefused(t *testing.T) {
 	m, _, st := newTestManager(t)
 	ctx := context.Background()
-	svc, err := secret.Open(st, filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetSecrets(svc, nil)
-	vols, err := volume.New(t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetVolumes(vols)
+	vols := setVolumes(t, m, st, t.TempDir())
 	now := m.now()
 	for _, v := range []*store.Volume{
 		{ID: "vol_1", Kind: VolumeKindVolume, Owner: local.Owner, Name: "data", Node: "other", Size: MinVolumeSize, CreatedAt: now, UpdatedAt: now},
