@@ -101,41 +101,6 @@ func (m *Manager) recordCleanup(ctx context.Context, sb *store.Sandbox) (*store.
 	return op, err
 }
 
-// endOp is the operation of a create or a terminate asked for, which the write of the
-// record it ends with (a pool claim's, a tombstone's) ends too when the store can make
-// them one write (store.ClaimWriter).
-type endOp struct {
-	op    *store.Operation
-	newOp bool // op is not stored yet
-	ended bool // the record's write stored it ended
-}
-
-// finish ends e's operation as finishOp does (sandboxID, err), unless the record's
-// write did, and returns what the caller hears.
-func (e *endOp) finish(m *Manager, sandboxID string, err error) error {
-	switch {
-	case e.ended:
-		m.opDone(e.op)
-		return nil
-	case e.newOp:
-		return m.finishNewOp(e.op, sandboxID, err)
-	}
-	return m.finishOp(e.op, sandboxID, err)
-}
-
-// write stores sb and ev with e's operation succeeded, in one write of w; the
-// operation is changed only once that is stored.
-func (e *endOp) write(ctx context.Context, m *Manager, w store.ClaimWriter, sb *store.Sandbox, ev *store.Event) error {
-	done := *e.op
-	m.settleOp(&done, sb.ID, nil)
-	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: e.newOp, Events: []*store.Event{ev}}); err != nil {
-		return err
-	}
-	*e.op, e.ended = done, true
-	m.notifyEvents()
-	return nil
-}
-
 // recordTerminated stores sb terminated, with end's operation ended in the same write
 // if there is one and the store can.
 func (m *Manager) recordTerminated(ctx context.Context, sb *store.Sandbox, cause string, end *endOp) error {

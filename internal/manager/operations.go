@@ -60,6 +60,41 @@ func (m *Manager) openOp(ctx context.Context, call Call, stored bool, kind, sand
 	return end, replay, err
 }
 
+// endOp is the operation of a create or a terminate asked for, which the write of the
+// record it ends with (a pool claim's, a tombstone's) ends too when the store can make
+// them one write (store.ClaimWriter).
+type endOp struct {
+	op    *store.Operation
+	newOp bool // op is not stored yet
+	ended bool // the record's write stored it ended
+}
+
+// finish ends e's operation as finishOp does (sandboxID, err), unless the record's
+// write did, and returns what the caller hears.
+func (e *endOp) finish(m *Manager, sandboxID string, err error) error {
+	switch {
+	case e.ended:
+		m.opDone(e.op)
+		return nil
+	case e.newOp:
+		return m.finishNewOp(e.op, sandboxID, err)
+	}
+	return m.finishOp(e.op, sandboxID, err)
+}
+
+// write stores sb and ev with e's operation succeeded, in one write of w; the
+// operation is changed only once that is stored.
+func (e *endOp) write(ctx context.Context, m *Manager, w store.ClaimWriter, sb *store.Sandbox, ev *store.Event) error {
+	done := *e.op
+	m.settleOp(&done, sb.ID, nil)
+	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: e.newOp, Events: []*store.Event{ev}}); err != nil {
+		return err
+	}
+	*e.op, e.ended = done, true
+	m.notifyEvents()
+	return nil
+}
+
 // newOp is a new operation, running, not yet stored.
 func (m *Manager) newOp(ctx context.Context, call Call, kind, sandboxID string, body any) (*store.Operation, error) {
 	now := m.now()
@@ -81,20 +116,20 @@ func (m *Manager) newOp(ctx context.Context, call Call, kind, sandboxID string, 
 
 // finishOp records how an operation ended and returns err unchanged.
 func (m *Manager) finishOp(op *store.Operation, sandboxID string, err error) error {
-	return m.endOp(op, sandboxID, err, m.store.UpdateOperation)
+	return m.storeEnded(op, sandboxID, err, m.store.UpdateOperation)
 }
 
 // finishNewOp is finishOp for an operation newOp made and nothing stored: it is
 // stored as it ended.
 func (m *Manager) finishNewOp(op *store.Operation, sandboxID string, err error) error {
-	return m.endOp(op, sandboxID, err, func(ctx context.Context, op *store.Operation) error {
+	return m.storeEnded(op, sandboxID, err, func(ctx context.Context, op *store.Operation) error {
 		_, err := m.store.CreateOperation(ctx, op)
 		return err
 	})
 }
 
-// endOp ends op as settleOp does, counts it, and stores it with write.
-func (m *Manager) endOp(op *store.Operation, sandboxID string, err error, write func(context.Context, *store.Operation) error) error {
+// storeEnded ends op as settleOp does, counts it, and stores it with write.
+func (m *Manager) storeEnded(op *store.Operation, sandboxID string, err error, write func(context.Context, *store.Operation) error) error {
 	err = m.settleOp(op, sandboxID, err)
 	m.opDone(op)
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
