@@ -23,6 +23,21 @@ func newClaimManager(t *testing.T) (m *Manager, fd *fake.Driver, st *sqlite.Stor
 	return m, fd, st, filepath.Join(dir, "db")
 }
 
+// execBehind runs qs on the database file at path, behind its store's back.
+func execBehind(t *testing.T, path string, qs ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestPoolClaimRecordsAreInTheFileWhenAnswered: once a create served from the pool is
 // answered, its operation (succeeded, naming the sandbox), the member's record made
 // the caller's and the `created` event are all in the database file: a store opened
@@ -70,19 +85,9 @@ func TestPoolFailedClaimWriteLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range []string{
+	execBehind(t, path,
 		`CREATE TRIGGER refuse_success_insert BEFORE INSERT ON operations WHEN NEW.state = 'succeeded' BEGIN SELECT RAISE(ABORT, 'refused'); END`,
-		`CREATE TRIGGER refuse_success_update BEFORE UPDATE ON operations WHEN NEW.state = 'succeeded' BEGIN SELECT RAISE(ABORT, 'refused'); END`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+		`CREATE TRIGGER refuse_success_update BEFORE UPDATE ON operations WHEN NEW.state = 'succeeded' BEGIN SELECT RAISE(ABORT, 'refused'); END`)
 	op, sb, err := m.Create(ctx, Call{Owner: "alice"}, CreateRequest{Name: "a"})
 	if err == nil {
 		t.Fatalf("create whose success cannot be recorded = %+v, %+v; want an error", op, sb)

@@ -105,3 +105,62 @@ func TestTerminateRecordsInTwoWrites(t *testing.T) {
 		t.Errorf("cleanups pending: %+v, %v; want the one of %s", pending, err, sb.ID)
 	}
 }
+
+// TestTerminateFindsACleanupRecordedBefore: a terminate of a sandbox whose cleanup a
+// terminate the daemon did not finish recorded (its first write refused as already
+// there) goes on with that cleanup, which then succeeds.
+func TestTerminateFindsACleanupRecordedBefore(t *testing.T) {
+	m, _, st := newTestManager(t)
+	ctx := context.Background()
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := m.recordCleanup(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := m.Terminate(ctx, local, "a"); err != nil || got.State != Terminated {
+		t.Fatalf("terminate after an interrupted one: %v (record %+v)", err, got)
+	}
+	if err := m.WaitCleanups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := st.GetOperation(ctx, before.ID); err != nil || op.State != store.OpSucceeded {
+		t.Errorf("the cleanup recorded before: %+v, %v; want it succeeded", op, err)
+	}
+}
+
+// TestTerminateFailedTombstoneWriteLeavesNothing: a tombstone whose write the database
+// refuses fails the terminate and stores nothing of that write: the sandbox stays
+// terminating (for the sweep), with no terminated event, and the terminate's operation
+// is stored failed, not succeeded.
+func TestTerminateFailedTombstoneWriteLeavesNothing(t *testing.T) {
+	m, _, st, path := newClaimManager(t)
+	ctx := context.Background()
+	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execBehind(t, path, `CREATE TRIGGER refuse_tombstone BEFORE UPDATE ON sandboxes
+		WHEN NEW.state = 'terminated' BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+	op, got, err := m.Terminate(ctx, local, "a")
+	if err == nil || got == nil || got.State != Terminating {
+		t.Fatalf("terminate whose tombstone is refused: %v (record %+v); want an error, the record terminating", err, got)
+	}
+	if stored, err := st.GetSandbox(ctx, sb.ID); err != nil || stored.State != Terminating || stored.Version != got.Version {
+		t.Errorf("the record stored: %+v, %v; want it terminating at version %d", stored, err, got.Version)
+	}
+	if stored, err := st.GetOperation(ctx, op.ID); err != nil || stored.State != store.OpFailed {
+		t.Errorf("the terminate's operation as stored: %+v, %v; want it failed", stored, err)
+	}
+	evs, err := st.ListEvents(ctx, store.EventFilter{SandboxID: sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Type == "state" && string(ev.Data) == `{"from":"terminating","to":"terminated"}` {
+			t.Errorf("a terminated event was stored with a tombstone that was not")
+		}
+	}
+}
