@@ -103,15 +103,20 @@ func (s *Store) ViewSandboxes(ctx context.Context, f store.SandboxFilter, fn fun
 
 var _ store.SandboxViewer = (*Store)(nil)
 
+// keptListStates bounds the states of a list whose statement is kept prepared: a
+// caller may name a state any number of times, and each count is a text of its own.
+const keptListStates = 16
+
 // listShared is what ListSandboxes lists, as the records kept decoded: nobody may
 // change them.
 func (s *Store) listShared(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
 	q, args := listQuery(f)
-	// A list without labels has one of a few hundred texts (which filters are set, how
-	// many states): kept prepared, as a lookup's statement is. Prepared before the
-	// transaction, which holds a reader connection (preparing may wait for one).
+	// A list without labels, of at most keptListStates states, has one of a few hundred
+	// texts (which filters are set, how many states): kept prepared, as a lookup's
+	// statement is. Prepared before the transaction, which holds a reader connection
+	// (preparing may wait for one).
 	var st *sql.Stmt
-	if len(f.Labels) == 0 {
+	if len(f.Labels) == 0 && len(f.States) <= keptListStates {
 		st, _ = s.prepared(ctx, s.r, q) // on failure, the query below says why
 	}
 	tx, err := s.r.BeginTx(ctx, nil)
