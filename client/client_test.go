@@ -415,3 +415,19 @@ func TestNewInsideASandbox(t *testing.T) {
 		t.Errorf("target %q, want airlock.internal:80", c.Target())
 	}
 }
+
+// TestMinSandboxJSON checks that minSandboxJSON is no longer than the shortest record a
+// list can hold, the empty one as the daemon encodes it: a longer one would reserve too
+// few records for a page.
+func TestMinSandboxJSON(t *testing.T) {
+	b, err := json.Marshal(api.Sandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if minSandboxJSON > len(b) {
+		t.Fatalf("minSandboxJSON is %d, longer than the empty record's %d bytes: %s", minSandboxJSON, len(b), b)
+	}
+	if minSandboxJSON < len(b)/2 {
+		t.Fatalf("minSandboxJSON is %d, under half the empty record's %d bytes: set it to %d", minSandboxJSON, len(b), len(b))
+	}
+}
