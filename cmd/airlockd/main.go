@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/fence"
 	"github.com/airlockhq/airlock/internal/mcp"
+	"github.com/airlockhq/airlock/internal/sweep"
 	"github.com/airlockhq/airlock/internal/version"
 )
 
@@ -31,6 +32,7 @@ func main() {
 		os.Exit(1)
 	}
 	cli.ServeMCP = serveMCP
+	cli.SweepStateDir = sweep.StateDir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:])
 	stop()

@@ -10,7 +10,7 @@
 // and the scoring (risk, run's ask) only package router's decision; mcp serves package
 // mcp's tools through ServeMCP, which airlockd sets (the CLI's binary hands it the
 // verb); gc --state-dir, which cleans up after a daemon that is gone, uses package
-// sweep.
+// sweep's StateDir through SweepStateDir, which airlockd sets too.
 //
 // Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in
 // events and egress records) reaches the user's terminal only through termSafe, which

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/airlockhq/airlock/internal/sweep"
+	"github.com/airlockhq/airlock/internal/leftover"
+	"github.com/airlockhq/airlock/internal/version"
 )
 
 var gcVerb = &verb{
@@ -34,7 +36,7 @@ func runGC(c *cmd, args []string) error {
 		return err
 	}
 	if *stateDir != "" {
-		return c.gcStateDir(*stateDir, *dry)
+		return c.gcStateDir(*stateDir, *dry, args)
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -63,18 +65,28 @@ func runGC(c *cmd, args []string) error {
 
 // gcStateDirResult is what gc --state-dir prints with -o json.
 type gcStateDirResult struct {
-	StateDir string       `json:"state_dir"`
-	DryRun   bool         `json:"dry_run"`
-	Items    []sweep.Item `json:"items"`
+	StateDir string          `json:"state_dir"`
+	DryRun   bool            `json:"dry_run"`
+	Items    []leftover.Item `json:"items"`
 }
 
+// SweepStateDir cleans up after the gone daemon of the state directory dir (package
+// sweep's StateDir), passing each item to each as it is handled. The daemon's binary
+// (cmd/airlockd) sets it; the CLI's binary leaves it nil, so that it links none of
+// sweep's netlink and nftables code, and runs gc --state-dir in airlockd instead.
+var SweepStateDir func(ctx context.Context, dir string, dry bool, each func(leftover.Item)) ([]leftover.Item, error)
+
 // gcStateDir is gc --state-dir: in table form, one line per thing as it is handled.
-func (c *cmd) gcStateDir(dir string, dry bool) error {
+// args are gc's arguments, for airlockd when this binary cannot sweep.
+func (c *cmd) gcStateDir(dir string, dry bool, args []string) error {
+	if SweepStateDir == nil {
+		return ExecBeside(version.DaemonBinary, append([]string{"gc"}, args...))
+	}
 	verb := "removed"
 	if dry {
 		verb = "would remove"
 	}
-	each := func(it sweep.Item) {
+	each := func(it leftover.Item) {
 		if c.json() {
 			return
 		}
@@ -87,7 +99,7 @@ func (c *cmd) gcStateDir(dir string, dry bool) error {
 	if _, ok := terminalFd(c.stderr); ok && !c.json() {
 		fmt.Fprintf(c.stderr, "looking for what the daemon of %s left…\n", dir)
 	}
-	items, err := sweep.StateDir(c.ctx, dir, dry, each)
+	items, err := SweepStateDir(c.ctx, dir, dry, each)
 	if err != nil {
 		return err
 	}
@@ -99,7 +111,7 @@ func (c *cmd) gcStateDir(dir string, dry bool) error {
 	}
 	if c.json() {
 		if items == nil {
-			items = []sweep.Item{}
+			items = []leftover.Item{}
 		}
 		if err := c.printJSON(gcStateDirResult{StateDir: dir, DryRun: dry, Items: items}); err != nil {
 			return err

@@ -190,8 +190,10 @@ var (
 // links and faults its pages in: the CLI hands the daemon's verbs to airlockd, and the
 // agent is a binary of its own.
 var mustNotLink = map[string][]string{
-	// The MCP server runs in airlockd too (airlock mcp): it is a long-lived process.
-	"cmd/airlock": append(append([]string{mod + "internal/mcp", "github.com/modelcontextprotocol/go-sdk"}, daemonPackages...), daemonLibraries...),
+	// The MCP server runs in airlockd too (airlock mcp): it is a long-lived process. So
+	// does gc --state-dir, the one verb that sweeps the host (netlink, nftables).
+	"cmd/airlock": append(append([]string{mod + "internal/mcp", "github.com/modelcontextprotocol/go-sdk",
+		mod + "internal/sweep", "github.com/vishvananda/netlink", "github.com/google/nftables"}, daemonPackages...), daemonLibraries...),
 	// Of Airlock, the agent, its wire format, tree copies' tar packing and the driver's
 	// sidecars; no HTTP.
 	"cmd/airlock-agent": append([]string{"airlock:cmd/airlock-agent,internal/agent,internal/agentproto,internal/errdefs,internal/clip," +

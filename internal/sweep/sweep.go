@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/bindsource"
+	"github.com/airlockhq/airlock/internal/leftover"
 )
 
 // Kinds of Item, in the order Run handles them.
@@ -33,13 +34,7 @@ const (
 )
 
 // Item is one thing a node left on the host.
-type Item struct {
-	Kind string `json:"kind"`
-	Name string `json:"name"`
-	// Error says why removing it failed; "" when it was removed (or, in a dry run,
-	// would be).
-	Error string `json:"error,omitempty"`
-}
+type Item = leftover.Item
 
 // Run finds what the node whose state directory is dir, with record r, left on the
 // host and, unless dryRun, removes it, in an order where each step frees what the next
