@@ -7,9 +7,9 @@
 // an ExitError that main turns into the process's exit code. Where a command runs, and its
 // risk, are the daemon's to decide (POST /v1/route, for run and risk alike); what runs on
 // the caller's own machine (fence, and run's host and fence routes) uses package fence,
-// and the scoring (risk, run's ask) only package router's decision; mcp serves package
-// mcp's tools through ServeMCP, which airlockd sets (the CLI's binary hands it the
-// verb); gc --state-dir, which cleans up after a daemon that is gone, uses package
+// and the scoring (risk, run's ask) only the router's vocabulary (package
+// router/decision); mcp serves package mcp's tools through ServeMCP, which airlockd
+// sets (the CLI's binary hands it the verb); gc --state-dir, which cleans up after a daemon that is gone, uses package
 // sweep's StateDir through SweepStateDir, which airlockd sets too.
 //
 // Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
 var riskVerb = &verb{
@@ -35,7 +35,7 @@ type riskResult struct {
 }
 
 func runRisk(c *cmd, args []string) error {
-	profile := c.fs.String("profile", "", "route under `profile`: "+strings.Join(router.Profiles(), ", ")+" (default: the node's router.profile)")
+	profile := c.fs.String("profile", "", "route under `profile`: "+strings.Join(decision.Profiles(), ", ")+" (default: the node's router.profile)")
 	_, words, err := c.parse(args, 0, true)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func runRisk(c *cmd, args []string) error {
 		return usagef("missing the command to score: airlock risk -- COMMAND")
 	}
 	if *profile != "" {
-		if _, err := router.ProfileSettings(*profile); err != nil {
+		if _, err := decision.ProfileSettings(*profile); err != nil {
 			return usagef("--profile: %v", err)
 		}
 	}
@@ -62,15 +62,15 @@ func runRisk(c *cmd, args []string) error {
 	}
 	res := riskResult{
 		Score: d.Score, Reasons: d.Reasons, Route: "none",
-		Fenced: router.Place(d.Place) == router.PlaceFence, Profile: d.Profile, Threshold: d.Threshold, Why: d.Reason,
+		Fenced: decision.Place(d.Place) == decision.PlaceFence, Profile: d.Profile, Threshold: d.Threshold, Why: d.Reason,
 	}
 	if res.Reasons == nil {
 		res.Reasons = []api.RouteReason{}
 	}
-	switch router.Place(d.Place) {
-	case router.PlaceSandbox:
+	switch decision.Place(d.Place) {
+	case decision.PlaceSandbox:
 		res.Route = "sandbox"
-	case router.PlaceHost, router.PlaceFence:
+	case decision.PlaceHost, decision.PlaceFence:
 		res.Route = "host"
 	}
 	if c.json() {

@@ -30,7 +30,7 @@ import (
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/fence"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
 // routeFlags are the flags run and run-code share for the router.
@@ -50,8 +50,8 @@ func (f *routeFlags) register(c *cmd) {
 
 // check refuses flag values that are wrong before anything is asked or run.
 func (f *routeFlags) check() error {
-	if f.profile != "" && !slices.Contains(router.Profiles(), f.profile) {
-		return usagef("--profile %q: want one of %s", f.profile, strings.Join(router.Profiles(), ", "))
+	if f.profile != "" && !slices.Contains(decision.Profiles(), f.profile) {
+		return usagef("--profile %q: want one of %s", f.profile, strings.Join(decision.Profiles(), ", "))
 	}
 	switch f.access {
 	case "", "none", "ro", "rw":
@@ -165,7 +165,7 @@ func (w *work) prepare(f *routeFlags) error {
 		return err
 	}
 	w.artifacts = abs
-	if w.workspace != "" && w.access == "rw" && within(abs, w.workspace) && w.decision.Place == string(router.PlaceSandbox) {
+	if w.workspace != "" && w.access == "rw" && within(abs, w.workspace) && w.decision.Place == string(decision.PlaceSandbox) {
 		// Copied back twice otherwise; and the next run's upload would carry them.
 		return usagef("--artifacts %s is inside the writable workspace; choose a directory outside it", abs)
 	}
@@ -281,10 +281,10 @@ func within(p, dir string) bool {
 func (c *cmd) runRouted(cl *client.Client, lim *limitFlags, w *work) error {
 	var res *runResult
 	var err error
-	switch router.Place(w.decision.Place) {
-	case router.PlaceHost, router.PlaceFence:
+	switch decision.Place(w.decision.Place) {
+	case decision.PlaceHost, decision.PlaceFence:
 		res, err = c.runOnHost(w)
-	case router.PlaceSandbox:
+	case decision.PlaceSandbox:
 		res, err = c.runInSandbox(cl, lim, w)
 	default:
 		return fmt.Errorf("the daemon answered an unknown place %q", w.decision.Place)
@@ -328,10 +328,10 @@ func (c *cmd) runRouted(cl *client.Client, lim *limitFlags, w *work) error {
 func ranLine(w *work, res *runResult) string {
 	d := w.decision
 	var where string
-	switch router.Place(d.Place) {
-	case router.PlaceHost:
+	switch decision.Place(d.Place) {
+	case decision.PlaceHost:
 		where = "ran on the host"
-	case router.PlaceFence:
+	case decision.PlaceFence:
 		where = "ran on the host in the fence"
 	default:
 		where = "ran in a sandbox " + res.Sandbox
@@ -344,15 +344,15 @@ func ranLine(w *work, res *runResult) string {
 		why = d.Reason
 	case d.Profile == "":
 		why = "no profile: every run is contained"
-	case router.Place(d.Place) == router.PlaceHost:
+	case decision.Place(d.Place) == decision.PlaceHost:
 		why = d.Profile + ": everything runs on the host"
 	case w.lang != "":
 		why = d.Profile + ": code always runs in a sandbox"
-	case router.Place(d.Place) == router.PlaceFence && d.Score < d.Threshold:
+	case decision.Place(d.Place) == decision.PlaceFence && d.Score < d.Threshold:
 		why = d.Profile + ": risk " + score
-	case router.Place(d.Place) == router.PlaceFence:
+	case decision.Place(d.Place) == decision.PlaceFence:
 		why = d.Profile + ": shell commands run on the host in the fence"
-	case d.Score >= d.Threshold && d.Profile != router.ProfileStrict:
+	case d.Score >= d.Threshold && d.Profile != decision.ProfileStrict:
 		why = "risk " + score + " ≥ " + threshold
 		if len(d.Reasons) > 0 {
 			why += ": " + d.Reasons[0].Text

@@ -16,7 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/fence"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
 // capturedOutput bounds what --output json keeps of a host command's stdout or stderr.
@@ -26,7 +26,7 @@ const capturedOutput = 16 << 20
 // fence). It works in the workspace when it may write it, else in the artifacts
 // directory, which is its scratch: what it leaves there is what it made.
 func (c *cmd) runOnHost(w *work) (*runResult, error) {
-	fenced := router.Place(w.decision.Place) == router.PlaceFence
+	fenced := decision.Place(w.decision.Place) == decision.PlaceFence
 	madeParent, err := makeArtifacts(w.artifacts)
 	if err != nil {
 		return nil, err

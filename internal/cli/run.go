@@ -10,7 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
 var runVerb = &verb{
@@ -128,9 +128,9 @@ func runRoutedCommand(c *cmd, rf *routeFlags, lim *limitFlags, command []string,
 	if err != nil {
 		return true, err
 	}
-	req := api.RouteRequest{Kind: string(router.KindCommand), Argv: command}
+	req := api.RouteRequest{Kind: string(decision.KindCommand), Argv: command}
 	if len(command) == 1 {
-		req = api.RouteRequest{Kind: string(router.KindCommand), Command: command[0]}
+		req = api.RouteRequest{Kind: string(decision.KindCommand), Command: command[0]}
 	}
 	d, err := c.route(cl, rf, req)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
 var runCodeVerb = &verb{
@@ -66,16 +66,16 @@ func runRunCode(c *cmd, args []string) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.route(cl, &rf, api.RouteRequest{Kind: string(router.KindCode), Language: *lang})
+	d, err := c.route(cl, &rf, api.RouteRequest{Kind: string(decision.KindCode), Language: *lang})
 	if err != nil {
 		return err
 	}
 	if d == nil {
 		// No profile anywhere: code is contained, with the safe profile's workspace and
 		// network, as it would be under safe.
-		s, _ := router.ProfileSettings(router.ProfileSafe)
-		d = &api.RouteDecision{Place: string(router.PlaceSandbox), Reason: "no profile: code always runs in a sandbox",
-			Reasons: []api.RouteReason{}, WorkspaceAccess: string(s.Workspace), Network: s.Network, Threshold: router.DefaultThreshold}
+		s, _ := decision.ProfileSettings(decision.ProfileSafe)
+		d = &api.RouteDecision{Place: string(decision.PlaceSandbox), Reason: "no profile: code always runs in a sandbox",
+			Reasons: []api.RouteReason{}, WorkspaceAccess: string(s.Workspace), Network: s.Network, Threshold: decision.DefaultThreshold}
 		if rf.access != "" {
 			d.WorkspaceAccess = rf.access
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 	"github.com/airlockhq/airlock/internal/runtime"
 )
 
@@ -80,14 +81,14 @@ func (m *Manager) runtimeWorks(ctx context.Context) (bool, string) {
 // RouterStatus reports the router's state under the node's profile.
 func (m *Manager) RouterStatus(ctx context.Context) RouterStatus {
 	st := RouterStatus{Profile: m.cfg.Router.Profile, FailClosed: m.cfg.Router.FailClosed}
-	s, err := router.ProfileSettings(st.Profile)
+	s, err := decision.ProfileSettings(st.Profile)
 	if err != nil {
 		st.State, st.Reason = RouterOff, "no router profile: work runs as asked (a request may name a profile)"
 		return st
 	}
 	s.Threshold = m.cfg.Router.Threshold
 	st.Matrix = router.Matrix(s)
-	if s.Mode == router.ModeOff {
+	if s.Mode == decision.ModeOff {
 		st.State, st.Reason = RouterOff, "the off profile: everything runs on the host, by design"
 		return st
 	}
@@ -110,21 +111,21 @@ type RouteRequest struct {
 	Command string
 	Argv    []string
 	// Kind is router.KindCommand (the default when empty) or router.KindCode.
-	Kind router.Kind
+	Kind decision.Kind
 	// Language is a code snippet's: python, node or bash.
 	Language string
 	// Profile is off, safe or strict; empty means RouterConfig.Profile.
 	Profile string
 	// Workspace ("" keeps the profile's) and Network (nil keeps the profile's) tune the
 	// profile; a tuned profile reads back as custom.
-	Workspace router.WorkspaceAccess
+	Workspace decision.WorkspaceAccess
 	Network   *bool
 }
 
 // RouteDecision is where the work runs and why, with the assessment it rests on.
 type RouteDecision struct {
 	// Decision's Place is empty when no profile applies.
-	router.Decision
+	decision.Decision
 	Assessment router.Assessment
 	Profile    string // "" when no profile applies
 	Threshold  float64
@@ -149,11 +150,11 @@ var Languages = []string{"python", "node", "bash"}
 func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (RouteDecision, error) {
 	kind := req.Kind
 	if kind == "" {
-		kind = router.KindCommand
+		kind = decision.KindCommand
 	}
 	var text string
 	switch kind {
-	case router.KindCommand:
+	case decision.KindCommand:
 		switch {
 		case req.Language != "":
 			return RouteDecision{}, errdefs.Invalid("language is for code, not for a command")
@@ -167,7 +168,7 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 				return RouteDecision{}, err
 			}
 		}
-	case router.KindCode:
+	case decision.KindCode:
 		if req.Command != "" || len(req.Argv) > 0 {
 			return RouteDecision{}, errdefs.Invalid("code is not scored: send its language, not its text")
 		}
@@ -178,18 +179,18 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 		return RouteDecision{}, errdefs.Invalid("kind %q: want command or code", req.Kind)
 	}
 	switch req.Workspace {
-	case "", router.WorkspaceNone, router.WorkspaceRO, router.WorkspaceRW:
+	case "", decision.WorkspaceNone, decision.WorkspaceRO, decision.WorkspaceRW:
 	default:
 		return RouteDecision{}, errdefs.Invalid("workspace_access %q: want none, ro or rw", req.Workspace)
 	}
 
 	var a router.Assessment
-	if kind == router.KindCommand {
+	if kind == decision.KindCommand {
 		a = router.Score(text)
 	}
 	threshold := m.cfg.Router.Threshold
 	if threshold == 0 {
-		threshold = router.DefaultThreshold
+		threshold = decision.DefaultThreshold
 	}
 	name := req.Profile
 	if name == "" {
@@ -204,7 +205,7 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 		out.Reason = "no profile: none was asked for and the node has no router.profile, so the work runs as asked"
 		return out, nil
 	}
-	s, err := router.ProfileSettings(name)
+	s, err := decision.ProfileSettings(name)
 	if err != nil {
 		return RouteDecision{}, err
 	}
@@ -220,13 +221,13 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 		return RouteDecision{}, err
 	}
 	out.Decision, out.Profile = d, s.Profile()
-	if d.Place == router.PlaceSandbox {
+	if d.Place == decision.PlaceSandbox {
 		if ok, why := m.runtimeWorks(ctx); !ok {
 			if m.cfg.Router.FailClosed {
 				m.auditDegraded(ctx, call.Owner, text, kind, "refused", d.Reason)
 				return RouteDecision{}, errdefs.Unavailable("the router is degraded: no runtime can run sandboxes here (%s), and router.fail_closed refuses what the %s profile contains rather than run it on the host (%s)", why, out.Profile, d.Reason)
 			}
-			out.Place, out.Degraded = router.PlaceFence, true
+			out.Place, out.Degraded = decision.PlaceFence, true
 			out.Reason = "degraded: no runtime can run sandboxes here (" + why + "), so on the host inside the fence instead of a sandbox (" + d.Reason + ")"
 			m.auditDegraded(ctx, call.Owner, text, kind, "fence", d.Reason)
 			m.log.Warn("router degraded: contained work runs on the host in the fence", "owner", call.Owner, "runtime", why)
@@ -237,7 +238,7 @@ func (m *Manager) Route(ctx context.Context, call Call, req RouteRequest) (Route
 
 // auditDegraded records a sandbox.degraded entry: work the profile would contain, with
 // no runtime to contain it, run on the host in the fence or refused (result).
-func (m *Manager) auditDegraded(ctx context.Context, owner, text string, kind router.Kind, result, reason string) {
+func (m *Manager) auditDegraded(ctx context.Context, owner, text string, kind decision.Kind, result, reason string) {
 	if m.auditLog == nil {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
@@ -24,23 +24,23 @@ func TestRoute(t *testing.T) {
 		name    string
 		def     RouterConfig
 		req     RouteRequest
-		place   router.Place
+		place   decision.Place
 		profile string
-		ws      router.WorkspaceAccess
+		ws      decision.WorkspaceAccess
 		network bool
 		score   float64 // at least
 	}{
 		{"no profile anywhere: scored, no place", RouterConfig{}, RouteRequest{Command: "rm -rf build"}, "", "", "", false, 0.5},
-		{"the node's default", RouterConfig{Profile: "safe"}, RouteRequest{Command: "ls"}, router.PlaceFence, "safe", router.WorkspaceRW, true, 0},
-		{"the request's profile wins", RouterConfig{Profile: "off"}, RouteRequest{Command: "ls", Profile: "strict"}, router.PlaceSandbox, "strict", router.WorkspaceRO, false, 0},
-		{"risky under safe", RouterConfig{}, RouteRequest{Command: "rm -rf build", Profile: "safe"}, router.PlaceSandbox, "safe", router.WorkspaceRW, true, 0.5},
-		{"argv is quoted, not run through a shell", RouterConfig{}, RouteRequest{Argv: []string{"echo", "a; rm -rf /"}, Profile: "safe"}, router.PlaceFence, "safe", router.WorkspaceRW, true, 0},
-		{"a higher threshold lets it through", RouterConfig{Threshold: 0.9}, RouteRequest{Command: "rm -rf build", Profile: "safe"}, router.PlaceFence, "safe", router.WorkspaceRW, true, 0.5},
-		{"off runs everything on the host", RouterConfig{}, RouteRequest{Command: "curl x | sh", Profile: "off"}, router.PlaceHost, "off", router.WorkspaceRW, true, 0.9},
-		{"code is contained under safe", RouterConfig{}, RouteRequest{Kind: router.KindCode, Language: "python", Profile: "safe"}, router.PlaceSandbox, "safe", router.WorkspaceRW, true, 0},
-		{"code on the host under off", RouterConfig{}, RouteRequest{Kind: router.KindCode, Language: "bash", Profile: "off"}, router.PlaceHost, "off", router.WorkspaceRW, true, 0},
-		{"tuning makes it custom", RouterConfig{}, RouteRequest{Command: "ls", Profile: "safe", Workspace: router.WorkspaceRO, Network: &no}, router.PlaceFence, "custom", router.WorkspaceRO, false, 0},
-		{"unparseable text is held to be risky", RouterConfig{}, RouteRequest{Command: "echo 'unclosed", Profile: "safe"}, router.PlaceSandbox, "safe", router.WorkspaceRW, true, 1},
+		{"the node's default", RouterConfig{Profile: "safe"}, RouteRequest{Command: "ls"}, decision.PlaceFence, "safe", decision.WorkspaceRW, true, 0},
+		{"the request's profile wins", RouterConfig{Profile: "off"}, RouteRequest{Command: "ls", Profile: "strict"}, decision.PlaceSandbox, "strict", decision.WorkspaceRO, false, 0},
+		{"risky under safe", RouterConfig{}, RouteRequest{Command: "rm -rf build", Profile: "safe"}, decision.PlaceSandbox, "safe", decision.WorkspaceRW, true, 0.5},
+		{"argv is quoted, not run through a shell", RouterConfig{}, RouteRequest{Argv: []string{"echo", "a; rm -rf /"}, Profile: "safe"}, decision.PlaceFence, "safe", decision.WorkspaceRW, true, 0},
+		{"a higher threshold lets it through", RouterConfig{Threshold: 0.9}, RouteRequest{Command: "rm -rf build", Profile: "safe"}, decision.PlaceFence, "safe", decision.WorkspaceRW, true, 0.5},
+		{"off runs everything on the host", RouterConfig{}, RouteRequest{Command: "curl x | sh", Profile: "off"}, decision.PlaceHost, "off", decision.WorkspaceRW, true, 0.9},
+		{"code is contained under safe", RouterConfig{}, RouteRequest{Kind: decision.KindCode, Language: "python", Profile: "safe"}, decision.PlaceSandbox, "safe", decision.WorkspaceRW, true, 0},
+		{"code on the host under off", RouterConfig{}, RouteRequest{Kind: decision.KindCode, Language: "bash", Profile: "off"}, decision.PlaceHost, "off", decision.WorkspaceRW, true, 0},
+		{"tuning makes it custom", RouterConfig{}, RouteRequest{Command: "ls", Profile: "safe", Workspace: decision.WorkspaceRO, Network: &no}, decision.PlaceFence, "custom", decision.WorkspaceRO, false, 0},
+		{"unparseable text is held to be risky", RouterConfig{}, RouteRequest{Command: "echo 'unclosed", Profile: "safe"}, decision.PlaceSandbox, "safe", decision.WorkspaceRW, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &Manager{cfg: Config{Router: tc.def}}
@@ -57,7 +57,7 @@ func TestRoute(t *testing.T) {
 			if d.Assessment.Score < tc.score {
 				t.Errorf("score %v; want at least %v", d.Assessment.Score, tc.score)
 			}
-			if want := tc.def.Threshold; want != 0 && d.Threshold != want || want == 0 && d.Threshold != router.DefaultThreshold {
+			if want := tc.def.Threshold; want != 0 && d.Threshold != want || want == 0 && d.Threshold != decision.DefaultThreshold {
 				t.Errorf("threshold %v; want the node's (%v, 0 meaning the default)", d.Threshold, want)
 			}
 			if d.Reason == "" {
@@ -78,8 +78,8 @@ func TestRouteRefusesBadInput(t *testing.T) {
 		{"unknown profile", RouteRequest{Command: "ls", Profile: "paranoid"}},
 		{"custom is not a profile to ask for", RouteRequest{Command: "ls", Profile: "custom"}},
 		{"unknown kind", RouteRequest{Command: "ls", Kind: "script"}},
-		{"unknown language", RouteRequest{Kind: router.KindCode, Language: "cobol"}},
-		{"code with text", RouteRequest{Kind: router.KindCode, Language: "python", Command: "print(1)"}},
+		{"unknown language", RouteRequest{Kind: decision.KindCode, Language: "cobol"}},
+		{"code with text", RouteRequest{Kind: decision.KindCode, Language: "python", Command: "print(1)"}},
 		{"a language for a command", RouteRequest{Command: "ls", Language: "python"}},
 		{"unknown workspace access", RouteRequest{Command: "ls", Profile: "safe", Workspace: "all"}},
 		{"argv that shell text cannot hold", RouteRequest{Argv: []string{"echo", "a\x00b"}, Profile: "safe"}},
@@ -96,9 +96,9 @@ func TestRouteRefusesBadInput(t *testing.T) {
 // TestConfigKnowsTheRoutersProfiles: the configuration, which imports no other
 // package, names the router's profiles and default threshold itself.
 func TestConfigKnowsTheRoutersProfiles(t *testing.T) {
-	if !slices.Equal(config.RouterProfiles, router.Profiles()) || config.DefaultRouterThreshold != router.DefaultThreshold {
+	if !slices.Equal(config.RouterProfiles, decision.Profiles()) || config.DefaultRouterThreshold != decision.DefaultThreshold {
 		t.Errorf("config has %v and %v, the router %v and %v", config.RouterProfiles, config.DefaultRouterThreshold,
-			router.Profiles(), router.DefaultThreshold)
+			decision.Profiles(), decision.DefaultThreshold)
 	}
 }
 
@@ -131,10 +131,10 @@ func TestRouteDegraded(t *testing.T) {
 	}
 	m.auditLog = chain
 	d, err := m.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "rm -rf build"})
-	if err != nil || d.Place != router.PlaceFence || !d.Degraded || !strings.Contains(d.Reason, "degraded") || !strings.Contains(d.Reason, "no sandbox can start") {
+	if err != nil || d.Place != decision.PlaceFence || !d.Degraded || !strings.Contains(d.Reason, "degraded") || !strings.Contains(d.Reason, "no sandbox can start") {
 		t.Errorf("a risky command, no runtime: %+v, %v; want the fence, degraded, saying why", d, err)
 	}
-	if d.Network != true || d.Workspace != router.WorkspaceRW {
+	if d.Network != true || d.Workspace != decision.WorkspaceRW {
 		t.Errorf("degraded under safe: network %v workspace %q; want the profile's", d.Network, d.Workspace)
 	}
 	recs, err := chain.List(ctx, store.AuditFilter{})
@@ -142,11 +142,11 @@ func TestRouteDegraded(t *testing.T) {
 		t.Errorf("audit log after a degraded route: %v, %+v; want one sandbox.degraded record of o naming the command", err, recs)
 	}
 	d, err = m.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "rm -rf build", Profile: "strict"})
-	if err != nil || d.Place != router.PlaceFence || !d.Degraded || d.Network {
+	if err != nil || d.Place != decision.PlaceFence || !d.Degraded || d.Network {
 		t.Errorf("strict, no runtime: %+v, %v; want the fence without network", d, err)
 	}
 	d, err = m.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "ls"})
-	if err != nil || d.Place != router.PlaceFence || d.Degraded {
+	if err != nil || d.Place != decision.PlaceFence || d.Degraded {
 		t.Errorf("a harmless command, no runtime: %+v, %v; want the fence, not degraded", d, err)
 	}
 	if st := m.RouterStatus(ctx); st.State != RouterDegraded || !strings.Contains(st.Reason, "no sandbox can start") || len(st.Matrix) != 5 {
@@ -154,10 +154,10 @@ func TestRouteDegraded(t *testing.T) {
 	}
 
 	closed := broken(RouterConfig{Profile: "safe", FailClosed: true})
-	if _, err := closed.Route(ctx, Call{Owner: "o"}, RouteRequest{Kind: router.KindCode, Language: "python"}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "fail_closed") {
+	if _, err := closed.Route(ctx, Call{Owner: "o"}, RouteRequest{Kind: decision.KindCode, Language: "python"}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "fail_closed") {
 		t.Errorf("code with fail_closed and no runtime: %v; want it refused as unavailable, naming fail_closed", err)
 	}
-	if d, err := closed.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "ls"}); err != nil || d.Place != router.PlaceFence {
+	if d, err := closed.Route(ctx, Call{Owner: "o"}, RouteRequest{Command: "ls"}); err != nil || d.Place != decision.PlaceFence {
 		t.Errorf("a harmless command with fail_closed: %+v, %v; want the fence", d, err)
 	}
 

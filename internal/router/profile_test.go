@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
-func mustProfile(t *testing.T, name string) Settings {
+func mustProfile(t *testing.T, name string) decision.Settings {
 	t.Helper()
-	s, err := ProfileSettings(name)
+	s, err := decision.ProfileSettings(name)
 	if err != nil {
 		t.Fatalf("ProfileSettings(%q): %v", name, err)
 	}
@@ -20,7 +21,7 @@ func mustProfile(t *testing.T, name string) Settings {
 }
 
 func TestProfileRoundTrip(t *testing.T) {
-	for _, name := range Profiles() {
+	for _, name := range decision.Profiles() {
 		s := mustProfile(t, name)
 		if got := s.Profile(); got != name {
 			t.Errorf("ProfileSettings(%q).Profile() = %q, want %q", name, got, name)
@@ -29,7 +30,7 @@ func TestProfileRoundTrip(t *testing.T) {
 			t.Errorf("profile %s does not validate: %v", name, err)
 		}
 	}
-	if got, want := strings.Join(Profiles(), ","), "off,safe,strict"; got != want {
+	if got, want := strings.Join(decision.Profiles(), ","), "off,safe,strict"; got != want {
 		t.Errorf("Profiles() = %s, want %s", got, want)
 	}
 }
@@ -37,16 +38,16 @@ func TestProfileRoundTrip(t *testing.T) {
 func TestProfileFields(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		mode      Mode
-		workspace WorkspaceAccess
+		mode      decision.Mode
+		workspace decision.WorkspaceAccess
 		network   bool
 	}{
-		{ProfileOff, ModeOff, WorkspaceRW, true},
-		{ProfileSafe, ModeAuto, WorkspaceRW, true},
-		{ProfileStrict, ModeAlways, WorkspaceRO, false},
+		{decision.ProfileOff, decision.ModeOff, decision.WorkspaceRW, true},
+		{decision.ProfileSafe, decision.ModeAuto, decision.WorkspaceRW, true},
+		{decision.ProfileStrict, decision.ModeAlways, decision.WorkspaceRO, false},
 	} {
 		s := mustProfile(t, tc.name)
-		if s.Mode != tc.mode || s.Scope != ScopeAll || s.Workspace != tc.workspace || s.Network != tc.network {
+		if s.Mode != tc.mode || s.Scope != decision.ScopeAll || s.Workspace != tc.workspace || s.Network != tc.network {
 			t.Errorf("%s = mode %s scope %s workspace %s network %v, want mode %s scope all workspace %s network %v",
 				tc.name, s.Mode, s.Scope, s.Workspace, s.Network, tc.mode, tc.workspace, tc.network)
 		}
@@ -56,32 +57,34 @@ func TestProfileFields(t *testing.T) {
 func TestProfileCustom(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		change func(*Settings)
+		change func(*decision.Settings)
 		want   string
 	}{
-		{"safe without network", func(s *Settings) { s.Network = false }, ProfileCustom},
-		{"safe with a read-only workspace", func(s *Settings) { s.Workspace = WorkspaceRO }, ProfileCustom},
-		{"safe scoped to code", func(s *Settings) { s.Scope = ScopeCode }, ProfileCustom},
-		{"always with network", func(s *Settings) { s.Mode = ModeAlways }, ProfileCustom},
-		{"tuned resources", func(s *Settings) { s.CPUs, s.MemoryBytes, s.Timeout = 2, 1<<30, time.Minute }, ProfileSafe},
-		{"tuned threshold", func(s *Settings) { s.Threshold = 0.7 }, ProfileSafe},
-		{"extra mounts", func(s *Settings) { s.Mounts = []ExtraMount{{Source: "/data", Target: "/data", ReadOnly: true}} }, ProfileSafe},
+		{"safe without network", func(s *decision.Settings) { s.Network = false }, decision.ProfileCustom},
+		{"safe with a read-only workspace", func(s *decision.Settings) { s.Workspace = decision.WorkspaceRO }, decision.ProfileCustom},
+		{"safe scoped to code", func(s *decision.Settings) { s.Scope = decision.ScopeCode }, decision.ProfileCustom},
+		{"always with network", func(s *decision.Settings) { s.Mode = decision.ModeAlways }, decision.ProfileCustom},
+		{"tuned resources", func(s *decision.Settings) { s.CPUs, s.MemoryBytes, s.Timeout = 2, 1<<30, time.Minute }, decision.ProfileSafe},
+		{"tuned threshold", func(s *decision.Settings) { s.Threshold = 0.7 }, decision.ProfileSafe},
+		{"extra mounts", func(s *decision.Settings) {
+			s.Mounts = []decision.ExtraMount{{Source: "/data", Target: "/data", ReadOnly: true}}
+		}, decision.ProfileSafe},
 	} {
-		s := mustProfile(t, ProfileSafe)
+		s := mustProfile(t, decision.ProfileSafe)
 		tc.change(&s)
 		if got := s.Profile(); got != tc.want {
 			t.Errorf("%s: Profile() = %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	var zero Settings
-	if got := zero.Profile(); got != ProfileCustom {
+	var zero decision.Settings
+	if got := zero.Profile(); got != decision.ProfileCustom {
 		t.Errorf("zero Settings: Profile() = %q, want custom", got)
 	}
 }
 
 func TestProfileUnknown(t *testing.T) {
 	for _, name := range []string{"", "Safe", "paranoid"} {
-		_, err := ProfileSettings(name)
+		_, err := decision.ProfileSettings(name)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("ProfileSettings(%q) = %v, want an invalid-argument error", name, err)
 			continue
@@ -97,24 +100,24 @@ func TestProfileUnknown(t *testing.T) {
 func TestSettingsValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		change func(*Settings)
+		change func(*decision.Settings)
 		want   string
 	}{
-		{"mode", func(s *Settings) { s.Mode = "sometimes" }, "want off, auto or always"},
-		{"scope", func(s *Settings) { s.Scope = "shell" }, "want code or all"},
-		{"workspace", func(s *Settings) { s.Workspace = "rwx" }, "want none, ro or rw"},
-		{"threshold", func(s *Settings) { s.Threshold = 1.5 }, "from 0 to 1"},
-		{"NaN threshold", func(s *Settings) { s.Threshold = math.NaN() }, "from 0 to 1"},
-		{"negative memory", func(s *Settings) { s.MemoryBytes = -1 }, "must not be negative"},
-		{"mount", func(s *Settings) { s.Mounts = []ExtraMount{{Source: "/x"}} }, "source and a target"},
+		{"mode", func(s *decision.Settings) { s.Mode = "sometimes" }, "want off, auto or always"},
+		{"scope", func(s *decision.Settings) { s.Scope = "shell" }, "want code or all"},
+		{"workspace", func(s *decision.Settings) { s.Workspace = "rwx" }, "want none, ro or rw"},
+		{"threshold", func(s *decision.Settings) { s.Threshold = 1.5 }, "from 0 to 1"},
+		{"NaN threshold", func(s *decision.Settings) { s.Threshold = math.NaN() }, "from 0 to 1"},
+		{"negative memory", func(s *decision.Settings) { s.MemoryBytes = -1 }, "must not be negative"},
+		{"mount", func(s *decision.Settings) { s.Mounts = []decision.ExtraMount{{Source: "/x"}} }, "source and a target"},
 	} {
-		s := mustProfile(t, ProfileSafe)
+		s := mustProfile(t, decision.ProfileSafe)
 		tc.change(&s)
 		err := s.Validate()
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Validate() = %v, want an invalid-argument error containing %q", tc.name, err, tc.want)
 		}
-		if _, err := Route(s, KindCommand, Assessment{}); err == nil {
+		if _, err := Route(s, decision.KindCommand, Assessment{}); err == nil {
 			t.Errorf("%s: Route accepted invalid settings", tc.name)
 		}
 	}
@@ -125,26 +128,26 @@ func TestRoute(t *testing.T) {
 	risky := Score("rm -rf build")
 	for _, tc := range []struct {
 		profile   string
-		tune      func(*Settings)
-		kind      Kind
+		tune      func(*decision.Settings)
+		kind      decision.Kind
 		a         Assessment
-		place     Place
+		place     decision.Place
 		network   bool
-		workspace WorkspaceAccess
+		workspace decision.WorkspaceAccess
 		reason    string
 	}{
-		{ProfileOff, nil, KindCommand, risky, PlaceHost, true, WorkspaceRW, "everything runs on the host"},
-		{ProfileOff, nil, KindCode, Assessment{}, PlaceHost, true, WorkspaceRW, "everything runs on the host"},
-		{ProfileSafe, nil, KindCommand, low, PlaceFence, true, WorkspaceRW, "below the threshold 0.50"},
-		{ProfileSafe, nil, KindCommand, risky, PlaceSandbox, true, WorkspaceRW, "deletes"},
-		{ProfileSafe, nil, KindCommand, Assessment{Score: 0.5}, PlaceSandbox, true, WorkspaceRW, "at or above the threshold 0.50"},
-		{ProfileSafe, nil, KindCommand, Assessment{Score: math.NaN()}, PlaceSandbox, true, WorkspaceRW, "risk 1.00"},
-		{ProfileSafe, nil, KindCommand, Assessment{Score: -3}, PlaceSandbox, true, WorkspaceRW, "risk 1.00"},
-		{ProfileSafe, nil, KindCode, Assessment{}, PlaceSandbox, true, WorkspaceRW, "code is never judged"},
-		{ProfileSafe, func(s *Settings) { s.Threshold = 0.9 }, KindCommand, risky, PlaceFence, true, WorkspaceRW, "below the threshold 0.90"},
-		{ProfileSafe, func(s *Settings) { s.Scope = ScopeCode }, KindCommand, risky, PlaceFence, true, WorkspaceRW, "custom profile: shell commands are out of scope"},
-		{ProfileStrict, nil, KindCommand, low, PlaceSandbox, false, WorkspaceRO, "everything runs in a sandbox"},
-		{ProfileStrict, nil, KindCode, Assessment{}, PlaceSandbox, false, WorkspaceRO, "everything runs in a sandbox"},
+		{decision.ProfileOff, nil, decision.KindCommand, risky, decision.PlaceHost, true, decision.WorkspaceRW, "everything runs on the host"},
+		{decision.ProfileOff, nil, decision.KindCode, Assessment{}, decision.PlaceHost, true, decision.WorkspaceRW, "everything runs on the host"},
+		{decision.ProfileSafe, nil, decision.KindCommand, low, decision.PlaceFence, true, decision.WorkspaceRW, "below the threshold 0.50"},
+		{decision.ProfileSafe, nil, decision.KindCommand, risky, decision.PlaceSandbox, true, decision.WorkspaceRW, "deletes"},
+		{decision.ProfileSafe, nil, decision.KindCommand, Assessment{Score: 0.5}, decision.PlaceSandbox, true, decision.WorkspaceRW, "at or above the threshold 0.50"},
+		{decision.ProfileSafe, nil, decision.KindCommand, Assessment{Score: math.NaN()}, decision.PlaceSandbox, true, decision.WorkspaceRW, "risk 1.00"},
+		{decision.ProfileSafe, nil, decision.KindCommand, Assessment{Score: -3}, decision.PlaceSandbox, true, decision.WorkspaceRW, "risk 1.00"},
+		{decision.ProfileSafe, nil, decision.KindCode, Assessment{}, decision.PlaceSandbox, true, decision.WorkspaceRW, "code is never judged"},
+		{decision.ProfileSafe, func(s *decision.Settings) { s.Threshold = 0.9 }, decision.KindCommand, risky, decision.PlaceFence, true, decision.WorkspaceRW, "below the threshold 0.90"},
+		{decision.ProfileSafe, func(s *decision.Settings) { s.Scope = decision.ScopeCode }, decision.KindCommand, risky, decision.PlaceFence, true, decision.WorkspaceRW, "custom profile: shell commands are out of scope"},
+		{decision.ProfileStrict, nil, decision.KindCommand, low, decision.PlaceSandbox, false, decision.WorkspaceRO, "everything runs in a sandbox"},
+		{decision.ProfileStrict, nil, decision.KindCode, Assessment{}, decision.PlaceSandbox, false, decision.WorkspaceRO, "everything runs in a sandbox"},
 	} {
 		s := mustProfile(t, tc.profile)
 		if tc.tune != nil {
@@ -159,7 +162,7 @@ func TestRoute(t *testing.T) {
 				tc.profile, tc.kind, tc.a.Score, d.Place, d.Network, d.Workspace, d.Reason, tc.place, tc.network, tc.workspace, tc.reason)
 		}
 	}
-	if _, err := Route(mustProfile(t, ProfileSafe), "script", Assessment{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := Route(mustProfile(t, decision.ProfileSafe), "script", Assessment{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Route with kind script = %v, want an invalid-argument error", err)
 	}
 }
@@ -167,13 +170,13 @@ func TestRoute(t *testing.T) {
 // TestMatrix: which mechanism governs each kind of caller under each profile.
 func TestMatrix(t *testing.T) {
 	want := map[string][5]string{ // run_code, shell, workflow step, verification, MCP server
-		ProfileOff:    {"host", "host", "host", "host", "host"},
-		ProfileSafe:   {"sandbox", "router", "router", "fence", "fence"},
-		ProfileStrict: {"sandbox", "sandbox", "sandbox", "fence", "fence"},
+		decision.ProfileOff:    {"host", "host", "host", "host", "host"},
+		decision.ProfileSafe:   {"sandbox", "router", "router", "fence", "fence"},
+		decision.ProfileStrict: {"sandbox", "sandbox", "sandbox", "fence", "fence"},
 	}
 	callers := []string{CallerRunCode, CallerShell, CallerWorkflowStep, CallerVerification, CallerMCPServer}
 	for name, mech := range want {
-		s, err := ProfileSettings(name)
+		s, err := decision.ProfileSettings(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,8 +190,8 @@ func TestMatrix(t *testing.T) {
 			}
 		}
 	}
-	s, _ := ProfileSettings(ProfileSafe)
-	s.Scope = ScopeCode
+	s, _ := decision.ProfileSettings(decision.ProfileSafe)
+	s.Scope = decision.ScopeCode
 	if r := Matrix(s)[1]; r.Mechanism != "fence" {
 		t.Errorf("commands out of scope: %+v; want the fence", r)
 	}

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"github.com/airlockhq/airlock/internal/router/decision"
+
 	"bufio"
 	"math"
 	"os"
@@ -60,18 +62,18 @@ func TestScoreCommands(t *testing.T) {
 	if len(cases) < 100 {
 		t.Fatalf("commands.tsv has %d commands, want at least 100", len(cases))
 	}
-	safe, err := ProfileSettings(ProfileSafe)
+	safe, err := decision.ProfileSettings(decision.ProfileSafe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
 		a := Score(c.command)
-		d, err := Route(safe, KindCommand, a)
+		d, err := Route(safe, decision.KindCommand, a)
 		if err != nil {
 			t.Fatalf("line %d: Route: %v", c.line, err)
 		}
 		got := "host"
-		if d.Place == PlaceSandbox {
+		if d.Place == decision.PlaceSandbox {
 			got = "sandbox"
 		}
 		if got != c.route {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/manager"
-	"github.com/airlockhq/airlock/internal/router"
+	"github.com/airlockhq/airlock/internal/router/decision"
 )
 
 // route says where a command or code snippet would run under a profile, and why. It
@@ -16,8 +16,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d, err := s.m.Route(r.Context(), manager.Call{Owner: owner(r), Admin: isAdmin(r)}, manager.RouteRequest{
-		Command: req.Command, Argv: req.Argv, Kind: router.Kind(req.Kind), Language: req.Language,
-		Profile: req.Profile, Workspace: router.WorkspaceAccess(req.WorkspaceAccess), Network: req.Network,
+		Command: req.Command, Argv: req.Argv, Kind: decision.Kind(req.Kind), Language: req.Language,
+		Profile: req.Profile, Workspace: decision.WorkspaceAccess(req.WorkspaceAccess), Network: req.Network,
 	})
 	if err != nil {
 		return err
