@@ -8,11 +8,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/fence"
@@ -27,7 +24,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "airlock:", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext(os.Args[1:])
 	err := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(cli.ExitCode(err, os.Stderr))

@@ -6,7 +6,9 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -261,5 +263,56 @@ func TestProgressBar(t *testing.T) {
 	want = "\rupload   4B\x1b[K\n\runpack   unpacking…\x1b[K\r\x1b[K"
 	if b.String() != want {
 		t.Errorf("progress output of an upload of unknown size =\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// TestSignalContext: a verb with something to undo (run) ends its context on SIGINT at
+// once; ls, which has nothing to undo, catches it once it has run for lateSignalDelay,
+// and ends its context as before, so that it reports the call cancelled. (Had either not
+// caught the signal, it would have ended this test's process.)
+func TestSignalContext(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		wait time.Duration
+	}{
+		{[]string{"--socket", "/nowhere", "run", "--", "true"}, 0},
+		{[]string{"ls", "-o", "json"}, 3 * lateSignalDelay},
+		{[]string{"-o", "json", "exec", "box", "--", "true"}, 3 * lateSignalDelay},
+	} {
+		ctx, stop := SignalContext(tc.args)
+		if ctx.Err() != nil {
+			t.Fatalf("%q: the context ended before any signal: %v", tc.args, ctx.Err())
+		}
+		time.Sleep(tc.wait)
+		if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				t.Errorf("%q: the context ended with %v; want context.Canceled", tc.args, ctx.Err())
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%q: SIGINT did not end the context", tc.args)
+		}
+		stop()
+	}
+	// A late verb's context released before its delay never catches a signal later.
+	ctx, stop := SignalContext([]string{"get", "box"})
+	stop()
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Errorf("a released context: %v; want context.Canceled", ctx.Err())
+	}
+}
+
+// TestLateSignalVerbs: only verbs with nothing on this machine to undo wait before they
+// catch signals.
+func TestLateSignalVerbs(t *testing.T) {
+	for v := range lateSignalVerbs {
+		switch v.name {
+		case "ls", "get", "exec", "status", "version":
+		default:
+			t.Errorf("verb %s catches signals late; it must leave nothing to undo when interrupted", v.name)
+		}
 	}
 }
