@@ -195,7 +195,7 @@ func (c *cmd) parse(args []string, npos int, withCmd bool) (pos, command []strin
 		return nil, nil, usagef("--output must be table or json, not %q", c.output)
 	}
 	if len(pos) < npos {
-		if need := positionals(c.verb.args); len(need) == npos {
+		if need := positionals(c.verb.synopsis()); len(need) == npos {
 			return nil, nil, usagef("missing %s", strings.Join(need[len(pos):], " "))
 		}
 		return nil, nil, usagef("want %d arguments, got %d", npos, len(pos))

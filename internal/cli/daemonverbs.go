@@ -8,11 +8,12 @@ package cli
 import (
 	"flag"
 	"strings"
+	"sync"
 )
 
 var serveVerb = &verb{
 	name:   "serve",
-	args:   flagSynopsis((&ServeFlags{}).Register),
+	argsOf: sync.OnceValue(func() string { return flagSynopsis((&ServeFlags{}).Register) }),
 	short:  "run the daemon",
 	daemon: true,
 	long: `The daemon serves the API on its unix socket and, with --listen, on TCP, and with

@@ -18,6 +18,17 @@ type verb struct {
 	// daemon marks a verb main runs itself (serve, agent, check-config): it has its own
 	// flags and none of the global ones.
 	daemon bool
+	// argsOf makes args on first use instead (serve's, from its many flags), so that no
+	// call pays at start for a synopsis only usage and help print.
+	argsOf func() string
+}
+
+// synopsis is the verb's args.
+func (v *verb) synopsis() string {
+	if v.argsOf != nil {
+		return v.argsOf()
+	}
+	return v.args
 }
 
 // verbList is every verb Run dispatches, in the order help lists them.
@@ -100,7 +111,7 @@ func positionals(synopsis string) []string {
 }
 
 func listName(v *verb) string {
-	return strings.TrimSpace(v.name + " " + strings.Join(positionals(v.args), " "))
+	return strings.TrimSpace(v.name + " " + strings.Join(positionals(v.synopsis()), " "))
 }
 
 // globalFlags are registered on every verb and described once, by help.
@@ -108,7 +119,7 @@ var globalFlags = map[string]bool{"socket": true, "addr": true, "token": true, "
 
 // printUsage writes one verb's usage and flags.
 func printUsage(w io.Writer, v *verb, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: airlock %s %s\n\n%s\n", v.name, v.args, v.short)
+	fmt.Fprintf(w, "usage: airlock %s %s\n\n%s\n", v.name, v.synopsis(), v.short)
 	if v.long != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimRight(v.long, "\n"))
 	}

@@ -33,7 +33,7 @@ func printUsageError(w io.Writer, v *verb, err error) {
 func shortSynopsis(v *verb) string {
 	words := []string{v.name}
 	folded, depth := false, 0
-	for _, w := range strings.Fields(v.args) {
+	for _, w := range strings.Fields(v.synopsis()) {
 		switch {
 		case depth > 0:
 		case strings.HasPrefix(w, "[-"):
