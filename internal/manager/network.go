@@ -101,9 +101,25 @@ func (m *Manager) attach(ctx context.Context, sb *store.Sandbox, spec *runtime.S
 		if err := wait(); err != nil {
 			return runtime.NetworkJoin{}, err
 		}
-		return runtime.NetworkJoin{NetnsPath: att.NetnsPath, Env: att.Env, Mounts: append(slices.Clip(att.Mounts), files...)}, nil
+		return runtime.NetworkJoin{NetnsPath: att.NetnsPath, Env: att.Env, Mounts: append(slices.Clip(att.Mounts), files...),
+			Joined: m.netJoined(sb.ID)}, nil
 	}
 	return wait, nil
+}
+
+// netJoined is what the driver calls once sandbox id's container holds its network
+// namespace: the network drops its own hold (a host mount each running sandbox would
+// keep otherwise, read and copied by every later container start).
+func (m *Manager) netJoined(id string) func() {
+	j, ok := m.net.(netattach.Joiner)
+	if !ok {
+		return nil
+	}
+	return func() {
+		if err := j.Joined(id); err != nil {
+			m.log.Warn("release the network namespace's mount", "sandbox", id, "err", err)
+		}
+	}
 }
 
 // detach ends a sandbox's secret delivery, workspace and volume mounts, and network.

@@ -40,6 +40,14 @@ type Reassigner interface {
 	Reassign(id, owner, role string, generation int64, pol egress.Policy) bool
 }
 
+// Joiner is implemented by networks that keep a sandbox's network namespace alive by a
+// host mount until its container joins it. Joined says the container now runs in it:
+// the mount goes, the record of the namespace (a file) stays, and the namespace lives
+// as long as the container. Deleting the sandbox's network works the same either way.
+type Joiner interface {
+	Joined(id string) error
+}
+
 // SessionTokenPath is where every sandbox finds its session credential for the API: a
 // placeholder, which the egress proxy swaps for a short-lived token in requests to
 // egress.APIHost.

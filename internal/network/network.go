@@ -539,6 +539,9 @@ func (n *Node) Reassign(id, owner, role string, generation int64, pol egress.Pol
 	return true
 }
 
+// Joined implements netattach.Joiner.
+func (n *Node) Joined(id string) error { return n.nm.Joined(id) }
+
 // List implements netattach.Network.
 func (n *Node) List() ([]string, error) { return n.nm.List() }
 

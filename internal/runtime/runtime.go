@@ -76,6 +76,10 @@ type NetworkJoin struct {
 	NetnsPath string
 	Env       []string
 	Mounts    []Mount
+	// Joined, if set, is called once the container runs in the namespace at NetnsPath
+	// and so keeps it alive: the network may then let go of its own hold on it (the
+	// namespace's host mount, which every later container start reads and copies).
+	Joined func()
 }
 
 // Status is what the host says about a sandbox's container.

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 )
 
 // leftovers lists what sandbox id still has on the node, by kind.
@@ -547,5 +548,60 @@ func TestNewRestoresLostRules(t *testing.T) {
 	}
 	if _, err := m2.nl.LinkByName(orphan.HostIf); !errors.As(err, new(netlink.LinkNotFoundError)) {
 		t.Errorf("orphan veth %s after New: %v, want deleted", orphan.HostIf, err)
+	}
+}
+
+// TestJoinedDropsTheMount: once a container holds the namespace, Joined takes its host
+// mount away; the namespace and its link live on through the holder, and the file
+// still records the sandbox for Get, List and Delete.
+func TestJoinedDropsTheMount(t *testing.T) {
+	requireHost(t)
+	m := newTestManager(t, newTestNode(t))
+	sb := create(t, m, "sb_joined", "baseline")
+	mounted := func() bool {
+		data, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(data), " "+sb.NetnsPath+" ")
+	}
+	if !mounted() {
+		t.Fatalf("%s is not mounted after Create", sb.NetnsPath)
+	}
+	holder, err := vnetns.GetFromPath(sb.NetnsPath) // as the container's processes would
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	for range 2 { // the second finds nothing to unmount
+		if err := m.Joined(sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if mounted() {
+		t.Errorf("%s is still mounted after Joined", sb.NetnsPath)
+	}
+	h, err := netlink.NewHandleAt(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.LinkByName(sb.SandboxIf); err != nil {
+		t.Errorf("the held namespace lost its link: %v", err)
+	}
+	if got, ok := m.Get(sb.ID); !ok || got.SandboxAddr != sb.SandboxAddr {
+		t.Errorf("Get after Joined: %+v, %v; want the link at %v", got, ok, sb.SandboxAddr)
+	}
+	if ids, err := m.List(); err != nil || !slices.Contains(ids, sb.ID) {
+		t.Errorf("List() = %v, %v; want %s in it", ids, err, sb.ID)
+	}
+	if err := m.Delete(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := leftovers(t, m, sb.ID); len(got) > 0 {
+		t.Errorf("after Delete: %v left", got)
+	}
+	if err := m.Joined("../x"); err == nil {
+		t.Error("Joined accepted an id that is not a sandbox's")
 	}
 }

@@ -70,9 +70,8 @@ func setupNew() error {
 // removeNamed unmounts and removes a namespace file; a missing file or mount is fine.
 // The namespace itself goes when its last process and open handle are gone.
 func removeNamed(path string) error {
-	err := unix.Unmount(path, unix.MNT_DETACH)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("network namespace: unmount %s: %w", path, err)
+	if err := unmountNamed(path); err != nil {
+		return err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("network namespace: %w", err)
@@ -120,4 +119,27 @@ func DialIn(ctx context.Context, nsfd int, addr string) (net.Conn, error) {
 		return err
 	})
 	return c, err
+}
+
+// Joined lets go of sandbox id's namespace mount once its container runs in the
+// namespace and so keeps it alive: the mount would otherwise stay in the host's table
+// for the sandbox's whole life, and every container start reads and copies that table
+// whole. The file stays as the namespace's record (Get, List and Delete go by it, and a
+// restarted daemon finds the sandbox's leftovers by it); the namespace, with the
+// sandbox's end of its link, goes when the container does. A namespace never mounted,
+// or unmounted already, is fine; so is an id with no namespace file.
+func (m *Manager) Joined(id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	return unmountNamed(m.cfg.netnsPath(id))
+}
+
+// unmountNamed unmounts a namespace file's bind; a missing file or mount is fine.
+func unmountNamed(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("network namespace: unmount %s: %w", path, err)
+	}
+	return nil
 }

@@ -265,11 +265,13 @@ func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retE
 	if err != nil {
 		return err
 	}
+	var joined func()
 	if s.Network != nil {
 		j, err := s.Network()
 		if err != nil {
 			return err
 		}
+		joined = j.Joined
 		s.NetnsPath = j.NetnsPath
 		s.Env = append(slices.Clip(s.Env), j.Env...)
 		files.Mounts = append(slices.Clip(files.Mounts), j.Mounts...)
@@ -291,6 +293,9 @@ func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retE
 	}
 	if err := d.run(ctx, s.ID, bundle, memory); err != nil {
 		return err
+	}
+	if joined != nil && s.NetnsPath != "" {
+		joined() // the container's processes hold the namespace from here on
 	}
 	if d.opts.Engine.Sentry {
 		if err := d.adoptBroker(s.ID); err != nil {
