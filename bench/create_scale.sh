@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cold create against the number of live sandboxes. One private daemon (own state
 # directory, socket and cgroup parent; no sandbox networking) with a one-owner cap of
-# N + 2 ROUNDS + 10: ROUNDS sequential creates are timed with 10 sandboxes live and again with N
-# live (sandboxes made two at a time, network none, a 2 h idle window), and the host's
+# N + (steps + 1) ROUNDS + 10: ROUNDS sequential creates are timed with 10 sandboxes live and again with N
+# live (sandboxes made two at a time, network none, a 2 h idle window; N may be a list of
+# steps, "1000,2000", timed at each, with the rate the sandboxes up to it were made at), and the host's
 # mount-table lines are counted at each step, since every start reads and copies that
 # table (runc, the kernel). With BEFORE_REV set, a daemon built from that revision does
 # the same first, so the two slopes print side by side. With NET=default the sandboxes
@@ -11,7 +12,7 @@
 # CPU per timed create; with PERF=DIR it records the daemon's CPU (perf record -g)
 # during each round of timed creates into DIR/LABEL-10.perf and DIR/LABEL-N.perf.
 # Needs root and runc; stops each daemon by its pid and removes everything it made. Usage:
-#   bash bench/create_scale.sh [N [ROUNDS]]        # N defaults to 200, ROUNDS to 15
+#   bash bench/create_scale.sh [N[,N2...] [ROUNDS]]   # N defaults to 200, ROUNDS to 15
 #   BEFORE_REV=main bash bench/create_scale.sh 200
 #   NET=default BEFORE_REV=main bash bench/create_scale.sh 1000
 set -euo pipefail
@@ -19,8 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
-N=${1:-200}
+STEPS=${1:-200}
 ROUNDS=${2:-15}
+N=${STEPS##*,}
 BENCH=createscale
 . bench/lib/daemon.sh
 . bench/lib/timing.sh
@@ -42,7 +44,7 @@ one() {
 	chmod 711 "$TMP" # the sandboxes (other uids) pass through to their state
 	trap daemon_stop EXIT
 	pushd "$src" >/dev/null
-	daemon_start "live_cap: $((N + 2 * ROUNDS + 10))"
+	daemon_start "live_cap: $((N + ($(tr -cd , <<<"$STEPS" | wc -c) + 2) * ROUNDS + 10))"
 	popd >/dev/null
 	export AIRLOCK_SOCKET=$SOCK
 	make_sandboxes() { seq "$1" "$2" | xargs -P 2 -I{} "$TMP/airlock" create "${NETFLAG[@]}" --idle-suspend 2h "s{}" >/dev/null; }
@@ -69,16 +71,23 @@ one() {
 		awk -v id="$id" 'index($5, id) { n++ } END { print n + 0 }' /proc/self/mountinfo
 	}
 	make_sandboxes 1 10
-	local m10 mN cpu10 cpuN
+	local m10 mN cpu10 cpuN n from=11 live=10 t0 made k=0
 	m10=$(wc -l </proc/self/mountinfo)
 	cpu10=$(timed a 10)
-	make_sandboxes 11 "$N"
-	mN=$(wc -l </proc/self/mountinfo)
-	cpuN=$(timed b "$N")
 	printf '%-7s create at 10 live   %s  (host mount table: %d lines; daemon CPU %d ms a create)\n' "$label" "$(stats "$TMP/a.txt")" "$m10" "$cpu10"
-	printf '%-7s create at %-3d live  %s  (host mount table: %d lines; daemon CPU %d ms a create)\n' "$label" "$((N + ROUNDS))" "$(stats "$TMP/b.txt")" "$mN" "$cpuN"
+	for n in ${STEPS//,/ }; do
+		k=$((k + 1))
+		t0=$(date +%s.%N)
+		make_sandboxes "$from" "$n"
+		made=$(awk -v t0="$t0" -v t1="$(date +%s.%N)" -v n=$((n - from + 1)) 'BEGIN { printf "%.1f", n / (t1 - t0) }')
+		live=$((live + n - from + 1 + ROUNDS))
+		from=$((n + 1))
+		mN=$(wc -l </proc/self/mountinfo)
+		cpuN=$(timed "b$k-" "$live")
+		printf '%-7s create at %-4d live %s  (host mount table: %d lines; daemon CPU %d ms a create; made two at a time up to it at %s a second)\n' "$label" "$live" "$(stats "$TMP/b$k-.txt")" "$mN" "$cpuN" "$made"
+		echo "$label at $live over at 10 live, p50: $(awk -v a="$(p50 "$TMP/b$k-.txt")" -v b="$(p50 "$TMP/a.txt")" 'BEGIN { printf "%.2f", a / b }')"
+	done
 	echo "$label: host mounts of a running sandbox: $(mounts_of); daemon RSS $(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$PID/status") MiB"
-	echo "$label at $((N + ROUNDS)) over at 10 live, p50: $(awk -v a="$(p50 "$TMP/b.txt")" -v b="$(p50 "$TMP/a.txt")" 'BEGIN { printf "%.2f", a / b }')"
 	daemon_stop
 	trap - EXIT
 	unset PID

@@ -102,7 +102,7 @@ network:
 	// Paths others may read (or, for directories, list), each with why.
 	readable := map[string]string{
 		"network/ca-bundle.pem":              "public CA certificates every sandbox reads",
-		"network/netns/" + resp.Sandbox.ID:   "a network namespace's nsfs file: its mode is the kernel's, and opening it grants nothing",
+		"network/netns/" + resp.Sandbox.ID:   "a network namespace's file (nsfs while mounted, an empty record once the container holds the namespace): opening it grants nothing",
 		"bin/airlock":                        "the public agent binary (airlock-agent), which gVisor's kernel reads to load it",
 		"network/ca-public/ca-bundle.pem":    "the CA certificates' copy the sandboxes' view shows",
 		"network/ca-view/view/ca-bundle.pem": "the view sandboxes bind the CA certificates from",
