@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -90,6 +91,7 @@ func Main(ctx context.Context, args []string) error {
 	deadline := fs.Int64("deadline", 0, "stop at this Unix time in seconds (0: never)")
 	readyFD := fs.Int("ready-fd", -1, "write \"ready\\n\" to this fd once listening, then close it")
 	workdir := fs.String("workdir", "/", "default working directory of processes")
+	procs := fs.Int("procs", 0, "run the agent's Go code on at most this many threads at once (0: the Go runtime's default)")
 	var env envFlag
 	fs.Var(&env, "env", "K=V added to the base environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -98,6 +100,9 @@ func Main(ctx context.Context, args []string) error {
 			msg = "flag provided but not defined: --" + name
 		}
 		return errdefs.Invalid("agent: %s; see 'airlock agent --help'", msg)
+	}
+	if *procs < 0 {
+		return errdefs.Invalid("agent: --procs %d: give a count of threads, or 0 for the Go runtime's default", *procs)
 	}
 	if n := btoi(*socket != "") + btoi(*listenFd >= 0) + btoi(*acceptFd >= 0); n != 1 {
 		return errdefs.Invalid("agent: exactly one of --socket, --listen-fd and --accept-fd is required")
@@ -129,6 +134,14 @@ func Main(ctx context.Context, args []string) error {
 	// Half the default GC target: the agent's live heap is small and bursts of calls
 	// would otherwise grow it to several MiB per sandbox.
 	debug.SetGCPercent(50)
+	// The Go runtime runs at least two threads of Go code at once even in a sandbox
+	// limited to one core, and with nothing else to run the second spins looking for
+	// work each time a call wakes the agent: CPU taken from the sandbox's own processes
+	// and, in a burst of calls to many sandboxes, from the host. The daemon passes the
+	// sandbox's CPU limit rounded up.
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
 	if *readyFD >= 0 {
 		f := os.NewFile(uintptr(*readyFD), "ready")
 		_, werr := f.WriteString("ready\n")

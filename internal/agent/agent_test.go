@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ func TestMainFlags(t *testing.T) {
 		{"no socket", nil},
 		{"unknown flag", []string{"--socket", "/tmp/x.sock", "--bogus"}},
 		{"bad env", []string{"--socket", "/tmp/x.sock", "--env", "NOEQUALS"}},
+		{"negative procs", []string{"--socket", "/tmp/x.sock", "--procs", "-1"}},
 	}
 	for _, tt := range tests {
 		if err := Main(context.Background(), tt.args); err == nil {
@@ -53,13 +55,17 @@ func TestMainDeadline(t *testing.T) {
 	args := []string{
 		"--socket", sock, "--root", t.TempDir(), "--workdir", "/tmp",
 		"--deadline", strconv.FormatInt(deadline, 10), "--ready-fd", strconv.Itoa(readyFD),
-		"--env", "AGENT_TEST=1",
+		"--env", "AGENT_TEST=1", "--procs", "1",
 	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0)) // Main sets this process's
 	mainErr := make(chan error, 1)
 	go func() { mainErr <- Main(context.Background(), args) }()
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil || line != "ready\n" {
 		t.Fatalf("ready fd: got %q, %v; want %q", line, err, "ready\n")
+	}
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("with --procs 1 the agent runs %d threads of Go code at once, want 1", n)
 	}
 
 	c := SocketClient(sock)

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -37,6 +38,17 @@ var (
 	}
 )
 
+// agentProcs is how many threads of Go code the agent runs at once in a sandbox
+// limited to cpu cores (0: no limit, the Go runtime's default): the limit rounded up.
+// The runtime's own default never goes below two, and an agent's second thread only
+// spins for work that the first would do as soon.
+func agentProcs(cpu float64) int {
+	if cpu <= 0 {
+		return 0
+	}
+	return int(math.Ceil(cpu))
+}
+
 // bundleSpec builds the OCI runtime spec of a sandbox container; binds are the image's
 // and the network's host binds.
 func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.Mount) (*specs.Spec, error) {
@@ -51,6 +63,9 @@ func (d *Driver) bundleSpec(s runtime.Spec, rootfsPath string, binds []runtime.M
 	if !s.Deadline.IsZero() {
 		// Whole seconds, rounded up: the agent must never end a sandbox early.
 		args = append(args, "--deadline", strconv.FormatInt(s.Deadline.Add(time.Second-1).Unix(), 10))
+	}
+	if n := agentProcs(s.Limits.CPU); n > 0 {
+		args = append(args, "--procs", strconv.Itoa(n))
 	}
 	nofile := uint64(s.Limits.OpenFiles)
 	if nofile == 0 {
