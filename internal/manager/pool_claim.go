@@ -64,11 +64,14 @@ func (m *Manager) claimPooled(ctx context.Context, call Call, sb *store.Sandbox,
 	defer func() { m.releasePending(call.Owner, sb.ID) }()
 	// Members are read a page at a time: a burst of claims on a large pool would
 	// otherwise each read every member, most of them taken by the time they are tried.
+	// A page is viewed, not copied: claims sent at once read the same members, most of
+	// them taken by another claim, and the one a claim takes is read again under its
+	// lock (claimMember), so only that one is copied.
 	f := m.here(store.SandboxFilter{Owner: store.PoolOwner(p.Name), States: []store.State{Running}, Limit: claimPage})
 	c := claim{pool: p.Name, hn: hn, end: end}
 	for !claimed && err == nil {
 		var members []*store.Sandbox
-		if members, err = m.store.ListSandboxes(ctx, f); err != nil {
+		if err = m.View(ctx, f, func(mem *store.Sandbox) error { members = append(members, mem); return nil }); err != nil {
 			return false, err
 		}
 		for _, mem := range members {
@@ -128,11 +131,14 @@ func (m *Manager) claimMember(ctx context.Context, cl claim, mem, want *store.Sa
 	}
 	defer unlock()
 	// Read again under the lock: the member is changed on the host before its record,
-	// and one claimed (or retired) since it was read is nobody's to change.
+	// and one claimed (or retired) since it was read is nobody's to change. The page's
+	// record may be the store's shared one: from here on only this copy, of the same
+	// version, is used and changed.
 	cur, err := m.store.GetSandbox(ctx, mem.ID)
 	if err != nil || cur.Version != mem.Version {
 		return false, nil
 	}
+	mem = cur
 	c := *mem
 	c.Name, c.Owner, c.Role, c.CreatedBy = want.Name, want.Owner, want.Role, want.CreatedBy
 	c.Env, c.Labels, c.Network = want.Env, want.Labels, want.Network
