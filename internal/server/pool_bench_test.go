@@ -42,22 +42,15 @@ func BenchmarkPoolBurst(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		took := make([]float64, n)
-		var wg sync.WaitGroup
 		c0 := processCPU(b)
-		for i := range n {
-			wg.Go(func() {
-				t0 := time.Now()
-				resp, err := c.Create(ctx, api.CreateSandboxRequest{Name: fmt.Sprintf("r%d-%d", round, i)})
-				took[i] = float64(time.Since(t0)) / float64(time.Millisecond)
-				if err != nil {
-					b.Error(err)
-				} else if resp.Sandbox == nil || resp.Operation.State != "succeeded" {
-					b.Errorf("create %d: %+v", i, resp.Operation)
-				}
-			})
-		}
-		wg.Wait()
+		took := timedAtOnce(n, func(i int) {
+			resp, err := c.Create(ctx, api.CreateSandboxRequest{Name: fmt.Sprintf("r%d-%d", round, i)})
+			if err != nil {
+				b.Error(err)
+			} else if resp.Sandbox == nil || resp.Operation.State != "succeeded" {
+				b.Errorf("create %d: %+v", i, resp.Operation)
+			}
+		})
 		cpu = append(cpu, float64(processCPU(b)-c0)/float64(time.Millisecond))
 		b.StopTimer()
 		if pools, _ := c.Pools(ctx); len(pools) != 1 || pools[0].Hits != int64(n*(round+1)) {
@@ -74,6 +67,21 @@ func BenchmarkPoolBurst(b *testing.B) {
 	b.ReportMetric(median(p50), "p50-ms")
 	b.ReportMetric(median(p99), "p99-ms")
 	b.ReportMetric(median(cpu), "cpu-ms")
+}
+
+// timedAtOnce runs call(0) … call(n-1) side by side and returns how long each took, in ms.
+func timedAtOnce(n int, call func(i int)) []float64 {
+	took := make([]float64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			t0 := time.Now()
+			call(i)
+			took[i] = float64(time.Since(t0)) / float64(time.Millisecond)
+		})
+	}
+	wg.Wait()
+	return took
 }
 
 func quantile(v []float64, q float64) float64 {
