@@ -138,9 +138,9 @@ func Main(ctx context.Context, args []string) error {
 	// limited to one core, and with nothing else to run the second spins looking for
 	// work each time a call wakes the agent: CPU taken from the sandbox's own processes
 	// and, in a burst of calls to many sandboxes, from the host. The daemon passes the
-	// sandbox's CPU limit rounded up.
+	// sandbox's CPU limit rounded up; never more than the CPUs it may run on.
 	if *procs > 0 {
-		runtime.GOMAXPROCS(*procs)
+		runtime.GOMAXPROCS(min(*procs, runtime.NumCPU()))
 	}
 	if *readyFD >= 0 {
 		f := os.NewFile(uintptr(*readyFD), "ready")
