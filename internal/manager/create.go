@@ -123,11 +123,13 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	if err := m.placeHere(); err != nil {
 		return nil, nil, err
 	}
-	// A create that a warm pool may serve and that has no idempotency key to look up
-	// stores its operation with the claim, in one write, or before a cold create
-	// (pool_claim.go).
-	opStored := call.IdempotencyKey != "" || pull || !m.mayClaimInOneWrite(&store.Sandbox{
-		ImageDigest: img.Digest, Runtime: req.Runtime, Limits: limits, Network: network}, len(req.Volumes) == 0)
+	// A create with no idempotency key to look up and no pull to follow stores its
+	// operation only as it ends, in one write with the record it ends with (a pool's
+	// claim, pool_claim.go, or the sandbox running, createdRunning): nobody can ask for
+	// it before the answer that names it, and a crash before leaves the record
+	// creating, which recovery removes.
+	_, one := m.store.(store.ClaimWriter)
+	opStored := call.IdempotencyKey != "" || pull || !one
 	end, replay, err := m.openOp(ctx, call, opStored, "create", "", req)
 	if err != nil {
 		return nil, nil, err
@@ -165,47 +167,77 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		return op, nil, end.finish(m, "", err)
 	} else if claimed {
 		return op, sb, end.finish(m, sb.ID, nil)
-	} else if !opStored {
-		if _, err := m.store.CreateOperation(ctx, op); err != nil {
-			return nil, nil, err
-		}
 	}
 	defer m.coldCreate()()
 	op.SandboxID = sb.ID
 	noteSandbox(ctx, sb.ID)
 	release, err := m.reserveLive(ctx, call.Owner, sb.ID)
 	if err != nil {
-		return op, nil, m.finishOp(op, "", err)
+		return op, nil, end.finish(m, "", err)
 	}
 	admitted, err := m.admit(ctx, sb.ID, sb.Limits.Memory)
 	if err != nil {
 		release()
-		return op, nil, m.finishOp(op, "", err)
+		return op, nil, end.finish(m, "", err)
 	}
 	defer admitted()
 	// The leases first, and the record with its volumes (no second write); a crash
 	// between leaves leases of no sandbox, which recovery drops.
 	if sb.Volumes, err = m.leaseVolumes(ctx, sb, req.Volumes); err != nil {
 		release()
-		return op, nil, m.finishOp(op, "", err)
+		return op, nil, end.finish(m, "", err)
 	}
 	if err := m.insertSandbox(ctx, sb, release); err != nil {
 		m.releaseVolumes(ctx, sb)
-		return op, nil, m.finishOp(op, "", err)
+		return op, nil, end.finish(m, "", err)
 	}
 	unlock := m.locks.lock(sb.ID)
 	defer unlock()
-	m.event(sb, "created", "create", nil)
+	created := m.newEvent(sb, "created", "create", nil)
+	if !one {
+		m.storeEvent(created)
+	}
 	sb.Generation = 1 // the container being built is the first
 	if err := m.startContainer(ctx, sb, img); err != nil {
-		m.rollbackCreate(sb)
-		return op, nil, m.finishOp(op, "", unavailable(err, "sandbox %q could not start", req.Name))
+		m.createFailed(sb, created, one)
+		return op, nil, end.finish(m, "", unavailable(err, "sandbox %q could not start", req.Name))
 	}
-	if err := m.setState(ctx, sb, Running, "create"); err != nil {
-		m.rollbackCreate(sb)
-		return op, nil, m.finishOp(op, "", err)
+	if err := m.createdRunning(ctx, sb, created, end); err != nil {
+		m.createFailed(sb, created, one)
+		return op, nil, end.finish(m, "", err)
 	}
-	return op, sb, m.finishOp(op, sb.ID, nil)
+	return op, sb, end.finish(m, sb.ID, nil)
+}
+
+// createdRunning stores sb, its container started, running: with a ClaimWriter in one
+// write with its created event, the state's event and the create's operation ended
+// (end); otherwise the record, then the state's event (the caller ends the operation).
+func (m *Manager) createdRunning(ctx context.Context, sb *store.Sandbox, created *store.Event, end *endOp) error {
+	w, one := m.store.(store.ClaimWriter)
+	if !one {
+		return m.setState(ctx, sb, Running, "create")
+	}
+	if err := transition(sb.State, Running); err != nil {
+		return err
+	}
+	from := sb.State
+	sb.State = Running
+	state := m.newEvent(sb, "state", "create", map[string]string{"from": string(from), "to": string(Running)})
+	if err := end.write(ctx, m, w, sb, created, state); err != nil {
+		sb.State = from
+		return err
+	}
+	return nil
+}
+
+// createFailed rolls back a cold create whose container did not start or whose record
+// could not say so, its created event stored first if the record's write was to carry
+// it (unstored), as a record kept failed shows it.
+func (m *Manager) createFailed(sb *store.Sandbox, created *store.Event, unstored bool) {
+	if unstored {
+		m.storeEvent(created)
+	}
+	m.rollbackCreate(sb)
 }
 
 // createImage finds the image a create runs on, or says it is to be pulled first:

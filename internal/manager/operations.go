@@ -82,12 +82,12 @@ func (e *endOp) finish(m *Manager, sandboxID string, err error) error {
 	return m.finishOp(e.op, sandboxID, err)
 }
 
-// write stores sb and ev with e's operation succeeded, in one write of w; the
+// write stores sb and evs with e's operation succeeded, in one write of w; the
 // operation is changed only once that is stored.
-func (e *endOp) write(ctx context.Context, m *Manager, w store.ClaimWriter, sb *store.Sandbox, ev *store.Event) error {
+func (e *endOp) write(ctx context.Context, m *Manager, w store.ClaimWriter, sb *store.Sandbox, evs ...*store.Event) error {
 	done := *e.op
 	m.settleOp(&done, sb.ID, nil)
-	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: e.newOp, Events: []*store.Event{ev}}); err != nil {
+	if err := w.WriteClaim(ctx, store.Claim{Sandbox: sb, Op: &done, NewOp: e.newOp, Events: evs}); err != nil {
 		return err
 	}
 	*e.op, e.ended = done, true
@@ -195,11 +195,15 @@ func (m *Manager) replayed(ctx context.Context, op *store.Operation) (*store.Ope
 
 // event records a sandbox event; failures are logged, never returned.
 func (m *Manager) event(sb *store.Sandbox, typ, cause string, data any) {
-	ev := m.newEvent(sb, typ, cause, data)
+	m.storeEvent(m.newEvent(sb, typ, cause, data))
+}
+
+// storeEvent records ev, made by newEvent; failures are logged, never returned.
+func (m *Manager) storeEvent(ev *store.Event) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 	defer cancel()
 	if err := m.store.AppendEvent(ctx, ev); err != nil {
-		m.log.Warn("record event", "sandbox", sb.ID, "type", typ, "err", err)
+		m.log.Warn("record event", "sandbox", ev.SandboxID, "type", ev.Type, "err", err)
 		return
 	}
 	m.notifyEvents()

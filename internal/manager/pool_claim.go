@@ -37,13 +37,6 @@ import (
 // claimPage is how many members a claim reads at a time.
 const claimPage = 16
 
-// mayClaimInOneWrite says whether a create of sb (its image digest, runtime, limits and
-// network) may be served from a pool with its operation stored in the claim's write.
-func (m *Manager) mayClaimInOneWrite(sb *store.Sandbox, may bool) bool {
-	_, one := m.store.(store.ClaimWriter)
-	return one && may && m.poolFor(sb) != nil
-}
-
 // claimPooled lets sb, a create's record not yet stored, take a ready member of a pool
 // that matches it, if may. On a claim sb becomes that member's record, stored and
 // running. end is the create's operation, which a ClaimWriter's claim ends.

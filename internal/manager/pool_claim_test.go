@@ -38,6 +38,18 @@ func execBehind(t *testing.T, path string, qs ...string) {
 	}
 }
 
+// reopen is a store opened afresh on the database file at path, as the next start
+// after a crash opens it.
+func reopen(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // TestPoolClaimRecordsAreInTheFileWhenAnswered: once a create served from the pool is
 // answered, its operation (succeeded, naming the sandbox), the member's record made
 // the caller's and the `created` event are all in the database file: a store opened
@@ -50,11 +62,7 @@ func TestPoolClaimRecordsAreInTheFileWhenAnswered(t *testing.T) {
 	if err != nil || len(members) != 1 || sb.ID != members[0] {
 		t.Fatalf("create = %+v, %v; want pool member %v", sb, err, members)
 	}
-	after, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer after.Close()
+	after := reopen(t, path)
 	if got, err := after.GetOperation(ctx, op.ID); err != nil || got.State != store.OpSucceeded || got.SandboxID != sb.ID {
 		t.Errorf("the create's operation in the file: %+v (%v); want it succeeded, naming %s", got, err, sb.ID)
 	}

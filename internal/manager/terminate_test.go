@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runtime"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/store/sqlite"
 )
@@ -16,6 +17,11 @@ import (
 type countedStore struct {
 	*sqlite.Store
 	writes atomic.Int32
+}
+
+func (s *countedStore) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	s.writes.Add(1)
+	return s.Store.CreateSandbox(ctx, sb)
 }
 
 func (s *countedStore) CreateOperation(ctx context.Context, op *store.Operation) (*store.Operation, error) {
@@ -48,11 +54,9 @@ func (s *countedStore) WriteClaim(ctx context.Context, c store.Claim) error {
 	return s.Store.WriteClaim(ctx, c)
 }
 
-// TestTerminateRecordsInTwoWrites: a terminate's answer waits for two writes (the
-// cleanup with the sandbox terminating; the tombstone with the terminate's operation
-// ended), and what they store is what separate writes stored: both state events, the
-// operation succeeded and readable by its id, the cleanup pending.
-func TestTerminateRecordsInTwoWrites(t *testing.T) {
+// newCountedManager is a manager over drv and a countedStore.
+func newCountedManager(t *testing.T, drv runtime.Driver) (*Manager, *countedStore) {
+	t.Helper()
 	dir := t.TempDir()
 	sq, err := sqlite.Open(filepath.Join(dir, "db"))
 	if err != nil {
@@ -64,9 +68,18 @@ func TestTerminateRecordsInTwoWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &countedStore{Store: sq}
-	drv := &heldDelete{Driver: newFake(t)}
 	m := New(DefaultConfig(), st, drv, imgs, nil)
 	t.Cleanup(func() { m.Close() })
+	return m, st
+}
+
+// TestTerminateRecordsInTwoWrites: a terminate's answer waits for two writes (the
+// cleanup with the sandbox terminating; the tombstone with the terminate's operation
+// ended), and what they store is what separate writes stored: both state events, the
+// operation succeeded and readable by its id, the cleanup pending.
+func TestTerminateRecordsInTwoWrites(t *testing.T) {
+	drv := &heldDelete{Driver: newFake(t)}
+	m, st := newCountedManager(t, drv)
 	ctx := context.Background()
 	_, sb, err := m.Create(ctx, local, CreateRequest{Name: "a"})
 	if err != nil {
