@@ -291,28 +291,31 @@ func (d *Driver) start(ctx context.Context, s runtime.Spec, memory string) (retE
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return err
 	}
-	if err := d.run(ctx, s.ID, bundle, memory); err != nil {
+	// The agent's peer is recorded once runc has returned (its pid is known), while the
+	// agent's runtime starts, rather than after its ready line.
+	peer := func() error {
+		if d.opts.Engine.Sentry {
+			if err := d.adoptBroker(s.ID); err != nil {
+				return fmt.Errorf("agent broker: %w", err)
+			}
+		}
+		return d.recordPeer(s.ID, s.UIDBase)
+	}
+	if err := d.run(ctx, s.ID, bundle, memory, peer); err != nil {
 		return err
 	}
 	if joined != nil && s.NetnsPath != "" {
 		joined() // the container's processes hold the namespace from here on
 	}
-	if d.opts.Engine.Sentry {
-		if err := d.adoptBroker(s.ID); err != nil {
-			return fmt.Errorf("agent broker: %w", err)
-		}
-	}
-	if err := d.recordPeer(s.ID, s.UIDBase); err != nil {
-		return err
-	}
 	d.primeAgent(s.ID)
 	return nil
 }
 
-// run starts the container detached and waits for its agent to say it is ready; with a
-// memory image it restores the container from it instead, and the agent, restored as it
-// was, takes connections on the new channel at once.
-func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
+// run starts the container detached, calls started once the engine has returned, and
+// waits for its agent to say it is ready; with a memory image it restores the container
+// from it instead, and the agent, restored as it was, takes connections on the new
+// channel at once.
+func (d *Driver) run(ctx context.Context, id, bundle, memory string, started func() error) error {
 	sock, err := d.bindAgentSocket(id)
 	if err != nil {
 		return err
@@ -379,6 +382,9 @@ func (d *Driver) run(ctx context.Context, id, bundle, memory string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s%s", d.opts.Engine.Name, sub, err, d.tail(id), engineTail(d.dir(id), d.opts.Engine.Name))
+	}
+	if err := started(); err != nil {
+		return err
 	}
 	if memory != "" {
 		return nil // a restored agent said it was ready before it was saved
