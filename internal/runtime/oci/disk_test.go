@@ -78,6 +78,29 @@ func TestDiskTemplatesPerSize(t *testing.T) {
 	}
 }
 
+// TestDiskImageTakesLittleHostDisk: a new image of the default size, and one made from
+// its template, take well under a MiB of the host's disk (the resize inode's reserved
+// blocks alone were 4 MiB an image).
+func TestDiskImageTakesLittleHostDisk(t *testing.T) {
+	requireDiskTools(t)
+	dir := t.TempDir()
+	tm := newDiskTemplates(filepath.Join(dir, "templates"))
+	const size = 10 << 30
+	img := filepath.Join(dir, "disk.img")
+	if err := tm.make(context.Background(), img, size); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{tm.path(size), img} {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if used := st.Blocks * 512; used > 1<<20 {
+			t.Errorf("%s takes %d bytes of the host's disk; want at most 1 MiB", p, used)
+		}
+	}
+}
+
 // TestDiskTemplatesBounded: past maxDiskTemplates sizes, an image is formatted on its
 // own and no template of its size is kept.
 func TestDiskTemplatesBounded(t *testing.T) {
