@@ -605,3 +605,28 @@ func TestJoinedDropsTheMount(t *testing.T) {
 		t.Error("Joined accepted an id that is not a sandbox's")
 	}
 }
+
+// TestDeleteAsItsNamespaceGoes: once the container holding a joined namespace ends, the
+// kernel removes the sandbox's link pair on its own time, so a link found may be gone
+// when it is deleted: that is no failure, and Delete then leaves nothing.
+func TestDeleteAsItsNamespaceGoes(t *testing.T) {
+	requireHost(t)
+	m := newTestManager(t, newTestNode(t))
+	sb := create(t, m, "sb_nsgoes", "baseline")
+	l, err := m.nl.LinkByName(sb.HostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.nl.LinkDel(l); err != nil { // as the namespace's end does
+		t.Fatal(err)
+	}
+	if err := m.unlink(l); err != nil {
+		t.Errorf("deleting a link gone since it was found: %v", err)
+	}
+	if err := m.Delete(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := leftovers(t, m, sb.ID); len(got) > 0 {
+		t.Errorf("after Delete: %v left", got)
+	}
+}

@@ -160,10 +160,20 @@ func (m *Manager) delLink(name string) error {
 		return nil
 	}
 	if err == nil {
-		err = m.nl.LinkDel(l)
+		err = m.unlink(l)
 	}
 	if err != nil {
 		return fmt.Errorf("netns: delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// unlink deletes a link found a moment ago; one gone since is fine: a sandbox's pair
+// goes with its namespace, on the kernel's own time, once the sandbox's last process
+// has ended.
+func (m *Manager) unlink(l netlink.Link) error {
+	if err := m.nl.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return err
 	}
 	return nil
 }
