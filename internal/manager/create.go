@@ -128,7 +128,7 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 	// claim, pool_claim.go, or the sandbox running, createdRunning): nobody can ask for
 	// it before the answer that names it, and a crash before leaves the record
 	// creating, which recovery removes.
-	_, one := m.store.(store.ClaimWriter)
+	w, one := m.store.(store.ClaimWriter)
 	opStored := call.IdempotencyKey != "" || pull || !one
 	end, replay, err := m.openOp(ctx, call, opStored, "create", "", req)
 	if err != nil {
@@ -202,19 +202,18 @@ func (m *Manager) Create(ctx context.Context, call Call, req CreateRequest) (*st
 		m.createFailed(sb, created, one)
 		return op, nil, end.finish(m, "", unavailable(err, "sandbox %q could not start", req.Name))
 	}
-	if err := m.createdRunning(ctx, sb, created, end); err != nil {
+	if err := m.createdRunning(ctx, w, sb, created, end); err != nil {
 		m.createFailed(sb, created, one)
 		return op, nil, end.finish(m, "", err)
 	}
 	return op, sb, end.finish(m, sb.ID, nil)
 }
 
-// createdRunning stores sb, its container started, running: with a ClaimWriter in one
+// createdRunning stores sb, its container started, running: with a ClaimWriter w in one
 // write with its created event, the state's event and the create's operation ended
 // (end); otherwise the record, then the state's event (the caller ends the operation).
-func (m *Manager) createdRunning(ctx context.Context, sb *store.Sandbox, created *store.Event, end *endOp) error {
-	w, one := m.store.(store.ClaimWriter)
-	if !one {
+func (m *Manager) createdRunning(ctx context.Context, w store.ClaimWriter, sb *store.Sandbox, created *store.Event, end *endOp) error {
+	if w == nil {
 		return m.setState(ctx, sb, Running, "create")
 	}
 	if err := transition(sb.State, Running); err != nil {
