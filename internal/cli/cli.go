@@ -9,8 +9,9 @@
 // the caller's own machine (fence, and run's host and fence routes) uses package fence,
 // and the scoring (risk, run's ask) only the router's vocabulary (package
 // router/decision); mcp serves package mcp's tools through ServeMCP, which airlockd
-// sets (the CLI's binary hands it the verb); gc --state-dir, which cleans up after a daemon that is gone, uses package
-// sweep's StateDir through SweepStateDir, which airlockd sets too.
+// sets (the CLI's binary hands it the verb); gc --state-dir, which cleans up after a
+// daemon that is gone, uses package sweep's StateDir through SweepStateDir, which
+// airlockd sets too (the CLI's binary hands it that verb as well).
 //
 // Hostile surface: text a sandbox wrote (an agent's errors, failure reasons, names in
 // events and egress records) reaches the user's terminal only through termSafe, which
